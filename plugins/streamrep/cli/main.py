@@ -1,0 +1,317 @@
+"""The ``streamrep`` command line, in maprcli's grammar.
+
+    streamrep stream replica add -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity -paused true
+
+Every handler is a thin call into the client layer. A user error prints one line on stderr
+and exits 1 (2 for a malformed command line); ``STREAMREP_DEBUG=1`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import asdict
+from typing import Any, Callable, TextIO
+
+from streamrep.errors import InvalidArgument, StreamrepError
+from streamrep.client import Consumer, Producer, StreamAdmin
+from streamrep.cli.grammar import Command, Option, split_words
+from streamrep.cli.output import print_messages, print_rows
+from streamrep.model.stream import PERMISSIONS
+
+EXIT_USER_ERROR = 1
+EXIT_USAGE = 2
+
+PATH = Option("path", required=True, help="stream path, /mapr/<cluster>/<stream>")
+REPLICA = Option("replica", required=True, help="replica stream path")
+SOURCE_CLUSTER = Option("cluster", help="the source cluster (default: the default cluster)")
+STREAM_SETTINGS = (
+    Option("defaultpartitions", int), Option("ttl", int), Option("autocreate", bool),
+    *(Option(perm) for perm in PERMISSIONS),
+)
+
+
+class Context:
+    """What a handler gets: the admin API and the output streams."""
+
+    def __init__(self, out: TextIO, err: TextIO, stdin: TextIO):
+        self.out, self.err, self.stdin = out, err, stdin
+        self._admin: StreamAdmin | None = None
+
+    @property
+    def admin(self) -> StreamAdmin:
+        if self._admin is None:
+            self._admin = StreamAdmin()
+        return self._admin
+
+
+Rows = list[dict[str, Any]]
+
+
+# -- cluster -------------------------------------------------------------------------
+def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool = False) -> Rows:
+    info = ctx.admin.clusters.add(name, url, default)
+    return [{"name": info.name, "kind": info.kind, "url": info.url, "default": ctx.admin.clusters.default == name}]
+
+
+def cluster_list(ctx: Context) -> Rows:
+    default = ctx.admin.clusters.default
+    return [{"name": c.name, "kind": c.kind, "url": c.url, "default": c.name == default}
+            for c in ctx.admin.clusters.list()]
+
+
+def cluster_remove(ctx: Context, name: str) -> Rows:
+    info = ctx.admin.clusters.remove(name)
+    return [{"name": info.name, "removed": True, "url": info.url}]
+
+
+def gateway_set(ctx: Context, dstcluster: str, gateways: str, cluster: str | None = None) -> Rows:
+    names = ctx.admin.set_gateways(dstcluster, gateways, cluster)
+    return [{"dstcluster": dstcluster, "gateways": names}]
+
+
+def gateway_list(ctx: Context, cluster: str | None = None) -> Rows:
+    return [{"dstcluster": dst, "gateways": names} for dst, names in ctx.admin.gateways(cluster).items()]
+
+
+def gateway_get(ctx: Context, dstcluster: str, cluster: str | None = None) -> Rows:
+    return [{"dstcluster": dstcluster, "gateways": ctx.admin.get_gateways(dstcluster, cluster)}]
+
+
+def gateway_delete(ctx: Context, dstcluster: str, cluster: str | None = None) -> Rows:
+    ctx.admin.delete_gateways(dstcluster, cluster)
+    return []
+
+
+# -- stream --------------------------------------------------------------------------
+def stream_create(ctx: Context, path: str, copymetafrom: str | None = None, **settings: Any) -> Rows:
+    ctx.admin.create_stream(path, copymetafrom, **settings)
+    return [ctx.admin.stream_info(path)]
+
+
+def stream_edit(ctx: Context, path: str, **settings: Any) -> Rows:
+    if not settings:
+        raise InvalidArgument("stream edit needs at least one setting to change")
+    ctx.admin.edit_stream(path, **settings)
+    return [ctx.admin.stream_info(path)]
+
+
+def stream_info(ctx: Context, path: str) -> Rows:
+    return [ctx.admin.stream_info(path)]
+
+
+def stream_delete(ctx: Context, path: str) -> Rows:
+    ctx.admin.delete_stream(path)
+    return []
+
+
+def stream_list(ctx: Context, cluster: str | None = None) -> Rows:
+    cluster = cluster or ctx.admin.clusters.default
+    return [{"path": f"/mapr/{cluster}{e.path}", "uuid": e.uuid, "replicas": len(e.replicas),
+             "upstreams": len(e.upstreams)} for e in ctx.admin.list_streams(cluster)]
+
+
+def topic_create(ctx: Context, path: str, topic: str, partitions: int | None = None) -> Rows:
+    return [ctx.admin.create_topic(path, topic, partitions)]
+
+
+def topic_edit(ctx: Context, path: str, topic: str, partitions: int) -> Rows:
+    return [ctx.admin.edit_topic(path, topic, partitions)]
+
+
+def topic_list(ctx: Context, path: str) -> Rows:
+    return ctx.admin.list_topics(path)
+
+
+def topic_info(ctx: Context, path: str, topic: str) -> Rows:
+    return ctx.admin.topic_info(path, topic)
+
+
+def topic_delete(ctx: Context, path: str, topic: str) -> Rows:
+    ctx.admin.delete_topic(path, topic)
+    return []
+
+
+def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, synchronous: bool = False) -> Rows:
+    ctx.admin.add_replica(path, replica, paused, synchronous)
+    return []
+
+
+def replica_list(ctx: Context, path: str) -> Rows:
+    return ctx.admin.list_replicas(path)
+
+
+def replica_pause(ctx: Context, path: str, replica: str) -> Rows:
+    ctx.admin.pause_replica(path, replica)
+    return []
+
+
+def replica_resume(ctx: Context, path: str, replica: str) -> Rows:
+    ctx.admin.resume_replica(path, replica)
+    return []
+
+
+def replica_remove(ctx: Context, path: str, replica: str) -> Rows:
+    ctx.admin.remove_replica(path, replica)
+    return []
+
+
+def upstream_add(ctx: Context, path: str, upstream: str) -> Rows:
+    ctx.admin.add_upstream(path, upstream)
+    return []
+
+
+def upstream_list(ctx: Context, path: str) -> Rows:
+    return [asdict(u) for u in ctx.admin.upstream_links(path)]
+
+
+def upstream_remove(ctx: Context, path: str, upstream: str) -> Rows:
+    ctx.admin.remove_upstream(path, upstream)
+    return []
+
+
+# -- data ----------------------------------------------------------------------------
+def produce(ctx: Context, path: str, keysep: str | None = None, partition: int | None = None) -> Rows:
+    """One message per stdin line; with ``-keysep`` the text before the first separator is the key."""
+    if keysep == "":
+        raise InvalidArgument("option -keysep must not be empty")
+    producer = Producer(ctx.admin)
+    count = 0
+    for line in ctx.stdin:
+        line = line.rstrip("\n").rstrip("\r")
+        key = None
+        if keysep is not None:
+            if keysep not in line:
+                raise InvalidArgument(f"line {count + 1} has no key separator {keysep!r}: {line[:60]!r}")
+            key, line = line.split(keysep, 1)
+        producer.send(path, line, key=key, partition=partition)
+        count += 1
+    acked = producer.flush() if count else {}
+    return [{"topic": str(tp), "partition": p, "firstoffset": first, "lastoffset": nxt - 1, "messages": nxt - first}
+            for tp, parts in acked.items() for p, (first, nxt) in sorted(parts.items())]
+
+
+def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool = False,
+            max: int | None = None, timeout: float = 1.0, as_json: bool = False) -> None:
+    """Print messages until ``-max`` have been read or none arrived for ``-timeout`` seconds."""
+    if max is not None and max < 1:
+        raise InvalidArgument("option -max must be 1 or more")
+    consumer = Consumer(path, group=group, from_start=fromstart, admin=ctx.admin)
+    seen = 0
+    while max is None or seen < max:
+        batch = consumer.poll(1000 if max is None else min(1000, max - seen), timeout=timeout)
+        if not batch:
+            break
+        print_messages(batch, as_json, ctx.out)
+        seen += len(batch)
+        if group:
+            consumer.commit()
+    return None
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("cluster", "add"), cluster_add, (Option("name", required=True), Option("url"), Option("default", bool)),
+            "register a cluster (no -url: an embedded cluster)"),
+    Command(("cluster", "list"), cluster_list, (), "list registered clusters"),
+    Command(("cluster", "remove"), cluster_remove, (Option("name", required=True),),
+            "forget a cluster (its data file is kept)"),
+    Command(("cluster", "gateway", "set"), gateway_set,
+            (Option("dstcluster", required=True), Option("gateways", required=True), SOURCE_CLUSTER),
+            "list the gateways of a destination cluster"),
+    Command(("cluster", "gateway", "list"), gateway_list, (SOURCE_CLUSTER,), "gateways of every destination cluster"),
+    Command(("cluster", "gateway", "get"), gateway_get, (Option("dstcluster", required=True), SOURCE_CLUSTER),
+            "gateways of one destination cluster"),
+    Command(("cluster", "gateway", "delete"), gateway_delete, (Option("dstcluster", required=True), SOURCE_CLUSTER),
+            "forget the gateways of a destination cluster"),
+    Command(("stream", "create"), stream_create, (PATH, Option("copymetafrom"), *STREAM_SETTINGS), "create a stream"),
+    Command(("stream", "edit"), stream_edit, (PATH, *STREAM_SETTINGS), "change a stream's settings"),
+    Command(("stream", "info"), stream_info, (PATH,), "show a stream"),
+    Command(("stream", "delete"), stream_delete, (PATH,), "delete a stream and its messages"),
+    Command(("stream", "list"), stream_list, (Option("cluster"),), "list the streams of a cluster"),
+    Command(("stream", "topic", "create"), topic_create, (PATH, Option("topic", required=True), Option("partitions", int)),
+            "create a topic"),
+    Command(("stream", "topic", "edit"), topic_edit,
+            (PATH, Option("topic", required=True), Option("partitions", int, required=True)), "add partitions"),
+    Command(("stream", "topic", "list"), topic_list, (PATH,), "list topics"),
+    Command(("stream", "topic", "info"), topic_info, (PATH, Option("topic", required=True)), "show a topic's partitions"),
+    Command(("stream", "topic", "delete"), topic_delete, (PATH, Option("topic", required=True)), "delete a topic"),
+    Command(("stream", "replica", "add"), replica_add,
+            (PATH, REPLICA, Option("paused", bool), Option("synchronous", bool)), "register a replica of a stream"),
+    Command(("stream", "replica", "list"), replica_list, (PATH,), "list a stream's replicas"),
+    Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
+    Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
+    Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
+    Command(("stream", "upstream", "add"), upstream_add, (PATH, Option("upstream", required=True)),
+            "accept a stream as an upstream source"),
+    Command(("stream", "upstream", "list"), upstream_list, (PATH,), "list a replica's upstreams"),
+    Command(("stream", "upstream", "remove"), upstream_remove, (PATH, Option("upstream", required=True)),
+            "withdraw an upstream"),
+    Command(("produce",), produce, (PATH, Option("keysep"), Option("partition", int)),
+            "produce stdin lines to <stream>:<topic>"),
+    Command(("consume",), consume,
+            (PATH, Option("group"), Option("fromstart", bool), Option("max", int), Option("timeout", float)),
+            "print messages of <stream>:<topic>"),
+)
+
+
+def help_text(prefix: tuple[str, ...] = ()) -> str:
+    lines = ["usage: streamrep <command> [-option value ...] [-json]", "", "commands:"]
+    for cmd in COMMANDS:
+        if cmd.words[: len(prefix)] == prefix:
+            lines.append(f"  {' '.join(cmd.words):24} {cmd.help}")
+    return "\n".join(lines)
+
+
+def find_command(words: list[str]) -> Command:
+    for cmd in COMMANDS:
+        if list(cmd.words) == words:
+            return cmd
+    if any(cmd.words[: len(words)] == tuple(words) for cmd in COMMANDS) and words:
+        subs = sorted({cmd.words[len(words)] for cmd in COMMANDS if cmd.words[: len(words)] == tuple(words)
+                       and len(cmd.words) > len(words)})
+        raise InvalidArgument(f"'{' '.join(words)}' needs a subcommand: {', '.join(subs)}")
+    raise InvalidArgument(f"unknown command '{' '.join(words)}'; run 'streamrep help' for the list")
+
+
+def run(argv: list[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr, stdin: TextIO = sys.stdin) -> int:
+    """Run one command; returns the exit status."""
+    words, options = split_words(argv)
+    if not words or words[0] in ("help", "-help", "--help", "-h"):
+        out.write(help_text(tuple(words[1:])) + "\n")
+        return 0
+    ctx = Context(out, err, stdin)
+    try:
+        try:
+            cmd = find_command(words)
+            values, as_json = cmd.parse(options)
+        except InvalidArgument as usage_error:
+            err.write(f"streamrep: error: {usage_error}\n")
+            return EXIT_USAGE
+        if cmd.handler is consume:
+            values["as_json"] = as_json
+        rows = cmd.handler(ctx, **values)
+        if rows is not None:
+            print_rows(rows, as_json, out)
+        return 0
+    except StreamrepError as error:
+        err.write(f"streamrep: error: {error}\n")
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    finally:
+        if ctx._admin is not None:
+            ctx._admin.clusters.close()
+
+
+def main() -> None:
+    try:
+        status = run(sys.argv[1:])
+    except Exception as error:  # a bug, not a user error: one line unless debugging
+        if os.environ.get("STREAMREP_DEBUG"):
+            raise
+        sys.stderr.write(f"streamrep: internal error: {type(error).__name__}: {error} (set STREAMREP_DEBUG=1 for details)\n")
+        status = 3
+    sys.exit(status)

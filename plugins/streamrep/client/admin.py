@@ -1,0 +1,369 @@
+"""The admin API: everything ``maprcli stream ...`` and ``maprcli cluster gateway ...`` do.
+
+Each method checks the stream's access control expression for the caller, applies the
+rules from ``streamrep.model``, and changes one catalog document atomically, so every call
+is safe to retry: it finds the state it wanted or fails with a clear error.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Callable
+
+from streamrep.errors import AlreadyExists, NotFound, PermissionDenied
+from streamrep.model import replication as rules
+from streamrep.model.ace import Identity, parse_ace
+from streamrep.model.catalog import GATEWAYS_KIND, STREAM_KIND, StreamEntry
+from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_name, validate_cluster_name
+from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
+from streamrep.model.stream import StreamMeta, validate_partition_count
+from streamrep.client.config import Clusters
+from streamrep.client.identity import current_identity
+from streamrep.store.base import Store
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class StreamAdmin:
+    """Stream, topic, replica, upstream and gateway administration for one identity.
+
+    :param clusters: the cluster registry (``Clusters()`` reads ``STREAMREP_HOME``).
+    :param identity: who is calling; the configured or OS user if None.
+    """
+
+    def __init__(self, clusters: Clusters | None = None, identity: Identity | None = None):
+        self.clusters = clusters or Clusters()
+        self.identity = identity or current_identity()
+
+    # -- helpers -------------------------------------------------------------------
+    def path(self, text: str | StreamPath) -> StreamPath:
+        """Parse a stream path against the default cluster."""
+        if isinstance(text, StreamPath):
+            return text
+        return parse_stream_path(text, self.clusters.default)
+
+    def store(self, path: StreamPath) -> Store:
+        return self.clusters.store(path.cluster)
+
+    def entry(self, path: str | StreamPath) -> StreamEntry:
+        """The catalog entry of a stream, or NotFound."""
+        sp = self.path(path)
+        doc = self.store(sp).catalog_get(STREAM_KIND, sp.path)
+        if doc is None:
+            raise NotFound(f"stream {sp} does not exist")
+        return StreamEntry.from_dict(doc)
+
+    def require(self, entry: StreamEntry, sp: StreamPath, *perms: str) -> None:
+        """PermissionDenied unless the caller satisfies every ACE in ``perms``."""
+        for perm in perms:
+            ace = getattr(entry.meta, perm)
+            if not parse_ace(ace).allows(self.identity):
+                raise PermissionDenied(
+                    f"user {self.identity.user} does not have {perm} on stream {sp} ({perm} is {ace!r})"
+                )
+
+    def _update(self, sp: StreamPath, change: Callable[[StreamEntry], StreamEntry | None]) -> StreamEntry | None:
+        """Atomically change an existing stream's entry (None deletes it)."""
+
+        def apply(doc: dict | None) -> dict | None:
+            if doc is None:
+                raise NotFound(f"stream {sp} does not exist")
+            new = change(StreamEntry.from_dict(doc))
+            return None if new is None else new.to_dict()
+
+        result = self.store(sp).catalog_update(STREAM_KIND, sp.path, apply)
+        return None if result is None else StreamEntry.from_dict(result)
+
+    # -- streams -------------------------------------------------------------------
+    def create_stream(self, path: str, copymetafrom: str | None = None, **settings: Any) -> StreamEntry:
+        """``stream create``. With ``copymetafrom`` the metadata (settings and ACEs) is copied
+        from that stream, on any cluster; explicit ``settings`` still win."""
+        sp = self.path(path)
+        if copymetafrom is not None:
+            meta = self.entry(copymetafrom).meta.edited(**settings)
+        else:
+            meta = StreamMeta.for_creator(self.identity.user, **settings)
+        entry = StreamEntry(
+            uuid=str(uuid.uuid4()), path=sp.path, creator=self.identity.user, created=now_ms(), meta=meta
+        )
+
+        def create(doc: dict | None) -> dict:
+            if doc is not None:
+                raise AlreadyExists(f"stream {sp} already exists")
+            return entry.to_dict()
+
+        self.store(sp).catalog_update(STREAM_KIND, sp.path, create)
+        return entry
+
+    def edit_stream(self, path: str, **settings: Any) -> StreamEntry:
+        """``stream edit``: change settings or ACEs; needs adminperm."""
+        sp = self.path(path)
+
+        def edit(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, sp, "adminperm")
+            return entry.with_changes(meta=entry.meta.edited(**settings))
+
+        return self._update(sp, edit)
+
+    def delete_stream(self, path: str) -> None:
+        """``stream delete``: the stream, its topics and messages; needs adminperm."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        self.require(entry, sp, "adminperm")
+        self.store(sp).drop_stream(entry.uuid)
+
+        def delete(current: StreamEntry) -> None:
+            if current.uuid != entry.uuid:  # recreated meanwhile: not ours to delete
+                raise NotFound(f"stream {sp} was replaced while being deleted")
+            return None
+
+        self._update(sp, delete)
+
+    def list_streams(self, cluster: str | None = None) -> list[StreamEntry]:
+        """Every stream of ``cluster`` (the default cluster if None)."""
+        name = cluster or self.clusters.default
+        if name is None:
+            raise NotFound("no cluster given and no default cluster is set")
+        docs = self.clusters.store(validate_cluster_name(name)).catalog_list(STREAM_KIND)
+        return [StreamEntry.from_dict(d) for d in docs.values()]
+
+    def stream_info(self, path: str) -> dict[str, Any]:
+        """``stream info``: metadata, identity and topic count."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        topics = self.store(sp).topics(entry.uuid)
+        return {
+            "path": str(sp),
+            "cluster": sp.cluster,
+            "uuid": entry.uuid,
+            "creator": entry.creator,
+            "created": entry.created,
+            **entry.meta.to_dict(),
+            "topics": len(topics),
+            "partitions": sum(topics.values()),
+            "replicas": len(entry.replicas),
+            "upstreams": len(entry.upstreams),
+        }
+
+    # -- topics --------------------------------------------------------------------
+    def create_topic(self, path: str, topic: str, partitions: int | None = None) -> dict[str, Any]:
+        """``stream topic create``; needs topicperm. Partitions default to the stream's."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        self.require(entry, sp, "topicperm")
+        count = validate_partition_count(partitions if partitions is not None else entry.meta.defaultpartitions)
+        try:
+            self.store(sp).create_topic(entry.uuid, validate_topic_name(topic), count)
+        except AlreadyExists:
+            raise AlreadyExists(f"topic {sp}:{topic} already exists") from None
+        return {"path": str(sp), "topic": topic, "partitions": count}
+
+    def edit_topic(self, path: str, topic: str, partitions: int) -> dict[str, Any]:
+        """``stream topic edit -partitions N``: add partitions; needs topicperm."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        self.require(entry, sp, "topicperm")
+        try:
+            self.store(sp).add_partitions(entry.uuid, validate_topic_name(topic), validate_partition_count(partitions))
+        except NotFound:
+            raise NotFound(f"topic {sp}:{topic} does not exist") from None
+        return {"path": str(sp), "topic": topic, "partitions": partitions}
+
+    def delete_topic(self, path: str, topic: str) -> None:
+        """``stream topic delete``; needs topicperm."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        self.require(entry, sp, "topicperm")
+        try:
+            self.store(sp).delete_topic(entry.uuid, validate_topic_name(topic))
+        except NotFound:
+            raise NotFound(f"topic {sp}:{topic} does not exist") from None
+
+    def list_topics(self, path: str) -> list[dict[str, Any]]:
+        """``stream topic list``: each topic with its partition count and message count."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        store = self.store(sp)
+        result = []
+        for topic, count in store.topics(entry.uuid).items():
+            bounds = [store.offsets(entry.uuid, topic, p) for p in range(count)]
+            result.append({
+                "topic": topic,
+                "partitions": count,
+                "messages": sum(end - start for start, end in bounds),
+            })
+        return result
+
+    def topic_info(self, path: str, topic: str) -> list[dict[str, Any]]:
+        """``stream topic info``: per partition, the first and last offsets held."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        store = self.store(sp)
+        count = store.topics(entry.uuid).get(validate_topic_name(topic))
+        if count is None:
+            raise NotFound(f"topic {sp}:{topic} does not exist")
+        info = []
+        for p in range(count):
+            start, end = store.offsets(entry.uuid, topic, p)
+            info.append({"topic": topic, "partitionid": p, "minoffset": start, "maxoffset": end - 1,
+                         "messages": end - start})
+        return info
+
+    # -- replicas (kept on the source) ---------------------------------------------
+    def add_replica(self, path: str, replica: str, paused: bool = False, synchronous: bool = False) -> ReplicaLink:
+        """``stream replica add``: register ``replica`` on the source; needs adminperm and copyperm
+        on the source. The replica stream must exist (create it with -copymetafrom)."""
+        src, dst = self.path(path), self.path(replica)
+        self.entry(dst)  # must exist
+        link = ReplicaLink(path=str(dst), paused=paused, synchronous=synchronous, added=now_ms())
+
+        def add(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, src, "adminperm", "copyperm")
+            rules.check_replica_add(src, dst, list(entry.replicas))
+            return entry.with_changes(replicas=entry.replicas + (link,))
+
+        self._update(src, add)
+        return link
+
+    def replica_links(self, path: str) -> list[ReplicaLink]:
+        return list(self.entry(path).replicas)
+
+    def _change_replica(self, path: str, replica: str, change: Callable[[ReplicaLink], ReplicaLink | None]) -> None:
+        src, dst = self.path(path), self.path(replica)
+
+        def apply(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, src, "adminperm")
+            link = rules.require_link(entry.replicas, dst, src, "replica")
+            new = change(link)
+            replicas = tuple(new if r is link else r for r in entry.replicas if new is not None or r is not link)
+            return entry.with_changes(replicas=replicas)
+
+        self._update(src, apply)
+
+    def pause_replica(self, path: str, replica: str) -> None:
+        """``stream replica pause``: stop replicating to ``replica`` until resumed."""
+        self._change_replica(path, replica, lambda link: link.with_changes(paused=True))
+
+    def resume_replica(self, path: str, replica: str) -> None:
+        """``stream replica resume``: let ``replica`` flow again."""
+        self._change_replica(path, replica, lambda link: link.with_changes(paused=False))
+
+    def remove_replica(self, path: str, replica: str) -> None:
+        """``stream replica remove``: stop replicating to ``replica`` for good."""
+        self._change_replica(path, replica, lambda link: None)
+
+    def set_replica_state(self, path: str, replica: str, state: ReplicaState, error: str | None = None) -> None:
+        """Record a replica's state (used by the replication layer; no ACE check: gateways have
+        implicit authority)."""
+        src, dst = self.path(path), self.path(replica)
+
+        def apply(entry: StreamEntry) -> StreamEntry:
+            link = rules.require_link(entry.replicas, dst, src, "replica")
+            new = link.with_changes(state=state.value, error=error)
+            return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
+
+        self._update(src, apply)
+
+    # -- upstreams (kept on the replica) -------------------------------------------
+    def _topics_of(self, path: StreamPath) -> set[str]:
+        try:
+            entry = self.entry(path)
+            return set(self.store(path).topics(entry.uuid))
+        except NotFound:
+            return set()  # an upstream that is gone has no topics to collide with
+
+    def add_upstream(self, path: str, upstream: str) -> UpstreamLink:
+        """``stream upstream add``: the replica's owner agrees to receive from ``upstream``;
+        needs adminperm on the replica. Refuses an upstream sharing topic names with another."""
+        dst, src = self.path(path), self.path(upstream)
+        self.entry(src)  # must exist
+        topics_of_new = self._topics_of(src)
+        link = UpstreamLink(path=str(src), added=now_ms())
+
+        def add(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, dst, "adminperm")
+            others = {u.path: self._topics_of(self.path(u.path)) for u in entry.upstreams}
+            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new)
+            return entry.with_changes(upstreams=entry.upstreams + (link,))
+
+        self._update(dst, add)
+        return link
+
+    def upstream_links(self, path: str) -> list[UpstreamLink]:
+        return list(self.entry(path).upstreams)
+
+    def remove_upstream(self, path: str, upstream: str) -> None:
+        """``stream upstream remove``: withdraw the agreement; replication from it stops."""
+        dst, src = self.path(path), self.path(upstream)
+
+        def remove(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, dst, "adminperm")
+            link = rules.require_link(entry.upstreams, src, dst, "upstream")
+            return entry.with_changes(upstreams=tuple(u for u in entry.upstreams if u is not link))
+
+        self._update(dst, remove)
+
+    def list_replicas(self, path: str) -> list[dict[str, Any]]:
+        """``stream replica list``: each replica in MapR's field names, with the agreement
+        checked live (a replica that does not list the source is waiting for its upstream)."""
+        src = self.path(path)
+        result = []
+        for link in self.entry(src).replicas:
+            dst = self.path(link.path)
+            try:
+                agreed, missing = rules.has_agreement(src, self.entry(dst).upstreams), None
+            except NotFound as err:
+                agreed, missing = False, str(err)
+            state, error = rules.effective_state(link, agreed, missing)
+            result.append({
+                "cluster": dst.cluster,
+                "replica": link.path,
+                "paused": link.paused,
+                "synchronous": link.synchronous,
+                "replicaState": state,
+                "errors": error,
+            })
+        return result
+
+    # -- gateways (kept on the source cluster) -------------------------------------
+    def _source_cluster(self, cluster: str | None) -> str:
+        name = cluster or self.clusters.default
+        if name is None:
+            raise NotFound("no cluster given and no default cluster is set")
+        self.clusters.get(name)
+        return name
+
+    def set_gateways(self, dstcluster: str, gateways: str | list[str], cluster: str | None = None) -> list[str]:
+        """``cluster gateway set``: on the source cluster, list the gateways of ``dstcluster``."""
+        source = self._source_cluster(cluster)
+        self.clusters.get(validate_cluster_name(dstcluster))
+        names = rules.validate_gateways(gateways)
+        self.clusters.store(source).catalog_update(GATEWAYS_KIND, dstcluster, lambda _: {"gateways": names})
+        return names
+
+    def gateways(self, cluster: str | None = None) -> dict[str, list[str]]:
+        """``cluster gateway list``: the gateways of every destination cluster."""
+        docs = self.clusters.store(self._source_cluster(cluster)).catalog_list(GATEWAYS_KIND)
+        return {dst: doc["gateways"] for dst, doc in docs.items()}
+
+    def get_gateways(self, dstcluster: str, cluster: str | None = None) -> list[str]:
+        """``cluster gateway get``: the gateways of one destination cluster."""
+        source = self._source_cluster(cluster)
+        doc = self.clusters.store(source).catalog_get(GATEWAYS_KIND, validate_cluster_name(dstcluster))
+        if doc is None:
+            raise NotFound(f"cluster {source} lists no gateways for destination cluster {dstcluster}")
+        return doc["gateways"]
+
+    def delete_gateways(self, dstcluster: str, cluster: str | None = None) -> None:
+        """``cluster gateway delete``: forget the gateways of one destination cluster."""
+        source = self._source_cluster(cluster)
+
+        def delete(doc: dict | None) -> None:
+            if doc is None:
+                raise NotFound(f"cluster {source} lists no gateways for destination cluster {dstcluster}")
+            return None
+
+        self.clusters.store(source).catalog_update(GATEWAYS_KIND, validate_cluster_name(dstcluster), delete)

@@ -1,0 +1,147 @@
+"""Where clusters are: the registry under ``STREAMREP_HOME`` that the CLI, Spark apps and
+Airflow (as its fallback) all read.
+
+``STREAMREP_HOME`` defaults to ``~/.streamrep``. It holds ``clusters.json`` and, for each
+embedded cluster, ``clusters/<name>.db``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from streamrep.model.paths import validate_cluster_name
+from streamrep.store.base import Store
+from streamrep.store.embedded import EmbeddedStore
+
+EMBEDDED_SCHEME = "embedded:"
+KAFKA_SCHEME = "kafka://"
+
+
+def default_home() -> str:
+    return os.environ.get("STREAMREP_HOME") or os.path.join(os.path.expanduser("~"), ".streamrep")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """A registered cluster. ``url`` is ``embedded:<file>`` or ``kafka://host:port,...``."""
+
+    name: str
+    url: str
+
+    @property
+    def kind(self) -> str:
+        return "kafka" if self.url.startswith(KAFKA_SCHEME) else "embedded"
+
+
+class Clusters:
+    """The cluster registry, and one store per cluster.
+
+    :param home: the folder holding the registry; ``STREAMREP_HOME`` or ``~/.streamrep`` if None.
+    """
+
+    def __init__(self, home: str | None = None):
+        self.home = os.path.abspath(home or default_home())
+        self._stores: dict[str, Store] = {}
+
+    @property
+    def registry_path(self) -> str:
+        return os.path.join(self.home, "clusters.json")
+
+    def _read(self) -> dict:
+        try:
+            with open(self.registry_path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            return {"default": None, "clusters": {}}
+        except (OSError, ValueError) as err:
+            raise Unavailable(f"cannot read cluster registry {self.registry_path}: {err}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("clusters"), dict):
+            raise Unavailable(f"cluster registry {self.registry_path} is corrupt: expected {{'clusters': {{...}}}}")
+        return data
+
+    @contextmanager
+    def _editing(self) -> Iterator[dict]:
+        """Read-modify-write the registry under a file lock, replacing it atomically."""
+        try:
+            os.makedirs(self.home, exist_ok=True)
+            lock = open(os.path.join(self.home, ".clusters.lock"), "a")
+        except OSError as err:
+            raise Unavailable(f"cannot write to STREAMREP_HOME {self.home}: {err.strerror}") from None
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            data = self._read()
+            yield data
+            fd, tmp = tempfile.mkstemp(dir=self.home, prefix=".clusters.")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=2, sort_keys=True)
+            os.replace(tmp, self.registry_path)
+
+    # -- registry ------------------------------------------------------------------
+    def list(self) -> list[ClusterInfo]:
+        data = self._read()
+        return [ClusterInfo(n, c["url"]) for n, c in sorted(data["clusters"].items())]
+
+    @property
+    def default(self) -> str | None:
+        """The cluster a path without ``/mapr/<cluster>`` refers to."""
+        return os.environ.get("STREAMREP_DEFAULT_CLUSTER") or self._read().get("default")
+
+    def get(self, name: str) -> ClusterInfo:
+        entry = self._read()["clusters"].get(name)
+        if entry is None:
+            raise NotFound(f"cluster {name} is not known; add it with 'streamrep cluster add -name {name}'")
+        return ClusterInfo(name, entry["url"])
+
+    def add(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:
+        """Register a cluster; without ``url`` it is an embedded cluster under ``home``.
+        The first cluster added becomes the default."""
+        validate_cluster_name(name)
+        url = url or f"{EMBEDDED_SCHEME}{os.path.join(self.home, 'clusters', name + '.db')}"
+        if url.startswith(KAFKA_SCHEME):
+            raise InvalidArgument("kafka:// clusters are not supported in this release; omit -url for an embedded cluster")
+        if not url.startswith(EMBEDDED_SCHEME) or len(url) == len(EMBEDDED_SCHEME):
+            raise InvalidArgument(f"invalid cluster url {url!r}: expected embedded:<file path>")
+        with self._editing() as data:
+            if name in data["clusters"]:
+                raise AlreadyExists(f"cluster {name} already exists")
+            data["clusters"][name] = {"url": url}
+            if default or not data.get("default"):
+                data["default"] = name
+        info = ClusterInfo(name, url)
+        self.store(name)  # creates the embedded file now, so errors show at add time
+        return info
+
+    def remove(self, name: str) -> ClusterInfo:
+        """Forget a cluster. Its data file is left in place, so nothing is lost."""
+        with self._editing() as data:
+            entry = data["clusters"].pop(name, None)
+            if entry is None:
+                raise NotFound(f"cluster {name} is not known")
+            if data.get("default") == name:
+                data["default"] = min(data["clusters"], default=None)
+        store = self._stores.pop(name, None)
+        if store:
+            store.close()
+        return ClusterInfo(name, entry["url"])
+
+    # -- stores --------------------------------------------------------------------
+    def store(self, name: str) -> Store:
+        """The store of cluster ``name`` (opened once per Clusters object)."""
+        store = self._stores.get(name)
+        if store is None:
+            info = self.get(name)
+            store = EmbeddedStore(name, info.url[len(EMBEDDED_SCHEME):])
+            self._stores[name] = store
+        return store
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()

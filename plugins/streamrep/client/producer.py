@@ -1,0 +1,133 @@
+"""The producer: buffers messages and appends them to the store in batches.
+
+A message is acknowledged when ``flush()`` (or ``send(..., flush=True)``) returns: by then
+it is committed in its cluster's store and survives the kill of this process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from typing import Iterable
+
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
+from streamrep.model.message import Headers, Message
+from streamrep.model.partitioner import partition_for_key
+from streamrep.model.paths import StreamPath, TopicPath, parse_topic_path
+from streamrep.client.admin import StreamAdmin, now_ms
+
+RETENTION_CHECK_SECONDS = 1.0
+
+
+def to_bytes(value: bytes | str | None, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise InvalidArgument(f"a message {what} must be bytes or str, not {type(value).__name__}")
+
+
+class Producer:
+    """Send messages to topics of any stream on any registered cluster.
+
+    :param admin: the admin API to resolve streams and check produceperm with.
+    :param batch_size: buffered messages that trigger a flush by themselves.
+    """
+
+    def __init__(self, admin: StreamAdmin | None = None, batch_size: int = 10_000):
+        self.admin = admin or StreamAdmin()
+        self.batch_size = batch_size
+        self._pending: dict[TopicPath, dict[int, list[Message]]] = defaultdict(lambda: defaultdict(list))
+        self._count = 0
+        self._streams: dict[StreamPath, tuple] = {}  # path -> (entry, topics) resolved once per producer
+        self._round_robin = itertools.count()
+        self._last_purge: dict[TopicPath, float] = {}
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.flush()
+
+    def _stream(self, sp: StreamPath, refresh: bool = False):
+        cached = self._streams.get(sp)
+        if cached is None or refresh:
+            entry = self.admin.entry(sp)
+            self.admin.require(entry, sp, "produceperm")
+            cached = (entry, self.admin.store(sp).topics(entry.uuid))
+            self._streams[sp] = cached
+        return cached
+
+    def partitions(self, topic: TopicPath) -> int:
+        """The partition count of ``topic``, creating the topic if the stream autocreates."""
+        entry, topics = self._stream(topic.stream)
+        if topic.topic not in topics:
+            entry, topics = self._stream(topic.stream, refresh=True)
+        if topic.topic not in topics:
+            if not entry.meta.autocreate:
+                raise NotFound(f"topic {topic} does not exist and stream {topic.stream} does not autocreate topics")
+            try:
+                self.admin.store(topic.stream).create_topic(entry.uuid, topic.topic, entry.meta.defaultpartitions)
+            except AlreadyExists:
+                pass  # another producer created it first: the same outcome
+            entry, topics = self._stream(topic.stream, refresh=True)
+        return topics[topic.topic]
+
+    def send(
+        self,
+        topic: str | TopicPath,
+        value: bytes | str,
+        key: bytes | str | None = None,
+        headers: Iterable[tuple[str, bytes | str]] | None = None,
+        timestamp: int | None = None,
+        partition: int | None = None,
+        flush: bool = False,
+    ) -> None:
+        """Buffer one message.
+
+        :param topic: ``<stream path>:<topic>``.
+        :param key: picks the partition by Kafka's murmur2 hash; None spreads round-robin.
+        :param timestamp: ms since the epoch; now if None.
+        :param partition: an explicit partition, overriding the key.
+        :param flush: flush at once (the message is acknowledged when this returns).
+        """
+        tp = topic if isinstance(topic, TopicPath) else parse_topic_path(topic, self.admin.clusters.default)
+        count = self.partitions(tp)
+        key_bytes = to_bytes(key, "key")
+        if partition is None:
+            partition = partition_for_key(key_bytes, count) if key_bytes is not None else next(self._round_robin) % count
+        elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            raise InvalidArgument(f"topic {tp} has partitions 0 to {count - 1}; partition {partition!r} does not exist")
+        header_tuple: Headers = tuple((str(k), to_bytes(v, "header")) for k, v in headers) if headers else ()
+        message = Message(to_bytes(value, "value"), key_bytes, header_tuple,
+                          now_ms() if timestamp is None else int(timestamp), partition)
+        self._pending[tp][partition].append(message)
+        self._count += 1
+        if flush or self._count >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> dict[TopicPath, dict[int, tuple[int, int]]]:
+        """Commit everything buffered. Returns, per topic and partition, the ``(first, next)``
+        offsets assigned."""
+        acked: dict[TopicPath, dict[int, tuple[int, int]]] = {}
+        while self._pending:
+            tp, batches = next(iter(self._pending.items()))
+            entry, _ = self._stream(tp.stream)
+            store = self.admin.store(tp.stream)
+            firsts = store.append(entry.uuid, tp.topic, batches)
+            acked[tp] = {p: (first, first + len(batches[p])) for p, first in firsts.items()}
+            del self._pending[tp]
+            self._count -= sum(len(b) for b in batches.values())
+            self._enforce_retention(tp, entry, store)
+        return acked
+
+    def _enforce_retention(self, tp: TopicPath, entry, store) -> None:
+        # ttl is enforced by producers, at most once a second per topic, like a log cleaner.
+        if entry.meta.ttl <= 0:
+            return
+        now = time.monotonic()
+        if now - self._last_purge.get(tp, 0.0) >= RETENTION_CHECK_SECONDS:
+            self._last_purge[tp] = now
+            store.purge_before(entry.uuid, tp.topic, now_ms() - entry.meta.ttl * 1000)

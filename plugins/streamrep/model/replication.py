@@ -1,0 +1,159 @@
+"""The replica/upstream registry rules of the seeds, in one place.
+
+- A source stream lists its replicas; a replica lists its upstreams. Data flows only
+  while both hold (the two-way agreement) and the replica is not paused.
+- At most 64 replicas per stream and 64 upstreams per replica.
+- A stream is never its own replica or upstream, and a link is registered once.
+- Two upstreams of one replica must not share a topic name: their offsets would collide
+  in the replica (seeds: primary-secondary and multi-master restrictions).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, replace
+from enum import Enum
+from typing import Iterable, Mapping
+
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
+from streamrep.model.paths import StreamPath
+
+MAX_REPLICAS = 64
+MAX_UPSTREAMS = 64
+GATEWAY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}(:[0-9]{1,5})?$")
+
+
+class ReplicaState(str, Enum):
+    """Replica states, in MapR's names (``maprcli stream replica list``) where MapR has one."""
+
+    # Registered, but the replica does not list the source as an upstream yet.
+    WAITING_FOR_UPSTREAM = "REPLICA_STATE_WAITING_FOR_UPSTREAM"
+    # Agreed on both sides, but no gateway has applied anything to it yet.
+    WAITING_FOR_GATEWAY = "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    COPY_IN_PROGRESS = "REPLICA_STATE_COPY_IN_PROGRESS"
+    REPLICATING = "REPLICA_STATE_REPLICATING"
+    # A synchronous replica that missed its deadline is served asynchronously until it catches up.
+    SYNC_FALLBACK = "REPLICA_STATE_SYNC_FELL_BACK_TO_ASYNC"
+    UNEXPECTED = "REPLICA_STATE_UNEXPECTED"
+
+
+@dataclass(frozen=True)
+class ReplicaLink:
+    """One entry of a source stream's replica list."""
+
+    path: str
+    paused: bool = False
+    synchronous: bool = False
+    state: str = ReplicaState.WAITING_FOR_GATEWAY.value
+    error: str | None = None
+    added: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "ReplicaLink":
+        return cls(**data)
+
+    def with_changes(self, **changes) -> "ReplicaLink":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class UpstreamLink:
+    """One entry of a replica's upstream list."""
+
+    path: str
+    added: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> "UpstreamLink":
+        return cls(**data)
+
+
+def find_link(links: Iterable, path: StreamPath):
+    """The link to ``path`` in ``links``, or None."""
+    wanted = str(path)
+    return next((link for link in links if link.path == wanted), None)
+
+
+def check_replica_add(source: StreamPath, replica: StreamPath, replicas: list[ReplicaLink]) -> None:
+    """Refuse a replica registration that breaks a rule."""
+    if source == replica:
+        raise InvalidArgument(f"stream {source} cannot be a replica of itself")
+    if find_link(replicas, replica):
+        raise AlreadyExists(f"{replica} is already a replica of {source}")
+    if len(replicas) >= MAX_REPLICAS:
+        raise LimitExceeded(
+            f"stream {source} already has {len(replicas)} replicas; the maximum is {MAX_REPLICAS}"
+        )
+
+
+def check_upstream_add(
+    replica: StreamPath,
+    upstream: StreamPath,
+    upstreams: list[UpstreamLink],
+    topics_of_upstreams: Mapping[str, set[str]],
+    topics_of_new: set[str],
+) -> None:
+    """Refuse an upstream registration that breaks a rule.
+
+    :param topics_of_upstreams: topic names of each existing upstream, by path.
+    :param topics_of_new: topic names of the upstream being added.
+    """
+    if replica == upstream:
+        raise InvalidArgument(f"stream {replica} cannot be an upstream of itself")
+    if find_link(upstreams, upstream):
+        raise AlreadyExists(f"{upstream} is already an upstream of {replica}")
+    if len(upstreams) >= MAX_UPSTREAMS:
+        raise LimitExceeded(
+            f"stream {replica} already has {len(upstreams)} upstreams; the maximum is {MAX_UPSTREAMS}"
+        )
+    for other, topics in sorted(topics_of_upstreams.items()):
+        shared = sorted(topics & topics_of_new)
+        if shared:
+            raise Conflict(
+                f"topic name conflict: upstreams {other} and {upstream} of {replica} both have "
+                f"topic(s) {', '.join(shared[:5])}{' ...' if len(shared) > 5 else ''}; topic names must be unique across upstreams"
+            )
+
+
+def require_link(links: Iterable, path: StreamPath, owner: StreamPath, kind: str):
+    """The link to ``path`` or a NotFound naming ``kind`` ('replica' or 'upstream')."""
+    link = find_link(links, path)
+    if link is None:
+        raise NotFound(f"{path} is not {'a' if kind[0] not in 'aeiou' else 'an'} {kind} of {owner}")
+    return link
+
+
+def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
+    """Parse a gateway list (``"g1 g2:7660"`` or a list); order kept, duplicates refused."""
+    names = text_or_list.replace(",", " ").split() if isinstance(text_or_list, str) else list(text_or_list)
+    if not names:
+        raise InvalidArgument("a gateway list needs at least one gateway name")
+    for name in names:
+        if not isinstance(name, str) or not GATEWAY_NAME.match(name):
+            raise InvalidArgument(f"invalid gateway name {name!r}: a host name, optionally with :port")
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise InvalidArgument(f"gateway(s) listed twice: {', '.join(dupes)}")
+    return names
+
+
+def has_agreement(source: StreamPath, replica_upstreams: Iterable[UpstreamLink]) -> bool:
+    """The two-way agreement: the replica lists ``source`` among its upstreams."""
+    return find_link(replica_upstreams, source) is not None
+
+
+def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None) -> tuple[str, str | None]:
+    """The state ``replica list`` shows: the stored state, unless the agreement is missing
+    or an error (stored, or ``error`` found now, such as a replica that was deleted) says otherwise."""
+    error = error or link.error
+    if error:
+        return ReplicaState.UNEXPECTED.value, error
+    if not agreed:
+        return ReplicaState.WAITING_FOR_UPSTREAM.value, None
+    return link.state, None

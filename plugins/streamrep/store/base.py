@@ -1,0 +1,95 @@
+"""The store interface: what every cluster backend (embedded SQLite, Kafka) provides.
+
+Streams are identified in the store by their UUID, so a stream deleted and created again
+under the same path never sees the old stream's data.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Mapping, Sequence
+
+from streamrep.model.message import Message
+
+CatalogDoc = dict[str, Any]
+
+
+class Store(ABC):
+    """One cluster's storage: the catalog, topics and partitions, messages, and cursors."""
+
+    def __init__(self, cluster: str):
+        self.cluster = cluster
+
+    # -- catalog -------------------------------------------------------------------
+    @abstractmethod
+    def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
+        """The catalog document ``kind``/``key``, or None."""
+
+    @abstractmethod
+    def catalog_list(self, kind: str) -> dict[str, CatalogDoc]:
+        """Every document of ``kind``, by key."""
+
+    @abstractmethod
+    def catalog_update(
+        self, kind: str, key: str, change: Callable[[CatalogDoc | None], CatalogDoc | None]
+    ) -> CatalogDoc | None:
+        """Atomically replace a document by ``change(current)``; a None result deletes it.
+
+        ``change`` may raise to abort with nothing written. It may be called more than once
+        (optimistic backends retry on a concurrent write), so it must be pure.
+        """
+
+    # -- topics --------------------------------------------------------------------
+    @abstractmethod
+    def create_topic(self, stream: str, topic: str, partitions: int) -> None:
+        """Create ``topic`` with ``partitions`` partitions; AlreadyExists if it is there."""
+
+    @abstractmethod
+    def add_partitions(self, stream: str, topic: str, partitions: int) -> None:
+        """Grow ``topic`` to ``partitions`` partitions (never shrinks)."""
+
+    @abstractmethod
+    def delete_topic(self, stream: str, topic: str) -> None:
+        """Delete ``topic``, its messages and its cursors; NotFound if it is not there."""
+
+    @abstractmethod
+    def topics(self, stream: str) -> dict[str, int]:
+        """The topics of ``stream`` and their partition counts."""
+
+    @abstractmethod
+    def drop_stream(self, stream: str) -> None:
+        """Delete every topic, message and cursor of ``stream``."""
+
+    # -- data ----------------------------------------------------------------------
+    @abstractmethod
+    def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
+        """Append messages atomically, all partitions at once, with gap-free offsets.
+
+        :param batches: messages by partition; their partition/offset fields are ignored.
+        :return: the first offset assigned in each partition.
+        """
+
+    @abstractmethod
+    def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
+        """Up to ``max_messages`` messages from offset ``start`` on, in offset order."""
+
+    @abstractmethod
+    def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
+        """``(start, end)``: the first offset still held and the next offset to be assigned."""
+
+    @abstractmethod
+    def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
+        """Retention: drop each partition's oldest messages up to the first one at or after
+        ``timestamp`` (ms). Offsets are never reused. Returns how many were dropped."""
+
+    # -- consumer-group cursors ----------------------------------------------------
+    @abstractmethod
+    def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:
+        """Store the next offset to read for each partition of ``topic`` for ``group``."""
+
+    @abstractmethod
+    def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
+        """The committed cursors of ``group`` on ``topic``, by partition."""
+
+    def close(self) -> None:
+        """Release connections. The store may be used again afterwards (it reopens)."""

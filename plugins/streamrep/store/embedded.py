@@ -1,0 +1,296 @@
+"""The embedded store: one SQLite file per cluster, no server.
+
+Durability: WAL journal with ``synchronous=NORMAL``. A committed append survives the kill
+of any process (the WAL is in the OS before COMMIT returns); only an OS crash or power loss
+can drop the last transactions. ``STREAMREP_SYNC=full`` trades speed for that too.
+
+Several processes may write at once: every write is one ``BEGIN IMMEDIATE`` transaction,
+so offsets are assigned under SQLite's write lock and are never lost or duplicated.
+
+Messages are keyed by one integer, ``partition id << 40 | offset``: SQLite's rowid itself,
+so a partition's offset range is a rowid range with no secondary index to maintain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Mapping, Sequence
+
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from streamrep.model.message import Headers, Message
+from streamrep.store.base import CatalogDoc, Store
+
+FORMAT = "streamrep-embedded-1"
+OFFSET_BITS = 40
+MAX_OFFSET = (1 << OFFSET_BITS) - 1
+BUSY_TIMEOUT_MS = 120_000
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS store_info(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS catalog(
+    kind TEXT NOT NULL, key TEXT NOT NULL, doc TEXT NOT NULL, PRIMARY KEY(kind, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS partitions(
+    id INTEGER PRIMARY KEY, stream TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL,
+    start_offset INTEGER NOT NULL DEFAULT 0, end_offset INTEGER NOT NULL DEFAULT 0,
+    UNIQUE(stream, topic, partition));
+CREATE TABLE IF NOT EXISTS messages(
+    id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, key BLOB, value BLOB, headers TEXT);
+CREATE TABLE IF NOT EXISTS cursors(
+    grp TEXT NOT NULL, pid INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY(grp, pid)) WITHOUT ROWID;
+"""
+
+
+def encode_headers(headers: Headers) -> str | None:
+    # latin-1 maps every byte to one code point, so JSON holds arbitrary bytes exactly.
+    if not headers:
+        return None
+    return json.dumps([[k, v.decode("latin-1")] for k, v in headers], separators=(",", ":"))
+
+
+def decode_headers(text: str | None) -> Headers:
+    if not text:
+        return ()
+    return tuple((k, v.encode("latin-1")) for k, v in json.loads(text))
+
+
+class EmbeddedStore(Store):
+    """A cluster kept in one SQLite file.
+
+    :param cluster: the cluster's name (used in messages).
+    :param path: the SQLite file; created, with its folder, if missing.
+    """
+
+    def __init__(self, cluster: str, path: str):
+        super().__init__(cluster)
+        self.path = path
+        self._local = threading.local()
+        self._pid = os.getpid()
+
+    # -- connections ---------------------------------------------------------------
+    def _connection(self) -> sqlite3.Connection:
+        # One connection per thread and per process: sqlite3 connections must not cross forks.
+        con = getattr(self._local, "con", None)
+        if con is not None and self._pid == os.getpid():
+            return con
+        self._pid = os.getpid()
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+                                  check_same_thread=False)
+            con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            con.execute("PRAGMA journal_mode=WAL")
+            sync = "FULL" if os.environ.get("STREAMREP_SYNC", "").lower() == "full" else "NORMAL"
+            con.execute(f"PRAGMA synchronous={sync}")
+            self._init_schema(con)
+        except sqlite3.DatabaseError as err:
+            raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err}") from None
+        except OSError as err:
+            raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err.strerror}") from None
+        self._local.con = con
+        return con
+
+    def _init_schema(self, con: sqlite3.Connection) -> None:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if tables and "store_info" not in tables:
+            raise sqlite3.DatabaseError("the file is a SQLite database but not a streamrep store")
+        if "store_info" in tables:
+            row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
+            if not row or row[0] != FORMAT:
+                raise sqlite3.DatabaseError(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
+            return
+        # Every statement is idempotent, so two processes creating the same store race safely.
+        con.executescript(SCHEMA)
+        con.execute("INSERT OR IGNORE INTO store_info VALUES ('format', ?)", (FORMAT,))
+
+    def close(self) -> None:
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            self._local.con = None
+            con.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction under SQLite's write lock."""
+        con = self._connection()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as err:
+            raise Unavailable(f"cluster {self.cluster}: store {self.path} is not writable: {err}") from None
+        try:
+            yield con
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                con.execute("COMMIT")
+            except sqlite3.Error as err:
+                con.execute("ROLLBACK")
+                raise Unavailable(f"cluster {self.cluster}: commit failed: {err}") from None
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        try:
+            return self._connection().execute(sql, args).fetchall()
+        except sqlite3.DatabaseError as err:
+            raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+
+    # -- catalog -------------------------------------------------------------------
+    def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
+        rows = self._query("SELECT doc FROM catalog WHERE kind=? AND key=?", (kind, key))
+        return json.loads(rows[0][0]) if rows else None
+
+    def catalog_list(self, kind: str) -> dict[str, CatalogDoc]:
+        rows = self._query("SELECT key, doc FROM catalog WHERE kind=? ORDER BY key", (kind,))
+        return {key: json.loads(doc) for key, doc in rows}
+
+    def catalog_update(
+        self, kind: str, key: str, change: Callable[[CatalogDoc | None], CatalogDoc | None]
+    ) -> CatalogDoc | None:
+        with self._write() as con:
+            row = con.execute("SELECT doc FROM catalog WHERE kind=? AND key=?", (kind, key)).fetchone()
+            new = change(json.loads(row[0]) if row else None)
+            if new is None:
+                con.execute("DELETE FROM catalog WHERE kind=? AND key=?", (kind, key))
+            else:
+                con.execute("INSERT OR REPLACE INTO catalog VALUES (?, ?, ?)", (kind, key, json.dumps(new)))
+            return new
+
+    # -- topics --------------------------------------------------------------------
+    def create_topic(self, stream: str, topic: str, partitions: int) -> None:
+        with self._write() as con:
+            if con.execute("SELECT 1 FROM partitions WHERE stream=? AND topic=? LIMIT 1", (stream, topic)).fetchone():
+                raise AlreadyExists(f"topic {topic} already exists")
+            con.executemany(
+                "INSERT INTO partitions(stream, topic, partition) VALUES (?, ?, ?)",
+                [(stream, topic, p) for p in range(partitions)],
+            )
+
+    def add_partitions(self, stream: str, topic: str, partitions: int) -> None:
+        with self._write() as con:
+            (count,) = con.execute(
+                "SELECT count(*) FROM partitions WHERE stream=? AND topic=?", (stream, topic)
+            ).fetchone()
+            if count == 0:
+                raise NotFound(f"topic {topic} does not exist")
+            if partitions < count:
+                raise InvalidArgument(f"topic {topic} has {count} partitions; partitions can only be added")
+            con.executemany(
+                "INSERT INTO partitions(stream, topic, partition) VALUES (?, ?, ?)",
+                [(stream, topic, p) for p in range(count, partitions)],
+            )
+
+    def _drop_partitions(self, con: sqlite3.Connection, where: str, args: tuple) -> int:
+        pids = [r[0] for r in con.execute(f"SELECT id FROM partitions WHERE {where}", args)]
+        for pid in pids:
+            con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (pid << OFFSET_BITS, (pid + 1) << OFFSET_BITS))
+            con.execute("DELETE FROM cursors WHERE pid=?", (pid,))
+            con.execute("DELETE FROM partitions WHERE id=?", (pid,))
+        return len(pids)
+
+    def delete_topic(self, stream: str, topic: str) -> None:
+        with self._write() as con:
+            if not self._drop_partitions(con, "stream=? AND topic=?", (stream, topic)):
+                raise NotFound(f"topic {topic} does not exist")
+
+    def topics(self, stream: str) -> dict[str, int]:
+        rows = self._query(
+            "SELECT topic, count(*) FROM partitions WHERE stream=? GROUP BY topic ORDER BY topic", (stream,)
+        )
+        return dict(rows)
+
+    def drop_stream(self, stream: str) -> None:
+        with self._write() as con:
+            self._drop_partitions(con, "stream=?", (stream,))
+
+    # -- data ----------------------------------------------------------------------
+    def _partition(self, con: sqlite3.Connection, stream: str, topic: str, partition: int) -> tuple[int, int, int]:
+        row = con.execute(
+            "SELECT id, start_offset, end_offset FROM partitions WHERE stream=? AND topic=? AND partition=?",
+            (stream, topic, partition),
+        ).fetchone()
+        if row is None:
+            raise NotFound(f"topic {topic} has no partition {partition}")
+        return row
+
+    def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
+        firsts: dict[int, int] = {}
+        with self._write() as con:
+            for partition, messages in batches.items():
+                pid, _, end = self._partition(con, stream, topic, partition)
+                if end + len(messages) > MAX_OFFSET:
+                    raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
+                base = (pid << OFFSET_BITS) + end
+                con.executemany(
+                    "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (base + i, m.timestamp, m.key, m.value, encode_headers(m.headers) if m.headers else None)
+                        for i, m in enumerate(messages)
+                    ],
+                )
+                con.execute("UPDATE partitions SET end_offset=? WHERE id=?", (end + len(messages), pid))
+                firsts[partition] = end
+        return firsts
+
+    def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
+        con = self._connection()
+        try:
+            pid, first, _ = self._partition(con, stream, topic, partition)
+            base = pid << OFFSET_BITS
+            rows = con.execute(
+                "SELECT id, ts, key, value, headers FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (base + max(start, first), (pid + 1) << OFFSET_BITS, max_messages),
+            ).fetchall()
+        except sqlite3.DatabaseError as err:
+            raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+        return [
+            Message(value, key, decode_headers(headers) if headers else (), ts, partition, rid - base, topic)
+            for rid, ts, key, value, headers in rows
+        ]
+
+    def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
+        rows = self._query(
+            "SELECT start_offset, end_offset FROM partitions WHERE stream=? AND topic=? AND partition=?",
+            (stream, topic, partition),
+        )
+        if not rows:
+            raise NotFound(f"topic {topic} has no partition {partition}")
+        return rows[0]
+
+    def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
+        dropped = 0
+        with self._write() as con:
+            parts = con.execute(
+                "SELECT id, start_offset, end_offset FROM partitions WHERE stream=? AND topic=?", (stream, topic)
+            ).fetchall()
+            for pid, start, end in parts:
+                base = pid << OFFSET_BITS
+                # Scans in offset order and stops at the first live message: cost is what expired.
+                row = con.execute(
+                    "SELECT id FROM messages WHERE id >= ? AND id < ? AND ts >= ? ORDER BY id LIMIT 1",
+                    (base + start, base + end, timestamp),
+                ).fetchone()
+                new_start = row[0] - base if row else end
+                if new_start > start:
+                    con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (base + start, base + new_start))
+                    con.execute("UPDATE partitions SET start_offset=? WHERE id=?", (new_start, pid))
+                    dropped += new_start - start
+        return dropped
+
+    # -- cursors -------------------------------------------------------------------
+    def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:
+        with self._write() as con:
+            for partition, offset in cursors.items():
+                pid = self._partition(con, stream, topic, partition)[0]
+                con.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (group, pid, offset))
+
+    def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
+        rows = self._query(
+            "SELECT p.partition, c.next_offset FROM cursors c JOIN partitions p ON p.id = c.pid "
+            "WHERE c.grp=? AND p.stream=? AND p.topic=?",
+            (group, stream, topic),
+        )
+        return dict(rows)
