@@ -1,0 +1,72 @@
+"""Fixtures for integration tests: the real ``streamrep`` executable and real processes.
+
+Every test gets its own ``STREAMREP_HOME`` (a fresh ``tmp_path``) and runs as user
+``alice`` unless it says otherwise, so no test sees another's clusters.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from streamrep.client import Clusters, StreamAdmin
+from streamrep.model.ace import Identity
+
+STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
+USER = "alice"
+# Variables of the caller's shell that would change what the CLI does.
+SCRUBBED = ("STREAMREP_DEFAULT_CLUSTER", "STREAMREP_GROUPS", "STREAMREP_DEBUG", "STREAMREP_SYNC", "STREAMREP_USER")
+
+
+def clean_env(home: Path, user: str = USER, **extra: str) -> dict[str, str]:
+    """The environment of a child process: ``STREAMREP_HOME=home`` and ``STREAMREP_USER=user``."""
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env["STREAMREP_HOME"] = str(home)
+    env["STREAMREP_USER"] = user
+    env["STREAMREP_GROUPS"] = ""  # no OS groups: permissions depend on the user alone
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@pytest.fixture
+def streamrep_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    home.mkdir()
+    return home
+
+
+CliResult = tuple[int, str, str]
+
+
+@pytest.fixture
+def cli(streamrep_home: Path) -> Callable[..., CliResult]:
+    """``cli("stream", "info", "-path", p, stdin="...", user="eve")`` runs the real executable
+    and returns ``(returncode, stdout, stderr)``."""
+    assert STREAMREP_EXE.exists(), f"the streamrep executable is missing: {STREAMREP_EXE}"
+
+    def run(*args: str, stdin: str | None = None, user: str = USER, timeout: float = 60, **env: str) -> CliResult:
+        proc = subprocess.run(
+            [str(STREAMREP_EXE), *map(str, args)],
+            input=stdin if stdin is not None else "",
+            capture_output=True,
+            text=True,
+            env=clean_env(streamrep_home, user, **env),
+            timeout=timeout,
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run
+
+
+@pytest.fixture
+def api(streamrep_home: Path):
+    """The Python admin API over the same ``STREAMREP_HOME`` as ``cli``, as user alice."""
+    admin = StreamAdmin(Clusters(str(streamrep_home)), Identity(USER))
+    yield admin
+    admin.clusters.close()
