@@ -23,11 +23,12 @@ PATH_COMPONENT = re.compile(r"^[A-Za-z0-9._@+=,%~-][A-Za-z0-9._@+=,%~ -]{0,254}$
 # MapR topic names follow Kafka's: letters, digits, '.', '_' and '-', at most 249 characters.
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 MAX_PATH_LENGTH = 1024
+# The patterns are used with fullmatch(): with match(), '$' also accepts a trailing newline.
 
 
 def validate_cluster_name(name: str) -> str:
     """Return ``name`` if it is a valid cluster name, else raise InvalidArgument."""
-    if not isinstance(name, str) or not CLUSTER_NAME.match(name):
+    if not isinstance(name, str) or not CLUSTER_NAME.fullmatch(name):
         raise InvalidArgument(
             f"invalid cluster name {name!r}: use 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
         )
@@ -36,7 +37,7 @@ def validate_cluster_name(name: str) -> str:
 
 def validate_topic_name(name: str) -> str:
     """Return ``name`` if it is a valid topic name, else raise InvalidArgument."""
-    if not isinstance(name, str) or not TOPIC_NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
         raise InvalidArgument(
             f"invalid topic name {name!r}: use 1-249 letters, digits, '.', '_' or '-'"
         )
@@ -101,7 +102,7 @@ def parse_stream_path(text: str, default_cluster: str | None) -> StreamPath:
             )
         cluster, rest = default_cluster, parts
     for part in rest:
-        if part in (".", "..") or not PATH_COMPONENT.match(part):
+        if part in (".", "..") or not PATH_COMPONENT.fullmatch(part):
             raise InvalidArgument(f"invalid stream path {original!r}: bad component {part!r}")
     return StreamPath(cluster, "/" + "/".join(rest))
 

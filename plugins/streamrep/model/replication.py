@@ -135,7 +135,7 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
     if not names:
         raise InvalidArgument("a gateway list needs at least one gateway name")
     for name in names:
-        if not isinstance(name, str) or not GATEWAY_NAME.match(name):
+        if not isinstance(name, str) or not GATEWAY_NAME.fullmatch(name):
             raise InvalidArgument(f"invalid gateway name {name!r}: a host name, optionally with :port")
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

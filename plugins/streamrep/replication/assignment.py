@@ -1,0 +1,40 @@
+"""Which gateway replicates which source partition.
+
+Every gateway computes the same answer from the same inputs: the source partitions its
+cluster must pull, and the gateways whose heartbeat is fresh. Partitions are dealt to the
+live gateways round-robin in a stable order, so each gateway knows its share without any
+coordinator, and a gateway whose heartbeat expires has its partitions dealt to the others
+(they resume from the stored positions; the transactional apply makes any brief overlap harmless).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence, TypeVar
+
+HEARTBEAT_INTERVAL_SECONDS = 2.0
+HEARTBEAT_EXPIRY_SECONDS = 10.0
+
+P = TypeVar("P")
+
+
+def live_gateways(heartbeats: Mapping[str, float], now: float, expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> list[str]:
+    """Gateways whose last heartbeat (seconds since the epoch) is younger than ``expiry``."""
+    return sorted(g for g, beat in heartbeats.items() if now - beat < expiry)
+
+
+def deal(partitions: Iterable[P], gateways: Sequence[str]) -> dict[str, list[P]]:
+    """Deal ``partitions`` (in sorted order) to ``gateways`` (in sorted order) round-robin."""
+    ordered = sorted(gateways)
+    shares: dict[str, list[P]] = {g: [] for g in ordered}
+    if not ordered:
+        return shares
+    for i, partition in enumerate(sorted(partitions)):
+        shares[ordered[i % len(ordered)]].append(partition)
+    return shares
+
+
+def share_of(gateway: str, partitions: Iterable[P], heartbeats: Mapping[str, float], now: float,
+             expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> list[P]:
+    """The partitions ``gateway`` should replicate now. A gateway always counts itself live."""
+    live = set(live_gateways(heartbeats, now, expiry)) | {gateway}
+    return deal(partitions, sorted(live))[gateway]
