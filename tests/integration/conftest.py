@@ -41,25 +41,31 @@ def streamrep_home(tmp_path: Path) -> Path:
     return home
 
 
+@pytest.fixture
+def child_env(streamrep_home: Path) -> dict[str, str]:
+    """The environment for a child Python process sharing the test's ``STREAMREP_HOME``."""
+    return clean_env(streamrep_home)
+
+
 CliResult = tuple[int, str, str]
 
 
 @pytest.fixture
 def cli(streamrep_home: Path) -> Callable[..., CliResult]:
     """``cli("stream", "info", "-path", p, stdin="...", user="eve")`` runs the real executable
-    and returns ``(returncode, stdout, stderr)``."""
+    and returns ``(returncode, stdout, stderr)``; ``stdin`` may be text or bytes."""
     assert STREAMREP_EXE.exists(), f"the streamrep executable is missing: {STREAMREP_EXE}"
 
-    def run(*args: str, stdin: str | None = None, user: str = USER, timeout: float = 60, **env: str) -> CliResult:
+    def run(*args: str, stdin: str | bytes | None = None, user: str = USER, timeout: float = 60,
+            **env: str) -> CliResult:
         proc = subprocess.run(
             [str(STREAMREP_EXE), *map(str, args)],
-            input=stdin if stdin is not None else "",
+            input=(stdin if stdin is not None else "").encode() if not isinstance(stdin, bytes) else stdin,
             capture_output=True,
-            text=True,
             env=clean_env(streamrep_home, user, **env),
             timeout=timeout,
         )
-        return proc.returncode, proc.stdout, proc.stderr
+        return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
 
     return run
 

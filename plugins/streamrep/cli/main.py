@@ -18,10 +18,12 @@ from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.client import Consumer, Producer, StreamAdmin
 from streamrep.cli.grammar import Command, Option, split_words
 from streamrep.cli.output import print_messages, print_rows
+from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
 
 EXIT_USER_ERROR = 1
 EXIT_USAGE = 2
+PRODUCE_FLUSH_LINES = 10_000
 
 PATH = Option("path", required=True, help="stream path, /mapr/<cluster>/<stream>")
 REPLICA = Option("replica", required=True, help="replica stream path")
@@ -173,23 +175,44 @@ def upstream_remove(ctx: Context, path: str, upstream: str) -> Rows:
 
 # -- data ----------------------------------------------------------------------------
 def produce(ctx: Context, path: str, keysep: str | None = None, partition: int | None = None) -> Rows:
-    """One message per stdin line; with ``-keysep`` the text before the first separator is the key."""
+    """One message per stdin line; with ``-keysep`` the text before the first separator is the key.
+
+    Lines are committed every ``PRODUCE_FLUSH_LINES``; the report covers every commit."""
     if keysep == "":
         raise InvalidArgument("option -keysep must not be empty")
-    producer = Producer(ctx.admin)
+    producer = Producer(ctx.admin, batch_size=sys.maxsize)  # flushed here, so no ack goes unreported
+    topic = parse_topic_path(path, ctx.admin.clusters.default)  # once, not once a line
+    producer.partitions(topic)  # an unknown stream or a missing permission fails even with no input
+    acked: dict[Any, dict[int, tuple[int, int, int]]] = {}  # topic -> partition -> (first, last, count)
+
+    def flush() -> None:
+        for tp, parts in producer.flush().items():
+            for p, (first, nxt) in parts.items():
+                lo, hi, n = acked.setdefault(tp, {}).get(p, (first, nxt - 1, 0))
+                acked[tp][p] = (min(lo, first), max(hi, nxt - 1), n + nxt - first)
+
+    # Lines are bytes as they came, so input that is not UTF-8 is produced unchanged.
+    source = getattr(ctx.stdin, "buffer", None) or ctx.stdin
+    sep = None if keysep is None else keysep.encode("utf-8", "surrogateescape")
     count = 0
-    for line in ctx.stdin:
-        line = line.rstrip("\n").rstrip("\r")
+    for raw in source:
+        line = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+        line = line.rstrip(b"\n").rstrip(b"\r")
         key = None
-        if keysep is not None:
-            if keysep not in line:
-                raise InvalidArgument(f"line {count + 1} has no key separator {keysep!r}: {line[:60]!r}")
-            key, line = line.split(keysep, 1)
-        producer.send(path, line, key=key, partition=partition)
+        if sep is not None:
+            if sep not in line:
+                committed = count - count % PRODUCE_FLUSH_LINES
+                done = f"; the {committed} lines before it were produced" if committed else "; nothing was produced"
+                shown = line[:60].decode("utf-8", "replace")
+                raise InvalidArgument(f"line {count + 1} has no key separator {keysep!r}: {shown!r}{done}")
+            key, line = line.split(sep, 1)
+        producer.send(topic, line, key=key, partition=partition)
         count += 1
-    acked = producer.flush() if count else {}
-    return [{"topic": str(tp), "partition": p, "firstoffset": first, "lastoffset": nxt - 1, "messages": nxt - first}
-            for tp, parts in acked.items() for p, (first, nxt) in sorted(parts.items())]
+        if count % PRODUCE_FLUSH_LINES == 0:
+            flush()
+    flush()
+    return [{"topic": str(tp), "partition": p, "firstoffset": first, "lastoffset": last, "messages": n}
+            for tp, parts in acked.items() for p, (first, last, n) in sorted(parts.items())]
 
 
 def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool = False,

@@ -64,6 +64,11 @@ class Clusters:
             raise Unavailable(f"cannot read cluster registry {self.registry_path}: {err}") from None
         if not isinstance(data, dict) or not isinstance(data.get("clusters"), dict):
             raise Unavailable(f"cluster registry {self.registry_path} is corrupt: expected {{'clusters': {{...}}}}")
+        for name, entry in data["clusters"].items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("url"), str):
+                raise Unavailable(f"cluster registry {self.registry_path} is corrupt: cluster {name!r} has no url")
+        if data.get("default") is not None and not isinstance(data["default"], str):
+            raise Unavailable(f"cluster registry {self.registry_path} is corrupt: 'default' is not a cluster name")
         return data
 
     @contextmanager
@@ -111,12 +116,15 @@ class Clusters:
         with self._editing() as data:
             if name in data["clusters"]:
                 raise AlreadyExists(f"cluster {name} already exists")
+            # Open (creating) the embedded file before registering, so a bad location fails
+            # here and leaves nothing registered.
+            store = EmbeddedStore(name, url[len(EMBEDDED_SCHEME):])
+            store.topics("")
             data["clusters"][name] = {"url": url}
             if default or not data.get("default"):
                 data["default"] = name
-        info = ClusterInfo(name, url)
-        self.store(name)  # creates the embedded file now, so errors show at add time
-        return info
+        self._stores[name] = store
+        return ClusterInfo(name, url)
 
     def remove(self, name: str) -> ClusterInfo:
         """Forget a cluster. Its data file is left in place, so nothing is lost."""
