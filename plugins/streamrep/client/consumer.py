@@ -4,6 +4,7 @@ cursors are committed in the stream's cluster."""
 from __future__ import annotations
 
 import time
+from operator import attrgetter
 
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
@@ -11,6 +12,8 @@ from streamrep.model.paths import TopicPath, parse_topic_path
 from streamrep.client.admin import StreamAdmin, now_ms
 
 POLL_INTERVAL_SECONDS = 0.05
+
+_timestamp = attrgetter("timestamp")
 
 
 class Consumer:
@@ -59,18 +62,26 @@ class Consumer:
         cutoff = now_ms() - self.entry.meta.ttl * 1000 if self.entry.meta.ttl > 0 else None
         while True:
             out: list[Message] = []
+            read_any = False
             order = sorted(self.positions, key=lambda p: (p - self._next_partition) % len(self.positions))
             for p in order:
                 if len(out) >= max_messages:
                     break
                 batch = self.store.read(self.entry.uuid, self.topic.topic, p, self.positions[p], max_messages - len(out))
                 if batch:
+                    read_any = True
                     self.positions[p] = batch[-1].offset + 1
-                    out.extend(m for m in batch if cutoff is None or m.timestamp >= cutoff)
+                    # Filter only a batch holding expired messages: most hold none.
+                    if cutoff is not None and min(map(_timestamp, batch)) < cutoff:
+                        batch = [m for m in batch if m.timestamp >= cutoff]
+                    out.extend(batch)
             self._next_partition = (self._next_partition + 1) % len(self.positions)
-            if out or time.monotonic() >= deadline:
+            if out or (time.monotonic() >= deadline and not read_any):
                 return out
-            time.sleep(POLL_INTERVAL_SECONDS)
+            # Nothing new: wait. Only expired messages read: read on at once, since returning
+            # [] while live messages wait behind them would look like the end of the topic.
+            if not read_any:
+                time.sleep(POLL_INTERVAL_SECONDS)
 
     def commit(self) -> None:
         """Commit the current positions for the group (the next offsets to read)."""

@@ -17,7 +17,10 @@ from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import StreamPath, TopicPath, parse_topic_path
 from streamrep.client.admin import StreamAdmin, now_ms
 
+_new_tuple = tuple.__new__
+
 RETENTION_CHECK_SECONDS = 1.0
+PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
 
 
 def to_bytes(value: bytes | str | None, what: str) -> bytes | None:
@@ -41,6 +44,11 @@ class Producer:
         self._pending: dict[TopicPath, dict[int, list[Message]]] = defaultdict(lambda: defaultdict(list))
         self._count = 0
         self._streams: dict[StreamPath, tuple] = {}  # path -> (entry, topics) resolved once per producer
+        # Parsing a topic string reads the registry (for the default cluster): once per string.
+        self._parsed: dict[str, TopicPath] = {}
+        # send()'s fast path: topic as given -> (path, partition count, its pending batches).
+        # Cleared by flush() and by any stream refresh, so it never outlives what it points to.
+        self._open: dict[str | TopicPath, tuple[TopicPath, int, dict[int, list[Message]]]] = {}
         self._round_robin = itertools.count()
         self._last_purge: dict[TopicPath, float] = {}
 
@@ -54,6 +62,7 @@ class Producer:
     def _stream(self, sp: StreamPath, refresh: bool = False):
         cached = self._streams.get(sp)
         if cached is None or refresh:
+            self._open.clear()
             entry = self.admin.entry(sp)
             self.admin.require(entry, sp, "produceperm")
             cached = (entry, self.admin.store(sp).topics(entry.uuid))
@@ -93,27 +102,55 @@ class Producer:
         :param partition: an explicit partition, overriding the key.
         :param flush: flush at once (the message is acknowledged when this returns).
         """
-        tp = topic if isinstance(topic, TopicPath) else parse_topic_path(topic, self.admin.clusters.default)
-        count = self.partitions(tp)
-        key_bytes = to_bytes(key, "key")
+        try:
+            resolved = self._open.get(topic)
+        except TypeError:  # unhashable: not a topic path, _resolve says so
+            resolved = None
+        tp, count, pending = resolved or self._resolve(topic)
+        if key is not None:
+            key = to_bytes(key, "key")
         if partition is None:
-            partition = partition_for_key(key_bytes, count) if key_bytes is not None else next(self._round_robin) % count
+            partition = partition_for_key(key, count) if key is not None else next(self._round_robin) % count
         elif isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
             raise InvalidArgument(f"topic {tp} has partitions 0 to {count - 1}; partition {partition!r} does not exist")
         header_tuple: Headers = tuple((str(k), to_bytes(v, "header")) for k, v in headers) if headers else ()
-        message = Message(to_bytes(value, "value"), key_bytes, header_tuple,
-                          now_ms() if timestamp is None else int(timestamp), partition)
-        self._pending[tp][partition].append(message)
+        if type(value) is not bytes:
+            value = to_bytes(value, "value")
+        # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per message.
+        pending[partition].append(_new_tuple(Message, (
+            value, key, header_tuple, now_ms() if timestamp is None else int(timestamp), partition, -1, "")))
         self._count += 1
         if flush or self._count >= self.batch_size:
             self.flush()
+
+    def _resolve(self, topic: str | TopicPath) -> tuple[TopicPath, int, dict[int, list[Message]]]:
+        """Parse ``topic`` (once per string), find its partition count, and open it in ``_open``."""
+        if isinstance(topic, TopicPath):
+            tp = topic
+        elif isinstance(topic, str):
+            tp = self._parsed.get(topic)
+            if tp is None:
+                tp = parse_topic_path(topic, self.admin.clusters.default)
+                if len(self._parsed) >= PARSED_TOPICS_MAX:
+                    self._parsed.clear()
+                self._parsed[topic] = tp
+        else:
+            tp = parse_topic_path(topic, self.admin.clusters.default)  # raises InvalidArgument
+        count = self.partitions(tp)
+        resolved = (tp, count, self._pending[tp])
+        self._open[topic] = resolved
+        return resolved
 
     def flush(self) -> dict[TopicPath, dict[int, tuple[int, int]]]:
         """Commit everything buffered. Returns, per topic and partition, the ``(first, next)``
         offsets assigned."""
         acked: dict[TopicPath, dict[int, tuple[int, int]]] = {}
+        self._open.clear()  # it points into the batches deleted below
         while self._pending:
             tp, batches = next(iter(self._pending.items()))
+            if not batches:  # opened by a send() that then raised
+                del self._pending[tp]
+                continue
             entry, _ = self._stream(tp.stream)
             store = self.admin.store(tp.stream)
             firsts = store.append(entry.uuid, tp.topic, batches)

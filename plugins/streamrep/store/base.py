@@ -91,5 +91,40 @@ class Store(ABC):
     def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
         """The committed cursors of ``group`` on ``topic``, by partition."""
 
+    @abstractmethod
+    def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+        """From ``start`` to the end: ``(messages, value bytes, oldest timestamp, newest timestamp)``."""
+
+    # -- replication marks (kept with the replica, written with its messages) ------
+    @abstractmethod
+    def marks(self, stream: str) -> dict[str, int]:
+        """Every replication mark stored for ``stream`` (positions and origin marks)."""
+
+    @abstractmethod
+    def apply(
+        self,
+        stream: str,
+        topic: str,
+        partition: int,
+        messages: Sequence[Message],
+        marks: Mapping[str, int],
+        expect: Mapping[str, int | None],
+        source: str = "",
+        syncs: Sequence[tuple[int, int]] = (),
+    ) -> int:
+        """The transactional apply: append ``messages`` to one partition and store ``marks``,
+        all or nothing, only if the stored marks still equal ``expect`` (None: absent).
+        Otherwise raise Conflict and write nothing, so two gateways briefly owning one
+        partition can never both apply a batch.
+
+        :param source: the position key of the source partition the messages came from.
+        :param syncs: ``(index in messages, source offset)`` pairs to record as offset syncs.
+        :return: the first offset assigned.
+        """
+
+    @abstractmethod
+    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int]]:
+        """Recorded ``(source offset, replica partition, replica offset)`` syncs, in source order."""
+
     def close(self) -> None:
         """Release connections. The store may be used again afterwards (it reopens)."""

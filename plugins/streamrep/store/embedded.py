@@ -20,7 +20,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
 from streamrep.model.message import Headers, Message
 from streamrep.store.base import CatalogDoc, Store
 
@@ -28,6 +28,8 @@ FORMAT = "streamrep-embedded-1"
 OFFSET_BITS = 40
 MAX_OFFSET = (1 << OFFSET_BITS) - 1
 BUSY_TIMEOUT_MS = 120_000
+
+_new_tuple = tuple.__new__
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_info(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,6 +41,11 @@ CREATE TABLE IF NOT EXISTS partitions(
     UNIQUE(stream, topic, partition));
 CREATE TABLE IF NOT EXISTS messages(
     id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, key BLOB, value BLOB, headers TEXT);
+CREATE TABLE IF NOT EXISTS marks(
+    stream TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY(stream, key)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS offset_syncs(
+    stream TEXT NOT NULL, source TEXT NOT NULL, source_offset INTEGER NOT NULL, partition INTEGER NOT NULL,
+    replica_offset INTEGER NOT NULL, PRIMARY KEY(stream, source, source_offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors(
     grp TEXT NOT NULL, pid INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY(grp, pid)) WITHOUT ROWID;
 """
@@ -82,9 +89,6 @@ class EmbeddedStore(Store):
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                   check_same_thread=False)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-            con.execute("PRAGMA journal_mode=WAL")
-            sync = "FULL" if os.environ.get("STREAMREP_SYNC", "").lower() == "full" else "NORMAL"
-            con.execute(f"PRAGMA synchronous={sync}")
             self._init_schema(con)
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err}") from None
@@ -101,6 +105,11 @@ class EmbeddedStore(Store):
             row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
             if not row or row[0] != FORMAT:
                 raise sqlite3.DatabaseError(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
+        # WAL only once the file is known to be ours (or new): it would change a foreign SQLite file.
+        con.execute("PRAGMA journal_mode=WAL")
+        sync = "FULL" if os.environ.get("STREAMREP_SYNC", "").lower() == "full" else "NORMAL"
+        con.execute(f"PRAGMA synchronous={sync}")
+        if "store_info" in tables:
             return
         # Every statement is idempotent, so two processes creating the same store race safely.
         con.executescript(SCHEMA)
@@ -205,6 +214,8 @@ class EmbeddedStore(Store):
     def drop_stream(self, stream: str) -> None:
         with self._write() as con:
             self._drop_partitions(con, "stream=?", (stream,))
+            con.execute("DELETE FROM marks WHERE stream=?", (stream,))
+            con.execute("DELETE FROM offset_syncs WHERE stream=?", (stream,))
 
     # -- data ----------------------------------------------------------------------
     def _partition(self, con: sqlite3.Connection, stream: str, topic: str, partition: int) -> tuple[int, int, int]:
@@ -216,39 +227,43 @@ class EmbeddedStore(Store):
             raise NotFound(f"topic {topic} has no partition {partition}")
         return row
 
+    def _append(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
+                messages: Sequence[Message]) -> int:
+        pid, _, end = self._partition(con, stream, topic, partition)
+        if end + len(messages) > MAX_OFFSET:
+            raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
+        base = (pid << OFFSET_BITS) + end
+        con.executemany(
+            "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
+            [
+                (rid, m.timestamp, m.key, m.value, encode_headers(m.headers) if m.headers else None)
+                for rid, m in zip(range(base, base + len(messages)), messages)
+            ],
+        )
+        con.execute("UPDATE partitions SET end_offset=? WHERE id=?", (end + len(messages), pid))
+        return end
+
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
-        firsts: dict[int, int] = {}
         with self._write() as con:
-            for partition, messages in batches.items():
-                pid, _, end = self._partition(con, stream, topic, partition)
-                if end + len(messages) > MAX_OFFSET:
-                    raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
-                base = (pid << OFFSET_BITS) + end
-                con.executemany(
-                    "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
-                    [
-                        (base + i, m.timestamp, m.key, m.value, encode_headers(m.headers) if m.headers else None)
-                        for i, m in enumerate(messages)
-                    ],
-                )
-                con.execute("UPDATE partitions SET end_offset=? WHERE id=?", (end + len(messages), pid))
-                firsts[partition] = end
-        return firsts
+            return {partition: self._append(con, stream, topic, partition, messages)
+                    for partition, messages in batches.items()}
 
     def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
         con = self._connection()
         try:
             pid, first, _ = self._partition(con, stream, topic, partition)
             base = pid << OFFSET_BITS
+            # SQLite computes the offsets: cheaper than a Python subtraction per row.
             rows = con.execute(
-                "SELECT id, ts, key, value, headers FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
-                (base + max(start, first), (pid + 1) << OFFSET_BITS, max_messages),
+                "SELECT id - ?, ts, key, value, headers FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (base, base + max(start, first), (pid + 1) << OFFSET_BITS, max_messages),
             ).fetchall()
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+        # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
         return [
-            Message(value, key, decode_headers(headers) if headers else (), ts, partition, rid - base, topic)
-            for rid, ts, key, value, headers in rows
+            _new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
+            for offset, ts, key, value, headers in rows
         ]
 
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
@@ -279,6 +294,57 @@ class EmbeddedStore(Store):
                     con.execute("UPDATE partitions SET start_offset=? WHERE id=?", (new_start, pid))
                     dropped += new_start - start
         return dropped
+
+    def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+        con = self._connection()
+        try:
+            pid, first, end = self._partition(con, stream, topic, partition)
+            base = pid << OFFSET_BITS
+            row = con.execute(
+                "SELECT count(*), coalesce(sum(length(value)), 0), min(ts), max(ts) FROM messages WHERE id >= ? AND id < ?",
+                (base + max(start, first), base + end),
+            ).fetchone()
+        except sqlite3.DatabaseError as err:
+            raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+        return row
+
+    # -- replication marks ---------------------------------------------------------
+    def marks(self, stream: str) -> dict[str, int]:
+        return dict(self._query("SELECT key, value FROM marks WHERE stream=?", (stream,)))
+
+    def apply(
+        self,
+        stream: str,
+        topic: str,
+        partition: int,
+        messages: Sequence[Message],
+        marks: Mapping[str, int],
+        expect: Mapping[str, int | None],
+        source: str = "",
+        syncs: Sequence[tuple[int, int]] = (),
+    ) -> int:
+        with self._write() as con:
+            for key, expected in expect.items():
+                row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
+                if (row[0] if row else None) != expected:
+                    raise Conflict(
+                        f"replication mark {key} of stream {stream} moved ({expected} -> {row[0] if row else None}); "
+                        "another gateway applied this batch"
+                    )
+            first = self._append(con, stream, topic, partition, messages) if messages else \
+                self._partition(con, stream, topic, partition)[2]
+            con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
+                            [(stream, key, value) for key, value in marks.items()])
+            con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?)",
+                            [(stream, source, source_offset, partition, first + index) for index, source_offset in syncs])
+            return first
+
+    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int]]:
+        return self._query(
+            "SELECT source_offset, partition, replica_offset FROM offset_syncs WHERE stream=? AND source=? "
+            "ORDER BY source_offset",
+            (stream, source),
+        )
 
     # -- cursors -------------------------------------------------------------------
     def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:

@@ -1,0 +1,67 @@
+"""Which source streams flow into which replicas of a destination cluster.
+
+A flow exists only while the two-way agreement holds: the replica lists the source as an
+upstream and the source lists the replica. It moves data only while not paused. Everything
+that blocks a flow is reported with a reason, so ``replica list`` can say why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import StreamrepError
+from streamrep.model import replication as rules
+from streamrep.model.catalog import StreamEntry
+from streamrep.model.paths import StreamPath
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One source stream replicating into one replica stream."""
+
+    source: StreamPath
+    source_uuid: str
+    replica: StreamPath
+    replica_uuid: str
+    paused: bool
+    synchronous: bool
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A replica's upstream that cannot flow, and why."""
+
+    source: StreamPath
+    replica: StreamPath
+    reason: str
+
+
+def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Blocked]]:
+    """Every agreed flow into the replicas on ``cluster``, and every upstream that is blocked."""
+    flows: list[Flow] = []
+    blocked: list[Blocked] = []
+    for replica_entry in admin.list_streams(cluster):
+        replica = StreamPath(cluster, replica_entry.path)
+        for upstream in replica_entry.upstreams:
+            source = admin.path(upstream.path)
+            try:
+                source_entry = admin.entry(source)
+            except StreamrepError as err:
+                blocked.append(Blocked(source, replica, str(err)))
+                continue
+            flow = agreed_flow(source, source_entry, replica, replica_entry)
+            if flow is None:
+                blocked.append(Blocked(source, replica, f"{source} does not list {replica} as a replica"))
+            else:
+                flows.append(flow)
+    return flows, blocked
+
+
+def agreed_flow(source: StreamPath, source_entry: StreamEntry, replica: StreamPath,
+                replica_entry: StreamEntry) -> Flow | None:
+    """The flow from ``source`` to ``replica`` if both sides agree, else None."""
+    link = rules.find_link(source_entry.replicas, replica)
+    if link is None or not rules.has_agreement(source, replica_entry.upstreams):
+        return None
+    return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous)
