@@ -20,6 +20,11 @@ from streamrep.cli.grammar import Command, Option, split_words
 from streamrep.cli.output import print_messages, print_rows
 from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
+from streamrep.replication.copy import copy_stream, plan_copy
+from streamrep.replication.gateway import Gateway
+from streamrep.replication.setup import autosetup
+from streamrep.replication.status import replica_status
+from streamrep.replication.translate import translate_cursors
 
 EXIT_USER_ERROR = 1
 EXIT_USAGE = 2
@@ -141,7 +146,71 @@ def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, syn
 
 
 def replica_list(ctx: Context, path: str) -> Rows:
-    return ctx.admin.list_replicas(path)
+    return replica_status(ctx.admin, path)
+
+
+def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool = False,
+                      synchronous: bool = False, engine: str = "auto") -> Rows:
+    copier = lambda admin, src, dst: run_copy(admin, src, dst, engine)  # noqa: E731
+    return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier)]
+
+
+def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: bool = False) -> Rows:
+    return translate_cursors(ctx.admin, path, replica, group, commit)
+
+
+# -- replication jobs ----------------------------------------------------------------
+ENGINES = ("auto", "local", "spark")
+# Below this many messages a copy runs in this process: starting Spark costs ~20 s.
+COPY_IN_PROCESS_MAX = 100_000
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise InvalidArgument(f"option -engine takes {', '.join(ENGINES)}, not {engine!r}")
+    return engine
+
+
+def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numthreads: int | None = None) -> dict:
+    """copystream in this process, or as the Spark app through spark-submit."""
+    check_engine(engine)
+    if engine == "auto":
+        engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
+    if engine == "local":
+        return copy_stream(admin, src, dst)
+    from streamrep.spark.submit import run_copystream  # Spark is only imported when used
+
+    return run_copystream(src, dst, home=admin.clusters.home, numthreads=numthreads)
+
+
+def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, engine: str = "auto") -> Rows:
+    if numthreads is not None and numthreads < 1:
+        raise InvalidArgument("option -numthreads must be 1 or more")
+    result = run_copy(ctx.admin, src, dst, engine, numthreads)
+    return [{"source": result["source"], "destination": result["destination"], "messages": result["messages"]}]
+
+
+def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = False,
+                engine: str = "spark", interval: float = 0.5) -> Rows:
+    """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
+    if check_engine(engine) == "spark":
+        from streamrep.spark.submit import run_gateway
+
+        run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval)
+        return []
+    ctx.admin.clusters.get(cluster)
+    gateway = Gateway(ctx.admin, cluster, id)
+    if once:
+        moved = 0
+        while True:
+            n = gateway.run_once()
+            moved += n
+            if n == 0:
+                break
+        gateway.stop()
+        return [{"cluster": cluster, "gateway": gateway.id, "messages": moved}]
+    gateway.run(interval=interval)
+    return []
 
 
 def replica_pause(ctx: Context, path: str, replica: str) -> Rows:
@@ -265,6 +334,19 @@ COMMANDS: tuple[Command, ...] = (
     Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
     Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
+    Command(("stream", "replica", "autosetup"), replica_autosetup,
+            (PATH, REPLICA, Option("multimaster", bool), Option("synchronous", bool), Option("engine")),
+            "create, register, copy and start a replica in one step"),
+    Command(("stream", "cursor", "translate"), cursor_translate,
+            (PATH, REPLICA, Option("group", required=True), Option("commit", bool)),
+            "translate a consumer group's cursors from a stream to its replica"),
+    Command(("copystream",), copystream,
+            (Option("src", required=True), Option("dst", required=True), Option("numthreads", int), Option("engine")),
+            "copy all messages of a stream into another stream"),
+    Command(("gateway", "run"), gateway_run,
+            (Option("cluster", required=True), Option("id"), Option("once", bool), Option("engine"),
+             Option("interval", float)),
+            "run a gateway of a destination cluster"),
     Command(("stream", "upstream", "add"), upstream_add, (PATH, Option("upstream", required=True)),
             "accept a stream as an upstream source"),
     Command(("stream", "upstream", "list"), upstream_list, (PATH,), "list a replica's upstreams"),

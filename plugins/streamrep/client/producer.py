@@ -7,12 +7,15 @@ it is committed in its cluster's store and survives the kill of this process.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from collections import defaultdict
 from typing import Iterable
 
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
+from streamrep.model import replication as rules
 from streamrep.model.message import Headers, Message
+from streamrep.model.replication import ReplicaState
 from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import StreamPath, TopicPath, parse_topic_path
 from streamrep.client.admin import StreamAdmin, now_ms
@@ -20,6 +23,11 @@ from streamrep.client.admin import StreamAdmin, now_ms
 _new_tuple = tuple.__new__
 
 RETENTION_CHECK_SECONDS = 1.0
+SYNC_POLL_SECONDS = 0.01
+
+
+def default_sync_timeout() -> float:
+    return float(os.environ.get("STREAMREP_SYNC_TIMEOUT", "5"))
 PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
 
 
@@ -36,11 +44,15 @@ class Producer:
 
     :param admin: the admin API to resolve streams and check produceperm with.
     :param batch_size: buffered messages that trigger a flush by themselves.
+    :param sync_timeout: how long ``flush()`` waits for synchronous replicas to apply its
+        messages before falling back to asynchronous (``STREAMREP_SYNC_TIMEOUT``, default 5 s).
     """
 
-    def __init__(self, admin: StreamAdmin | None = None, batch_size: int = 10_000):
+    def __init__(self, admin: StreamAdmin | None = None, batch_size: int = 10_000,
+                 sync_timeout: float | None = None):
         self.admin = admin or StreamAdmin()
         self.batch_size = batch_size
+        self.sync_timeout = default_sync_timeout() if sync_timeout is None else sync_timeout
         self._pending: dict[TopicPath, dict[int, list[Message]]] = defaultdict(lambda: defaultdict(list))
         self._count = 0
         self._streams: dict[StreamPath, tuple] = {}  # path -> (entry, topics) resolved once per producer
@@ -158,7 +170,45 @@ class Producer:
             del self._pending[tp]
             self._count -= sum(len(b) for b in batches.values())
             self._enforce_retention(tp, entry, store)
+        if acked:
+            self._await_synchronous(acked)
         return acked
+
+    def _await_synchronous(self, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
+        """Synchronous replication: return only once every synchronous replica has applied
+        these messages; past ``sync_timeout``, fall back to asynchronous (as MapR does) and
+        say so in the replica's state, until it has caught up again."""
+        for sp in {tp.stream for tp in acked}:
+            entry = self.admin.entry(sp)  # fresh: replicas may have been added or paused
+            for link in entry.replicas:
+                if not link.synchronous or link.paused:
+                    continue
+                replica = self.admin.path(link.path)
+                try:
+                    replica_entry = self.admin.entry(replica)
+                except NotFound:
+                    continue
+                if not rules.has_agreement(sp, replica_entry.upstreams):
+                    continue  # no gateway will apply anything: there is nothing to wait for
+                store = self.admin.store(replica)
+                targets = {rules.position_key(entry.uuid, tp.topic, p): end
+                           for tp, parts in acked.items() if tp.stream == sp for p, (_, end) in parts.items()}
+
+                def applied() -> bool:
+                    marks = store.marks(replica_entry.uuid)
+                    return all(marks.get(key, -1) >= end for key, end in targets.items())
+
+                fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
+                deadline = time.monotonic() + (0 if fell_back else self.sync_timeout)
+                while not applied():
+                    if time.monotonic() >= deadline:
+                        if not fell_back:
+                            self.admin.set_replica_state(str(sp), str(replica), ReplicaState.SYNC_FALLBACK)
+                        break
+                    time.sleep(SYNC_POLL_SECONDS)
+                else:
+                    if fell_back:  # caught up: synchronous again
+                        self.admin.set_replica_state(str(sp), str(replica), ReplicaState.REPLICATING)
 
     def _enforce_retention(self, tp: TopicPath, entry, store) -> None:
         # ttl is enforced by producers, at most once a second per topic, like a log cleaner.

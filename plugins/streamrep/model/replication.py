@@ -74,6 +74,16 @@ class UpstreamLink:
         return cls(**data)
 
 
+def position_key(source_uuid: str, topic: str, partition: int) -> str:
+    """The replica's mark of the next source offset to apply from one source partition."""
+    return f"p|{source_uuid}|{topic}|{partition}"
+
+
+def origin_key(origin_uuid: str, topic: str, partition: int) -> str:
+    """The replica's mark of the next offset it needs from a message's stream of origin."""
+    return f"o|{origin_uuid}|{topic}|{partition}"
+
+
 def find_link(links: Iterable, path: StreamPath):
     """The link to ``path`` in ``links``, or None."""
     wanted = str(path)

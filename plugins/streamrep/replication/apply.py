@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 
 from streamrep.errors import Conflict
 from streamrep.model.message import Message
+from streamrep.model.replication import origin_key, position_key
 
 ORIGIN_HEADER = "streamrep.origin"
 
@@ -46,14 +47,6 @@ class Origin:
             return cls(stream_uuid, message.partition, message.offset)
         uuid, partition, offset = raw.decode("ascii").rsplit("/", 2)
         return cls(uuid, int(partition), int(offset))
-
-
-def position_key(source_uuid: str, topic: str, partition: int) -> str:
-    return f"p|{source_uuid}|{topic}|{partition}"
-
-
-def origin_key(origin_uuid: str, topic: str, partition: int) -> str:
-    return f"o|{origin_uuid}|{topic}|{partition}"
 
 
 @dataclass

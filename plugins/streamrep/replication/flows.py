@@ -26,6 +26,8 @@ class Flow:
     replica_uuid: str
     paused: bool
     synchronous: bool
+    state: str
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -64,4 +66,5 @@ def agreed_flow(source: StreamPath, source_entry: StreamEntry, replica: StreamPa
     link = rules.find_link(source_entry.replicas, replica)
     if link is None or not rules.has_agreement(source, replica_entry.upstreams):
         return None
-    return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous)
+    return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous,
+                link.state, link.error)

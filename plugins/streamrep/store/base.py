@@ -118,13 +118,14 @@ class Store(ABC):
         partition can never both apply a batch.
 
         :param source: the position key of the source partition the messages came from.
-        :param syncs: ``(index in messages, source offset)`` pairs to record as offset syncs.
+        :param syncs: ``(index in messages, source offset)`` pairs, in index order: each starts a
+            run of consecutive source offsets, recorded as an offset sync for cursor translation.
         :return: the first offset assigned.
         """
 
     @abstractmethod
-    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int]]:
-        """Recorded ``(source offset, replica partition, replica offset)`` syncs, in source order."""
+    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
+        """Recorded ``(source offset, replica partition, replica offset, run length)`` syncs, in source order."""
 
     def close(self) -> None:
         """Release connections. The store may be used again afterwards (it reopens)."""

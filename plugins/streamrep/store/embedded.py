@@ -45,7 +45,7 @@ CREATE TABLE IF NOT EXISTS marks(
     stream TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY(stream, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS offset_syncs(
     stream TEXT NOT NULL, source TEXT NOT NULL, source_offset INTEGER NOT NULL, partition INTEGER NOT NULL,
-    replica_offset INTEGER NOT NULL, PRIMARY KEY(stream, source, source_offset)) WITHOUT ROWID;
+    replica_offset INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY(stream, source, source_offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors(
     grp TEXT NOT NULL, pid INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY(grp, pid)) WITHOUT ROWID;
 """
@@ -335,13 +335,16 @@ class EmbeddedStore(Store):
                 self._partition(con, stream, topic, partition)[2]
             con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
                             [(stream, key, value) for key, value in marks.items()])
-            con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?)",
-                            [(stream, source, source_offset, partition, first + index) for index, source_offset in syncs])
+            # A sync covers the run of messages up to the next sync (or the end of the batch).
+            bounds = [index for index, _ in syncs[1:]] + [len(messages)]
+            con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
+                            [(stream, source, source_offset, partition, first + index, bound - index)
+                             for (index, source_offset), bound in zip(syncs, bounds)])
             return first
 
-    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int]]:
+    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
         return self._query(
-            "SELECT source_offset, partition, replica_offset FROM offset_syncs WHERE stream=? AND source=? "
+            "SELECT source_offset, partition, replica_offset, count FROM offset_syncs WHERE stream=? AND source=? "
             "ORDER BY source_offset",
             (stream, source),
         )

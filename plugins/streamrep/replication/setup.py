@@ -1,0 +1,48 @@
+"""``stream replica autosetup``: the whole setup as one command, in the seeds' order."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import AlreadyExists, NotFound
+from streamrep.replication.copy import copy_stream
+
+Copier = Callable[[StreamAdmin, str, str], dict]
+
+
+def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = False,
+              synchronous: bool = False, copier: Copier = copy_stream) -> dict[str, Any]:
+    """Create the replica, register it paused, agree upstream, copy, (reverse link for
+    multi-master), resume.
+
+    :param copier: runs the copy (in-process by default; the CLI and Airflow pass a Spark one).
+    """
+    src, dst = admin.path(path), admin.path(replica)
+    source_entry = admin.entry(src)
+    admin.require(source_entry, src, "adminperm", "copyperm")
+    try:
+        admin.entry(dst)
+    except NotFound:
+        pass
+    else:
+        raise AlreadyExists(f"replica stream {dst} already exists; autosetup creates it (use the manual steps instead)")
+    steps = []
+    admin.create_stream(str(dst), copymetafrom=str(src))
+    steps.append("create")
+    admin.add_replica(str(src), str(dst), paused=True, synchronous=synchronous)
+    steps.append("replica add -paused true")
+    admin.add_upstream(str(dst), str(src))
+    steps.append("upstream add")
+    copied = copier(admin, str(src), str(dst))
+    steps.append("copystream")
+    if multimaster:
+        admin.add_replica(str(dst), str(src), paused=True, synchronous=synchronous)
+        admin.add_upstream(str(src), str(dst))
+        steps.append("reverse replica add + upstream add")
+    admin.resume_replica(str(src), str(dst))
+    if multimaster:
+        admin.resume_replica(str(dst), str(src))
+    steps.append("resume")
+    return {"path": str(src), "replica": str(dst), "multimaster": multimaster, "synchronous": synchronous,
+            "steps": steps, "copied": copied["messages"]}

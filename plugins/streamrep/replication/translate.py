@@ -1,0 +1,56 @@
+"""Offset translation for consumer failover: a consumer group's cursor on a source stream,
+expressed as the matching cursor on a replica, from the offset syncs the apply recorded."""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import InvalidArgument
+from streamrep.model.replication import position_key
+
+
+def translate_offset(syncs: list[tuple[int, int, int, int]], cursor: int, replica_end: int) -> int:
+    """The replica offset of the first replicated message at or after source offset ``cursor``.
+
+    :param syncs: ``(source offset, partition, replica offset, run length)`` in source order.
+    :param replica_end: where the next message will land if ``cursor`` is not replicated yet.
+    """
+    i = bisect_right([s[0] for s in syncs], cursor) - 1
+    if i >= 0:
+        source_offset, _, replica_offset, count = syncs[i]
+        if cursor < source_offset + count:
+            return replica_offset + (cursor - source_offset)
+    if i + 1 < len(syncs):
+        return syncs[i + 1][2]
+    return replica_end
+
+
+def translate_cursors(admin: StreamAdmin, source: str, replica: str, group: str,
+                      commit: bool = False) -> list[dict[str, Any]]:
+    """Translate every committed cursor of ``group`` on ``source`` to ``replica``; with
+    ``commit`` store them as the same group's cursors on the replica (needs consumeperm there)."""
+    if not group:
+        raise InvalidArgument("a consumer group is required")
+    src, dst = admin.path(source), admin.path(replica)
+    src_entry, dst_entry = admin.entry(src), admin.entry(dst)
+    admin.require(src_entry, src, "consumeperm")
+    admin.require(dst_entry, dst, "consumeperm")
+    source_store, replica_store = admin.store(src), admin.store(dst)
+    replica_topics = replica_store.topics(dst_entry.uuid)
+    rows = []
+    for topic in source_store.topics(src_entry.uuid):
+        cursors = source_store.cursors(group, src_entry.uuid, topic)
+        translated: dict[int, int] = {}
+        for partition, cursor in sorted(cursors.items()):
+            if partition >= replica_topics.get(topic, 0):
+                continue  # not replicated yet: nothing to translate to
+            syncs = replica_store.offset_syncs(dst_entry.uuid, position_key(src_entry.uuid, topic, partition))
+            end = replica_store.offsets(dst_entry.uuid, topic, partition)[1]
+            translated[partition] = translate_offset(syncs, cursor, end)
+            rows.append({"topic": topic, "partition": partition, "sourceOffset": cursor,
+                         "replicaOffset": translated[partition]})
+        if commit and translated:
+            replica_store.commit_cursors(group, dst_entry.uuid, topic, translated)
+    return rows
