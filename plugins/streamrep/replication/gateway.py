@@ -1,0 +1,153 @@
+"""A gateway: a worker on a destination cluster that pulls from source streams and applies
+their messages to every replica on its cluster.
+
+Gateways heartbeat in their own cluster. The source partitions that flow into the cluster are
+dealt round-robin to the live gateways that the source cluster lists for this destination
+(``cluster gateway set``; a source cluster that lists none accepts any gateway of the
+destination). A gateway that stops heartbeating loses its share to the others, which resume
+from the stored positions. Nothing is lost while every gateway is down: data waits at the
+source, and whichever gateway comes back resumes from the positions.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import StreamrepError
+from streamrep.model.replication import ReplicaState
+from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, share_of
+from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics
+
+HEARTBEAT_KIND = "gateway-heartbeat"
+DEFAULT_BATCH = 5000
+
+
+def default_gateway_id() -> str:
+    return socket.gethostname().split(".")[0] or "gateway"
+
+
+@dataclass
+class Assignment:
+    """This gateway's share: each source partition, with the flows (replicas) it feeds."""
+
+    units: dict[SourcePartition, list[Flow]] = field(default_factory=dict)
+
+
+class Gateway:
+    """One gateway of ``cluster``.
+
+    :param admin: the admin API (cluster registry and identity).
+    :param cluster: the destination cluster this gateway serves.
+    :param gateway_id: its name, as listed by ``cluster gateway set`` (default: host name).
+    """
+
+    def __init__(self, admin: StreamAdmin, cluster: str, gateway_id: str | None = None,
+                 expiry: float = HEARTBEAT_EXPIRY_SECONDS):
+        self.admin = admin
+        self.cluster = cluster
+        self.id = gateway_id or default_gateway_id()
+        self.expiry = expiry
+        self.store = admin.clusters.store(cluster)
+
+    # -- liveness ------------------------------------------------------------------
+    def heartbeat(self) -> None:
+        doc = {"ts": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
+        self.store.catalog_update(HEARTBEAT_KIND, self.id, lambda _: doc)
+
+    def heartbeats(self) -> dict[str, float]:
+        return {gid: doc["ts"] for gid, doc in self.store.catalog_list(HEARTBEAT_KIND).items()}
+
+    def stop(self) -> None:
+        """Withdraw this gateway's heartbeat so the others take its share at once."""
+        self.store.catalog_update(HEARTBEAT_KIND, self.id, lambda _: None)
+
+    # -- work ----------------------------------------------------------------------
+    def assignment(self) -> Assignment:
+        """The source partitions this gateway replicates now, each with its flows."""
+        flows, _ = flows_into(self.admin, self.cluster)
+        by_source: dict[str, list[Flow]] = defaultdict(list)
+        for flow in flows:
+            if not flow.paused:
+                by_source[flow.source_uuid].append(flow)
+        now = time.time()
+        beats = self.heartbeats()
+        result = Assignment()
+        units_by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
+        for source_uuid, source_flows in by_source.items():
+            source = source_flows[0].source
+            source_store = self.admin.clusters.store(source.cluster)
+            topics: dict[str, int] = {}
+            for flow in source_flows:
+                topics = ensure_topics(source_store, source_uuid, self.store, flow.replica_uuid)
+            for topic, count in topics.items():
+                for partition in range(count):
+                    unit = SourcePartition(source_uuid, topic, partition, source)
+                    result.units[unit] = source_flows
+                    units_by_cluster[source.cluster].append(unit)
+        mine: set[SourcePartition] = set()
+        for source_cluster, units in units_by_cluster.items():
+            listed = self.admin.gateways(source_cluster).get(self.cluster)
+            if listed is not None and self.id not in listed:
+                continue  # that source cluster does not send to this gateway
+            allowed = {g: t for g, t in beats.items() if listed is None or g in listed}
+            mine.update(share_of(self.id, units, allowed, now, self.expiry))
+        result.units = {u: f for u, f in result.units.items() if u in mine}
+        return result
+
+    def replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH) -> int:
+        """Move up to ``max_messages`` of one source partition into its replicas."""
+        source_store = self.admin.clusters.store(unit.source.cluster)
+        source_start, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
+        start = min(max(self.store.marks(f.replica_uuid).get(unit.key, source_start), source_start) for f in flows)
+        batch = source_store.read(unit.source_uuid, unit.topic, unit.partition, start, max_messages)
+        for flow in flows:
+            apply_batch(self.store, flow.replica_uuid, unit, batch, source_start)
+        return len(batch)
+
+    def run_once(self, max_messages: int = DEFAULT_BATCH) -> int:
+        """Heartbeat, then replicate everything available now from this gateway's share.
+        Returns how many source messages were read."""
+        self.heartbeat()
+        assignment = self.assignment()
+        moved = 0
+        errors: dict[Flow, str] = {}
+        for unit, flows in sorted(assignment.units.items()):
+            try:
+                while True:
+                    n = self.replicate(unit, flows, max_messages)
+                    moved += n
+                    if n < max_messages:
+                        break
+            except StreamrepError as err:
+                errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
+        for flow in {f for flows in assignment.units.values() for f in flows}:
+            error = errors.get(flow)
+            self._record_state(flow, ReplicaState.UNEXPECTED if error else ReplicaState.REPLICATING, error)
+        return moved
+
+    def run(self, interval: float = 0.2, stop_after: float | None = None) -> None:
+        """Replicate until stopped (or for ``stop_after`` seconds)."""
+        deadline = None if stop_after is None else time.monotonic() + stop_after
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                if self.run_once() == 0:
+                    time.sleep(interval)
+        finally:
+            self.stop()
+
+    def _record_state(self, flow: Flow, state: ReplicaState, error: str | None) -> None:
+        # Written only on a change: the source catalog is not touched per batch.
+        if flow.state == state.value and flow.error == error:
+            return
+        if flow.state == ReplicaState.SYNC_FALLBACK.value and state is ReplicaState.REPLICATING:
+            return  # the synchronous path clears its own fallback once caught up
+        try:
+            self.admin.set_replica_state(str(flow.source), str(flow.replica), state, error)
+        except StreamrepError:
+            pass  # the link was removed meanwhile: nothing to report on
