@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import asdict
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.client import Consumer, Producer, StreamAdmin

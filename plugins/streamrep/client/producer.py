@@ -26,6 +26,11 @@ RETENTION_CHECK_SECONDS = 1.0
 SYNC_POLL_SECONDS = 0.01
 
 
+def covers(marks: dict[str, int], targets: dict[str, int]) -> bool:
+    """Whether a replica's positions have reached every target offset."""
+    return all(marks.get(key, -1) >= end for key, end in targets.items())
+
+
 def default_sync_timeout() -> float:
     return float(os.environ.get("STREAMREP_SYNC_TIMEOUT", "5"))
 PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
@@ -194,13 +199,9 @@ class Producer:
                 targets = {rules.position_key(entry.uuid, tp.topic, p): end
                            for tp, parts in acked.items() if tp.stream == sp for p, (_, end) in parts.items()}
 
-                def applied() -> bool:
-                    marks = store.marks(replica_entry.uuid)
-                    return all(marks.get(key, -1) >= end for key, end in targets.items())
-
                 fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
                 deadline = time.monotonic() + (0 if fell_back else self.sync_timeout)
-                while not applied():
+                while not covers(store.marks(replica_entry.uuid), targets):
                     if time.monotonic() >= deadline:
                         if not fell_back:
                             self.admin.set_replica_state(str(sp), str(replica), ReplicaState.SYNC_FALLBACK)
