@@ -28,27 +28,6 @@ from streamrep.model.replication import origin_key, position_key
 ORIGIN_HEADER = "streamrep.origin"
 
 
-@dataclass(frozen=True)
-class Origin:
-    """Where a message was first produced."""
-
-    uuid: str
-    partition: int
-    offset: int
-
-    def encode(self) -> bytes:
-        return f"{self.uuid}/{self.partition}/{self.offset}".encode("ascii")
-
-    @classmethod
-    def of(cls, message: Message, stream_uuid: str) -> "Origin":
-        """The origin a message carries, or ``stream_uuid`` (where it was read) if it has none."""
-        raw = message.header(ORIGIN_HEADER)
-        if raw is None:
-            return cls(stream_uuid, message.partition, message.offset)
-        uuid, partition, offset = raw.decode("ascii").rsplit("/", 2)
-        return cls(uuid, int(partition), int(offset))
-
-
 @dataclass
 class ApplyPlan:
     """What one apply writes: the messages (with origin headers), the marks to store, and
@@ -64,9 +43,7 @@ class ApplyPlan:
         return not self.messages and not self.marks
 
 
-def with_origin(message: Message, origin: Origin) -> Message:
-    headers = tuple(h for h in message.headers if h[0] != ORIGIN_HEADER) + ((ORIGIN_HEADER, origin.encode()),)
-    return message._replace(headers=headers, offset=-1)
+_new_tuple = tuple.__new__
 
 
 def plan_apply(
@@ -95,27 +72,43 @@ def plan_apply(
             f"replication gap: {topic}/{partition} of source {source_uuid} is at {position} "
             f"but the batch starts at {first}"
         )
-    origin_next: dict[str, int] = {}
-    previous_source_offset = None
+    # Messages first produced in the source (no origin header) are the common case: their
+    # origin key is the same for the whole batch, so it is computed once.
+    own_key = origin_key(source_uuid, topic, partition)
+    own_prefix = f"{source_uuid}/{partition}/".encode("ascii")
+    next_needed: dict[str, int] = {}
+    out, syncs = plan.messages, plan.syncs
+    follows = False  # whether the previous source message was written (the run goes on)
     for message in batch:
-        if message.offset < position:
+        value, key, headers, timestamp, _, offset, _ = message
+        if offset < position:
             plan.skipped += 1
+            follows = False
             continue
-        origin = Origin.of(message, source_uuid)
-        okey = origin_key(origin.uuid, topic, origin.partition)
-        next_needed = origin_next.get(okey, marks.get(okey, 0))
-        if origin.uuid == replica_uuid or origin.offset < next_needed:
-            plan.skipped += 1
+        raw = None
+        for name, header_value in headers:
+            if name == ORIGIN_HEADER:
+                raw = header_value
+        if raw is None:
+            okey, origin_uuid, origin_offset = own_key, source_uuid, offset
+            headers = headers + ((ORIGIN_HEADER, own_prefix + str(offset).encode("ascii")),)
         else:
-            if previous_source_offset is None or message.offset != previous_source_offset + 1:
-                plan.syncs.append((len(plan.messages), message.offset))
-            plan.messages.append(with_origin(message, origin))
-            origin_next[okey] = origin.offset + 1
-            previous_source_offset = message.offset
+            origin_uuid, origin_partition, origin_offset = raw.decode("ascii").rsplit("/", 2)
+            okey, origin_offset = origin_key(origin_uuid, topic, int(origin_partition)), int(origin_offset)
+        needed = next_needed.get(okey)
+        if needed is None:
+            needed = marks.get(okey, 0)
+        if origin_uuid == replica_uuid or origin_offset < needed:
+            plan.skipped += 1
+            follows = False
             continue
-        previous_source_offset = None
+        if not follows:
+            syncs.append((len(out), offset))
+        out.append(_new_tuple(Message, (value, key, headers, timestamp, -1, -1, topic)))
+        next_needed[okey] = origin_offset + 1
+        follows = True
     last = batch[-1].offset
     if last + 1 > position:
         plan.marks[pkey] = last + 1
-    plan.marks.update(origin_next)
+    plan.marks.update(next_needed)
     return plan
