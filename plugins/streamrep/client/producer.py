@@ -200,7 +200,16 @@ class Producer:
                            for tp, parts in acked.items() if tp.stream == sp for p, (_, end) in parts.items()}
 
                 fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
-                deadline = time.monotonic() + (0 if fell_back else self.sync_timeout)
+                if fell_back:
+                    # Asynchronous while the replica lags. Once it has applied everything before
+                    # these messages it has caught up: wait for these again, as a synchronous
+                    # replica, and if they arrive in time it is synchronous again.
+                    firsts = {rules.position_key(entry.uuid, tp.topic, p): first
+                              for tp, parts in acked.items() if tp.stream == sp for p, (first, _) in parts.items()}
+                    marks = store.marks(replica_entry.uuid)
+                    if not all(marks.get(key, 0) >= first for key, first in firsts.items()):
+                        continue
+                deadline = time.monotonic() + self.sync_timeout
                 while not covers(store.marks(replica_entry.uuid), targets):
                     if time.monotonic() >= deadline:
                         if not fell_back:

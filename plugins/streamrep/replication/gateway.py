@@ -16,13 +16,15 @@ import socket
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
+from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
 from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, share_of
 from streamrep.replication.flows import Flow, flows_into
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
 
 HEARTBEAT_KIND = "gateway-heartbeat"
 DEFAULT_BATCH = 5000
@@ -37,6 +39,19 @@ class Assignment:
     """This gateway's share: each source partition, with the flows (replicas) it feeds."""
 
     units: dict[SourcePartition, list[Flow]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where one source partition stands for this gateway's replicas."""
+
+    source_start: int  # the oldest offset the source still holds
+    source_end: int  # the next offset the source will assign
+    position: int  # where reading resumes: the lowest stored position among its flows
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.source_end - self.position)
 
 
 class Gateway:
@@ -68,13 +83,18 @@ class Gateway:
         self.store.catalog_update(HEARTBEAT_KIND, self.id, lambda _: None)
 
     # -- work ----------------------------------------------------------------------
-    def assignment(self) -> Assignment:
-        """The source partitions this gateway replicates now, each with its flows."""
+    def active_flows(self) -> dict[str, list[Flow]]:
+        """The agreed, unpaused flows into this cluster, by source stream UUID."""
         flows, _ = flows_into(self.admin, self.cluster)
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
             if not flow.paused:
                 by_source[flow.source_uuid].append(flow)
+        return dict(by_source)
+
+    def assignment(self) -> Assignment:
+        """The source partitions this gateway replicates now, each with its flows."""
+        by_source = self.active_flows()
         now = time.time()
         beats = self.heartbeats()
         result = Assignment()
@@ -100,12 +120,58 @@ class Gateway:
         result.units = {u: f for u, f in result.units.items() if u in mine}
         return result
 
-    def replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH) -> int:
-        """Move up to ``max_messages`` of one source partition into its replicas."""
+    def progress(self, units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[SourcePartition, Progress]:
+        """For each source partition: the source's bounds and where replication into its
+        flows resumes (the stored positions are the truth). Reads each replica's marks once."""
+        marks: dict[str, dict[str, int]] = {}
+        result: dict[SourcePartition, Progress] = {}
+        for unit, flows in units.items():
+            source_store = self.admin.clusters.store(unit.source.cluster)
+            source_start, source_end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
+            for flow in flows:
+                if flow.replica_uuid not in marks:
+                    marks[flow.replica_uuid] = self.store.marks(flow.replica_uuid)
+            position = min((next_position(self.store, f.replica_uuid, unit, source_start, marks[f.replica_uuid])
+                            for f in flows), default=source_end)
+            result[unit] = Progress(source_start, source_end, position)
+        return result
+
+    def read(self, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH,
+             end: int | None = None) -> tuple[list[Message], int]:
+        """The next messages of one source partition for its flows, from the lowest stored
+        position, and the oldest offset the source holds (for ``apply``).
+
+        :param end: read nothing at or beyond this source offset.
+        """
+        [progress] = self.progress({unit: flows}).values()
+        limit = max_messages if end is None else min(max_messages, end - progress.position)
+        if limit <= 0:
+            return [], progress.source_start
         source_store = self.admin.clusters.store(unit.source.cluster)
-        source_start, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
-        start = min(max(self.store.marks(f.replica_uuid).get(unit.key, source_start), source_start) for f in flows)
-        batch = source_store.read(unit.source_uuid, unit.topic, unit.partition, start, max_messages)
+        batch = source_store.read(unit.source_uuid, unit.topic, unit.partition, progress.position, limit)
+        return batch, progress.source_start
+
+    def apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message],
+              source_start: int) -> tuple[dict[Flow, int], dict[Flow, str]]:
+        """Apply ``batch`` (consecutive messages of ``unit``) to each flow's replica, exactly
+        once. A flow that fails is reported and the others still get the batch.
+        Returns the messages written and the errors, by flow."""
+        written: dict[Flow, int] = {}
+        errors: dict[Flow, str] = {}
+        for flow in flows:
+            try:
+                written[flow] = apply_batch(self.store, flow.replica_uuid, unit, batch, source_start)
+            except StreamrepError as err:
+                errors[flow] = f"{unit.topic}/{unit.partition}: {err}"
+        return written, errors
+
+    def replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH,
+                  end: int | None = None) -> int:
+        """Move up to ``max_messages`` of one source partition into its replicas.
+
+        :param end: move nothing at or beyond this source offset.
+        """
+        batch, source_start = self.read(unit, flows, max_messages, end)
         for flow in flows:
             apply_batch(self.store, flow.replica_uuid, unit, batch, source_start)
         return len(batch)
@@ -119,17 +185,31 @@ class Gateway:
         errors: dict[Flow, str] = {}
         for unit, flows in sorted(assignment.units.items()):
             try:
+                # What is there now, not what producers add meanwhile: a pass must end, so that
+                # the gateway heartbeats and sees pauses, removals and new topics.
+                source_store = self.admin.clusters.store(unit.source.cluster)
+                end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[1]
                 while True:
-                    n = self.replicate(unit, flows, max_messages)
+                    n = self.replicate(unit, flows, max_messages, end)
                     moved += n
                     if n < max_messages:
                         break
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
-        for flow in {f for flows in assignment.units.values() for f in flows}:
+        self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
+        return moved
+
+    def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:
+        """Record on each flow's replica link that this gateway serves it: UNEXPECTED with the
+        error for the flows in ``errors``, REPLICATING for the others."""
+        for flow in flows:
             error = errors.get(flow)
             self._record_state(flow, ReplicaState.UNEXPECTED if error else ReplicaState.REPLICATING, error)
-        return moved
+
+    def picked_up(self, flows: Iterable[Flow]) -> None:
+        """Flows still waiting for a gateway are served now (a gateway that only moves data
+        when there is some calls this when it takes its share)."""
+        self.record_states([f for f in flows if f.state == ReplicaState.WAITING_FOR_GATEWAY.value], {})
 
     def run(self, interval: float = 0.2, stop_after: float | None = None) -> None:
         """Replicate until stopped (or for ``stop_after`` seconds)."""

@@ -4,7 +4,7 @@ the in-process gateway and the Spark writers all use."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from streamrep.errors import AlreadyExists, Conflict
 from streamrep.model.message import Message
@@ -74,7 +74,13 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
     raise last
 
 
-def next_position(replica_store: Store, replica_uuid: str, unit: SourcePartition, source_start: int) -> int:
+def next_position(replica_store: Store, replica_uuid: str, unit: SourcePartition, source_start: int,
+                  marks: Mapping[str, int] | None = None) -> int:
     """Where replication of ``unit`` into a replica resumes: its stored position (the truth),
-    or the oldest message the source holds if it has none."""
-    return max(replica_store.marks(replica_uuid).get(unit.key, source_start), source_start)
+    or the oldest message the source holds if it has none.
+
+    :param marks: the replica's marks if the caller has just read them (saves a query).
+    """
+    if marks is None:
+        marks = replica_store.marks(replica_uuid)
+    return max(marks.get(unit.key, source_start), source_start)

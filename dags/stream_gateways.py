@@ -1,0 +1,58 @@
+"""stream_gateways: start and supervise the gateways of a cluster."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param
+
+from streamrep.airflow.operators import GatewayPlanOperator
+from streamrep.airflow.params import cluster_param, flag_param
+from streamrep.airflow.spark_operators import StreamGatewayOperator
+
+DOC = """
+### Gateways of a cluster
+
+Starts the gateways that replicate into the replicas on `cluster`, one task per gateway, each a
+Spark Structured Streaming job (`spark_apps/gateway.py`):
+
+1. `plan_gateways` — the gateways the source clusters list for `cluster`
+   (`streamrep cluster gateway set -dstcluster <cluster> -gateways "gw1 gw2"`), or one gateway
+   named after this host when none is listed. Param `gateways` overrides the lists.
+2. `gateway` — one mapped task per gateway. Partitions of the source streams are dealt to the
+   live gateways round-robin; a gateway whose heartbeat stops has its share taken over by the
+   others, from the stored positions.
+
+**Supervision.** A gateway task that dies is retried every `retry_delay` (30 s, many times),
+so while all gateways are down the DAG keeps bringing them back. Nothing is lost meanwhile:
+messages wait at the source, and each replica stores its replication positions in the same
+transaction as the messages, so a restarted gateway resumes exactly where the last one stopped.
+
+**Params**: `cluster` (the destination cluster), `once` (replicate what is there now and finish,
+instead of running until the run is stopped), `gateways` (optional names).
+"""
+
+with DAG(
+    dag_id="stream_gateways",
+    description="Start and supervise the replication gateways of a cluster",
+    doc_md=DOC,
+    schedule=None,
+    tags=["streamrep", "gateways"],
+    render_template_as_native_obj=True,
+    params={
+        "cluster": cluster_param("newyork", "The destination cluster whose replicas the gateways feed."),
+        "once": flag_param(False, "Once", "Replicate what the sources hold now, then finish."),
+        "gateways": Param("", type="string", title="Gateways",
+                          description="Gateway names, space separated (default: the lists of the source clusters)."),
+    },
+) as dag:
+    plan = GatewayPlanOperator(task_id="plan_gateways", cluster="{{ params.cluster }}",
+                               gateways="{{ params.gateways }}", retries=3, retry_delay=timedelta(seconds=10))
+    StreamGatewayOperator.partial(
+        task_id="gateway",
+        cluster="{{ params.cluster }}",
+        once="{{ params.once }}",
+        retries=10_000,
+        retry_delay=timedelta(seconds=30),
+        max_retry_delay=timedelta(minutes=5),
+    ).expand(gateway_id=plan.output)

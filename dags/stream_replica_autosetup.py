@@ -1,0 +1,76 @@
+"""stream_replica_autosetup: ``maprcli stream replica autosetup`` as a DAG, one task a step."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, TriggerRule, chain
+
+from streamrep.airflow.operators import (
+    AutosetupCheckOperator,
+    ReplicaAddOperator,
+    ReplicaResumeOperator,
+    StreamCreateOperator,
+    UpstreamAddOperator,
+)
+from streamrep.airflow.params import flag_param, stream_path_param
+from streamrep.airflow.spark_operators import StreamCopyOperator
+
+DOC = """
+### Replica autosetup
+
+`maprcli stream replica autosetup -path <path> -replica <replica> [-multimaster] [-synchronous]`
+as a DAG, one task a step:
+
+1. `check` — the source exists and you may administer and copy it; **the replica stream must
+   not exist** (autosetup creates it: the run fails clearly if it does; use
+   `stream_replica_manual_setup` for an existing replica).
+2. `create_replica` — `stream create -copymetafrom` the source.
+3. `add_replica_paused` — `stream replica add -paused true [-synchronous true]`.
+4. `add_upstream` — `stream upstream add` (the replica's side of the two-way agreement).
+5. `copystream` — copy what the source holds, as a Spark job.
+6. `add_reverse_replica`, `add_reverse_upstream` — only with `multimaster`: the replica
+   replicates back to the source (skipped otherwise).
+7. `resume_replica` (and `resume_reverse_replica` with `multimaster`) — replication starts.
+
+**Params**: `path` (source stream), `replica` (replica stream to create), `multimaster`,
+`synchronous`. Data flows once gateways run (DAG `stream_gateways`, on the replica's cluster,
+and on the source's cluster too for multi-master).
+"""
+
+with DAG(
+    dag_id="stream_replica_autosetup",
+    description="Create, register, copy and start a replica in one run",
+    doc_md=DOC,
+    schedule=None,
+    tags=["streamrep", "replication"],
+    render_template_as_native_obj=True,
+    max_active_runs=1,
+    params={
+        "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
+        "replica": stream_path_param("/mapr/newyork/activity", "Replica stream",
+                                     "The replica to create; it must not exist yet."),
+        "multimaster": flag_param(False, "Multi-master",
+                                  "Also replicate from the replica back to the source (the reverse link)."),
+        "synchronous": flag_param(False, "Synchronous",
+                                  "Acknowledge producers only once the replica has the messages."),
+    },
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
+) as dag:
+    source, replica = "{{ params.path }}", "{{ params.replica }}"
+    multimaster, synchronous = "{{ params.multimaster }}", "{{ params.synchronous }}"
+    chain(
+        AutosetupCheckOperator(task_id="check", path=source, replica=replica, retries=0),
+        StreamCreateOperator(task_id="create_replica", path=replica, copymetafrom=source),
+        ReplicaAddOperator(task_id="add_replica_paused", path=source, replica=replica, paused=True,
+                           synchronous=synchronous),
+        UpstreamAddOperator(task_id="add_upstream", path=replica, upstream=source),
+        StreamCopyOperator(task_id="copystream", source=source, destination=replica),
+        ReplicaAddOperator(task_id="add_reverse_replica", path=replica, replica=source, paused=True,
+                           synchronous=synchronous, only_if=multimaster),
+        UpstreamAddOperator(task_id="add_reverse_upstream", path=source, upstream=replica, only_if=multimaster),
+        ReplicaResumeOperator(task_id="resume_replica", path=source, replica=replica,
+                              trigger_rule=TriggerRule.NONE_FAILED),
+        ReplicaResumeOperator(task_id="resume_reverse_replica", path=replica, replica=source,
+                              only_if=multimaster, trigger_rule=TriggerRule.NONE_FAILED),
+    )

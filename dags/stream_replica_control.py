@@ -1,0 +1,61 @@
+"""stream_replica_control: pause, resume or remove a replica."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, Param, TriggerRule, task
+
+from streamrep.airflow.operators import (
+    ReplicaPauseOperator,
+    ReplicaRemoveOperator,
+    ReplicaResumeOperator,
+    ReplicaStatusOperator,
+)
+from streamrep.airflow.params import stream_path_param
+
+DOC = """
+### Replica control
+
+Pause, resume or remove one replica of a stream:
+
+| action | maprcli |
+| --- | --- |
+| `pause` | `stream replica pause -path <path> -replica <replica>`: updates wait at the source |
+| `resume` | `stream replica resume -path <path> -replica <replica>`: replication continues |
+| `remove` | `stream replica remove -path <path> -replica <replica>`: replication stops for good (the replica stream and its data stay) |
+
+`choose_action` runs the task of the chosen action; `replica_list` then shows
+`stream replica list -path <path>` (state, pending messages, lag) in its log and XCom.
+
+**Params**: `path` (source stream), `replica` (replica stream), `action`.
+"""
+
+ACTIONS = {"pause": ReplicaPauseOperator, "resume": ReplicaResumeOperator, "remove": ReplicaRemoveOperator}
+
+with DAG(
+    dag_id="stream_replica_control",
+    description="Pause, resume or remove a replica",
+    doc_md=DOC,
+    schedule=None,
+    tags=["streamrep", "replication"],
+    render_template_as_native_obj=True,
+    params={
+        "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The replicated stream."),
+        "replica": stream_path_param("/mapr/newyork/activity", "Replica stream", "One of its replicas."),
+        "action": Param("pause", type="string", enum=sorted(ACTIONS), title="Action",
+                        description="What to do with the replica: pause, resume or remove."),
+    },
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
+) as dag:
+
+    @task.branch(task_id="choose_action")
+    def choose_action(params=None) -> str:
+        """The task of the chosen action."""
+        return params["action"]
+
+    branch = choose_action()
+    status = ReplicaStatusOperator(task_id="replica_list", path="{{ params.path }}",
+                                   trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    for action, operator in ACTIONS.items():
+        branch >> operator(task_id=action, path="{{ params.path }}", replica="{{ params.replica }}") >> status

@@ -1,0 +1,70 @@
+"""stream_replica_manual_setup: the seven steps of "Setting Up Primary-Secondary Stream
+Replication Manually", one task each, in the seeds' order."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import DAG, chain
+
+from streamrep.airflow.operators import (
+    ReplicaAddOperator,
+    ReplicaResumeOperator,
+    ReplicaVerifyOperator,
+    StreamCreateOperator,
+    UpstreamAddOperator,
+    UpstreamVerifyOperator,
+)
+from streamrep.airflow.params import stream_path_param
+from streamrep.airflow.spark_operators import StreamCopyOperator
+
+DOC = """
+### Primary-secondary replication, set up manually
+
+The seven steps of *Setting Up Primary-Secondary Stream Replication Manually*, one task each:
+
+| # | task | maprcli |
+| --- | --- | --- |
+| 1 | `create_replica` | `stream create -path <replica> -copymetafrom <path>` |
+| 2 | `add_replica_paused` | `stream replica add -path <path> -replica <replica> -paused true` |
+| 3 | `verify_replica` | `stream replica list -path <path>` (the replica must be listed) |
+| 4 | `add_upstream` | `stream upstream add -path <replica> -upstream <path>` |
+| 5 | `verify_upstream` | `stream upstream list -path <replica>` (the source must be listed) |
+| 6 | `copystream` | `mapr copystream -src <path> -dst <replica>`, as a Spark job |
+| 7 | `resume_replica` | `stream replica resume -path <path> -replica <replica>` |
+
+**Params**: `path`, the source stream, and `replica`, the replica stream to create, both as
+`/mapr/<cluster>/<stream>`. Data then flows once gateways run on the replica's cluster
+(DAG `stream_gateways`).
+
+Every task is safe to retry: it finds the state it wanted (stream created with the same
+metadata, replica registered with the same settings, upstream registered, nothing left to copy)
+and succeeds, or fails with streamrep's one-line message.
+"""
+
+with DAG(
+    dag_id="stream_replica_manual_setup",
+    description="Primary-secondary stream replication, the seven manual steps",
+    doc_md=DOC,
+    schedule=None,
+    tags=["streamrep", "replication"],
+    render_template_as_native_obj=True,
+    max_active_runs=1,
+    params={
+        "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
+        "replica": stream_path_param("/mapr/newyork/activity", "Replica stream",
+                                     "The replica to create, usually on another cluster."),
+    },
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
+) as dag:
+    chain(
+        StreamCreateOperator(task_id="create_replica", path="{{ params.replica }}",
+                             copymetafrom="{{ params.path }}"),
+        ReplicaAddOperator(task_id="add_replica_paused", path="{{ params.path }}", replica="{{ params.replica }}",
+                           paused=True),
+        ReplicaVerifyOperator(task_id="verify_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
+        UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
+        UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
+        StreamCopyOperator(task_id="copystream", source="{{ params.path }}", destination="{{ params.replica }}"),
+        ReplicaResumeOperator(task_id="resume_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
+    )

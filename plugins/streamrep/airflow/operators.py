@@ -1,0 +1,428 @@
+"""Operators for the ``maprcli stream`` steps of replication setup and control.
+
+Each operator is one maprcli step and a thin call into ``streamrep.client`` /
+``streamrep.replication``; the rules (paths, permissions, limits, states) live there.
+
+Every operator is safe to retry. A retry finds the state it wanted and succeeds:
+
+- ``stream create -copymetafrom``: the stream exists with the same metadata;
+- ``replica add``: the replica is registered with the same ``paused``/``synchronous`` settings;
+- ``upstream add``: the upstream is registered;
+- ``replica pause/resume``: already paused/resumed;
+- ``replica remove``: on a retry, the replica is no longer registered.
+
+Anything else fails the task with streamrep's one-line message. A user error (bad path,
+missing stream or permission, limit) fails at once with no retry; a cluster that cannot be
+reached fails and is retried.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import TYPE_CHECKING, Any, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from streamrep.airflow.hook import StreamrepHook, user_errors
+from streamrep.airflow.params import as_bool
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import AlreadyExists, NotFound
+from streamrep.model import replication as rules
+from streamrep.model.stream import StreamMeta
+from streamrep.replication.flows import flows_into
+from streamrep.replication.gateway import default_gateway_id
+from streamrep.replication.status import replica_status
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+def is_retry(context: Any) -> bool:
+    """Whether this run of the task is a retry of an earlier try."""
+    ti = context.get("ti") if hasattr(context, "get") else None
+    return bool(ti is not None and (getattr(ti, "try_number", 1) or 1) > 1)
+
+
+class StreamrepOperator(BaseOperator):
+    """Base of the streamrep operators: runs :meth:`run` with the admin API of a
+    :class:`~streamrep.airflow.hook.StreamrepHook`, turning streamrep errors into task failures.
+
+    :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param only_if: a templated flag; when it renders false the task is skipped (used for the
+        optional steps of a DAG, such as the reverse link of multi-master replication).
+    """
+
+    template_fields: Sequence[str] = ("only_if",)
+    ui_color = "#dbeafe"
+
+    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, only_if: Any = True,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        self.streamrep_conn_id = streamrep_conn_id
+        self.only_if = only_if
+
+    def execute(self, context: Context) -> Any:
+        if not as_bool(self.only_if):
+            raise AirflowSkipException(f"{self.task_id}: not needed for this run (only_if={self.only_if!r})")
+        hook = StreamrepHook(self.streamrep_conn_id)
+        try:
+            with user_errors():
+                return self.run(hook.admin, context)
+        finally:
+            hook.close()
+
+    def run(self, admin: StreamAdmin, context: Context) -> Any:
+        raise NotImplementedError
+
+
+class StreamCreateOperator(StreamrepOperator):
+    """``maprcli stream create -path <path> [-copymetafrom <source>]``.
+
+    Succeeds on a retry when the stream already exists with the metadata it would have been
+    created with; fails if it exists with other metadata.
+
+    :param path: the stream to create. (templated)
+    :param copymetafrom: a stream, on any cluster, whose metadata (settings and access control
+        expressions) the new stream copies. (templated)
+    :param settings: stream settings (``defaultpartitions``, ``ttl``, ``autocreate`` and the
+        ``*perm`` ACEs); with ``copymetafrom`` they override the copied ones. (templated)
+    :return: (XCom) ``stream info`` of the stream.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "copymetafrom", "settings")
+
+    def __init__(self, *, path: str, copymetafrom: str | None = None, settings: dict[str, Any] | None = None,
+                 **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.copymetafrom = copymetafrom
+        self.settings = settings
+
+    def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
+        settings = dict(self.settings or {})
+        copymetafrom = self.copymetafrom or None
+        sp = admin.path(self.path)
+        try:
+            admin.create_stream(str(sp), copymetafrom=copymetafrom, **settings)
+            self.log.info("stream create -path %s%s: created", sp,
+                          f" -copymetafrom {copymetafrom}" if copymetafrom else "")
+        except AlreadyExists:
+            if copymetafrom:
+                wanted = admin.entry(copymetafrom).meta.edited(**settings)
+            else:
+                wanted = StreamMeta.for_creator(admin.identity.user, **settings)
+            have = admin.entry(sp).meta
+            differences = [f"{f.name} is {getattr(have, f.name)!r}, not {getattr(wanted, f.name)!r}"
+                           for f in fields(StreamMeta) if getattr(have, f.name) != getattr(wanted, f.name)]
+            if differences:
+                raise AlreadyExists(f"stream {sp} already exists with other metadata: {'; '.join(differences)}")
+            self.log.info("stream %s already exists with the same metadata: nothing to do", sp)
+        return admin.stream_info(str(sp))
+
+
+class ReplicaAddOperator(StreamrepOperator):
+    """``maprcli stream replica add -path <source> -replica <replica> [-paused] [-synchronous]``.
+
+    Succeeds on a retry when the replica is already registered with the same ``paused`` and
+    ``synchronous`` settings; fails if it is registered with other settings.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream; it must exist. (templated)
+    :param paused: register it paused, so replication waits for ``replica resume``. (templated)
+    :param synchronous: synchronous replication. (templated)
+    :return: (XCom) the replica link: ``path``, ``paused``, ``synchronous``, ``state``...
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica", "paused", "synchronous")
+
+    def __init__(self, *, path: str, replica: str, paused: Any = False, synchronous: Any = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.replica = replica
+        self.paused = paused
+        self.synchronous = synchronous
+
+    def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
+        src, dst = admin.path(self.path), admin.path(self.replica)
+        paused, synchronous = as_bool(self.paused), as_bool(self.synchronous)
+        try:
+            link = admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous)
+            self.log.info("stream replica add -path %s -replica %s -paused %s -synchronous %s: registered",
+                          src, dst, str(paused).lower(), str(synchronous).lower())
+        except AlreadyExists:
+            link = rules.find_link(admin.entry(src).replicas, dst)
+            if link is None:
+                raise
+            if (link.paused, link.synchronous) != (paused, synchronous):
+                raise AlreadyExists(
+                    f"{dst} is already a replica of {src} with paused={str(link.paused).lower()} "
+                    f"synchronous={str(link.synchronous).lower()}, not paused={str(paused).lower()} "
+                    f"synchronous={str(synchronous).lower()}"
+                ) from None
+            self.log.info("%s is already a replica of %s with the same settings: nothing to do", dst, src)
+        return {"source": str(src), **link.to_dict()}
+
+
+class ReplicaVerifyOperator(StreamrepOperator):
+    """``maprcli stream replica list -path <source>``, checking that ``replica`` is listed.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica expected in the list. (templated)
+    :return: (XCom) the ``replica list`` rows, with state, pending messages and lag.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
+
+    def __init__(self, *, path: str, replica: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.replica = replica
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        src, dst = admin.path(self.path), admin.path(self.replica)
+        rows = replica_status(admin, str(src))
+        log_rows(self.log, f"stream replica list -path {src}", rows,
+                 ("replica", "paused", "synchronous", "replicaState", "pendingMessages", "replicationLagMillis"))
+        rules.require_link(admin.entry(src).replicas, dst, src, "replica")
+        self.log.info("verified: %s is a replica of %s", dst, src)
+        return rows
+
+
+class UpstreamAddOperator(StreamrepOperator):
+    """``maprcli stream upstream add -path <replica> -upstream <source>``: the replica's side of
+    the two-way agreement. Succeeds on a retry when the upstream is already registered.
+
+    :param path: the replica stream. (templated)
+    :param upstream: the source stream it accepts updates from. (templated)
+    :return: (XCom) the ``upstream list`` of the replica.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
+
+    def __init__(self, *, path: str, upstream: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.upstream = upstream
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        dst, src = admin.path(self.path), admin.path(self.upstream)
+        try:
+            admin.add_upstream(str(dst), str(src))
+            self.log.info("stream upstream add -path %s -upstream %s: registered", dst, src)
+        except AlreadyExists:
+            if rules.find_link(admin.entry(dst).upstreams, src) is None:
+                raise
+            self.log.info("%s is already an upstream of %s: nothing to do", src, dst)
+        return [asdict(u) for u in admin.upstream_links(str(dst))]
+
+
+class UpstreamVerifyOperator(StreamrepOperator):
+    """``maprcli stream upstream list -path <replica>``, checking that ``upstream`` is listed.
+
+    :param path: the replica stream. (templated)
+    :param upstream: the upstream expected in the list. (templated)
+    :return: (XCom) the ``upstream list`` rows.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
+
+    def __init__(self, *, path: str, upstream: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.upstream = upstream
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        dst, src = admin.path(self.path), admin.path(self.upstream)
+        rows = [asdict(u) for u in admin.upstream_links(str(dst))]
+        log_rows(self.log, f"stream upstream list -path {dst}", rows, ("path", "added"))
+        rules.require_link(admin.entry(dst).upstreams, src, dst, "upstream")
+        self.log.info("verified: %s is an upstream of %s", src, dst)
+        return rows
+
+
+class _ReplicaChangeOperator(StreamrepOperator):
+    """A change to one replica link of a source stream; returns the ``replica list`` after it.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream. (templated)
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
+    verb = ""
+
+    def __init__(self, *, path: str, replica: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.replica = replica
+
+    def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
+        raise NotImplementedError
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        src, dst = admin.path(self.path), admin.path(self.replica)
+        self.change(admin, str(src), str(dst), context)
+        rows = replica_status(admin, str(src))
+        log_rows(self.log, f"stream replica list -path {src}", rows,
+                 ("replica", "paused", "replicaState", "pendingMessages", "replicationLagMillis"))
+        return rows
+
+
+class ReplicaResumeOperator(_ReplicaChangeOperator):
+    """``maprcli stream replica resume -path <source> -replica <replica>``: start (or restart)
+    replication to the replica. Resuming a running replica changes nothing.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream. (templated)
+    :return: (XCom) the ``replica list`` rows after the change.
+    """
+
+    def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
+        admin.resume_replica(src, dst)
+        self.log.info("stream replica resume -path %s -replica %s: replication runs", src, dst)
+
+
+class ReplicaPauseOperator(_ReplicaChangeOperator):
+    """``maprcli stream replica pause -path <source> -replica <replica>``: stop replicating to
+    the replica until it is resumed; updates wait at the source. Pausing a paused replica
+    changes nothing.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream. (templated)
+    :return: (XCom) the ``replica list`` rows after the change.
+    """
+
+    def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
+        admin.pause_replica(src, dst)
+        self.log.info("stream replica pause -path %s -replica %s: paused", src, dst)
+
+
+class ReplicaRemoveOperator(_ReplicaChangeOperator):
+    """``maprcli stream replica remove -path <source> -replica <replica>``: stop replicating to
+    the replica for good (the replica stream and its data stay).
+
+    A first try fails if the replica is not registered; a retry succeeds when it is gone
+    (an earlier try removed it).
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream. (templated)
+    :return: (XCom) the ``replica list`` rows after the change.
+    """
+
+    def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
+        try:
+            admin.remove_replica(src, dst)
+        except NotFound:
+            gone = rules.find_link(admin.entry(src).replicas, admin.path(dst)) is None
+            if not (gone and is_retry(context)):
+                raise
+            self.log.info("%s is no longer a replica of %s (removed by an earlier try)", dst, src)
+            return
+        self.log.info("stream replica remove -path %s -replica %s: removed", src, dst)
+
+
+class ReplicaStatusOperator(StreamrepOperator):
+    """``maprcli stream replica list -path <source>``: each replica's state, pending messages
+    and lag.
+
+    :param path: the source stream. (templated)
+    :return: (XCom) the ``replica list`` rows.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path")
+
+    def __init__(self, *, path: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        src = admin.path(self.path)
+        rows = replica_status(admin, str(src))
+        log_rows(self.log, f"stream replica list -path {src}", rows,
+                 ("replica", "paused", "replicaState", "isUptodate", "pendingMessages", "replicationLagMillis"))
+        return rows
+
+
+class AutosetupCheckOperator(StreamrepOperator):
+    """The precondition of ``maprcli stream replica autosetup``: the source exists, the caller
+    may administer and copy it, and the replica stream does not exist yet (autosetup creates it).
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream to be created. (templated)
+    :return: (XCom) ``stream info`` of the source.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
+
+    def __init__(self, *, path: str, replica: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.replica = replica
+
+    def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
+        src, dst = admin.path(self.path), admin.path(self.replica)
+        admin.require(admin.entry(src), src, "adminperm", "copyperm")
+        try:
+            admin.entry(dst)
+        except NotFound:
+            self.log.info("autosetup of %s from %s can start: the replica stream does not exist yet", dst, src)
+            return admin.stream_info(str(src))
+        raise AlreadyExists(
+            f"replica stream {dst} already exists; autosetup creates it "
+            "(remove it, or use the stream_replica_manual_setup DAG)"
+        )
+
+
+class GatewayPlanOperator(StreamrepOperator):
+    """Which gateways serve the replicas on ``cluster``: those that the source clusters list
+    for it (``cluster gateway set -dstcluster <cluster>``), or one gateway named after this
+    host if no source cluster lists any.
+
+    :param cluster: the destination cluster. (templated)
+    :param gateways: explicit gateway names, overriding the lists (space or comma separated,
+        or a list). (templated)
+    :return: (XCom) the gateway names, sorted.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "cluster", "gateways")
+
+    def __init__(self, *, cluster: str, gateways: Any = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.gateways = gateways
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[str]:
+        admin.clusters.get(self.cluster)  # NotFound for an unknown cluster
+        if self.gateways:
+            names = rules.validate_gateways(self.gateways)
+            self.log.info("gateways of %s, as given: %s", self.cluster, " ".join(names))
+            return sorted(names)
+        flows, blocked = flows_into(admin, self.cluster)
+        sources = sorted({f.source.cluster for f in flows} | {b.source.cluster for b in blocked})
+        names: set[str] = set()
+        for source in sources:
+            listed = admin.gateways(source).get(self.cluster)
+            self.log.info("cluster %s lists gateways for %s: %s", source, self.cluster,
+                          " ".join(listed) if listed else "(none: any gateway)")
+            names.update(listed or ())
+        for blocked_flow in blocked:
+            self.log.warning("%s -> %s does not flow: %s", blocked_flow.source, blocked_flow.replica,
+                             blocked_flow.reason)
+        if not names:
+            names = {default_gateway_id()}
+            self.log.info("no source cluster lists gateways for %s: running gateway %s", self.cluster,
+                          next(iter(names)))
+        return sorted(names)
+
+
+def log_rows(log: Any, title: str, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:
+    """Log ``rows`` as a small table under ``title`` (what the CLI would print)."""
+    lines = [title]
+    if not rows:
+        lines.append("  (none)")
+    widths = {c: max(len(c), *(len(str(r.get(c))) for r in rows)) if rows else len(c) for c in columns}
+    if rows:
+        lines.append("  " + "  ".join(c.ljust(widths[c]) for c in columns))
+        for row in rows:
+            lines.append("  " + "  ".join(str(row.get(c)).ljust(widths[c]) for c in columns))
+    log.info("\n".join(lines))

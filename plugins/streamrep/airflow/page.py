@@ -1,0 +1,378 @@
+"""The "Stream replication" page: clusters, streams, the replica/upstream topology (drawn as
+inline SVG), each replica's state, lag and pending messages, and the gateways' liveness.
+
+``topology(admin)`` gathers the data through the client and replication layers (the same
+``replica list`` rows as the CLI); ``render_page`` draws it; ``create_app`` serves both as a
+FastAPI app that the Airflow plugin mounts at ``/streamrep``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+
+import time
+from typing import Any, Callable
+
+from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, StreamrepHook
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import StreamrepError
+from streamrep.model.paths import StreamPath
+from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS
+from streamrep.replication.flows import flows_into
+from streamrep.replication.gateway import HEARTBEAT_KIND
+from streamrep.replication.status import replica_status
+
+STATE_PREFIX = "REPLICA_STATE_"
+NOT_CLUSTER_CONNS = {StreamrepHook.default_conn_name, "streamrep_spark_local"}
+
+
+# -- data ------------------------------------------------------------------------------
+def discover_connection_clusters(hook: StreamrepHook) -> None:
+    """Resolve the clusters defined by ``streamrep_<cluster>`` connections (environment and,
+    in the API server, the metadata database), so that the page lists them too."""
+    names: set[str] = set()
+    for key in os.environ:
+        if key.startswith("AIRFLOW_CONN_" + CLUSTER_CONN_PREFIX.upper()):
+            names.add(key[len("AIRFLOW_CONN_"):].lower())
+    try:
+        from airflow.models.connection import Connection
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            names.update(cid for (cid,) in session.query(Connection.conn_id)
+                         .filter(Connection.conn_type == StreamrepHook.conn_type))
+    except Exception:  # noqa: BLE001 - no metadata database here: the environment is enough
+        pass
+    for conn_id in sorted(names - NOT_CLUSTER_CONNS):
+        if conn_id.startswith(CLUSTER_CONN_PREFIX):
+            try:
+                hook.clusters.get(conn_id[len(CLUSTER_CONN_PREFIX):])
+            except (StreamrepError, ValueError):
+                continue
+
+
+def _gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, list[dict[str, Any]]]:
+    """Per destination cluster: the gateways listed for it and those heartbeating in it."""
+    listed: dict[str, dict[str, list[str]]] = {n: {} for n in names}
+    for source in names:
+        try:
+            lists = admin.gateways(source)
+        except StreamrepError:
+            continue
+        for dst, gateways in lists.items():
+            for gateway in gateways:
+                listed.setdefault(dst, {}).setdefault(gateway, []).append(source)
+    result: dict[str, list[dict[str, Any]]] = {}
+    for cluster in names:
+        try:
+            beats = admin.clusters.store(cluster).catalog_list(HEARTBEAT_KIND)
+        except StreamrepError:
+            beats = {}
+        rows = []
+        for gid in sorted(set(beats) | set(listed.get(cluster, {}))):
+            beat = beats.get(gid)
+            age = None if beat is None else max(0.0, now - float(beat.get("ts", 0)))
+            status = "down" if age is None else ("live" if age < HEARTBEAT_EXPIRY_SECONDS else "expired")
+            rows.append({"id": gid, "status": status, "heartbeatAgeSeconds": age,
+                         "host": beat.get("host") if beat else None, "pid": beat.get("pid") if beat else None,
+                         "listedBy": sorted(listed.get(cluster, {}).get(gid, []))})
+        result[cluster] = rows
+    return result
+
+
+def topology(admin: StreamAdmin) -> dict[str, Any]:
+    """Everything the page shows, as JSON-ready data."""
+    now = time.time()
+    clusters = admin.clusters.list()
+    names = [c.name for c in clusters]
+    gateways = _gateways(admin, names, now)
+    out: dict[str, Any] = {"generated": now, "clusters": [], "links": []}
+    for info in clusters:
+        cluster: dict[str, Any] = {"name": info.name, "kind": info.kind, "url": info.url, "error": None,
+                                   "streams": [], "gateways": gateways.get(info.name, [])}
+        out["clusters"].append(cluster)
+        try:
+            entries = sorted(admin.list_streams(info.name), key=lambda e: e.path)
+        except StreamrepError as err:
+            cluster["error"] = str(err)
+            continue
+        for entry in entries:
+            path = str(StreamPath(info.name, entry.path))
+            stream: dict[str, Any] = {"path": path, "name": entry.path, "uuid": entry.uuid,
+                                      "topics": 0, "partitions": 0, "messages": 0,
+                                      "upstreams": [u.path for u in entry.upstreams], "error": None}
+            try:
+                topics = admin.list_topics(path)
+                stream.update(topics=len(topics), partitions=sum(t["partitions"] for t in topics),
+                              messages=sum(t["messages"] for t in topics))
+                for row in replica_status(admin, path):
+                    out["links"].append({"kind": "replica", "source": path, **row})
+            except StreamrepError as err:
+                stream["error"] = str(err)
+            cluster["streams"].append(stream)
+        try:  # upstreams whose source does not list this replica: half of an agreement
+            _, blocked = flows_into(admin, info.name)
+        except StreamrepError:
+            blocked = []
+        for b in blocked:
+            listed = any(link["source"] == str(b.source) and link["replica"] == str(b.replica)
+                         for link in out["links"])
+            if not listed:
+                out["links"].append({"kind": "upstream-only", "source": str(b.source), "replica": str(b.replica),
+                                     "replicaState": "UPSTREAM_ONLY", "errors": b.reason, "paused": False})
+    return out
+
+
+# -- drawing ------------------------------------------------------------------------------
+COL_W, GAP, MARGIN = 270, 210, 24
+HEAD_H, STREAM_H, STREAM_GAP, PAD = 50, 58, 14, 14
+GW_HEAD_H, GW_ROW_H = 28, 22
+
+COLORS = {
+    "REPLICATING": "#16a34a", "WAITING_FOR_GATEWAY": "#d97706", "WAITING_FOR_UPSTREAM": "#d97706",
+    "COPY_IN_PROGRESS": "#2563eb", "SYNC_FELL_BACK_TO_ASYNC": "#ea580c", "UNEXPECTED": "#dc2626",
+    "PAUSED": "#6b7280", "UPSTREAM_ONLY": "#9ca3af",
+}
+GATEWAY_COLORS = {"live": "#16a34a", "expired": "#d97706", "down": "#dc2626"}
+
+
+def short_state(link: dict[str, Any]) -> str:
+    if link.get("paused"):
+        return "PAUSED"
+    return str(link.get("replicaState") or "").removeprefix(STATE_PREFIX)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _count(n: Any) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _lag(ms: Any) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60000:.1f} min"
+
+
+def column_order(topo: dict[str, Any]) -> list[dict[str, Any]]:
+    """Clusters left to right, sources before their replicas: by how many more links leave a
+    cluster than arrive in it, then by name."""
+    balance = {c["name"]: 0 for c in topo["clusters"]}
+    for link in topo["links"]:
+        for path, step in ((link["source"], -1), (link["replica"], 1)):
+            cluster = path.split("/")[2] if path.startswith("/mapr/") else None
+            if cluster in balance:
+                balance[cluster] += step
+    return sorted(topo["clusters"], key=lambda c: (balance[c["name"]], c["name"]))
+
+
+def _svg(topo: dict[str, Any]) -> str:
+    clusters = column_order(topo)
+    if not clusters:
+        return '<p class="empty">No clusters yet: add one with <code>streamrep cluster add -name NAME</code>.</p>'
+    boxes: dict[str, tuple[int, float, float, float]] = {}  # stream path -> (column, x, y, width)
+    max_streams = max((len(c["streams"]) for c in clusters), default=0)
+    max_gateways = max((len(c["gateways"]) for c in clusters), default=0)
+    streams_h = max(1, max_streams) * (STREAM_H + STREAM_GAP)
+    cluster_h = HEAD_H + PAD + streams_h + GW_HEAD_H + max(1, max_gateways) * GW_ROW_H + PAD
+    width = MARGIN * 2 + len(clusters) * COL_W + (len(clusters) - 1) * GAP
+    height = MARGIN * 2 + cluster_h + 20
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" id="topology" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="replication topology">',
+             '<defs>']
+    for name, color in COLORS.items():
+        parts.append(f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+                     f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{color}"/></marker>')
+    parts.append('</defs>')
+    for i, cluster in enumerate(clusters):
+        x = MARGIN + i * (COL_W + GAP)
+        y = MARGIN
+        parts.append(f'<g class="cluster" data-cluster="{_e(cluster["name"])}">')
+        parts.append(f'<rect x="{x}" y="{y}" width="{COL_W}" height="{cluster_h}" rx="12" class="cluster-box"/>')
+        parts.append(f'<text x="{x + PAD}" y="{y + 24}" class="cluster-name">{_e(cluster["name"])}</text>')
+        sub = f'{cluster["kind"]} · {len(cluster["streams"])} stream{"s" if len(cluster["streams"]) != 1 else ""}'
+        parts.append(f'<text x="{x + PAD}" y="{y + 41}" class="cluster-sub">{_e(sub)}</text>')
+        if cluster["error"]:
+            parts.append(f'<text x="{x + PAD}" y="{y + HEAD_H + 24}" class="error">{_e(cluster["error"][:40])}</text>')
+        for j, stream in enumerate(cluster["streams"]):
+            sx, sy, sw = x + PAD, y + HEAD_H + PAD + j * (STREAM_H + STREAM_GAP), COL_W - 2 * PAD
+            boxes[stream["path"]] = (i, sx, sy, sw)
+            parts.append(f'<g class="stream" data-path="{_e(stream["path"])}">'
+                         f'<rect x="{sx}" y="{sy}" width="{sw}" height="{STREAM_H}" rx="8" class="stream-box"/>'
+                         f'<text x="{sx + 12}" y="{sy + 23}" class="stream-name">{_e(stream["name"])}</text>'
+                         f'<text x="{sx + 12}" y="{sy + 43}" class="stream-sub">'
+                         f'{_e(stream["topics"])} topics · {_e(stream["partitions"])} partitions · '
+                         f'{_count(stream["messages"])} msgs</text></g>')
+        gy = y + HEAD_H + PAD + streams_h
+        parts.append(f'<text x="{x + PAD}" y="{gy + 18}" class="gw-head">gateways</text>')
+        if not cluster["gateways"]:
+            parts.append(f'<text x="{x + PAD}" y="{gy + GW_HEAD_H + 14}" class="gw-none">none running or listed</text>')
+        for k, gw in enumerate(cluster["gateways"]):
+            ry = gy + GW_HEAD_H + k * GW_ROW_H
+            color = GATEWAY_COLORS.get(gw["status"], "#6b7280")
+            age = "" if gw["heartbeatAgeSeconds"] is None else f' · beat {gw["heartbeatAgeSeconds"]:.0f}s ago'
+            parts.append(f'<g class="gateway" data-gateway="{_e(gw["id"])}" data-status="{_e(gw["status"])}">'
+                         f'<circle cx="{x + PAD + 6}" cy="{ry + 9}" r="6" fill="{color}"/>'
+                         f'<text x="{x + PAD + 20}" y="{ry + 14}" class="gw">{_e(gw["id"])} — {_e(gw["status"])}{_e(age)}</text></g>')
+        parts.append('</g>')
+    # links: curves between stream boxes, labelled with state, lag and pending messages
+    pairs = {(link["source"], link["replica"]) for link in topo["links"]}
+    for link in topo["links"]:
+        src, dst = boxes.get(link["source"]), boxes.get(link["replica"])
+        if src is None or dst is None:
+            continue
+        state = short_state(link)
+        color = COLORS.get(state, "#6b7280")
+        offset = -8 if (link["replica"], link["source"]) in pairs else 0
+        if (link["replica"], link["source"]) in pairs and link["source"] > link["replica"]:
+            offset = 8
+        (ci, sx, sy, sw), (cj, dx, dy, dw) = src, dst
+        y1, y2 = sy + STREAM_H / 2 + offset, dy + STREAM_H / 2 + offset
+        if ci < cj:
+            x1, x2 = sx + sw, dx
+        elif ci > cj:
+            x1, x2 = sx, dx + dw
+        else:
+            x1, x2 = sx + sw, dx + dw
+        if ci == cj:
+            bend = 70
+            c1, c2 = (x1 + bend, y1), (x2 + bend, y2)
+        else:
+            mid = (x2 - x1) / 2
+            c1, c2 = (x1 + mid, y1), (x2 - mid, y2)
+        dash = ' stroke-dasharray="7 5"' if state in ("PAUSED", "UPSTREAM_ONLY", "WAITING_FOR_UPSTREAM") else ""
+        parts.append(f'<g class="link" data-source="{_e(link["source"])}" data-replica="{_e(link["replica"])}" '
+                     f'data-state="{_e(state)}">'
+                     f'<path d="M{x1:.1f},{y1:.1f} C{c1[0]:.1f},{c1[1]:.1f} {c2[0]:.1f},{c2[1]:.1f} {x2:.1f},{y2:.1f}" '
+                     f'fill="none" stroke="{color}" stroke-width="3"{dash} marker-end="url(#arrow-{_e(state) if state in COLORS else "PAUSED"})"/>')
+        # the label sits at the curve's midpoint (t = 0.5 of the cubic Bezier)
+        lx = (x1 + 3 * c1[0] + 3 * c2[0] + x2) / 8
+        ly = (y1 + 3 * c1[1] + 3 * c2[1] + y2) / 8 + (-22 if offset < 0 else 22 if offset > 0 else 0)
+        line2 = ("upstream only" if link["kind"] == "upstream-only" else
+                 f'lag {_lag(link.get("replicationLagMillis"))} · {_count(link.get("pendingMessages"))} pending')
+        w = max(len(state), len(line2)) * 7 + 16
+        parts.append(f'<rect x="{lx - w / 2:.1f}" y="{ly - 17:.1f}" width="{w}" height="34" rx="6" class="label-box" '
+                     f'stroke="{color}"/>'
+                     f'<text x="{lx:.1f}" y="{ly - 3:.1f}" class="label-state" fill="{color}">{_e(state)}</text>'
+                     f'<text x="{lx:.1f}" y="{ly + 12:.1f}" class="label-sub">{_e(line2)}</text></g>')
+    parts.append('</svg>')
+    return "".join(parts)
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:20px;color:#111827;background:#f8fafc}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:26px 0 8px}
+.meta{color:#6b7280;font-size:13px;margin-bottom:14px}
+.canvas{overflow-x:auto;background:#fff;border:1px solid #e5e7eb;border-radius:12px;padding:8px}
+.cluster-box{fill:#f1f5f9;stroke:#94a3b8;stroke-width:1.5}
+.cluster-name{font-size:17px;font-weight:700;fill:#0f172a} .cluster-sub{font-size:12px;fill:#64748b}
+.stream-box{fill:#fff;stroke:#3b82f6;stroke-width:1.5} .stream-name{font-size:14px;font-weight:600;fill:#1e3a8a}
+.stream-sub{font-size:11.5px;fill:#475569} .gw-head{font-size:12px;font-weight:700;fill:#334155;letter-spacing:.05em}
+.gw{font-size:12px;fill:#1f2937} .gw-none{font-size:12px;fill:#9ca3af} .error{font-size:12px;fill:#dc2626}
+.label-box{fill:#fff;stroke-width:1.2} .label-state{font-size:11px;font-weight:700;text-anchor:middle}
+.label-sub{font-size:11px;fill:#374151;text-anchor:middle}
+table{border-collapse:collapse;background:#fff;font-size:13px;min-width:60%}
+th,td{border:1px solid #e5e7eb;padding:5px 9px;text-align:left} th{background:#f1f5f9}
+.pill{display:inline-block;padding:1px 8px;border-radius:9px;color:#fff;font-size:11.5px;font-weight:600}
+.empty{color:#6b7280}
+.legend{font-size:12px;color:#4b5563;padding:4px 10px 6px}
+.swatch{display:inline-block;width:18px;height:4px;margin:0 5px 3px 12px;border-radius:2px;vertical-align:middle}
+"""
+
+
+def _pill(text: str, color: str) -> str:
+    return f'<span class="pill" style="background:{color}">{_e(text)}</span>'
+
+
+def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
+    """The whole HTML page."""
+    generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(topo["generated"]))
+    rows = []
+    for link in topo["links"]:
+        state = short_state(link)
+        rows.append(
+            "<tr>" + "".join(f"<td>{cell}</td>" for cell in (
+                _e(link["source"]), _e(link["replica"]), _pill(state, COLORS.get(state, "#6b7280")),
+                _e(str(bool(link.get("paused"))).lower()), _e(str(bool(link.get("synchronous"))).lower()),
+                _e({True: "yes", False: "no"}.get(link.get("isUptodate"), "-")),
+                _count(link.get("pendingMessages")), _count(link.get("bytesPending")),
+                _e(_lag(link.get("replicationLagMillis"))), _e(link.get("errors") or ""),
+            )) + "</tr>")
+    gateways = []
+    for cluster in topo["clusters"]:
+        for gw in cluster["gateways"]:
+            age = "-" if gw["heartbeatAgeSeconds"] is None else f'{gw["heartbeatAgeSeconds"]:.1f} s ago'
+            where = "-" if gw["host"] is None else f'{gw["host"]} (pid {gw["pid"]})'
+            gateways.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
+                _e(cluster["name"]), _e(gw["id"]), _pill(gw["status"], GATEWAY_COLORS.get(gw["status"], "#6b7280")),
+                _e(age), _e(where), _e(", ".join(gw["listedBy"]) or "-"))) + "</tr>")
+    streams = []
+    for cluster in topo["clusters"]:
+        for s in cluster["streams"]:
+            streams.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
+                _e(s["path"]), _e(s["topics"]), _e(s["partitions"]), _count(s["messages"]),
+                _e(", ".join(s["upstreams"]) or "-"), _e(s["error"] or ""))) + "</tr>")
+    clusters = ", ".join(f'{_e(c["name"])} ({_e(c["kind"])})' for c in topo["clusters"]) or "none"
+    legend = " ".join(f'<span class="swatch" style="background:{color}"></span>{_e(state.lower().replace("_", " "))}'
+                      for state, color in COLORS.items())
+    replica_header = ("<tr><th>source</th><th>replica</th><th>state</th><th>paused</th><th>synchronous</th>"
+                      "<th>up to date</th><th>pending msgs</th><th>pending bytes</th><th>lag</th><th>errors</th></tr>")
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Stream replication</title>
+<meta http-equiv="refresh" content="{int(refresh_seconds)}">
+<style>{STYLE}</style></head>
+<body>
+<h1>Stream replication</h1>
+<div class="meta">Clusters: {clusters} · {len(topo["links"])} replica link{"s" if len(topo["links"]) != 1 else ""} ·
+updated {_e(generated)} (refreshes every {int(refresh_seconds)} s) · <a href="api/topology">JSON</a></div>
+<div class="canvas">{_svg(topo)}<div class="legend">{legend}</div></div>
+<h2>Replicas</h2>
+<table id="replicas">{replica_header}{"".join(rows) or '<tr><td colspan="10" class="empty">no replicas</td></tr>'}</table>
+<h2>Gateways</h2>
+<table id="gateways"><tr><th>cluster</th><th>gateway</th><th>status</th><th>last heartbeat</th><th>where</th><th>listed by</th></tr>
+{"".join(gateways) or '<tr><td colspan="6" class="empty">no gateways listed or running</td></tr>'}</table>
+<h2>Streams</h2>
+<table id="streams"><tr><th>stream</th><th>topics</th><th>partitions</th><th>messages</th><th>upstreams</th><th>errors</th></tr>
+{"".join(streams) or '<tr><td colspan="6" class="empty">no streams</td></tr>'}</table>
+</body></html>"""
+
+
+# -- serving ------------------------------------------------------------------------------
+def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook) -> dict[str, Any]:
+    hook = hook_factory()
+    try:
+        discover_connection_clusters(hook)
+        return topology(hook.admin)
+    finally:
+        hook.close()
+
+
+def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook):
+    """The FastAPI app of the page: ``/replication`` (HTML) and ``/api/topology`` (JSON)."""
+    from fastapi import FastAPI
+    from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+
+    app = FastAPI(title="streamrep: stream replication", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> RedirectResponse:
+        return RedirectResponse("replication")
+
+    @app.get("/replication", response_class=HTMLResponse)
+    def replication_page() -> HTMLResponse:
+        return HTMLResponse(render_page(current_topology(hook_factory)))
+
+    @app.get("/api/topology")
+    def replication_topology() -> JSONResponse:
+        return JSONResponse(current_topology(hook_factory))
+
+    return app
+
+

@@ -1,0 +1,68 @@
+"""DAG params for streamrep DAGs, validated by a JSON schema at trigger time.
+
+The patterns are built from the path and name rules of ``streamrep.model.paths``, so the
+trigger form refuses what ``streamrep`` itself would refuse (a topic in a stream path, an
+empty component, a bad cluster name) before any task runs. The task then parses the path
+again with the same rules, against the cluster registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import Param
+
+from streamrep.model.paths import CLUSTER_NAME, MAPR_ROOT, MAX_PATH_LENGTH, PATH_COMPONENT
+
+
+def _body(pattern: str) -> str:
+    """A ``^...$`` pattern without its anchors, to compose it into a larger one."""
+    return pattern.removeprefix("^").removesuffix("$")
+
+
+_COMPONENT = _body(PATH_COMPONENT.pattern)
+CLUSTER_PATTERN = CLUSTER_NAME.pattern
+# /mapr/<cluster>/<path> (the leading '/' may be left out, as in the seeds), or a path on the
+# default cluster (which cannot start with 'mapr').
+STREAM_PATH_PATTERN = (
+    rf"^/?(?:{MAPR_ROOT}/{_body(CLUSTER_NAME.pattern)}/|(?!{MAPR_ROOT}(?:/|$))){_COMPONENT}(?:/{_COMPONENT})*/?$"
+)
+
+
+def stream_path_param(default: str | None, title: str, description: str) -> Param:
+    """A stream path: ``/mapr/<cluster>/<stream>``."""
+    kwargs: dict[str, Any] = {} if default is None else {"default": default}
+    return Param(
+        type="string",
+        pattern=STREAM_PATH_PATTERN,
+        minLength=1,
+        maxLength=MAX_PATH_LENGTH,
+        title=title,
+        description=f"{description} A stream path: /mapr/<cluster>/<stream>, with no ':topic'.",
+        **kwargs,
+    )
+
+
+def cluster_param(default: str | None, description: str) -> Param:
+    """A cluster name."""
+    kwargs: dict[str, Any] = {} if default is None else {"default": default}
+    return Param(type="string", pattern=CLUSTER_PATTERN, title="Cluster",
+                 description=f"{description} Letters, digits, '.', '_' or '-'.", **kwargs)
+
+
+def flag_param(default: bool, title: str, description: str) -> Param:
+    return Param(default, type="boolean", title=title, description=description)
+
+
+def as_bool(value: Any) -> bool:
+    """A templated flag as a bool (``"True"``/``"false"``/``1``... are accepted)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off", "", "none"):
+        return False
+    raise ValueError(f"not a boolean: {value!r}")

@@ -1,0 +1,31 @@
+"""Provider metadata, so that Airflow's connection form offers the ``streamrep`` connection
+type. Airflow reads it through the entry point (in pyproject.toml)::
+
+    [project.entry-points.apache_airflow_provider]
+    provider_info = "streamrep.airflow.provider:get_provider_info"
+
+Without the entry point everything still works: connections of type ``streamrep`` can be
+defined by environment variable, CLI or API; only the UI's form does not list the type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    return {
+        "package-name": "streamrep",
+        "name": "streamrep",
+        "description": "MapR Event Store style stream replication: clusters, replicas, copystream, gateways.",
+        "connection-types": [
+            {"connection-type": "streamrep", "hook-class-name": "streamrep.airflow.hook.StreamrepHook"},
+        ],
+        "hooks": [{"integration-name": "streamrep", "python-modules": ["streamrep.airflow.hook"]}],
+        "operators": [{"integration-name": "streamrep",
+                       "python-modules": ["streamrep.airflow.operators", "streamrep.airflow.spark_operators"]}],
+        "sensors": [{"integration-name": "streamrep", "python-modules": ["streamrep.airflow.sensors"]}],
+        "triggers": [{"integration-name": "streamrep", "python-modules": ["streamrep.airflow.triggers"]}],
+        "integrations": [{"integration-name": "streamrep", "external-doc-url": "https://example.invalid/streamrep",
+                          "tags": ["software"]}],
+    }

@@ -1,0 +1,81 @@
+"""A sensor that waits until a replica is up to date."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Sequence
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowFailException
+
+from streamrep.airflow.hook import StreamrepHook, user_errors
+from streamrep.airflow.params import as_bool
+from streamrep.airflow.triggers import ReplicaUpToDateTrigger, replica_row
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class ReplicaUpToDateSensor(BaseSensorOperator):
+    """Wait until ``replica`` of ``path`` is up to date: nothing pending at the source and a
+    replicating state (``isUptodate`` in ``maprcli stream replica list``).
+
+    Fails at once, with streamrep's message, if the replica is not registered.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream. (templated)
+    :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param deferrable: wait in the triggerer (``ReplicaUpToDateTrigger``) instead of holding
+        a worker slot. (templated)
+    :return: (XCom) the replica's ``replica list`` row once it is up to date.
+    """
+
+    template_fields: Sequence[str] = ("path", "replica", "deferrable")
+    ui_color = "#e0f2fe"
+
+    def __init__(self, *, path: str, replica: str, streamrep_conn_id: str = StreamrepHook.default_conn_name,
+                 deferrable: Any = False, poke_interval: float = 10, **kwargs: Any):
+        super().__init__(poke_interval=poke_interval, **kwargs)
+        self.path = path
+        self.replica = replica
+        self.streamrep_conn_id = streamrep_conn_id
+        self.deferrable = deferrable
+
+    def _row(self, hook: StreamrepHook) -> dict[str, Any]:
+        with user_errors():
+            return replica_row(hook.admin, self.path, self.replica)
+
+    def poke(self, context: Context) -> PokeReturnValue:
+        hook = StreamrepHook(self.streamrep_conn_id)
+        try:
+            row = self._row(hook)
+        finally:
+            hook.close()
+        self.log.info("%s: %s, up to date: %s, %s messages pending, lag %s ms", row["replica"],
+                      row["replicaState"], row["isUptodate"], row["pendingMessages"], row["replicationLagMillis"])
+        return PokeReturnValue(is_done=bool(row["isUptodate"]), xcom_value=row)
+
+    def execute(self, context: Context) -> Any:
+        if not as_bool(self.deferrable):
+            return super().execute(context)
+        hook = StreamrepHook(self.streamrep_conn_id)
+        try:
+            row = self._row(hook)  # also resolves the clusters involved, for the trigger
+            if row["isUptodate"]:
+                self.log.info("%s is up to date", row["replica"])
+                return row
+            trigger = ReplicaUpToDateTrigger(
+                path=self.path, replica=self.replica, home=hook.clusters.home,
+                clusters=hook.clusters.overridden, poll_interval=float(self.poke_interval),
+            )
+        finally:
+            hook.close()
+        self.log.info("%s is not up to date (%s, %s pending): deferring", row["replica"], row["replicaState"],
+                      row["pendingMessages"])
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not event or event.get("status") != "uptodate":
+            raise AirflowFailException((event or {}).get("message") or f"unexpected trigger event {event!r}")
+        self.log.info("%s is up to date", event["row"]["replica"])
+        return event["row"]

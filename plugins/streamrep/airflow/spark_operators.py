@@ -1,0 +1,219 @@
+"""copystream and gateways as thin subclasses of the Spark provider's ``SparkSubmitOperator``.
+
+They run ``spark_apps/copystream.py`` and ``spark_apps/gateway.py`` on the ``spark_default``
+connection (e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``).
+If that connection is not defined they run Spark locally (``STREAMREP_SPARK_MASTER``, else
+``local[2]``), so the DAGs need no set-up on one machine. What spark-submit needs (the app,
+its arguments and conf, this venv's ``spark-submit`` and Python) comes from
+``streamrep.spark.submit``; the clusters and identity come from the streamrep hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+
+from streamrep.airflow.hook import StreamrepHook, user_errors
+from streamrep.airflow.params import as_bool
+from streamrep.replication.copy import mark_copy_state, plan_copy, summary
+from streamrep.replication.flows import flows_into
+from streamrep.spark.submit import application, master_url, submit_env
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+LOCAL_SPARK_CONN_ID = "streamrep_spark_local"
+APP_ERROR_PREFIX = "ERROR: "  # how the spark_apps report an error: one line on stderr
+SUBMIT_ENV_KEYS = ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONUNBUFFERED")
+
+
+class StreamrepSparkSubmitOperator(SparkSubmitOperator):
+    """Base of the streamrep Spark operators: a SparkSubmitOperator whose application, arguments
+    and conf are built at run time from ``streamrep.spark.submit``, with the environment that
+    lets Spark's Python processes import streamrep and see the same clusters.
+
+    :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param conn_id: the Spark connection (default ``spark_default``).
+    :param conf: extra Spark conf, over streamrep's defaults. (templated)
+    """
+
+    app = ""
+    ui_color = "#fde68a"
+
+    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str = "spark_default",
+                 **kwargs: Any):
+        kwargs.setdefault("name", f"streamrep-{self.app}")
+        super().__init__(conn_id=conn_id, **kwargs)
+        self.streamrep_conn_id = streamrep_conn_id
+
+    # -- what subclasses provide -------------------------------------------------------
+    def app_args(self, hook: StreamrepHook) -> list[str]:
+        raise NotImplementedError
+
+    def result(self, hook: StreamrepHook, output: list[str]) -> Any:
+        return None
+
+    # -- running --------------------------------------------------------------------------
+    def _use_local_spark_if_unconfigured(self) -> None:
+        try:
+            BaseHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:
+            master = master_url(None)
+            self.log.warning("Spark connection %s is not defined: running Spark locally on %s", self._conn_id, master)
+            os.environ[f"AIRFLOW_CONN_{LOCAL_SPARK_CONN_ID.upper()}"] = json.dumps(
+                {"conn_type": "spark", "host": master})
+            self._conn_id = LOCAL_SPARK_CONN_ID
+
+    def execute(self, context: Context) -> Any:
+        hook = StreamrepHook(self.streamrep_conn_id)
+        try:
+            with user_errors():
+                skip = self.preflight(hook, context)
+                if skip is not None:
+                    return skip
+                path, args, conf = application(self.app, self.app_args(hook), self.conf or None)
+                env = {k: v for k, v in submit_env().items() if k in SUBMIT_ENV_KEYS}
+            env.update(hook.process_env())
+            env.update(self.env_vars or {})
+            self.application, self.application_args, self.conf, self.env_vars = path, args, conf, env
+            self._use_local_spark_if_unconfigured()
+            self._hook = None  # built from the settings above
+            self.log.info("spark-submit %s %s", path, " ".join(args))
+            try:
+                super().execute(context)
+            except AirflowException as err:
+                raise AirflowException(self._failure(err)) from None
+            return self.result(hook, self._output())
+        finally:
+            hook.close()
+
+    def preflight(self, hook: StreamrepHook, context: Context) -> Any:
+        """Checks before spark-submit; a non-None result ends the task with that result."""
+        return None
+
+    def _output(self) -> list[str]:
+        return list(getattr(self._hook, "_last_submit_log_lines", None) or ())
+
+    def _failure(self, err: Exception) -> str:
+        """The app's own one-line error if it printed one, else the provider's message."""
+        errors = [line[len(APP_ERROR_PREFIX):] for line in self._output() if line.startswith(APP_ERROR_PREFIX)]
+        if errors:
+            return f"streamrep {self.app}: {errors[-1]}"
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+class StreamCopyOperator(StreamrepSparkSubmitOperator):
+    """``mapr copystream -src <source> -dst <destination>`` as a Spark batch job.
+
+    Copies everything ``source`` holds when the copy starts into ``destination`` (created with
+    the source's metadata if missing). The copy stores replication positions with the messages,
+    so a retry, or the gateways taking over after ``replica resume``, never duplicates or skips
+    a message. Before starting Spark the copy is planned in the task: a user error fails at
+    once, and when the destination already holds everything (a retry after a completed copy)
+    Spark is not started at all.
+
+    :param source: the source stream. (templated)
+    :param destination: the destination stream. (templated)
+    :param numthreads: copy threads (the thread count of a local master).
+    :return: (XCom) the copy summary: ``source``, ``destination``, ``messages`` written and the
+        source ``positions`` reached, by ``topic:partition``.
+    """
+
+    app = "copystream"
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source", "destination")
+
+    def __init__(self, *, source: str, destination: str, numthreads: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.source = source
+        self.destination = destination
+        self.numthreads = numthreads
+
+    def preflight(self, hook: StreamrepHook, context: Context) -> dict[str, Any] | None:
+        admin = hook.admin
+        plan = plan_copy(admin, self.source, self.destination)
+        pending = plan.total(admin)
+        if pending:
+            self.log.info("copystream %s -> %s: %d messages to copy", plan.source, plan.destination, pending)
+            self._plan = plan
+            return None
+        mark_copy_state(admin, plan, False)
+        self.log.info("copystream %s -> %s: the destination already holds every message: nothing to copy",
+                      plan.source, plan.destination)
+        return summary(plan, 0)
+
+    def app_args(self, hook: StreamrepHook) -> list[str]:
+        args = ["--src", self.source, "--dst", self.destination, "--home", hook.registry_home()]
+        if self.numthreads:
+            args += ["--numthreads", str(self.numthreads)]
+        return args
+
+    def result(self, hook: StreamrepHook, output: list[str]) -> dict[str, Any]:
+        for line in reversed(output):
+            if line.startswith("{") and '"positions"' in line:
+                try:
+                    copied = json.loads(line)
+                except ValueError:
+                    continue
+                self.log.info("copied %s messages; source positions reached: %s", copied.get("messages"),
+                              copied.get("positions"))
+                return copied
+        return summary(self._plan, None)
+
+
+class StreamGatewayOperator(StreamrepSparkSubmitOperator):
+    """A gateway of ``cluster`` as a Spark Structured Streaming job (``spark_apps/gateway.py``).
+
+    It pulls its share of every source stream that flows into the replicas on ``cluster`` and
+    applies it exactly once (positions are stored with the messages). Without ``once`` it runs
+    until the task is stopped; give it retries with a ``retry_delay`` and Airflow restarts a
+    gateway that dies, while the other gateways take over its share meanwhile and nothing is
+    lost while all are down (data waits at the source).
+
+    :param cluster: the destination cluster. (templated)
+    :param gateway_id: the gateway's name, as listed by ``cluster gateway set`` (default: host
+        name). (templated)
+    :param once: replicate what is available now, then finish. (templated)
+    :param interval: seconds between micro-batches.
+    :param max_records: source messages per micro-batch at most.
+    :return: (XCom) ``cluster``, ``gateway`` and ``once``.
+    """
+
+    app = "gateway"
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "cluster", "gateway_id", "once")
+
+    def __init__(self, *, cluster: str, gateway_id: str | None = None, once: Any = False,
+                 interval: float | None = None, max_records: int | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cluster = cluster
+        self.gateway_id = gateway_id
+        self.once = once
+        self.interval = interval
+        self.max_records = max_records
+
+    def preflight(self, hook: StreamrepHook, context: Context) -> None:
+        hook.clusters.get(self.cluster)  # an unknown cluster fails here, not in Spark
+        flows, blocked = flows_into(hook.admin, self.cluster)  # resolves the source clusters too
+        self.log.info("gateway %s of %s: %d replication flows into this cluster (%d paused), %d blocked",
+                      self.gateway_id or "(host name)", self.cluster, len(flows),
+                      sum(f.paused for f in flows), len(blocked))
+        return None
+
+    def app_args(self, hook: StreamrepHook) -> list[str]:
+        args = ["--cluster", self.cluster, "--home", hook.registry_home()]
+        if self.gateway_id:
+            args += ["--id", str(self.gateway_id)]
+        if as_bool(self.once):
+            args.append("--once")
+        if self.interval is not None:
+            args += ["--interval", str(self.interval)]
+        if self.max_records:
+            args += ["--max-records", str(self.max_records)]
+        return args
+
+    def result(self, hook: StreamrepHook, output: list[str]) -> dict[str, Any]:
+        return {"cluster": self.cluster, "gateway": self.gateway_id, "once": as_bool(self.once)}

@@ -1,0 +1,219 @@
+"""The two Spark jobs, as functions over a SparkSession: copystream (batch) and the gateway
+(Structured Streaming). ``spark_apps/*.py`` parse arguments and call these; tests call them on
+a shared session. Every rule stays in ``streamrep.replication``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+from typing import Mapping
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import StreamrepError
+from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
+from streamrep.replication.copy import mark_copy_state, plan_copy, summary
+from streamrep.replication.gateway import Gateway, default_gateway_id
+from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
+from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_CONFIG, master_url, python_env, spark_conf
+
+log = logging.getLogger(__name__)
+
+
+def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
+    """A SparkSession with ``format("streamrep")`` registered. Under spark-submit the master
+    and conf given to spark-submit win over ``master``."""
+    from pyspark.sql import SparkSession
+
+    for name, value in python_env().items():
+        os.environ.setdefault(name, value)
+    builder = SparkSession.builder.appName(app_name)
+    merged = spark_conf(conf)
+    if not _submitted():  # this process starts the JVM: give it the master and the log settings
+        builder = builder.master(master_url(master))
+        merged.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}")
+    for key, value in merged.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    level = os.environ.get("STREAMREP_SPARK_LOG_LEVEL")  # else log4j2.properties: warnings, on stderr
+    if level:
+        spark.sparkContext.setLogLevel(level)
+    register(spark)
+    return spark
+
+
+def _submitted() -> bool:
+    # spark-submit passes its master to the Python driver through the JVM it starts.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+# -- copystream ----------------------------------------------------------------------------
+def copy_stream(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
+    """copystream on Spark: plan the copy once (fixing each source partition's end), show
+    COPY_IN_PROGRESS, copy every source partition in its own task, and restore the state.
+    Returns ``copy.summary`` of the copy."""
+    home = resolve_home(home or admin.clusters.home)
+    plan = plan_copy(admin, source, destination)
+    mark_copy_state(admin, plan, True)
+    fd, report = tempfile.mkstemp(prefix="streamrep-copy-", suffix=".json")
+    os.close(fd)
+    try:
+        df = (spark.read.format(FORMAT)
+              .option("home", home)
+              .option("copyfrom", str(plan.source))
+              .option("copyto", str(plan.destination))
+              .option("ends", encode_ends(plan))
+              .load())
+        (df.write.format(FORMAT)
+         .option("home", home)
+         .option("mode", "copy")
+         .option("copyto", str(plan.destination))
+         .option("report", report)
+         .mode("append")
+         .save())
+        with open(report, encoding="utf-8") as f:
+            text = f.read()
+        written = json.loads(text)["written"] if text else 0
+    finally:
+        os.unlink(report)
+    mark_copy_state(admin, plan, False)
+    return summary(plan, written)
+
+
+# -- gateway -------------------------------------------------------------------------------
+def default_checkpoint(home: str | None, cluster: str, gateway_id: str) -> str:
+    return os.path.join(resolve_home(home), "checkpoints", f"gateway-{cluster}-{gateway_id}")
+
+
+class _Heartbeat(threading.Thread):
+    """Keeps the gateway live while a long micro-batch runs (latestOffset also heartbeats)."""
+
+    def __init__(self, gateway: Gateway, interval: float = HEARTBEAT_INTERVAL_SECONDS):
+        super().__init__(name="streamrep-heartbeat", daemon=True)
+        self.gateway = gateway
+        self.interval = interval
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.wait(self.interval):
+            try:
+                self.gateway.heartbeat()
+            except Exception as err:  # noqa: BLE001 - a missed beat only risks a brief handover
+                log.warning("gateway %s: heartbeat failed: %s", self.gateway.id, err)
+
+
+def start_gateway(spark, cluster: str, gateway_id: str | None = None, home: str | None = None,
+                  checkpoint: str | None = None, once: bool = False, interval: float = DEFAULT_INTERVAL,
+                  max_records: int | None = None):
+    """Start the gateway's streaming query (reader ``gateway`` into writer ``replicate``)."""
+    home = resolve_home(home)
+    gateway_id = gateway_id or default_gateway_id()
+    reader = (spark.readStream.format(FORMAT)
+              .option("home", home)
+              .option("cluster", cluster)
+              .option("gateway", gateway_id))
+    if max_records:
+        reader = reader.option("maxRecordsPerTrigger", str(max_records))
+    writer = (reader.load().writeStream.format(FORMAT)
+              .option("home", home)
+              .option("mode", "replicate")
+              .option("cluster", cluster)
+              .option("gateway", gateway_id)
+              .option("checkpointLocation", checkpoint or default_checkpoint(home, cluster, gateway_id))
+              .queryName(f"streamrep-gateway-{cluster}-{gateway_id}"))
+    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{interval} seconds")
+    return writer.start()
+
+
+def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None = None,
+                home: str | None = None, checkpoint: str | None = None, once: bool = False,
+                interval: float = DEFAULT_INTERVAL, max_records: int | None = None,
+                stop: threading.Event | None = None) -> None:
+    """Run a gateway of ``cluster`` until everything available now is replicated (``once``),
+    or until ``stop`` is set or the process is interrupted. Its heartbeat is withdrawn on the
+    way out, so the other gateways take its share at once."""
+    gateway = Gateway(admin, cluster, gateway_id)
+    gateway.heartbeat()
+    beat = _Heartbeat(gateway)
+    beat.start()
+    query = None
+    try:
+        query = start_gateway(spark, cluster, gateway.id, home or admin.clusters.home, checkpoint, once,
+                              interval, max_records)
+        while not query.awaitTermination(1):
+            if stop is not None and stop.is_set():
+                break
+        if query.exception() is not None:
+            raise query.exception()
+    finally:
+        beat.halt.set()
+        try:
+            if query is not None and query.isActive:
+                query.stop()
+        finally:
+            beat.join(timeout=5)
+            gateway.stop()
+
+
+# -- what the spark_apps entry points share ------------------------------------------------
+class Stopped(SystemExit):
+    """Raised in the main thread by SIGTERM or SIGINT: a requested stop, exit status 0."""
+
+
+def stop_on_signals() -> None:
+    """Turn SIGTERM and SIGINT into ``Stopped``, so ``finally`` blocks run (the gateway
+    withdraws its heartbeat) instead of the process dying where it stands."""
+
+    def handler(signum, frame):
+        raise Stopped(0)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def run(name: str, home: str | None, job) -> int:
+    """Start a session, call ``job(spark, admin)`` and stop the session; returns 0."""
+    from streamrep.client.config import Clusters
+
+    admin = StreamAdmin(Clusters(resolve_home(home)))
+    spark = session(f"streamrep-{name}")
+    try:
+        job(spark, admin)
+    finally:
+        try:
+            spark.stop()
+        except Exception:  # noqa: BLE001 - the JVM may already be gone on a signal
+            pass
+    return 0
+
+
+_WRAPPED_ERROR = re.compile(r"streamrep\.errors\.(\w+): (.+)")
+
+
+def error_line(err: BaseException) -> str:
+    """One line for an error: a streamrep error's own message, also when Spark wraps it."""
+    if isinstance(err, StreamrepError):
+        return str(err)
+    match = _WRAPPED_ERROR.search(str(err))
+    if match:
+        return match.group(2).strip()
+    first = (str(err).strip().splitlines() or [""])[0]
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def fail(err: BaseException) -> int:
+    """Print ``err`` as one line on stderr; the exit status of a failed app."""
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else 1
+    print(f"ERROR: {error_line(err)}", file=sys.stderr, flush=True)
+    if os.environ.get("STREAMREP_DEBUG"):
+        import traceback
+
+        traceback.print_exception(err)
+    return 1

@@ -1,0 +1,748 @@
+"""The ``streamrep`` PySpark Python Data Source: streams as DataFrames, and replicas as sinks.
+
+Readers (``spark.read`` / ``spark.readStream`` with ``format("streamrep")``):
+
+- ``option("path", "/mapr/<cluster>/<stream>")``: a stream's messages, batch or streaming.
+  Options: ``home``, ``topics`` (comma list), ``startingOffsets`` (earliest|latest),
+  ``maxRecordsPerTrigger``.
+- ``option("gateway", id).option("cluster", C)``: streaming only. The share of a gateway of
+  cluster ``C``: every micro-batch heartbeats and recomputes the assignment, so new replicas,
+  topics and partitions are picked up without a restart.
+- ``option("copyfrom", SRC).option("copyto", DST)``: batch only; each source partition up to
+  the end fixed by ``plan_copy`` (passed in option ``ends``, else planned here).
+
+Writers (``format("streamrep")``):
+
+- ``option("mode", "copy").option("copyto", DST)``: batch or streaming, into one stream.
+- ``option("mode", "replicate").option("cluster", C)``: streaming, into every unpaused replica
+  on cluster ``C`` that each row's source stream feeds.
+
+Exactly-once is the destination's transactional apply (``transfer.apply_batch``), never the
+Spark checkpoint: readers resume from the stored positions, writers skip what is already
+applied and refuse gaps. Read and write run in one task with no shuffle, and each input
+partition is one source partition, so a write task sees one source partition in offset order.
+
+Nothing open (store, connection, lock) is kept on the pickled objects: stores are opened
+inside ``read``/``write``/``latestOffset`` and cached per process in ``_ADMINS``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.client.config import Clusters, default_home
+from streamrep.errors import InvalidArgument, NotFound
+from streamrep.model.message import Message
+from streamrep.model.paths import StreamPath, parse_stream_path
+from streamrep.replication.copy import plan_copy
+from streamrep.replication.gateway import Gateway
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
+
+log = logging.getLogger(__name__)
+
+FORMAT = "streamrep"
+READ_CHUNK = 10_000  # messages per store read, and so per Arrow batch and per apply transaction
+RETRY_SECONDS = 5.0  # a gateway re-reads a partition its stored positions say is behind at most this often
+
+HEADER = StructType([StructField("key", StringType(), False), StructField("value", BinaryType(), True)])
+SCHEMA = StructType([
+    StructField("source", StringType(), False),  # the stream path, /mapr/<cluster>/<stream>
+    StructField("source_uuid", StringType(), False),
+    StructField("topic", StringType(), False),
+    StructField("partition", IntegerType(), False),
+    StructField("offset", LongType(), False),
+    StructField("key", BinaryType(), True),
+    StructField("value", BinaryType(), True),
+    StructField("headers", ArrayType(HEADER, False), False),
+    StructField("timestamp", LongType(), False),  # ms since the epoch
+])
+ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")  # exactly what Spark checks batches against
+_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
+_new_tuple = tuple.__new__
+
+
+# -- per-process state (never pickled) -------------------------------------------------
+_ADMINS: dict[str, StreamAdmin] = {}
+_GATEWAYS: dict[tuple[str, str, str], Gateway] = {}
+
+
+def resolve_home(home: str | None) -> str:
+    return os.path.abspath(home) if home else default_home()
+
+
+def admin_for(home: str | None) -> StreamAdmin:
+    """This process's admin API over ``home`` (STREAMREP_HOME if None), opened once."""
+    key = resolve_home(home)
+    admin = _ADMINS.get(key)
+    if admin is None:
+        admin = _ADMINS[key] = StreamAdmin(Clusters(key))
+    return admin
+
+
+def gateway_for(home: str | None, cluster: str, gateway_id: str) -> Gateway:
+    key = (resolve_home(home), cluster, gateway_id)
+    gateway = _GATEWAYS.get(key)
+    if gateway is None:
+        gateway = _GATEWAYS[key] = Gateway(admin_for(home), cluster, gateway_id)
+    return gateway
+
+
+# -- offsets -----------------------------------------------------------------------------
+def offset_key(unit: SourcePartition) -> str:
+    """The key of a source partition in a Spark offset: ``<source uuid>|<topic>|<partition>``."""
+    return f"{unit.source_uuid}|{unit.topic}|{unit.partition}"
+
+
+def spread(pending: Mapping[str, int], budget: int | None) -> dict[str, int]:
+    """Share ``budget`` rows (None: no limit) among partitions with ``pending`` rows each,
+    evenly, giving what a small partition does not need to the others."""
+    if budget is None:
+        return dict(pending)
+    shares = {k: 0 for k in pending}
+    waiting = sorted((n, k) for k, n in pending.items() if n > 0)
+    left = max(0, budget)
+    for i, (n, k) in enumerate(waiting):
+        fair = left // (len(waiting) - i)
+        if fair == 0 and left > 0:
+            fair = 1
+        shares[k] = min(n, fair)
+        left -= shares[k]
+    return shares
+
+
+def limit_rows(limit) -> int | None:
+    """The row budget of a Spark ReadLimit; None for no limit."""
+    if isinstance(limit, ReadMaxRows):
+        return limit.max_rows
+    if limit is None or isinstance(limit, ReadAllAvailable):
+        return None
+    raise InvalidArgument(f"the streamrep source supports no read limit {type(limit).__name__}")
+
+
+def default_limit(options: Mapping[str, str]):
+    value = options.get("maxrecordspertrigger")
+    if value is None:
+        return ReadAllAvailable()
+    try:
+        rows = int(value)
+    except ValueError:
+        rows = 0
+    if rows <= 0:
+        raise InvalidArgument(f"maxRecordsPerTrigger must be a positive number, not {value!r}")
+    return ReadMaxRows(rows)
+
+
+# -- rows <-> messages ---------------------------------------------------------------------
+def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message]) -> pa.RecordBatch:
+    """Messages of one source partition as an Arrow batch of SCHEMA."""
+    n = len(messages)
+    values, keys, headers, timestamps, _, offsets, _ = zip(*messages)
+    if any(headers):
+        header_array = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADERS_TYPE)
+    else:
+        empty = pa.array([], _HEADERS_TYPE.value_type)
+        header_array = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), empty, type=_HEADERS_TYPE)
+    return pa.RecordBatch.from_arrays([
+        pa.array([source] * n, pa.string()),
+        pa.array([unit.source_uuid] * n, pa.string()),
+        pa.array([unit.topic] * n, pa.string()),
+        pa.array([unit.partition] * n, pa.int32()),
+        pa.array(offsets, pa.int64()),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        header_array,
+        pa.array(timestamps, pa.int64()),
+    ], schema=ARROW_SCHEMA)
+
+
+def read_range(source_store, unit: SourcePartition, start: int, end: int,
+               source: str | None = None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``unit``'s messages from ``start`` up to ``end`` (exclusive)."""
+    source = source or str(unit.source)
+    position = start
+    while position < end:
+        messages = source_store.read(unit.source_uuid, unit.topic, unit.partition, position,
+                                     min(READ_CHUNK, end - position))
+        if not messages:
+            return
+        if messages[-1].offset >= end:
+            messages = [m for m in messages if m.offset < end]
+        yield to_batch(source, unit, messages)
+        position = messages[-1].offset + 1
+
+
+def _single(column: pa.ChunkedArray | pa.Array) -> bool:
+    return len(pc.unique(column)) == 1
+
+
+def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Message]]]:
+    """The rows of an Arrow batch as messages, in runs of one source partition each
+    (``offset`` is the source offset)."""
+    if batch.num_rows == 0:
+        return
+    sources = batch.column("source")
+    uuids, topics, partitions = batch.column("source_uuid"), batch.column("topic"), batch.column("partition")
+    values = batch.column("value").to_pylist()
+    keys = batch.column("key").to_pylist()
+    offsets = batch.column("offset").to_pylist()
+    timestamps = batch.column("timestamp").to_pylist()
+    header_column = batch.column("headers")
+    if pc.sum(pc.list_value_length(header_column)).as_py():
+        headers = [tuple((h["key"], h["value"]) for h in row) for row in header_column.to_pylist()]
+    else:
+        headers = [()] * batch.num_rows
+    if _single(uuids) and _single(topics) and _single(partitions) and _single(sources):
+        bounds = [(0, batch.num_rows)]
+    else:
+        idents = list(zip(uuids.to_pylist(), topics.to_pylist(), partitions.to_pylist(), sources.to_pylist()))
+        bounds, first = [], 0
+        for i in range(1, len(idents) + 1):
+            if i == len(idents) or idents[i] != idents[first]:
+                bounds.append((first, i))
+                first = i
+    for lo, hi in bounds:
+        uuid, topic, partition = uuids[lo].as_py(), topics[lo].as_py(), partitions[lo].as_py()
+        unit = SourcePartition(uuid, topic, partition, parse_stream_path(sources[lo].as_py(), None))
+        messages = [
+            _new_tuple(Message, (values[i], keys[i], headers[i], timestamps[i], partition, offsets[i], topic))
+            for i in range(lo, hi)
+        ]
+        yield unit, messages
+
+
+# -- input partitions ------------------------------------------------------------------------
+@dataclass
+class RangePartition(InputPartition):
+    """One source partition, read from ``start`` (or the stored position) up to ``end``."""
+
+    unit: SourcePartition
+    start: int
+    end: int
+
+    def __post_init__(self):
+        InputPartition.__init__(self, offset_key(self.unit))
+
+
+@dataclass
+class CopyPartition(InputPartition):
+    """One source partition of a copy: from the destination's stored position up to ``end``."""
+
+    unit: SourcePartition
+    end: int
+    destination: str
+    destination_uuid: str
+
+    def __post_init__(self):
+        InputPartition.__init__(self, offset_key(self.unit))
+
+
+@dataclass
+class GatewayPartition(InputPartition):
+    """One source partition of a gateway's share: from the lowest stored position of its
+    replicas (``replica_uuids``) up to ``end``."""
+
+    unit: SourcePartition
+    end: int
+    replica_uuids: tuple[str, ...]
+
+    def __post_init__(self):
+        InputPartition.__init__(self, offset_key(self.unit))
+
+
+# -- reader (a): a stream's messages --------------------------------------------------------
+class _StreamOptions:
+    """The options of a stream read, parsed (plain data only: picklable)."""
+
+    def __init__(self, options: Mapping[str, str]):
+        self.home = options.get("home")
+        self.path = options.get("path")
+        topics = options.get("topics")
+        self.topics = None if not topics else sorted({t.strip() for t in topics.split(",") if t.strip()})
+        self.starting = (options.get("startingoffsets") or "earliest").strip().lower()
+        if self.starting not in ("earliest", "latest"):
+            raise InvalidArgument(f"startingOffsets must be earliest or latest, not {options.get('startingoffsets')!r}")
+
+    def units(self) -> tuple[StreamPath, dict[str, SourcePartition]]:
+        """The stream and its source partitions now (of the selected topics), by offset key."""
+        admin = admin_for(self.home)
+        sp = admin.path(self.path)
+        entry = admin.entry(sp)
+        admin.require(entry, sp, "consumeperm")
+        topics = admin.store(sp).topics(entry.uuid)
+        if self.topics is not None:
+            missing = [t for t in self.topics if t not in topics]
+            if missing:
+                raise NotFound(f"topic {sp}:{missing[0]} does not exist")
+        units = {}
+        for topic, count in topics.items():
+            if self.topics is None or topic in self.topics:
+                for partition in range(count):
+                    unit = SourcePartition(entry.uuid, topic, partition, sp)
+                    units[offset_key(unit)] = unit
+        return sp, units
+
+    def bounds(self) -> dict[str, tuple[SourcePartition, int, int]]:
+        sp, units = self.units()
+        store = admin_for(self.home).store(sp)
+        return {k: (u, *store.offsets(u.source_uuid, u.topic, u.partition)) for k, u in sorted(units.items())}
+
+
+def _read_range_partition(home: str | None, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, RangePartition):
+        return  # Spark plans InputPartition(None) when partitions() returns none
+    store = admin_for(home).store(partition.unit.source)
+    yield from read_range(store, partition.unit, partition.start, partition.end)
+
+
+class StreamBatchReader(DataSourceReader):
+    def __init__(self, options: _StreamOptions):
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        result = []
+        for unit, start, end in self.options.bounds().values():
+            if self.options.starting == "earliest" and end > start:
+                result.append(RangePartition(unit, start, end))
+        return result
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        yield from _read_range_partition(self.options.home, partition)
+
+
+class StreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream's messages as a stream. A source partition that appears later is read from
+    its start, as a Kafka consumer reads a new partition."""
+
+    def __init__(self, options: _StreamOptions, limit):
+        self.options = options
+        self.limit = limit
+        self.target: dict[str, int] | None = None  # the ends fixed for Trigger.AvailableNow
+
+    def initialOffset(self) -> dict:
+        index = 1 if self.options.starting == "earliest" else 2
+        return {k: b[index] for k, b in self.options.bounds().items()}
+
+    def getDefaultReadLimit(self):
+        return self.limit
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {k: end for k, (_, _, end) in self.options.bounds().items()}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        bounds = self.options.bounds()
+        positions, highs = {}, {}
+        for key, (_, first, end) in bounds.items():
+            positions[key] = max(start.get(key, first), first)
+            highs[key] = end if self.target is None else min(end, self.target.get(key, positions[key]))
+        shares = spread({k: max(0, highs[k] - positions[k]) for k in bounds}, limit_rows(limit))
+        result = {}
+        for key in bounds:
+            # Keep Spark's value where there is nothing new, so an idle stream compares equal.
+            result[key] = positions[key] + shares[key] if shares[key] else start.get(key, positions[key])
+        return result
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        _, units = self.options.units()
+        result = []
+        for key, stop in sorted(end.items()):
+            unit = units.get(key)
+            begin = start.get(key, 0)
+            if unit is not None and stop > begin:
+                result.append(RangePartition(unit, begin, stop))
+        return result
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        yield from _read_range_partition(self.options.home, partition)
+
+
+# -- reader (c): copystream ------------------------------------------------------------------
+def encode_ends(plan) -> str:
+    """A copy plan's ends as the ``ends`` option of the copy reader."""
+    return json.dumps({offset_key(u): end for u, end in sorted(plan.ends.items())})
+
+
+class CopyReader(DataSourceReader):
+    """Each source partition of ``copyfrom`` from the destination's stored position up to the
+    end the copy was planned with."""
+
+    def __init__(self, options: Mapping[str, str]):
+        self.home = options.get("home")
+        self.source = options["copyfrom"]
+        self.destination = options.get("copyto")
+        if not self.destination:
+            raise InvalidArgument("option copyto is required with copyfrom")
+        self.ends = options.get("ends")
+
+    def partitions(self) -> Sequence[InputPartition]:
+        admin = admin_for(self.home)
+        if self.ends is None:  # not planned by the caller: plan (and fix the ends) now
+            plan = plan_copy(admin, self.source, self.destination)
+            dst, dst_uuid, units = plan.destination, plan.destination_uuid, dict(plan.ends)
+        else:  # planned by the driver with plan_copy: its ends, and the streams it prepared
+            try:
+                ends = {str(k): int(v) for k, v in json.loads(self.ends).items()}
+            except (ValueError, AttributeError, TypeError):
+                raise InvalidArgument("option ends must be a JSON object of source partition ends") from None
+            src, dst = admin.path(self.source), admin.path(self.destination)
+            src_entry = admin.entry(src)
+            admin.require(src_entry, src, "copyperm")
+            dst_uuid = admin.entry(dst).uuid
+            units = {}
+            for key, end in ends.items():
+                uuid, topic, partition = key.rsplit("|", 2)
+                if uuid != src_entry.uuid:
+                    raise InvalidArgument(f"option ends names source partition {key}, not one of {src}")
+                units[SourcePartition(uuid, topic, int(partition), src)] = end
+        return [CopyPartition(unit, end, str(dst), dst_uuid) for unit, end in sorted(units.items())]
+
+    def read(self, partition: CopyPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, CopyPartition):
+            return  # Spark plans InputPartition(None) when partitions() returns none
+        admin = admin_for(self.home)
+        unit = partition.unit
+        source_store = admin.store(unit.source)
+        dest_store = admin.store(parse_stream_path(partition.destination, None))
+        first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
+        start = next_position(dest_store, partition.destination_uuid, unit, first)
+        yield from read_range(source_store, unit, start, partition.end)
+
+
+# -- reader (b): a gateway's share -------------------------------------------------------------
+class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The source partitions a gateway of ``cluster`` replicates.
+
+    An offset maps each assigned source partition to the source offset the slowest of its
+    replicas will have reached after the batch. It starts from the stored positions, not from
+    Spark's previous offset: where the positions are behind Spark's offset with nothing new
+    (a replica resumed, added, or that failed to apply), the offset moves back to the
+    positions once, so a batch re-reads from there (at most every RETRY_SECONDS per partition,
+    and once per run under Trigger.AvailableNow, so such a run still ends).
+    """
+
+    def __init__(self, home: str | None, cluster: str, gateway_id: str, limit):
+        self.home = home
+        self.cluster = cluster
+        self.gateway_id = gateway_id
+        self.limit = limit
+        self.target: dict[str, int] | None = None
+        self.rewound: dict[str, float] = {}
+
+    def _gateway(self) -> Gateway:
+        return gateway_for(self.home, self.cluster, self.gateway_id)
+
+    def _share(self):
+        gateway = self._gateway()
+        gateway.heartbeat()
+        units = gateway.assignment().units
+        gateway.picked_up({f for flows in units.values() for f in flows})
+        return units, gateway.progress(units)
+
+    def initialOffset(self) -> dict:
+        _, progress = self._share()
+        return {offset_key(u): p.position for u, p in sorted(progress.items())}
+
+    def getDefaultReadLimit(self):
+        return self.limit
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        _, progress = self._share()
+        self.target = {offset_key(u): p.source_end for u, p in progress.items()}
+
+    def latestOffset(self, start: dict, limit) -> dict:
+        _, progress = self._share()
+        keyed = {offset_key(u): p for u, p in sorted(progress.items())}
+        highs = {}
+        for key, p in keyed.items():
+            highs[key] = p.source_end if self.target is None else min(p.source_end, self.target.get(key, p.position))
+        shares = spread({k: max(0, highs[k] - p.position) for k, p in keyed.items()}, limit_rows(limit))
+        now = time.monotonic()
+        result = {}
+        for key, p in keyed.items():
+            end = p.position + shares[key]
+            if end == start.get(key) and p.position < end and self._may_rewind(key, now):
+                end = p.position  # behind Spark's offset: one batch at the positions, then read on
+                self.rewound[key] = now
+            result[key] = end
+        return result
+
+    def _may_rewind(self, key: str, now: float) -> bool:
+        last = self.rewound.get(key)
+        if last is None:
+            return True
+        return self.target is None and now - last >= RETRY_SECONDS
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        units, progress = self._share()
+        result = []
+        for unit, p in sorted(progress.items()):
+            stop = end.get(offset_key(unit))
+            if stop is not None and stop > p.position:
+                result.append(GatewayPartition(unit, stop, tuple(f.replica_uuid for f in units[unit])))
+        return result
+
+    def read(self, partition: GatewayPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, GatewayPartition):
+            return
+        admin = admin_for(self.home)
+        unit = partition.unit
+        dest_store = admin.clusters.store(self.cluster)
+        source_store = admin.store(unit.source)
+        first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
+        marks = {r: dest_store.marks(r) for r in set(partition.replica_uuids)}
+        start = min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
+        yield from read_range(source_store, unit, start, partition.end)
+
+
+# -- writers -----------------------------------------------------------------------------------
+@dataclass
+class ApplyCommit(WriterCommitMessage):
+    """What one write task applied: rows seen, and messages written and errors by
+    ``<source uuid>|<replica uuid>``."""
+
+    rows: int = 0
+    written: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def flow_key(source_uuid: str, replica_uuid: str) -> str:
+    return f"{source_uuid}|{replica_uuid}"
+
+
+def totals(messages: Iterable[ApplyCommit | None]) -> ApplyCommit:
+    total = ApplyCommit()
+    for m in messages:
+        if m is None:
+            continue
+        total.rows += m.rows
+        for k, n in m.written.items():
+            total.written[k] = total.written.get(k, 0) + n
+        total.errors.update(m.errors)
+    return total
+
+
+def _write_copy(home: str | None, destination: str, batches: Iterator[pa.RecordBatch]) -> ApplyCommit:
+    """Apply rows into one destination stream; raises on the first error (a batch job fails)."""
+    admin = admin_for(home)
+    dst = admin.path(destination)
+    dst_entry = admin.entry(dst)
+    dest_store = admin.store(dst)
+    commit = ApplyCommit()
+    starts: dict[SourcePartition, int] = {}
+    for batch in batches:
+        for unit, messages in batch_runs(batch):
+            if unit not in starts:
+                source_store = admin.store(unit.source)
+                ensure_topics(source_store, unit.source_uuid, dest_store, dst_entry.uuid, only=[unit.topic])
+                starts[unit] = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
+            written = apply_batch(dest_store, dst_entry.uuid, unit, messages, starts[unit])
+            commit.rows += len(messages)
+            key = flow_key(unit.source_uuid, dst_entry.uuid)
+            commit.written[key] = commit.written.get(key, 0) + written
+    return commit
+
+
+def _write_replicate(home: str | None, cluster: str, gateway_id: str,
+                     batches: Iterator[pa.RecordBatch]) -> ApplyCommit:
+    """Apply rows into every unpaused replica on ``cluster`` that their source feeds. A replica
+    that fails is reported and skipped for the rest of the task; the others go on."""
+    gateway = gateway_for(home, cluster, gateway_id)
+    by_source = None
+    starts: dict[SourcePartition, int] = {}
+    failed: set[tuple[SourcePartition, str]] = set()
+    commit = ApplyCommit()
+    for batch in batches:
+        for unit, messages in batch_runs(batch):
+            if by_source is None:
+                by_source = gateway.active_flows()
+            flows = [f for f in by_source.get(unit.source_uuid, ()) if (unit, f.replica_uuid) not in failed]
+            if unit not in starts:
+                source_store = gateway.admin.store(unit.source)
+                starts[unit] = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
+            written, errors = gateway.apply(unit, flows, messages, starts[unit])
+            commit.rows += len(messages)
+            for flow, n in written.items():
+                key = flow_key(flow.source_uuid, flow.replica_uuid)
+                commit.written[key] = commit.written.get(key, 0) + n
+            for flow, error in errors.items():
+                failed.add((unit, flow.replica_uuid))
+                commit.errors[flow_key(flow.source_uuid, flow.replica_uuid)] = error
+    return commit
+
+
+def _report(path: str | None, total: ApplyCommit) -> None:
+    if not path:
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"rows": total.rows, "written": sum(total.written.values()), "errors": total.errors}, f)
+    os.replace(tmp, path)
+
+
+class CopyWriter(DataSourceArrowWriter):
+    """Batch write into the stream ``copyto``. Option ``report``: a file where commit()
+    leaves the totals as JSON (``{"rows", "written", "errors"}``)."""
+
+    def __init__(self, home: str | None, destination: str, report: str | None):
+        self.home = home
+        self.destination = destination
+        self.report = report
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ApplyCommit:
+        return _write_copy(self.home, self.destination, iterator)
+
+    def commit(self, messages: list[ApplyCommit | None]) -> None:
+        total = totals(messages)
+        log.info("copied %d rows into %s: %d written", total.rows, self.destination, sum(total.written.values()))
+        _report(self.report, total)
+
+
+class CopyStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming write into the stream ``copyto``."""
+
+    def __init__(self, home: str | None, destination: str, report: str | None):
+        self.home = home
+        self.destination = destination
+        self.report = report
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ApplyCommit:
+        return _write_copy(self.home, self.destination, iterator)
+
+    def commit(self, messages: list[ApplyCommit | None], batchId: int) -> None:
+        _report(self.report, totals(messages))
+
+
+class ReplicateStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming write into the replicas on ``cluster`` (the gateway's sink). commit() records
+    REPLICATING or UNEXPECTED (with the error) on each replica link the batch touched."""
+
+    def __init__(self, home: str | None, cluster: str, gateway_id: str):
+        self.home = home
+        self.cluster = cluster
+        self.gateway_id = gateway_id
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> ApplyCommit:
+        return _write_replicate(self.home, self.cluster, self.gateway_id, iterator)
+
+    def commit(self, messages: list[ApplyCommit | None], batchId: int) -> None:
+        total = totals(messages)
+        touched = set(total.written) | set(total.errors)
+        if not touched:
+            return
+        gateway = gateway_for(self.home, self.cluster, self.gateway_id)
+        flows = [f for fs in gateway.active_flows().values() for f in fs
+                 if flow_key(f.source_uuid, f.replica_uuid) in touched]
+        errors = {f: total.errors[flow_key(f.source_uuid, f.replica_uuid)] for f in flows
+                  if flow_key(f.source_uuid, f.replica_uuid) in total.errors}
+        gateway.record_states(flows, errors)
+        log.info("batch %d: %d rows, %d written, %d errors", batchId, total.rows, sum(total.written.values()),
+                 len(total.errors))
+
+
+# -- the data source -----------------------------------------------------------------------------
+class StreamrepDataSource(DataSource):
+    """``format("streamrep")``; see the module documentation for its modes."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def _opt(self, name: str) -> str | None:
+        value = self.options.get(name)
+        return value if value not in (None, "") else None
+
+    def _mode(self) -> str:
+        if self._opt("copyfrom"):
+            return "copy"
+        if self._opt("gateway") is not None or (self._opt("cluster") and not self._opt("path")):
+            return "gateway"
+        if self._opt("path"):
+            return "stream"
+        raise InvalidArgument("the streamrep source needs option path, gateway (with cluster) or copyfrom")
+
+    def _gateway_options(self) -> tuple[str, str]:
+        cluster = self._opt("cluster")
+        if not cluster:
+            raise InvalidArgument("option cluster is required with gateway")
+        return cluster, self._opt("gateway") or _default_gateway_id()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        mode = self._mode()
+        if mode == "copy":
+            return CopyReader(self.options)
+        if mode == "gateway":
+            raise InvalidArgument("a gateway reads as a stream: use spark.readStream")
+        return StreamBatchReader(_StreamOptions(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        mode = self._mode()
+        if mode == "copy":
+            raise InvalidArgument("copyfrom is a batch read: use spark.read")
+        limit = default_limit(self.options)
+        if mode == "gateway":
+            cluster, gateway_id = self._gateway_options()
+            return GatewayStreamReader(self._opt("home"), cluster, gateway_id, limit)
+        return StreamStreamReader(_StreamOptions(self.options), limit)
+
+    def _destination(self) -> str:
+        destination = self._opt("copyto") or self._opt("path")
+        if not destination:
+            raise InvalidArgument("mode copy needs option copyto (the destination stream)")
+        return destination
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        mode = (self._opt("mode") or "copy").lower()
+        if mode != "copy":
+            raise InvalidArgument(f"a batch write supports mode copy, not {mode!r}")
+        return CopyWriter(self._opt("home"), self._destination(), self._opt("report"))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamArrowWriter:
+        mode = (self._opt("mode") or "replicate").lower()
+        if mode == "copy":
+            return CopyStreamWriter(self._opt("home"), self._destination(), self._opt("report"))
+        if mode == "replicate":
+            cluster, gateway_id = self._gateway_options()
+            return ReplicateStreamWriter(self._opt("home"), cluster, gateway_id)
+        raise InvalidArgument(f"a streaming write supports mode replicate or copy, not {mode!r}")
+
+
+def _default_gateway_id() -> str:
+    from streamrep.replication.gateway import default_gateway_id
+
+    return default_gateway_id()
+
+
+def register(spark) -> None:
+    """Register ``format("streamrep")`` with a SparkSession."""
+    spark.dataSource.register(StreamrepDataSource)

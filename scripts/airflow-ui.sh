@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Airflow on this machine with streamrep's DAGs and the "Stream replication" page, login off.
+#
+#   scripts/airflow-ui.sh          then open http://localhost:8080  (Ctrl-C stops everything)
+#
+# It runs `airflow standalone` (api-server, scheduler, dag-processor, triggerer) on SQLite with:
+#   dags/ as the DAG folder and plugins/ as the plugins folder (the page is at
+#   /plugin/stream-replication in the UI, and at /streamrep/replication on its own);
+#   the same clusters as the streamrep CLI ($STREAMREP_HOME, default ~/.streamrep);
+#   Spark in local mode for copystream and the gateways (connection spark_default).
+# Settings: PORT (8080), AIRFLOW_HOME (<repo>/.airflow-home), STREAMREP_HOME, and any AIRFLOW__*.
+# For local use only: every visitor is an admin (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+if [ ! -x .venv/bin/airflow ]; then
+  echo "airflow-ui: .venv/bin/airflow is missing; install first (./run test --co -q, or uv sync --frozen)" >&2
+  exit 1
+fi
+
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$REPO/.airflow-home}"
+export STREAMREP_HOME="${STREAMREP_HOME:-$HOME/.streamrep}"
+export PATH="$REPO/.venv/bin:$PATH"              # spark-submit and airflow from this venv
+export PYSPARK_PYTHON="$REPO/.venv/bin/python"
+export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$REPO/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # a small machine
+export AIRFLOW__API__PORT="${PORT:-8080}"
+export AIRFLOW__API__BASE_URL="${AIRFLOW__API__BASE_URL:-http://localhost:$AIRFLOW__API__PORT}"  # tasks call it back
+LOCAL_SPARK='{"conn_type": "spark", "host": "local[2]"}'
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$LOCAL_SPARK}"
+mkdir -p "$AIRFLOW_HOME"
+
+echo "airflow-ui: http://localhost:${AIRFLOW__API__PORT}  (replication page: /plugin/stream-replication)"
+echo "airflow-ui: AIRFLOW_HOME=$AIRFLOW_HOME STREAMREP_HOME=$STREAMREP_HOME"
+exec airflow standalone

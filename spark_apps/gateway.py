@@ -1,0 +1,46 @@
+"""A gateway on Spark: replicate this gateway's share of every source stream flowing into the
+replicas on ``--cluster``.
+
+    spark-submit spark_apps/gateway.py --cluster C [--id G] [--home H] [--once]
+        [--checkpoint DIR] [--interval SECONDS] [--max-records N]
+
+``--once`` replicates what is available now and exits; otherwise micro-batches run every
+``--interval`` seconds until the process is stopped (SIGTERM or SIGINT). The gateway's
+heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.run_gateway``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from streamrep.spark.jobs import fail, run, stop_on_signals
+from streamrep.spark.submit import DEFAULT_INTERVAL
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gateway", description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", required=True, help="the destination cluster this gateway serves")
+    parser.add_argument("--id", help="the gateway's name (default: the host name)")
+    parser.add_argument("--home", help="STREAMREP_HOME (the cluster registry)")
+    parser.add_argument("--once", action="store_true", help="replicate what is available now, then exit")
+    parser.add_argument("--checkpoint", help="the Spark checkpoint folder (a cache of the stored positions)")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds between micro-batches")
+    parser.add_argument("--max-records", type=int, help="source messages per micro-batch at most")
+    args = parser.parse_args(argv)
+    stop_on_signals()
+
+    def job(spark, admin):
+        from streamrep.spark.jobs import run_gateway
+
+        run_gateway(spark, admin, args.cluster, args.id, args.home, args.checkpoint, args.once,
+                    args.interval, args.max_records)
+
+    return run(f"gateway-{args.cluster}", args.home, job)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback for user error
+        sys.exit(fail(err))

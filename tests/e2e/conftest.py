@@ -1,0 +1,242 @@
+"""End-to-end fixtures: one Airflow home and one STREAMREP_HOME for the whole session, the
+real ``airflow`` and ``streamrep`` executables, and Airflow's UI started by the README's
+command (``scripts/airflow-ui.sh``) on a free port.
+
+Every child process gets a scrubbed environment: the caller's ``AIRFLOW__*``/``AIRFLOW_CONN_*``
+and ``STREAMREP_*`` settings never leak in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+USER = "alice"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Run:
+    """A finished command: exit status, merged output and how long it took."""
+
+    args: list[str]
+    returncode: int
+    output: str
+    seconds: float
+
+
+class Session:
+    """The shared homes, the child environment and ways to run the executables."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.airflow_home = root / "airflow-home"
+        self.streamrep_home = root / "streamrep-home"
+        self.airflow_home.mkdir()
+        self.streamrep_home.mkdir()
+        self.port = free_port()
+        self.timings: dict[str, float] = {}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "STREAMREP_", "SPARK_", "PYSPARK_"))}
+        env.update({
+            "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
+            "AIRFLOW_HOME": str(self.airflow_home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__PARALLELISM": "2",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PYSPARK_PYTHON": sys.executable,
+            "STREAMREP_HOME": str(self.streamrep_home),
+            "STREAMREP_USER": USER,
+            "STREAMREP_GROUPS": "",
+            "PYTHONUNBUFFERED": "1",
+            "PORT": str(self.port),
+        })
+        self.env = env
+
+    def env_for(self, airflow_home: Path | None) -> dict[str, str]:
+        return self.env if airflow_home is None else {**self.env, "AIRFLOW_HOME": str(airflow_home)}
+
+    def copy_airflow_home(self, name: str) -> Path:
+        """Another Airflow home with a copy of the migrated metadata database, so that Airflow
+        processes can run side by side without sharing one SQLite file."""
+        target = self.root / name
+        shutil.copytree(self.airflow_home, target, ignore=shutil.ignore_patterns("logs"))
+        cfg = target / "airflow.cfg"  # the generated config names its home's files
+        cfg.write_text(cfg.read_text().replace(f"{self.airflow_home}/", f"{target}/"))
+        return target
+
+    def run(self, *args: str, stdin: str | None = None, timeout: float = 300, label: str | None = None,
+            airflow_home: Path | None = None) -> Run:
+        return self.start(*args, stdin=stdin, label=label, airflow_home=airflow_home).wait(timeout)
+
+    def start(self, *args: str, stdin: str | None = None, label: str | None = None,
+              airflow_home: Path | None = None) -> "Running":
+        """Start a command in the background; ``.wait()`` gives its Run."""
+        return Running(self, [str(a) for a in args], stdin, label, self.env_for(airflow_home))
+
+    def airflow(self, *args: str, **kwargs: Any) -> Run:
+        return self.run(VENV_BIN / "airflow", *args, **kwargs)
+
+    def streamrep(self, *args: str, stdin: str | None = None) -> Run:
+        run = self.run(VENV_BIN / "streamrep", *args, stdin=stdin, timeout=60)
+        assert run.returncode == 0, run.output
+        return run
+
+    def dags_test(self, dag_id: str, conf: dict[str, Any], label: str, airflow_home: Path | None = None) -> "Running":
+        """``airflow dags test`` started in the background."""
+        return self.start(VENV_BIN / "airflow", "dags", "test", dag_id, "-c", json.dumps(conf), label=label,
+                          airflow_home=airflow_home)
+
+
+class Running:
+    """A command running in the background, its output going to a file."""
+
+    def __init__(self, session: Session, args: list[str], stdin: str | None, label: str | None, env: dict[str, str]):
+        self.session, self.args, self.label = session, args, label
+        self.started = time.monotonic()
+        self.out = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                     stdout=self.out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        if stdin is not None:
+            self.proc.stdin.write(stdin.encode())
+            self.proc.stdin.close()
+
+    def wait(self, timeout: float = 420) -> Run:
+        try:
+            returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        seconds = time.monotonic() - self.started
+        if self.label:
+            self.session.timings[self.label] = round(seconds, 1)
+        self.out.seek(0)
+        output = self.out.read().decode("utf-8", "replace")
+        self.out.close()
+        return Run(self.args, returncode, output, seconds)
+
+
+@pytest.fixture(scope="session")
+def e2e(tmp_path_factory) -> Session:
+    """The session: Airflow's metadata database migrated once."""
+    session = Session(tmp_path_factory.mktemp("e2e"))
+    migrate = session.airflow("db", "migrate", timeout=180, label="airflow db migrate")
+    assert migrate.returncode == 0, migrate.output[-3000:]
+    yield session
+    print("\ne2e timings (s):", json.dumps(session.timings, indent=1))
+
+
+class AirflowUI:
+    """Airflow started by scripts/airflow-ui.sh, reached over HTTP."""
+
+    def __init__(self, base: str, process: subprocess.Popen, log: Path):
+        self.base = base
+        self.process = process
+        self.log = log
+
+    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as err:
+            raw, status = err.read(), err.code
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode("utf-8", "replace")
+
+    def get(self, path: str) -> Any:
+        status, body = self.request("GET", path)
+        assert status == 200, (path, status, body)
+        return body
+
+
+def _healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(base + "/api/v2/monitor/health", timeout=3) as resp:
+            health = json.loads(resp.read())
+    except (OSError, ValueError):
+        return False
+    return all(health.get(part, {}).get("status") == "healthy"
+               for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+
+
+@pytest.fixture(scope="session")
+def airflow_ui_started(e2e: Session):
+    """``scripts/airflow-ui.sh`` (airflow standalone: api-server, scheduler, dag-processor,
+    triggerer) with login off, on a free port and its own copy of the metadata database, started
+    in the background so that it comes up while the ``airflow dags test`` runs work; stopped with
+    its whole process group."""
+    log = e2e.root / "airflow-ui.log"
+    env = e2e.env_for(e2e.copy_airflow_home("airflow-home-ui"))
+    with open(log, "wb") as out:
+        process = subprocess.Popen(["bash", str(REPO / "scripts" / "airflow-ui.sh")], env=env, cwd=REPO,
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    ui = AirflowUI(f"http://localhost:{e2e.port}", process, log)
+    ui.started = time.monotonic()
+    try:
+        yield ui
+    finally:
+        _stop_group(process)
+
+
+@pytest.fixture(scope="session")
+def airflow_ui(e2e: Session, airflow_ui_started: AirflowUI) -> AirflowUI:
+    """The UI, once every component is healthy."""
+    ui = airflow_ui_started
+    deadline = time.monotonic() + 240
+    while not _healthy(ui.base):
+        if ui.process.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"Airflow did not start (exit {ui.process.poll()}):\n{ui.log.read_text()[-4000:]}")
+        time.sleep(1)
+    e2e.timings["airflow-ui.sh until healthy (started during the dags tests)"] = round(time.monotonic() - ui.started, 1)
+    return ui
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """Stop the process group this fixture started (its pgid is the child's pid)."""
+    for sig, wait in ((signal.SIGINT, 15), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            time.sleep(1)  # let the group's other members go too
+        except subprocess.TimeoutExpired:
+            continue
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return

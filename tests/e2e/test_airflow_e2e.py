@@ -1,0 +1,260 @@
+"""End to end through Airflow on embedded clusters, with real Spark:
+
+1. ``airflow dags test stream_replica_manual_setup`` (the seeds' seven steps; copystream on Spark);
+2. ``airflow dags test stream_replica_autosetup`` with multi-master (copystream on Spark, the
+   reverse link);
+3. new messages on both sides, then ``airflow dags test stream_gateways`` for each cluster (Spark
+   Structured Streaming gateways, ``once``): every replica then holds every message exactly once;
+4. the README's ``scripts/airflow-ui.sh``: a DAG triggered through the REST API runs to success,
+   a malformed path is refused, and the "Stream replication" page renders in headless Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streamrep.client import Clusters, Consumer, StreamAdmin
+from streamrep.model.ace import Identity
+from streamrep.replication.status import replica_status
+
+REPO = Path(__file__).resolve().parents[2]
+USER = "alice"  # STREAMREP_USER of every process (conftest.Session)
+pytestmark = pytest.mark.slow
+
+SF_ACTIVITY, NY_ACTIVITY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
+SF_METRICS, NY_METRICS = "/mapr/sanfrancisco/metrics", "/mapr/newyork/metrics"
+SUCCESS = re.compile(r"DagRun Finished: dag_id=(\w+).*?state=(\w+)")
+
+
+def admin_of(e2e) -> StreamAdmin:
+    return StreamAdmin(Clusters(str(e2e.streamrep_home)), Identity(USER))
+
+
+def produce(e2e, topic_path: str, values: list[str]) -> None:
+    e2e.streamrep("produce", "-path", topic_path, "-keysep", "=",
+                  stdin="".join(f"{v.split('-')[-1]}={v}\n" for v in values))
+
+
+def contents(admin: StreamAdmin, stream: str) -> Counter:
+    """Every message a stream holds, as (topic, key, value), counted."""
+    held: Counter = Counter()
+    for row in admin.list_topics(stream):
+        consumer = Consumer(f"{stream}:{row['topic']}", from_start=True, admin=admin)
+        while batch := consumer.poll(5000, timeout=0.2):
+            held.update((row["topic"], m.key.decode(), m.value.decode()) for m in batch)
+    return held
+
+
+def expect(values_by_topic: dict[str, list[str]]) -> Counter:
+    return Counter((topic, v.split("-")[-1], v) for topic, values in values_by_topic.items() for v in values)
+
+
+def succeeded(run, dag_id: str) -> None:
+    states = SUCCESS.findall(run.output)
+    assert run.returncode == 0 and (dag_id, "success") in states, run.output[-6000:]
+
+
+@pytest.fixture(scope="module")
+def world(e2e, airflow_ui_started) -> dict:
+    """Two clusters set up through Airflow: activity (manual, primary-secondary) and metrics
+    (autosetup, multi-master), then replicated by the gateway DAG on both clusters. Airflow's UI
+    is starting meanwhile (``airflow_ui_started``), for the tests that need it."""
+    s = e2e
+    s.streamrep("cluster", "add", "-name", "sanfrancisco")
+    s.streamrep("cluster", "add", "-name", "newyork")
+    s.streamrep("stream", "create", "-path", SF_ACTIVITY, "-defaultpartitions", "3")
+    s.streamrep("stream", "topic", "create", "-path", SF_ACTIVITY, "-topic", "clicks")
+    s.streamrep("stream", "topic", "create", "-path", SF_ACTIVITY, "-topic", "orders", "-partitions", "2")
+    s.streamrep("stream", "create", "-path", SF_METRICS, "-defaultpartitions", "2")
+    s.streamrep("stream", "topic", "create", "-path", SF_METRICS, "-topic", "cpu")
+    sent = {
+        "activity": {"clicks": [f"click-{i}" for i in range(300)], "orders": [f"order-{i}" for i in range(40)]},
+        "metrics": {"cpu": [f"sf-{i}" for i in range(50)]},
+    }
+    produce(s, f"{SF_ACTIVITY}:clicks", sent["activity"]["clicks"])
+    produce(s, f"{SF_ACTIVITY}:orders", sent["activity"]["orders"])
+    produce(s, f"{SF_METRICS}:cpu", sent["metrics"]["cpu"])
+
+    # Two Airflow homes (copies of one migrated database), so two DAG runs can go side by side.
+    other_home = s.copy_airflow_home("airflow-home-2")
+    manual = s.dags_test("stream_replica_manual_setup", {"path": SF_ACTIVITY, "replica": NY_ACTIVITY},
+                         label="dags test stream_replica_manual_setup")
+    auto = s.dags_test("stream_replica_autosetup", {"path": SF_METRICS, "replica": NY_METRICS,
+                                                    "multimaster": True, "synchronous": False},
+                       label="dags test stream_replica_autosetup (multimaster)", airflow_home=other_home)
+    runs = {"manual": manual.wait(), "autosetup": auto.wait()}
+    admin = admin_of(s)
+    runs["copied_activity"] = contents(admin, NY_ACTIVITY)
+    runs["copied_metrics"] = contents(admin, NY_METRICS)
+
+    # While nothing replicates, both sides take new messages.
+    later = {"clicks": [f"late-click-{i}" for i in range(60)], "orders": [f"late-order-{i}" for i in range(7)]}
+    produce(s, f"{SF_ACTIVITY}:clicks", later["clicks"])
+    produce(s, f"{SF_ACTIVITY}:orders", later["orders"])
+    sent["activity"]["clicks"] += later["clicks"]
+    sent["activity"]["orders"] += later["orders"]
+    sf_more, ny_more = [f"sf-late-{i}" for i in range(20)], [f"ny-{i}" for i in range(30)]
+    produce(s, f"{SF_METRICS}:cpu", sf_more)
+    produce(s, f"{NY_METRICS}:cpu", ny_more)
+    sent["metrics"]["cpu"] += sf_more + ny_more
+
+    # The gateways of both clusters, side by side (each applies exactly once whatever the other does).
+    s.streamrep("cluster", "gateway", "set", "-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco")
+    ny = s.dags_test("stream_gateways", {"cluster": "newyork", "once": True, "gateways": "gw1"},
+                     label="dags test stream_gateways newyork (once)")
+    sf = s.dags_test("stream_gateways", {"cluster": "sanfrancisco", "once": True},
+                     label="dags test stream_gateways sanfrancisco (once)", airflow_home=other_home)
+    runs["gateways_newyork"], runs["gateways_sanfrancisco"] = ny.wait(), sf.wait()
+    runs["sent"] = sent
+    yield runs
+    admin.clusters.close()
+
+
+def test_manual_setup_runs_the_seven_steps_and_copies_on_spark(world, e2e):
+    run = world["manual"]
+    succeeded(run, "stream_replica_manual_setup")
+    for task in ("create_replica", "add_replica_paused", "verify_replica", "add_upstream", "verify_upstream",
+                 "copystream", "resume_replica"):
+        assert f"[DAG TEST] end task task_id={task} " in run.output, task
+    assert "Spark-Submit cmd: spark-submit --master local[2]" in run.output
+    assert world["copied_activity"] == expect({"clicks": [f"click-{i}" for i in range(300)],
+                                               "orders": [f"order-{i}" for i in range(40)]})
+    admin = admin_of(e2e)
+    assert admin.entry(NY_ACTIVITY).meta == admin.entry(SF_ACTIVITY).meta  # -copymetafrom
+    (row,) = admin.list_replicas(SF_ACTIVITY)
+    assert row["replica"] == NY_ACTIVITY and row["paused"] is False
+
+
+def test_autosetup_with_multimaster_adds_the_reverse_link(world, e2e):
+    run = world["autosetup"]
+    succeeded(run, "stream_replica_autosetup")
+    assert "[DAG TEST] end task task_id=add_reverse_replica " in run.output
+    assert world["copied_metrics"] == expect({"cpu": [f"sf-{i}" for i in range(50)]})
+    admin = admin_of(e2e)
+    assert [r["replica"] for r in admin.list_replicas(SF_METRICS)] == [NY_METRICS]
+    assert [r["replica"] for r in admin.list_replicas(NY_METRICS)] == [SF_METRICS]
+    assert [u.path for u in admin.upstream_links(SF_METRICS)] == [NY_METRICS]
+
+
+def test_gateways_replicate_every_message_exactly_once(world, e2e):
+    succeeded(world["gateways_newyork"], "stream_gateways")
+    succeeded(world["gateways_sanfrancisco"], "stream_gateways")
+    assert "Spark-Submit cmd: spark-submit" in world["gateways_newyork"].output
+    admin = admin_of(e2e)
+    sent = world["sent"]
+    assert contents(admin, NY_ACTIVITY) == contents(admin, SF_ACTIVITY) == expect(sent["activity"])
+    # multi-master: each side holds its own messages and the other's, each exactly once
+    assert contents(admin, NY_METRICS) == contents(admin, SF_METRICS) == expect(sent["metrics"])
+    (row,) = replica_status(admin, SF_ACTIVITY)
+    assert row["isUptodate"] and row["pendingMessages"] == 0 and row["replicaState"] == "REPLICA_STATE_REPLICATING"
+    for source in (SF_METRICS, NY_METRICS):
+        assert [r["replicaState"] for r in replica_status(admin, source)] == ["REPLICA_STATE_REPLICATING"]
+
+
+def test_autosetup_fails_clearly_when_the_replica_exists(world, e2e):
+    run = e2e.dags_test("stream_replica_autosetup", {"path": SF_ACTIVITY, "replica": NY_ACTIVITY},
+                        label="dags test stream_replica_autosetup (replica exists, fails)").wait()
+    assert ("stream_replica_autosetup", "failed") in SUCCESS.findall(run.output), run.output[-4000:]
+    assert f"streamrep: replica stream {NY_ACTIVITY} already exists; autosetup creates it" in run.output
+    assert "[DAG TEST] end task task_id=create_replica" not in run.output
+
+
+def _wait_for_run(ui, dag_id: str, run_id: str, timeout: float = 180) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = ui.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+        if run["state"] in ("success", "failed") or time.monotonic() > deadline:
+            return run
+        time.sleep(1)
+
+
+def test_a_dag_triggered_through_rest_succeeds(world, e2e, airflow_ui):
+    ui = airflow_ui
+    dags = {d["dag_id"] for d in ui.get("/api/v2/dags")["dags"]}
+    assert {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways",
+            "stream_replica_control"} <= dags
+    assert ui.get("/api/v2/importErrors")["total_entries"] == 0
+    ui.request("PATCH", "/api/v2/dags/stream_replica_control", {"is_paused": False})
+    admin = admin_of(e2e)
+    for action, paused in (("pause", True), ("resume", False)):
+        start = time.monotonic()
+        status, run = ui.request("POST", "/api/v2/dags/stream_replica_control/dagRuns", {
+            "logical_date": None, "conf": {"path": SF_ACTIVITY, "replica": NY_ACTIVITY, "action": action}})
+        assert status == 200, run
+        finished = _wait_for_run(ui, "stream_replica_control", run["dag_run_id"])
+        e2e.timings[f"REST-triggered stream_replica_control {action}"] = round(time.monotonic() - start, 1)
+        assert finished["state"] == "success", finished
+        (row,) = admin.list_replicas(SF_ACTIVITY)
+        assert row["paused"] is paused
+        tis = {t["task_id"]: t["state"] for t in ui.get(
+            f"/api/v2/dags/stream_replica_control/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]}
+        assert tis[action] == "success" and tis["replica_list"] == "success"
+        assert {a: s for a, s in tis.items() if a in ("pause", "resume", "remove") and a != action} == {
+            a: "skipped" for a in ("pause", "resume", "remove") if a != action}
+
+
+def test_rest_refuses_a_malformed_path_with_a_readable_message(airflow_ui):
+    status, body = airflow_ui.request("POST", "/api/v2/dags/stream_replica_control/dagRuns", {
+        "logical_date": None, "conf": {"path": "/mapr/sanfrancisco/activity:clicks", "action": "pause"}})
+    assert status == 400
+    assert body["detail"].startswith("Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' does not match")
+
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--hide-scrollbars"]
+
+
+def chromium(tmp_path: Path, url: str, *extra: str) -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
+    profile = tmp_path / f"profile-{time.monotonic_ns()}"
+    proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_replication_page_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_path):
+    # a live gateway of newyork (the CLI's in-process engine) while the page is rendered; gw2 is
+    # listed for newyork but not running, so it shows as down
+    gateway = subprocess.Popen([str(Path(sys.executable).parent / "streamrep"), "gateway", "run", "-cluster",
+                                "newyork", "-id", "gw1", "-engine", "local"], env=e2e.env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(2)
+        page = f"{airflow_ui.base}/streamrep/replication"
+        dom = chromium(tmp_path, page, "--dump-dom")
+        svg = re.search(r"<svg .*?</svg>", dom, re.S).group(0)
+        for path in (SF_ACTIVITY, NY_ACTIVITY, SF_METRICS, NY_METRICS):
+            assert f'data-path="{path}"' in svg, path
+        assert f'data-source="{SF_ACTIVITY}" data-replica="{NY_ACTIVITY}" data-state="REPLICATING"' in svg
+        assert f'data-source="{NY_METRICS}" data-replica="{SF_METRICS}"' in svg  # the multi-master reverse link
+        assert 'data-gateway="gw1" data-status="live"' in svg and 'data-gateway="gw2" data-status="down"' in svg
+        held = sum(contents(admin_of(e2e), NY_ACTIVITY).values())
+        assert f"{held:,} msgs" in svg
+        # inside the Airflow UI: the plugin's external view at /plugin/stream-replication
+        shot = tmp_path / "replication-page.png"
+        chromium(tmp_path, f"{airflow_ui.base}/plugin/stream-replication", "--window-size=1400,1000",
+                 "--virtual-time-budget=15000", f"--screenshot={shot}")
+        assert shot.stat().st_size > 20_000
+        ui_dom = chromium(tmp_path, f"{airflow_ui.base}/plugin/stream-replication", "--virtual-time-budget=15000",
+                          "--dump-dom")
+        assert 'src="/streamrep/replication"' in ui_dom or "/streamrep/replication" in ui_dom
+        if os.environ.get("STREAMREP_UPDATE_SCREENSHOT"):
+            (REPO / "docs").mkdir(exist_ok=True)
+            shutil.copy(shot, REPO / "docs" / "replication-page.png")
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=30)

@@ -1,0 +1,505 @@
+"""The Spark side: the ``streamrep`` Python Data Source, copystream and the gateway on Spark.
+
+One SparkSession is shared by the module (starting one costs several seconds). Three tests
+run the real apps through ``spark-submit`` (copystream, the gateway with ``--once``, and the
+kill -9 test); the rest run the same job functions on the shared session.
+
+Every test has its own STREAMREP_HOME and passes it explicitly (option ``home`` / ``--home``):
+Spark's Python workers are reused across tests and keep the environment they started with.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from streamrep.client import Producer
+from streamrep.errors import Unavailable
+from streamrep.model.message import Message
+from streamrep.replication.apply import ORIGIN_HEADER
+from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
+
+pytestmark = pytest.mark.slow
+
+SEED = int(os.environ.get("STREAMREP_TEST_SEED", random.randrange(1 << 30)))
+SF, NY = "sanfrancisco", "newyork"
+T0 = int(time.time() * 1000) - 3_600_000  # recent: older messages fall to the default TTL
+
+
+# -- fixtures and helpers ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def spark():
+    """One local SparkSession for the module, as user alice (Spark's Python workers inherit
+    the environment of the JVM, fixed when it starts)."""
+    from streamrep.spark.submit import python_env
+
+    saved = {k: os.environ.get(k) for k in ("STREAMREP_USER", "STREAMREP_GROUPS", *python_env())}
+    os.environ.update({"STREAMREP_USER": "alice", "STREAMREP_GROUPS": "", **python_env()})
+    from streamrep.spark import jobs
+
+    started = time.monotonic()
+    session = jobs.session("streamrep-tests")
+    print(f"\nSparkSession started in {time.monotonic() - started:.1f}s")
+    yield session
+    session.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def clusters(api, streamrep_home):
+    """The admin API (as alice) over a STREAMREP_HOME with embedded clusters sf and ny."""
+    api.clusters.add(SF)
+    api.clusters.add(NY)
+    return api
+
+
+def home_of(admin) -> str:
+    return admin.clusters.home
+
+
+def make_stream(admin, path: str, topics: dict[str, int]) -> str:
+    admin.create_stream(path, defaultpartitions=max(topics.values()))
+    for topic, partitions in topics.items():
+        admin.create_topic(path, topic, partitions)
+    return path
+
+
+def link(admin, source: str, replica: str, paused: bool = False) -> None:
+    """Make ``replica`` (created from the source's metadata) an agreed replica of ``source``."""
+    admin.create_stream(replica, copymetafrom=source)
+    admin.add_replica(source, replica, paused=paused)
+    admin.add_upstream(replica, source)
+
+
+def produce(admin, topic: str, values, keyed: bool = True, headers: bool = True) -> list[str]:
+    values = list(values)
+    with Producer(admin, batch_size=50_000) as producer:
+        for i, value in enumerate(values):
+            producer.send(
+                topic, value,
+                key=f"key-{i % 11}" if keyed else None,
+                headers=[("seq", str(i)), ("bin", bytes([i % 256, 0, 255]))] if headers and i % 3 == 0 else None,
+                timestamp=T0 + i,
+            )
+    return values
+
+
+def contents(admin, stream: str) -> dict[tuple[str, int], list[Message]]:
+    """Every message ``stream`` holds, by (topic, partition), in offset order."""
+    sp = admin.path(stream)
+    entry = admin.entry(sp)
+    store = admin.store(sp)
+    result = {}
+    for topic, count in store.topics(entry.uuid).items():
+        for partition in range(count):
+            start, end = store.offsets(entry.uuid, topic, partition)
+            held = []
+            while start < end:
+                chunk = store.read(entry.uuid, topic, partition, start, 50_000)
+                held += chunk
+                start = chunk[-1].offset + 1
+            result[(topic, partition)] = held
+    return result
+
+
+def held(admin, stream: str) -> int:
+    sp = admin.path(stream)
+    entry = admin.entry(sp)
+    store = admin.store(sp)
+    return sum(end - start for topic, count in store.topics(entry.uuid).items()
+               for start, end in (store.offsets(entry.uuid, topic, p) for p in range(count)))
+
+
+def strip_origin(message: Message) -> tuple:
+    headers = tuple(h for h in message.headers if h[0] != ORIGIN_HEADER)
+    return message.value, message.key, headers, message.timestamp
+
+
+def assert_same_messages(admin, source: str, replica: str) -> None:
+    """The replica holds every source message exactly once, in the same topic and partition,
+    in the same order, with key, headers and timestamp, and the origin of each."""
+    src_uuid = admin.entry(source).uuid
+    want, got = contents(admin, source), contents(admin, replica)
+    for (topic, partition), messages in want.items():
+        have = got.get((topic, partition), [])
+        assert len(have) == len(messages), f"{replica}:{topic}/{partition}: {len(have)} of {len(messages)}"
+        assert [strip_origin(m) for m in have] == [strip_origin(m) for m in messages], f"{topic}/{partition}"
+        assert [m.header(ORIGIN_HEADER) for m in have] == \
+            [f"{src_uuid}/{partition}/{m.offset}".encode() for m in messages]
+    assert sum(map(len, got.values())) == sum(map(len, want.values()))
+
+
+def wait_for(condition, timeout: float = 90, what: str = "condition", every: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def replica_state(admin, source: str, replica: str) -> str:
+    [row] = [r for r in admin.list_replicas(source) if r["replica"] == replica]
+    return row["replicaState"]
+
+
+# -- the data source as a reader -------------------------------------------------------------
+def test_read_a_stream_as_a_dataframe(spark, clusters):
+    from streamrep.spark.source import SCHEMA
+
+    admin = clusters
+    stream = make_stream(admin, f"/mapr/{SF}/events", {"clicks": 3, "views": 1})
+    produce(admin, f"{stream}:clicks", (f"click-{i}" for i in range(60)))
+    produce(admin, f"{stream}:views", (f"view-{i}" for i in range(5)), keyed=False, headers=False)
+    uuid = admin.entry(stream).uuid
+
+    df = spark.read.format("streamrep").option("path", stream).option("home", home_of(admin)).load()
+    assert df.schema == SCHEMA
+    rows = df.collect()
+    by_partition: dict[tuple[str, int], list] = {}
+    for row in rows:
+        assert row.source == stream and row.source_uuid == uuid
+        by_partition.setdefault((row.topic, row.partition), []).append(row)
+    want = contents(admin, stream)
+    assert len(rows) == 65
+    assert set(by_partition) == {k for k, v in want.items() if v}
+    for key, messages in want.items():
+        got = by_partition.get(key, [])
+        assert [r.offset for r in got] == [m.offset for m in messages]
+        assert [(r.value, r.key, tuple((h.key, h.value) for h in r.headers), r.timestamp) for r in got] == \
+            [(m.value, m.key, m.headers, m.timestamp) for m in messages]
+    assert any(r.headers for r in rows) and any(r.key is None for r in rows)
+
+    views = (spark.read.format("streamrep").option("path", stream).option("home", home_of(admin))
+             .option("topics", "views").load())
+    assert sorted(r.value for r in views.collect()) == sorted(f"view-{i}".encode() for i in range(5))
+
+    # The same stream as a stream, rate-limited: every message once, over several micro-batches.
+    query = (spark.readStream.format("streamrep").option("path", stream).option("home", home_of(admin))
+             .option("maxRecordsPerTrigger", "20").load()
+             .writeStream.format("memory").queryName("events_stream").trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None
+    streamed = spark.table("events_stream").collect()
+    assert Counter((r.topic, r.partition, r.offset) for r in streamed) == \
+        Counter((r.topic, r.partition, r.offset) for r in rows)
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) >= 4 and max(p["numInputRows"] for p in batches) <= 20
+
+
+# -- copystream -----------------------------------------------------------------------------
+def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child_env):
+    from streamrep.spark import jobs, run_app
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/orders", {"placed": 3, "shipped": 2})
+    produce(admin, f"{source}:placed", (f"placed-{i}" for i in range(3000)))
+    produce(admin, f"{source}:shipped", (f"shipped-{i}" for i in range(500)), keyed=False)
+    destination = f"/mapr/{NY}/orders-copy"  # does not exist yet: the copy creates it
+
+    started = time.monotonic()
+    result = run_app("copystream", ["--src", source, "--dst", destination, "--home", home_of(admin)],
+                     env=child_env, timeout=300)
+    print(f"\ncopystream app (3,500 messages): {time.monotonic() - started:.1f}s")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["messages"] == 3500
+    assert summary["destination"] == destination
+    assert_same_messages(admin, source, destination)
+
+    # The positions are recorded with the messages: the copy resumes, and a gateway would too.
+    src_uuid, dst = admin.entry(source).uuid, admin.entry(destination)
+    marks = admin.store(admin.path(destination)).marks(dst.uuid)
+    ends = {f"{t}:{p}": len(m) for (t, p), m in contents(admin, source).items()}
+    assert summary["positions"] == ends
+    assert {k: marks[f"p|{src_uuid}|{k.replace(':', '|')}"] for k in ends} == ends
+
+    again = jobs.copy_stream(spark, admin, source, destination)
+    assert again["messages"] == 0
+    assert held(admin, destination) == 3500
+
+
+def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
+    """A copy into a registered (paused) replica: the link shows COPY_IN_PROGRESS only while
+    it runs, and a copy that finds part of the data there copies only the rest."""
+    from streamrep.replication.copy import copy_partition, plan_copy
+    from streamrep.spark import jobs
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/ledger", {"entries": 2})
+    produce(admin, f"{source}:entries", (f"entry-{i}" for i in range(2000)))
+    replica = f"/mapr/{NY}/ledger"
+    link(admin, source, replica, paused=True)
+
+    # Part of the copy already happened (one partition, in this process).
+    plan = plan_copy(admin, source, replica)
+    first = min(plan.ends)
+    done = copy_partition(admin.store(plan.source), admin.store(plan.destination), plan, first)
+    states = []
+    original = admin.set_replica_state
+
+    def spy(path, rep, state, error=None):
+        states.append(state.value)
+        return original(path, rep, state, error)
+
+    admin.set_replica_state = spy
+    summary = jobs.copy_stream(spark, admin, source, replica)
+    assert summary["messages"] == 2000 - done
+    assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]
+    assert replica_state(admin, source, replica) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    assert_same_messages(admin, source, replica)
+
+
+def test_copystream_job_of_an_empty_stream(spark, clusters):
+    from streamrep.spark import jobs
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/quiet", {"nothing": 2})
+    admin.create_stream(f"/mapr/{SF}/bare")  # no topics at all: Spark plans one empty partition
+    assert jobs.copy_stream(spark, admin, source, f"/mapr/{NY}/quiet")["messages"] == 0
+    assert jobs.copy_stream(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare")["messages"] == 0
+    assert [t["topic"] for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
+
+
+def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clusters):
+    """The gateway's sink, called as a Spark task would call it: a replica that cannot take
+    the rows (here: they would leave a gap) is reported, and the others still get them;
+    commit() records UNEXPECTED with the error, and REPLICATING for the others."""
+    from streamrep.replication.transfer import SourcePartition, apply_batch
+    from streamrep.spark import source as datasource
+
+    admin = clusters
+    stream = make_stream(admin, f"/mapr/{SF}/sensors", {"temp": 1})
+    produce(admin, f"{stream}:temp", (f"t-{i}" for i in range(10)), keyed=False)
+    ahead, behind = f"/mapr/{NY}/sensors-a", f"/mapr/{NY}/sensors-b"
+    link(admin, stream, ahead)
+    link(admin, stream, behind)
+    gateway = Gateway(admin, NY, "g1")
+    unit = next(iter(gateway.assignment().units))
+    messages = contents(admin, stream)[("temp", 0)]
+    apply_batch(admin.store(admin.path(ahead)), admin.entry(ahead).uuid, unit, messages[:5])
+
+    batch = datasource.to_batch(stream, unit, messages[5:])  # rows 5..9 only
+    commit = datasource._write_replicate(home_of(admin), NY, "g1", iter([batch]))
+    assert commit.rows == 5
+    assert commit.written == {f"{unit.source_uuid}|{admin.entry(ahead).uuid}": 5}
+    [(key, error)] = commit.errors.items()
+    assert key.endswith(admin.entry(behind).uuid) and "replication gap" in error
+    assert [m.value for m in contents(admin, ahead)[("temp", 0)]] == [m.value for m in messages]
+    assert held(admin, behind) == 0
+
+    writer = datasource.ReplicateStreamWriter(home_of(admin), NY, "g1")
+    writer.commit([commit, None], 0)
+    assert replica_state(admin, stream, ahead) == "REPLICA_STATE_REPLICATING"
+    [row] = [r for r in admin.list_replicas(stream) if r["replica"] == behind]
+    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row["errors"]
+    assert isinstance(unit, SourcePartition)
+
+
+# -- the gateway --------------------------------------------------------------------------------
+def test_gateway_app_once_replicates_resumed_replica_not_paused_one(spark, clusters, child_env, tmp_path):
+    from streamrep.spark import jobs, run_app
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/feed", {"items": 3})
+    live, paused = f"/mapr/{NY}/feed-live", f"/mapr/{NY}/feed-paused"
+    link(admin, source, live, paused=True)
+    link(admin, source, paused, paused=True)
+    admin.resume_replica(source, live)
+    produce(admin, f"{source}:items", (f"item-{i}" for i in range(1500)))
+    checkpoint = str(tmp_path / "checkpoint")
+
+    started = time.monotonic()
+    result = run_app("gateway", ["--cluster", NY, "--id", "g1", "--home", home_of(admin), "--once",
+                                 "--checkpoint", checkpoint], env=child_env, timeout=300)
+    print(f"\ngateway app --once (1,500 messages): {time.monotonic() - started:.1f}s")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_same_messages(admin, source, live)
+    assert held(admin, paused) == 0
+    assert not admin.store(admin.path(paused)).marks(admin.entry(paused).uuid)
+    assert replica_state(admin, source, live) == "REPLICA_STATE_REPLICATING"
+    assert replica_state(admin, source, paused) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    assert "g1" not in admin.store(admin.path(live)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
+
+    # Resumed, with more data and a new topic: the next run (same checkpoint, here on the
+    # shared session) brings the paused replica up from its own position, which is behind the
+    # checkpoint's offsets, and the live one from where it stood.
+    admin.resume_replica(source, paused)
+    admin.create_topic(source, "extra", 2)
+    produce(admin, f"{source}:items", (f"more-{i}" for i in range(300)))
+    produce(admin, f"{source}:extra", (f"extra-{i}" for i in range(100)))
+    jobs.run_gateway(spark, admin, NY, "g1", checkpoint=checkpoint, once=True)
+    assert_same_messages(admin, source, live)
+    assert_same_messages(admin, source, paused)
+
+
+def test_gateway_stream_picks_up_new_topics_partitions_and_replicas(spark, clusters, tmp_path):
+    from streamrep.spark import jobs
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/clicks", {"web": 2})
+    first = f"/mapr/{NY}/clicks-1"
+    link(admin, source, first)
+    produce(admin, f"{source}:web", (f"web-{i}" for i in range(500)))
+    query = jobs.start_gateway(spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"),
+                               interval=0.2, max_records=200)
+    try:
+        wait_for(lambda: held(admin, first) == 500, what="the first replica")
+        admin.create_topic(source, "mobile", 1)
+        admin.edit_topic(source, "web", 3)
+        produce(admin, f"{source}:mobile", (f"mobile-{i}" for i in range(50)))
+        produce(admin, f"{source}:web", (f"web2-{i}" for i in range(90)), keyed=False)
+        wait_for(lambda: held(admin, first) == 640, what="the new topic and partition")
+        second = f"/mapr/{NY}/clicks-2"
+        link(admin, source, second)
+        wait_for(lambda: held(admin, second) == 640, what="the new replica")
+        assert query.isActive and query.exception() is None
+    finally:
+        query.stop()
+        Gateway(admin, NY, "g1").stop()
+    assert_same_messages(admin, source, first)
+    assert_same_messages(admin, source, second)
+    assert replica_state(admin, source, second) == "REPLICA_STATE_REPLICATING"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Spark's JVM, its Python daemons and their workers)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_everything(proc: subprocess.Popen) -> list[int]:
+    """kill -9 the spark-submit process group, and the groups of the Python daemons Spark
+    started (each daemon leads its own process group, with its workers in it)."""
+    pids = [proc.pid, *descendants(proc.pid)]
+    groups = {proc.pid}
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except ProcessLookupError:
+            pass
+    for group in sorted(groups, key=lambda g: g != proc.pid):  # the JVM's group first
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+    return pids
+
+
+def alive(pids: list[int]) -> list[int]:
+    living = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            living.append(pid)
+    return living
+
+
+def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, child_env, tmp_path):
+    """kill -9 of the whole spark-submit process group at a random moment of a 200k-message
+    backlog, then a restart with --once: every source message exactly once in the replica."""
+    from streamrep.spark import run_app, start_app
+
+    admin = clusters
+    rng = random.Random(SEED)
+    total = 200_000
+    source = make_stream(admin, f"/mapr/{SF}/big", {"t": 3})
+    replica = f"/mapr/{NY}/big"
+    link(admin, source, replica)
+    produce(admin, f"{source}:t", (f"m{i:07d}-" + "x" * 90 for i in range(total)), keyed=False, headers=False)
+    args = ["--cluster", NY, "--id", "g1", "--home", home_of(admin), "--checkpoint", str(tmp_path / "ck"),
+            "--max-records", "20000", "--interval", "0.2"]
+    threshold = rng.randint(1, 150_000)
+
+    started = time.monotonic()
+    with open(tmp_path / "gateway.log", "wb") as log:
+        proc = start_app("gateway", args, env=child_env, start_new_session=True, stdout=log, stderr=log)
+        try:
+            wait_for(lambda: held(admin, replica) >= threshold or proc.poll() is not None, timeout=240,
+                     what=f"{threshold} messages replicated (seed {SEED})", every=0.01)
+            assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
+            time.sleep(rng.uniform(0, 1.5))  # anywhere in the batches under way, or between them
+        finally:
+            pids = kill_everything(proc)
+    at_kill = held(admin, replica)
+    wait_for(lambda: not alive(pids), timeout=30, what="every killed process to go")
+    assert held(admin, replica) == at_kill
+    killed_after = time.monotonic() - started
+    assert 0 < at_kill < total, f"seed {SEED}: killed at {at_kill}"
+
+    result = run_app("gateway", [*args, "--once"], env=child_env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    print(f"\nkill test (seed {SEED}): killed at {at_kill} messages after {killed_after:.1f}s; "
+          f"whole test {time.monotonic() - started:.1f}s")
+
+    values = Counter(m.value for messages in contents(admin, replica).values() for m in messages)
+    expected = {f"m{i:07d}-".encode() + b"x" * 90 for i in range(total)}
+    duplicated = sum(n - 1 for n in values.values() if n > 1)
+    lost = len(expected - set(values))
+    assert (lost, duplicated, len(values)) == (0, 0, total), f"seed {SEED}"
+    assert_same_messages(admin, source, replica)
+
+
+# -- spark-submit ------------------------------------------------------------------------------
+def test_spark_submit_command(monkeypatch, tmp_path):
+    from streamrep.spark import submit
+
+    monkeypatch.delenv("STREAMREP_SPARK_MASTER", raising=False)
+    monkeypatch.delenv("STREAMREP_SPARK_APPS", raising=False)
+    argv, env = submit.spark_submit_command("copystream", ["--src", "/mapr/a/s", "--dst", "/mapr/b/s"])
+    assert Path(argv[0]).name == "spark-submit" and Path(argv[0]).parent == Path(sys.executable).parent
+    assert argv[argv.index("--master") + 1] == "local[2]"
+    assert "spark.ui.enabled=false" in argv and "spark.python.worker.reuse=true" in argv
+    assert argv[-5:] == [str(Path(submit.__file__).resolve().parents[3] / "spark_apps" / "copystream.py"),
+                         "--src", "/mapr/a/s", "--dst", "/mapr/b/s"]
+    assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+    argv, _ = submit.spark_submit_command("copystream", ["--src", "a", "--dst", "b", "--numthreads", "3"])
+    assert argv[argv.index("--master") + 1] == "local[3]"
+    monkeypatch.setenv("STREAMREP_SPARK_MASTER", "spark://somewhere:7077")
+    argv, _ = submit.spark_submit_command("gateway", ["--cluster", "c"], conf={"spark.executor.memory": "2g"})
+    assert argv[argv.index("--master") + 1] == "spark://somewhere:7077" and "spark.executor.memory=2g" in argv
+
+    path, args, conf = submit.application("gateway", ["--cluster", "c", "--once"])
+    assert path.endswith("spark_apps/gateway.py") and args == ["--cluster", "c", "--once"]
+    assert conf["spark.ui.enabled"] == "false"
+
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "gateway.py").write_text("")
+    monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
+    assert submit.application("gateway")[0] == str(apps / "gateway.py")
+    with pytest.raises(Unavailable, match="copystream not found"):
+        submit.application("copystream")
+
+    monkeypatch.setattr(submit.shutil, "which", lambda *a, **k: None)
+    with pytest.raises(Unavailable, match="spark-submit was not found"):
+        submit.run_app("gateway", ["--cluster", "c"])

@@ -1,0 +1,187 @@
+"""DAG integrity: every DAG imports, the manual setup has the seeds' seven steps in order, and
+params are validated by their JSON schema (a malformed path is refused at trigger time)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+from pathlib import Path
+
+import pytest
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import TriggerRule
+from airflow.sdk.exceptions import ParamValidationError
+
+from streamrep.airflow.operators import (
+    AutosetupCheckOperator,
+    GatewayPlanOperator,
+    ReplicaAddOperator,
+    ReplicaPauseOperator,
+    ReplicaRemoveOperator,
+    ReplicaResumeOperator,
+    ReplicaStatusOperator,
+    ReplicaVerifyOperator,
+    StreamCreateOperator,
+    UpstreamAddOperator,
+    UpstreamVerifyOperator,
+)
+from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+DAG_IDS = {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways", "stream_replica_control"}
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+def chain_of(dag) -> list:
+    """The tasks of a DAG that must be one straight line, in order."""
+    (task,) = dag.roots
+    order = [task]
+    while task.downstream_list:
+        (task,) = task.downstream_list
+        order.append(task)
+    assert len(order) == len(dag.tasks), "not a single chain"
+    return order
+
+
+def accepts(dag, **conf) -> bool:
+    """Whether a trigger with ``conf`` passes the DAG's param schema."""
+    try:
+        for key, value in conf.items():
+            dag.params.get_param(key).resolve(value)
+    except ParamValidationError:
+        return False
+    return True
+
+
+def test_every_dag_imports_with_no_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) == DAG_IDS
+
+
+@pytest.mark.parametrize("dag_id", sorted(DAG_IDS))
+def test_dags_are_triggered_documented_and_tagged(dagbag, dag_id):
+    dag = dagbag.dags[dag_id]
+    assert dag.schedule is None or dag.timetable.summary == "None"
+    assert dag.doc_md and "**Params**" in dag.doc_md
+    assert "streamrep" in dag.tags
+    for name in dag.params:
+        param = dag.params.get_param(name)
+        assert param.schema.get("type") and param.description, (dag_id, name)
+
+
+def test_manual_setup_is_the_seeds_seven_steps_in_order(dagbag):
+    dag = dagbag.dags["stream_replica_manual_setup"]
+    steps = [(t.task_id, type(t)) for t in chain_of(dag)]
+    assert steps == [
+        ("create_replica", StreamCreateOperator),
+        ("add_replica_paused", ReplicaAddOperator),
+        ("verify_replica", ReplicaVerifyOperator),
+        ("add_upstream", UpstreamAddOperator),
+        ("verify_upstream", UpstreamVerifyOperator),
+        ("copystream", StreamCopyOperator),
+        ("resume_replica", ReplicaResumeOperator),
+    ]
+    tasks = dag.task_dict
+    assert (tasks["create_replica"].path, tasks["create_replica"].copymetafrom) == ("{{ params.replica }}",
+                                                                                  "{{ params.path }}")
+    assert tasks["add_replica_paused"].paused is True
+    assert (tasks["add_upstream"].path, tasks["add_upstream"].upstream) == ("{{ params.replica }}", "{{ params.path }}")
+    copy = tasks["copystream"]
+    assert isinstance(copy, SparkSubmitOperator) and copy._conn_id == "spark_default"
+    assert set(dag.params) == {"path", "replica"}
+    assert all(t.retries >= 1 for t in dag.tasks)  # safe to retry, so retried
+
+
+def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
+    dag = dagbag.dags["stream_replica_autosetup"]
+    order = chain_of(dag)
+    assert [t.task_id for t in order] == [
+        "check", "create_replica", "add_replica_paused", "add_upstream", "copystream",
+        "add_reverse_replica", "add_reverse_upstream", "resume_replica", "resume_reverse_replica"]
+    tasks = dag.task_dict
+    assert isinstance(tasks["check"], AutosetupCheckOperator) and tasks["check"].retries == 0
+    for reverse in ("add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica"):
+        assert tasks[reverse].only_if == "{{ params.multimaster }}"
+    assert (tasks["add_reverse_replica"].path, tasks["add_reverse_replica"].replica) == (
+        "{{ params.replica }}", "{{ params.path }}")
+    assert tasks["add_replica_paused"].synchronous == "{{ params.synchronous }}"
+    assert tasks["resume_replica"].trigger_rule == TriggerRule.NONE_FAILED
+    assert set(dag.params) == {"path", "replica", "multimaster", "synchronous"}
+    assert dag.render_template_as_native_obj
+
+
+def test_gateways_dag_maps_one_supervised_spark_task_per_gateway(dagbag):
+    dag = dagbag.dags["stream_gateways"]
+    plan, gateway = dag.task_dict["plan_gateways"], dag.task_dict["gateway"]
+    assert plan.operator_class is GatewayPlanOperator if hasattr(plan, "operator_class") else isinstance(
+        plan, GatewayPlanOperator)
+    assert gateway.operator_class is StreamGatewayOperator
+    assert issubclass(StreamGatewayOperator, SparkSubmitOperator)
+    assert gateway.partial_kwargs["retries"] >= 100 and gateway.partial_kwargs["retry_delay"].total_seconds() >= 10
+    assert plan in gateway.upstream_list
+    assert set(dag.params) == {"cluster", "once", "gateways"}
+
+
+def test_control_dag_branches_to_the_action(dagbag):
+    dag = dagbag.dags["stream_replica_control"]
+    tasks = dag.task_dict
+    assert {type(tasks[a]) for a in ("pause", "resume", "remove")} == {
+        ReplicaPauseOperator, ReplicaResumeOperator, ReplicaRemoveOperator}
+    assert {t.task_id for t in tasks["choose_action"].downstream_list} == {"pause", "resume", "remove"}
+    assert isinstance(tasks["replica_list"], ReplicaStatusOperator)
+    assert tasks["replica_list"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    assert dag.params.get_param("action").schema["enum"] == ["pause", "remove", "resume"]
+
+
+GOOD_PATHS = ["/mapr/sanfrancisco/activity", "mapr/sanfrancisco/activity", "/mapr/a.b_c-1/x/y.z",
+              "/activity", "/mapr/sanfrancisco/my stream"]
+BAD_PATHS = ["/mapr/sanfrancisco/activity:clicks", "", "/mapr//activity", "/mapr/sanfrancisco//x",
+             "/mapr/-bad/activity", "/mapr/sanfrancisco/a\tb", 42, None]
+
+
+@pytest.mark.parametrize("dag_id", ["stream_replica_manual_setup", "stream_replica_autosetup",
+                                    "stream_replica_control"])
+def test_path_params_accept_stream_paths_and_refuse_malformed_ones(dagbag, dag_id):
+    dag = dagbag.dags[dag_id]
+    for path in GOOD_PATHS:
+        assert accepts(dag, path=path, replica=path), path
+    for path in BAD_PATHS:
+        assert not accepts(dag, path=path), path
+        assert not accepts(dag, replica=path), path
+
+
+def test_a_malformed_path_is_refused_with_a_readable_message(dagbag):
+    dag = dagbag.dags["stream_replica_manual_setup"]
+    params = dag.params.deep_merge({"path": "/mapr/sanfrancisco/activity:clicks"}) if hasattr(
+        dag.params, "deep_merge") else None
+    with pytest.raises(ParamValidationError) as raised:
+        if params is not None:
+            params.validate()
+        else:
+            dag.params["path"] = "/mapr/sanfrancisco/activity:clicks"
+    message = str(raised.value).splitlines()[0]
+    assert message.startswith("Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' does not match")
+
+
+def test_flag_cluster_and_action_params(dagbag):
+    auto = dagbag.dags["stream_replica_autosetup"]
+    assert accepts(auto, multimaster=True, synchronous=False)
+    assert not accepts(auto, multimaster="yes")
+    gateways = dagbag.dags["stream_gateways"]
+    assert accepts(gateways, cluster="newyork", once=True)
+    assert not accepts(gateways, cluster="new york") and not accepts(gateways, cluster="")
+    control = dagbag.dags["stream_replica_control"]
+    assert all(accepts(control, action=a) for a in ("pause", "resume", "remove"))
+    assert not accepts(control, action="delete")

@@ -1,0 +1,308 @@
+"""The streamrep operators and hook on real embedded clusters (a tmp STREAMREP_HOME): success,
+failure with streamrep's one-line message, and retry (a second run finds the state it wanted)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+
+from streamrep.airflow.hook import StreamrepHook, cluster_conn_id, user_errors
+from streamrep.airflow.operators import (
+    AutosetupCheckOperator,
+    GatewayPlanOperator,
+    ReplicaAddOperator,
+    ReplicaPauseOperator,
+    ReplicaRemoveOperator,
+    ReplicaResumeOperator,
+    ReplicaStatusOperator,
+    ReplicaVerifyOperator,
+    StreamCreateOperator,
+    UpstreamAddOperator,
+    UpstreamVerifyOperator,
+)
+from streamrep.client import Producer
+from streamrep.errors import InvalidArgument, NotFound, Unavailable
+from streamrep.replication.copy import copy_stream
+
+SRC = "/mapr/sanfrancisco/activity"
+DST = "/mapr/newyork/activity"
+
+
+def ctx(try_number: int = 1) -> dict:
+    """The part of an Airflow task context the operators read."""
+    return {"ti": SimpleNamespace(try_number=try_number)}
+
+
+@pytest.fixture(autouse=True)
+def as_alice(empty_home, monkeypatch):
+    """A tmp STREAMREP_HOME; operators act as alice (group eng), like the ``admin`` fixture, and
+    no streamrep connection is defined."""
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    monkeypatch.setenv("STREAMREP_GROUPS", "eng")
+    for key in list(os.environ):
+        if key.startswith("AIRFLOW_CONN_STREAMREP"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def source(admin):
+    """/mapr/sanfrancisco/activity with 2 partitions and 10 messages in topic clicks."""
+    admin.create_stream(SRC, defaultpartitions=2, ttl=0)
+    admin.create_topic(SRC, "clicks")
+    with Producer(admin) as producer:
+        for i in range(10):
+            producer.send(f"{SRC}:clicks", f"m{i}".encode(), key=f"k{i}".encode())
+    return SRC
+
+
+@pytest.fixture
+def replicated(admin, source):
+    """The seeds' manual steps 1-5 done on the admin API: created, added paused, upstream added."""
+    admin.create_stream(DST, copymetafrom=SRC)
+    admin.add_replica(SRC, DST, paused=True)
+    admin.add_upstream(DST, SRC)
+    return DST
+
+
+def fails_with(operator, text: str, try_number: int = 1, kind=AirflowFailException) -> str:
+    with pytest.raises(kind) as raised:
+        operator.execute(ctx(try_number))
+    message = str(raised.value)
+    assert text in message, message
+    assert "\n" not in message and message.startswith("streamrep: ")
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__  # no chained traceback
+    return message
+
+
+# -- hook ---------------------------------------------------------------------------------
+def test_hook_falls_back_to_the_cli_registry(home):
+    hook = StreamrepHook()
+    assert hook.clusters.home == home.home
+    assert hook.clusters.get("newyork").url == home.get("newyork").url
+    assert hook.identity.user == "alice" and hook.identity.groups == frozenset({"eng"})
+    assert hook.registry_home() == home.home  # nothing overridden: Spark apps read the same registry
+    hook.close()
+
+
+def test_hook_cluster_from_a_streamrep_connection(home, tmp_path, monkeypatch):
+    target = tmp_path / "elsewhere" / "boston.db"
+    target.parent.mkdir()
+    monkeypatch.setenv(f"AIRFLOW_CONN_{cluster_conn_id('boston').upper()}",
+                       json.dumps({"conn_type": "streamrep", "host": f"embedded:{target}"}))
+    hook = StreamrepHook()
+    assert hook.clusters.get("boston").url == f"embedded:{target}"
+    hook.admin.create_stream("/mapr/boston/events")
+    assert target.exists()
+    assert [c.name for c in hook.clusters.list()] == ["boston", "newyork", "sanfrancisco"]
+    # Spark apps get a registry folder that resolves boston the same way, and the rest as before.
+    derived = hook.registry_home()
+    registry = json.loads(open(os.path.join(derived, "clusters.json")).read())
+    assert registry["clusters"]["boston"] == {"url": f"embedded:{target}"}
+    assert registry["clusters"]["newyork"] == {"url": home.get("newyork").url}
+    assert hook.process_env()["STREAMREP_HOME"] == derived
+    hook.close()
+
+
+def test_hook_connection_with_extra_url_home_and_identity(empty_home, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", json.dumps(
+        {"conn_type": "streamrep", "login": "carol", "extra": {"home": str(tmp_path / "h"), "groups": "eng,ops"}}))
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_LONDON", json.dumps(
+        {"conn_type": "streamrep", "extra": {"url": f"embedded:{tmp_path / 'london.db'}"}}))
+    hook = StreamrepHook()
+    assert hook.clusters.home == str(tmp_path / "h")
+    assert hook.identity.user == "carol" and hook.identity.groups == frozenset({"eng", "ops"})
+    assert hook.clusters.get("london").url == f"embedded:{tmp_path / 'london.db'}"
+    env = hook.process_env()
+    assert env["STREAMREP_USER"] == "carol" and set(env["STREAMREP_GROUPS"].split()) == {"eng", "ops"}
+
+
+def test_hook_refuses_a_connection_without_an_embedded_url(home, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_PARIS", json.dumps({"conn_type": "streamrep", "host": "paris.example"}))
+    with pytest.raises(InvalidArgument, match="connection streamrep_paris: cluster url 'paris.example'"):
+        StreamrepHook().clusters.get("paris")
+
+
+def test_user_errors_fail_without_retry_but_unavailable_is_retried():
+    with pytest.raises(AirflowFailException, match="^streamrep: stream x does not exist$"):
+        with user_errors():
+            raise NotFound("stream x does not exist")
+    with pytest.raises(AirflowException, match="^streamrep: cannot read") as raised:
+        with user_errors():
+            raise Unavailable("cannot read cluster registry")
+    assert not isinstance(raised.value, AirflowFailException)
+
+
+# -- step 1: stream create -copymetafrom --------------------------------------------------------
+def test_create_copymetafrom_success_and_retry(admin, source):
+    op = StreamCreateOperator(task_id="create", path=DST, copymetafrom=SRC)
+    info = op.execute(ctx())
+    assert info["path"] == DST and info["defaultpartitions"] == 2 and info["ttl"] == 0
+    assert admin.entry(DST).meta == admin.entry(SRC).meta
+    again = op.execute(ctx(2))  # the stream exists with the same metadata: success
+    assert again["uuid"] == info["uuid"]
+
+
+def test_create_fails_if_the_stream_exists_with_other_metadata(admin, source):
+    admin.create_stream(DST, ttl=60)
+    fails_with(StreamCreateOperator(task_id="create", path=DST, copymetafrom=SRC),
+               f"stream {DST} already exists with other metadata: defaultpartitions is 1, not 2; ttl is 60, not 0")
+
+
+def test_create_fails_for_an_unknown_source_and_a_bad_path(home):
+    fails_with(StreamCreateOperator(task_id="create", path=DST, copymetafrom=SRC), f"stream {SRC} does not exist")
+    fails_with(StreamCreateOperator(task_id="create", path="/mapr/newyork/a:b"), "invalid stream path")
+
+
+def test_create_without_copymetafrom_and_with_settings(admin, home):
+    op = StreamCreateOperator(task_id="create", path="/mapr/newyork/plain", settings={"defaultpartitions": 3})
+    assert op.execute(ctx())["defaultpartitions"] == 3
+    assert op.execute(ctx(2))["defaultpartitions"] == 3
+
+
+# -- step 2: replica add -paused ---------------------------------------------------------------
+def test_replica_add_paused_success_and_retry(admin, source):
+    admin.create_stream(DST, copymetafrom=SRC)
+    op = ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True)
+    link = op.execute(ctx())
+    assert link["source"] == SRC and link["path"] == DST and link["paused"] is True
+    assert op.execute(ctx(2))["path"] == DST  # registered with the same settings: success
+    assert len(admin.entry(SRC).replicas) == 1
+
+
+def test_replica_add_fails_when_registered_with_other_settings(admin, source):
+    admin.create_stream(DST, copymetafrom=SRC)
+    admin.add_replica(SRC, DST, paused=False)
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused="True"),
+               f"{DST} is already a replica of {SRC} with paused=false synchronous=false, not paused=true")
+
+
+def test_replica_add_fails_for_a_missing_replica_and_without_permission(admin, source, monkeypatch):
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST), f"stream {DST} does not exist")
+    admin.create_stream(DST, copymetafrom=SRC)
+    monkeypatch.setenv("STREAMREP_USER", "bob")
+    monkeypatch.setenv("STREAMREP_GROUPS", "sales")
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST), "user bob does not have adminperm")
+
+
+# -- step 3: replica list (verify) -------------------------------------------------------------
+def test_replica_verify_pushes_the_replica_list(replicated):
+    rows = ReplicaVerifyOperator(task_id="verify", path=SRC, replica=DST).execute(ctx())
+    assert [r["replica"] for r in rows] == [DST]
+    assert rows[0]["paused"] is True and rows[0]["pendingMessages"] == 10
+    assert json.loads(json.dumps(rows)) == rows  # XCom-ready
+    again = ReplicaVerifyOperator(task_id="verify", path=SRC, replica=DST).execute(ctx(2))
+    assert [(r["replica"], r["pendingMessages"]) for r in again] == [(DST, 10)]
+
+
+def test_replica_verify_fails_when_the_replica_is_missing(admin, source):
+    fails_with(ReplicaVerifyOperator(task_id="verify", path=SRC, replica=DST), f"{DST} is not a replica of {SRC}")
+
+
+# -- steps 4 and 5: upstream add and verify ----------------------------------------------------
+def test_upstream_add_success_and_retry(admin, source):
+    admin.create_stream(DST, copymetafrom=SRC)
+    op = UpstreamAddOperator(task_id="upstream", path=DST, upstream=SRC)
+    assert [u["path"] for u in op.execute(ctx())] == [SRC]
+    assert [u["path"] for u in op.execute(ctx(2))] == [SRC]
+
+
+def test_upstream_add_fails_on_a_topic_name_conflict(admin, source):
+    admin.create_stream(DST, copymetafrom=SRC)
+    admin.create_stream("/mapr/sanfrancisco/other")
+    admin.create_topic("/mapr/sanfrancisco/other", "clicks")
+    admin.add_upstream(DST, "/mapr/sanfrancisco/other")
+    fails_with(UpstreamAddOperator(task_id="upstream", path=DST, upstream=SRC), "topic name conflict")
+
+
+def test_upstream_verify(replicated, admin):
+    rows = UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx())
+    assert [r["path"] for r in rows] == [SRC]
+    admin.remove_upstream(DST, SRC)
+    fails_with(UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC), f"{SRC} is not an upstream of {DST}")
+
+
+# -- step 7 and control: resume, pause, remove ---------------------------------------------------
+def test_resume_and_pause_success_and_retry(replicated, admin):
+    rows = ReplicaResumeOperator(task_id="resume", path=SRC, replica=DST).execute(ctx())
+    assert rows[0]["paused"] is False
+    assert ReplicaResumeOperator(task_id="resume", path=SRC, replica=DST).execute(ctx(2))[0]["paused"] is False
+    rows = ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST).execute(ctx())
+    assert rows[0]["paused"] is True and rows[0]["pendingMessages"] == 10
+    assert ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST).execute(ctx(2))[0]["paused"] is True
+
+
+def test_resume_and_pause_fail_for_an_unregistered_replica(admin, source):
+    fails_with(ReplicaResumeOperator(task_id="resume", path=SRC, replica=DST), f"{DST} is not a replica of {SRC}")
+    fails_with(ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST), f"{DST} is not a replica of {SRC}")
+
+
+def test_remove_success_retry_and_failure(replicated, admin):
+    op = ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST)
+    assert op.execute(ctx()) == []
+    assert admin.entry(SRC).replicas == ()
+    assert op.execute(ctx(2)) == []  # a retry: the earlier try removed it
+    fails_with(op, f"{DST} is not a replica of {SRC}", try_number=1)  # a first try: nothing to remove
+    assert admin.entry(DST).uuid  # the replica stream and its data stay
+
+
+def test_remove_retry_still_fails_for_an_unknown_source(home):
+    fails_with(ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST), f"stream {SRC} does not exist",
+               try_number=3)
+
+
+def test_replica_status(replicated, admin):
+    copy_stream(admin, SRC, DST)
+    rows = ReplicaStatusOperator(task_id="status", path=SRC).execute(ctx())
+    assert rows[0]["replica"] == DST and rows[0]["pendingMessages"] == 0
+    fails_with(ReplicaStatusOperator(task_id="status", path="/mapr/sanfrancisco/nope"), "does not exist")
+
+
+# -- autosetup precondition, gateway plan, skipping --------------------------------------------
+def test_autosetup_check(admin, source):
+    assert AutosetupCheckOperator(task_id="check", path=SRC, replica=DST).execute(ctx())["path"] == SRC
+    admin.create_stream(DST)
+    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=DST),
+               f"replica stream {DST} already exists; autosetup creates it")
+
+
+def test_autosetup_check_needs_permission(admin, source, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "bob")
+    monkeypatch.setenv("STREAMREP_GROUPS", "")
+    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=DST), "user bob does not have adminperm")
+
+
+def test_gateway_plan(replicated, admin):
+    op = GatewayPlanOperator(task_id="plan", cluster="newyork")
+    only = op.execute(ctx())
+    assert len(only) == 1  # none listed: one gateway named after this host
+    admin.set_gateways("newyork", "gw2 gw1", cluster="sanfrancisco")
+    assert op.execute(ctx(2)) == ["gw1", "gw2"]
+    assert GatewayPlanOperator(task_id="plan", cluster="newyork", gateways="gwx").execute(ctx()) == ["gwx"]
+    fails_with(GatewayPlanOperator(task_id="plan", cluster="tokyo"), "cluster tokyo is not known")
+    fails_with(GatewayPlanOperator(task_id="plan", cluster="newyork", gateways="bad/name"), "invalid gateway name")
+
+
+def test_only_if_false_skips_the_task(replicated, admin):
+    with pytest.raises(AirflowSkipException):
+        ReplicaAddOperator(task_id="reverse", path=DST, replica=SRC, only_if="False").execute(ctx())
+    assert admin.entry(DST).replicas == ()
+    assert ReplicaAddOperator(task_id="reverse", path=DST, replica=SRC, paused=True, only_if=True).execute(ctx())
+
+
+def test_operators_declare_template_fields_and_docstrings():
+    for op in (StreamCreateOperator, ReplicaAddOperator, ReplicaVerifyOperator, UpstreamAddOperator,
+               UpstreamVerifyOperator, ReplicaResumeOperator, ReplicaPauseOperator, ReplicaRemoveOperator,
+               ReplicaStatusOperator, AutosetupCheckOperator, GatewayPlanOperator):
+        assert "path" in op.template_fields or "cluster" in op.template_fields, op
+        assert ":param" in (op.__doc__ or "") and ":return:" in op.__doc__, op

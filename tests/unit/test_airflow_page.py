@@ -1,0 +1,122 @@
+"""The "Stream replication" page and the Airflow plugin, on real embedded clusters."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+import re
+from pathlib import Path
+
+import pytest
+
+from streamrep.airflow.page import create_app, render_page, topology
+from streamrep.client import Producer
+from streamrep.replication.copy import copy_stream
+from streamrep.replication.gateway import Gateway
+
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
+
+
+@pytest.fixture(autouse=True)
+def as_alice(empty_home, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    monkeypatch.setenv("STREAMREP_GROUPS", "eng")
+
+
+@pytest.fixture
+def mesh(admin):
+    """sanfrancisco/activity <-> newyork/activity (multi-master, replicated by gw1 of newyork),
+    plus sanfrancisco/orders -> newyork/orders paused, with messages pending."""
+    for stream, topic in ((SF, "clicks"), ("/mapr/sanfrancisco/orders", "orders")):
+        admin.create_stream(stream, defaultpartitions=2)
+        admin.create_topic(stream, topic)
+        with Producer(admin) as producer:
+            for i in range(7):
+                producer.send(f"{stream}:{topic}", b"x" * 10, key=str(i).encode())
+    for src, dst in ((SF, NY), ("/mapr/sanfrancisco/orders", "/mapr/newyork/orders")):
+        admin.create_stream(dst, copymetafrom=src)
+        admin.add_replica(src, dst, paused=True)
+        admin.add_upstream(dst, src)
+    copy_stream(admin, SF, NY)
+    admin.add_replica(NY, SF, paused=True)
+    admin.add_upstream(SF, NY)
+    admin.resume_replica(SF, NY)
+    admin.resume_replica(NY, SF)
+    admin.set_gateways("newyork", "gw1 gw2", cluster="sanfrancisco")
+    with Producer(admin) as producer:
+        producer.send(f"{SF}:clicks", b"new", key=b"k")
+    Gateway(admin, "newyork", "gw1").run_once()  # gw1 heartbeats and replicates; gw2 never started
+    return admin
+
+
+def test_topology_has_clusters_streams_links_and_gateways(mesh):
+    topo = topology(mesh)
+    assert [c["name"] for c in topo["clusters"]] == ["newyork", "sanfrancisco"]
+    streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
+    assert set(streams) == {SF, NY, "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"}
+    assert streams[NY]["messages"] == 8 and streams[SF]["upstreams"] == [NY]
+    links = {(link["source"], link["replica"]): link for link in topo["links"]}
+    assert links[(SF, NY)]["replicaState"] == "REPLICA_STATE_REPLICATING" and links[(SF, NY)]["isUptodate"]
+    assert links[(NY, SF)]["kind"] == "replica"
+    orders = links[("/mapr/sanfrancisco/orders", "/mapr/newyork/orders")]
+    assert orders["paused"] and orders["pendingMessages"] == 7 and orders["replicationLagMillis"] >= 0
+    gateways = {g["id"]: g for g in next(c for c in topo["clusters"] if c["name"] == "newyork")["gateways"]}
+    assert gateways["gw1"]["status"] == "live" and gateways["gw1"]["listedBy"] == ["sanfrancisco"]
+    assert gateways["gw2"]["status"] == "down" and gateways["gw2"]["heartbeatAgeSeconds"] is None
+
+
+def test_page_draws_the_topology_as_svg(mesh):
+    page = render_page(topology(mesh))
+    assert page.startswith("<!doctype html>") and "<title>Stream replication</title>" in page
+    svg = re.search(r"<svg .*?</svg>", page, re.S).group(0)
+    assert svg.count('class="cluster"') == 2 and svg.count('class="stream"') == 4
+    assert f'data-source="{SF}" data-replica="{NY}" data-state="REPLICATING"' in svg
+    assert f'data-source="{NY}" data-replica="{SF}"' in svg
+    assert 'data-replica="/mapr/newyork/orders" data-state="PAUSED"' in svg
+    assert "7 pending" in svg and re.search(r"<path d=\"M[\d.]+,[\d.]+ C", svg)
+    assert 'data-gateway="gw1" data-status="live"' in svg and 'data-gateway="gw2" data-status="down"' in svg
+    assert 'id="replicas"' in page and 'id="gateways"' in page and 'id="streams"' in page
+    # sources are drawn left of their replicas: sanfrancisco (2 links out, 1 in) before newyork
+    assert svg.index('data-cluster="sanfrancisco"') < svg.index('data-cluster="newyork"')
+
+
+def test_page_escapes_and_shows_an_empty_registry(empty_home):
+    page = render_page(topology(__import__("streamrep.client", fromlist=["StreamAdmin"]).StreamAdmin()))
+    assert "No clusters yet" in page
+
+
+def test_the_fastapi_app_serves_the_page_and_json(mesh):
+    from fastapi.testclient import TestClient
+
+    client = TestClient(create_app())
+    page = client.get("/replication")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "REPLICATING" in page.text and "<svg" in page.text
+    data = client.get("/api/topology").json()
+    assert {link["replica"] for link in data["links"]} >= {NY, SF}
+    assert client.get("/", follow_redirects=False).headers["location"] == "replication"
+
+
+def test_airflow_loads_the_plugin_from_the_plugins_folder():
+    import copy
+
+    from airflow._shared.plugins_manager import _load_plugins_from_plugin_directory
+
+    plugins, errors = _load_plugins_from_plugin_directory(plugins_folder=str(PLUGINS))
+    assert errors == {}
+    assert [p.name for p in plugins] == ["streamrep"]
+    (plugin,) = plugins
+    (app,) = plugin.fastapi_apps
+    assert app["url_prefix"] == "/streamrep" and app["app"] is not None
+    (view,) = plugin.external_views
+    assert view["href"] == "/streamrep/replication" and view["url_route"] == "stream-replication"
+    assert view["name"] == "Stream replication"
+    # .airflowignore keeps the package out of the plugin scan: no module is imported as 'copy'
+    assert sys.modules["copy"] is copy and hasattr(copy, "deepcopy")

@@ -1,0 +1,125 @@
+"""StreamCopyOperator and StreamGatewayOperator: SparkSubmitOperator subclasses running the real
+spark_apps with real spark-submit (local master) on real embedded clusters."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+from collections import Counter
+from types import SimpleNamespace
+
+import pytest
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
+from streamrep.client import Consumer, Producer
+from streamrep.replication.copy import copy_stream
+
+SRC = "/mapr/sanfrancisco/activity"
+DST = "/mapr/newyork/activity"
+
+
+def ctx(try_number: int = 1) -> dict:
+    return {"ti": SimpleNamespace(try_number=try_number)}
+
+
+@pytest.fixture(autouse=True)
+def as_alice(empty_home, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    monkeypatch.setenv("STREAMREP_GROUPS", "eng")
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)  # exercise the local fallback
+
+
+def produce(admin, values):
+    with Producer(admin) as producer:
+        for value in values:
+            producer.send(f"{SRC}:clicks", value.encode(), key=value.encode())
+
+
+def held(admin, path) -> Counter:
+    consumer = Consumer(f"{path}:clicks", from_start=True, admin=admin)
+    values: Counter = Counter()
+    while batch := consumer.poll(1000, timeout=0.2):
+        values.update(m.value.decode() for m in batch)
+    return values
+
+
+@pytest.fixture
+def source(admin):
+    admin.create_stream(SRC, defaultpartitions=2)
+    admin.create_topic(SRC, "clicks")
+    produce(admin, [f"m{i}" for i in range(20)])
+    return admin
+
+
+def test_operators_are_spark_submit_operators_with_template_fields():
+    for op in (StreamCopyOperator, StreamGatewayOperator):
+        assert issubclass(op, SparkSubmitOperator)
+        assert set(SparkSubmitOperator.template_fields) <= set(op.template_fields)
+        assert ":param" in op.__doc__ and ":return:" in op.__doc__
+    assert {"source", "destination"} <= set(StreamCopyOperator.template_fields)
+    assert {"cluster", "gateway_id", "once"} <= set(StreamGatewayOperator.template_fields)
+
+
+@pytest.mark.slow
+def test_copystream_on_spark_then_a_retry_copies_nothing(source):
+    admin = source
+    copied = StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
+    assert copied["messages"] == 20 and copied["destination"] == DST
+    ends = {f"clicks:{p}": admin.clusters.store("sanfrancisco").offsets(admin.entry(SRC).uuid, "clicks", p)[1]
+            for p in range(2)}
+    assert copied["positions"] == ends
+    assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
+    again = StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx(2))
+    assert again["messages"] == 0 and again["positions"] == ends  # no Spark: nothing to copy
+    assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
+
+
+def test_copystream_user_errors_fail_before_spark(source, monkeypatch):
+    with pytest.raises(AirflowFailException, match="^streamrep: stream /mapr/sanfrancisco/nope does not exist$"):
+        StreamCopyOperator(task_id="copy", source="/mapr/sanfrancisco/nope", destination=DST).execute(ctx())
+    monkeypatch.setenv("STREAMREP_USER", "bob")
+    monkeypatch.setenv("STREAMREP_GROUPS", "")
+    with pytest.raises(AirflowFailException, match="user bob does not have copyperm"):
+        StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
+
+
+def test_an_app_error_line_becomes_the_task_error(source, tmp_path, monkeypatch):
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    (apps / "copystream.py").write_text(
+        "import sys\nprint('ERROR: stream /mapr/newyork/activity is on fire', file=sys.stderr)\nsys.exit(1)\n")
+    monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
+    with pytest.raises(AirflowException) as raised:
+        StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
+    assert str(raised.value) == "streamrep copystream: stream /mapr/newyork/activity is on fire"
+    assert not isinstance(raised.value, AirflowFailException)  # a Spark failure is retried
+
+
+@pytest.mark.slow
+def test_gateway_retry_resumes_from_the_stored_positions_exactly_once(source):
+    """A retry of a gateway task finds positions stored by what ran before it (here an
+    in-process copy of the first 20 messages) and applies only what follows, exactly once."""
+    admin = source
+    admin.create_stream(DST, copymetafrom=SRC)
+    admin.add_replica(SRC, DST)
+    admin.add_upstream(DST, SRC)
+    copy_stream(admin, SRC, DST)  # the earlier try's work: 20 messages and their positions
+    produce(admin, [f"n{i}" for i in range(5)])
+    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once="True")
+    assert op.execute(ctx(2)) == {"cluster": "newyork", "gateway": "gw1", "once": True}
+    assert held(admin, DST) == Counter([f"m{i}" for i in range(20)] + [f"n{i}" for i in range(5)])
+    assert admin.clusters.store("newyork").catalog_list("gateway-heartbeat") == {}  # withdrawn on exit
+    assert admin.list_replicas(SRC)[0]["replicaState"] == "REPLICA_STATE_REPLICATING"
+
+
+def test_gateway_fails_before_spark_for_an_unknown_cluster(source):
+    with pytest.raises(AirflowFailException, match="^streamrep: cluster tokyo is not known"):
+        StreamGatewayOperator(task_id="gateway", cluster="tokyo", once=True).execute(ctx())
