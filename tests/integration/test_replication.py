@@ -364,7 +364,7 @@ def test_replica_remove_stops_it_for_good(api3):
     assert flows == [] and "does not list" in blocked.reason
     with pytest.raises(NotFound, match="not a replica"):
         api.resume_replica(SF, NY)
-    assert later
+    assert_exactly_once(api, SF, first + later)  # the source has them; they just do not flow
 
 
 def test_upstream_remove_stops_flow(api3):
@@ -634,6 +634,21 @@ def test_a_gateway_pass_ends_even_while_producers_stay_ahead(api3, monkeypatch):
     monkeypatch.undo()
     drain(gw)
     assert_exactly_once(api, NY, sent + [v for values in chased for v in values])
+
+
+def test_a_topic_deleted_and_created_again_on_the_source_still_replicates(api3):
+    api = api3
+    source_with_topics(api, SF, t=1)
+    api.create_stream(NY, copymetafrom=SF)
+    link(api, SF, NY)
+    gw = Gateway(api, "newyork", "g1")
+    old = produce(api, f"{SF}:t", tagged("old", 10))
+    drain(gw)
+    api.delete_topic(SF, "t")
+    api.create_topic(SF, "t", 1)
+    new = produce(api, f"{SF}:t", tagged("new", 5))
+    drain(gw)
+    assert_exactly_once(api, NY, old + new)
 
 
 # -- 6. gateways of one cluster: shares, takeover, listing -------------------------------------

@@ -251,13 +251,18 @@ def test_delete_topic_removes_data_and_cursors(store):
     with pytest.raises(NotFound):
         store.read(S, "t", 0, 0, 10)
     assert store.cursors("g", S, "t") == {}
-    # Recreated, it starts empty at offset 0 with no cursors left over.
+    # Recreated, it starts empty, with no cursors left over, after the offsets its earlier
+    # incarnation used (replicas keep positions by topic name: reused offsets would be skipped).
     store.create_topic(S, "t", 2)
-    assert store.offsets(S, "t", 0) == (0, 0)
+    assert store.offsets(S, "t", 0) == (2, 2)
+    assert store.offsets(S, "t", 1) == (1, 1)
     assert store.read(S, "t", 0, 0, 10) == []
     assert store.cursors("g", S, "t") == {}
-    assert store.append(S, "t", {0: msgs("new")}) == {0: 0}
+    assert store.append(S, "t", {0: msgs("new")}) == {0: 2}
     assert values(store.read(S, "t", 0, 0, 10)) == ["new"]
+    # Growing it to 3 partitions: the new one never existed, so it starts at 0.
+    store.add_partitions(S, "t", 3)
+    assert store.offsets(S, "t", 2) == (0, 0)
     assert values(store.read(S, "keep", 0, 0, 10)) == ["k"]
 
 

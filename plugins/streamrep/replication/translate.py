@@ -8,6 +8,7 @@ from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument
+from streamrep.model import replication as rules
 from streamrep.model.replication import position_key
 
 
@@ -35,6 +36,7 @@ def translate_cursors(admin: StreamAdmin, source: str, replica: str, group: str,
         raise InvalidArgument("a consumer group is required")
     src, dst = admin.path(source), admin.path(replica)
     src_entry, dst_entry = admin.entry(src), admin.entry(dst)
+    rules.require_link(src_entry.replicas, dst, src, "replica")  # syncs exist only for direct replicas
     admin.require(src_entry, src, "consumeperm")
     admin.require(dst_entry, dst, "consumeperm")
     source_store, replica_store = admin.store(src), admin.store(dst)

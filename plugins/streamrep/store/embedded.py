@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS partitions(
     UNIQUE(stream, topic, partition));
 CREATE TABLE IF NOT EXISTS messages(
     id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, key BLOB, value BLOB, headers BLOB);
+CREATE TABLE IF NOT EXISTS retired_offsets(
+    stream TEXT NOT NULL, topic TEXT NOT NULL, partition INTEGER NOT NULL, end_offset INTEGER NOT NULL,
+    PRIMARY KEY(stream, topic, partition)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS marks(
     stream TEXT NOT NULL, key TEXT NOT NULL, value INTEGER NOT NULL, PRIMARY KEY(stream, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS offset_syncs(
@@ -187,10 +190,17 @@ class EmbeddedStore(Store):
         with self._write() as con:
             if con.execute("SELECT 1 FROM partitions WHERE stream=? AND topic=? LIMIT 1", (stream, topic)).fetchone():
                 raise AlreadyExists(f"topic {topic} already exists")
-            con.executemany(
-                "INSERT INTO partitions(stream, topic, partition) VALUES (?, ?, ?)",
-                [(stream, topic, p) for p in range(partitions)],
-            )
+            self._insert_partitions(con, stream, topic, range(partitions))
+
+    def _insert_partitions(self, con: sqlite3.Connection, stream: str, topic: str, partitions: range) -> None:
+        # A topic created again continues after the offsets its earlier incarnation used:
+        # replicas keep positions by topic name, and reused offsets would look already applied.
+        con.executemany(
+            "INSERT INTO partitions(stream, topic, partition, start_offset, end_offset) "
+            "SELECT ?1, ?2, ?3, coalesce(max(end_offset), 0), coalesce(max(end_offset), 0) "
+            "FROM retired_offsets WHERE stream=?1 AND topic=?2 AND partition=?3",
+            [(stream, topic, p) for p in partitions],
+        )
 
     def add_partitions(self, stream: str, topic: str, partitions: int) -> None:
         with self._write() as con:
@@ -201,13 +211,12 @@ class EmbeddedStore(Store):
                 raise NotFound(f"topic {topic} does not exist")
             if partitions < count:
                 raise InvalidArgument(f"topic {topic} has {count} partitions; partitions can only be added")
-            con.executemany(
-                "INSERT INTO partitions(stream, topic, partition) VALUES (?, ?, ?)",
-                [(stream, topic, p) for p in range(count, partitions)],
-            )
+            self._insert_partitions(con, stream, topic, range(count, partitions))
 
     def _drop_partitions(self, con: sqlite3.Connection, where: str, args: tuple) -> int:
         pids = [r[0] for r in con.execute(f"SELECT id FROM partitions WHERE {where}", args)]
+        con.execute("INSERT OR REPLACE INTO retired_offsets "
+                    f"SELECT stream, topic, partition, end_offset FROM partitions WHERE {where}", args)
         for pid in pids:
             con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (pid << OFFSET_BITS, (pid + 1) << OFFSET_BITS))
             con.execute("DELETE FROM cursors WHERE pid=?", (pid,))
@@ -229,6 +238,7 @@ class EmbeddedStore(Store):
         with self._write() as con:
             self._drop_partitions(con, "stream=?", (stream,))
             con.execute("DELETE FROM marks WHERE stream=?", (stream,))
+            con.execute("DELETE FROM retired_offsets WHERE stream=?", (stream,))
             con.execute("DELETE FROM offset_syncs WHERE stream=?", (stream,))
 
     # -- data ----------------------------------------------------------------------
