@@ -76,6 +76,10 @@ def plan_apply(
     # origin key is the same for the whole batch, so it is computed once.
     own_key = origin_key(source_uuid, topic, partition)
     own_prefix = f"{source_uuid}/{partition}/".encode("ascii")
+    last = batch[-1].offset
+    if last - first + 1 == len(batch) and not any(m[2] for m in batch):
+        return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), pkey, own_key,
+                                  own_prefix, position)
     next_needed: dict[str, int] = {}
     out, syncs = plan.messages, plan.syncs
     follows = False  # whether the previous source message was written (the run goes on)
@@ -107,8 +111,26 @@ def plan_apply(
         out.append(_new_tuple(Message, (value, key, headers, timestamp, -1, -1, topic)))
         next_needed[okey] = origin_offset + 1
         follows = True
-    last = batch[-1].offset
     if last + 1 > position:
         plan.marks[pkey] = last + 1
     plan.marks.update(next_needed)
+    return plan
+
+
+def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, needed: int, pkey: str,
+                       own_key: str, own_prefix: bytes, position: int) -> ApplyPlan:
+    """``plan_apply`` for consecutive messages with no headers, all first produced in the
+    source: what to write is a suffix of the batch, one run, with no per-message decisions."""
+    first, last = batch[0].offset, batch[-1].offset
+    keep = batch[max(0, needed - first):]
+    plan.skipped = len(batch) - len(keep)
+    if keep:
+        plan.syncs.append((0, keep[0].offset))
+        plan.messages = [
+            _new_tuple(Message, (value, key, ((ORIGIN_HEADER, own_prefix + b"%d" % offset),), timestamp, -1, -1, topic))
+            for value, key, _, timestamp, _, offset, _ in keep
+        ]
+        plan.marks[own_key] = last + 1
+    if last + 1 > position:
+        plan.marks[pkey] = last + 1
     return plan
