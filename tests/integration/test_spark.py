@@ -1,8 +1,8 @@
 """The Spark side: the ``streamrep`` Python Data Source, copystream and the gateway on Spark.
 
-One SparkSession is shared by the module (starting one costs several seconds). Three tests
-run the real apps through ``spark-submit`` (copystream, the gateway with ``--once``, and the
-kill -9 test); the rest run the same job functions on the shared session.
+One SparkSession is shared by the module (starting one costs several seconds). Two tests run
+the real apps through ``spark-submit`` (copystream; the gateway killed with kill -9, then
+restarted with ``--once``); the rest run the same job functions on the shared session.
 
 Every test has its own STREAMREP_HOME and passes it explicitly (option ``home`` / ``--home``):
 Spark's Python workers are reused across tests and keep the environment they started with.
@@ -156,7 +156,7 @@ def replica_state(admin, source: str, replica: str) -> str:
 
 
 # -- the data source as a reader -------------------------------------------------------------
-def test_read_a_stream_as_a_dataframe(spark, clusters):
+def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     from streamrep.spark.source import SCHEMA
 
     admin = clusters
@@ -189,7 +189,8 @@ def test_read_a_stream_as_a_dataframe(spark, clusters):
     # The same stream as a stream, rate-limited: every message once, over several micro-batches.
     query = (spark.readStream.format("streamrep").option("path", stream).option("home", home_of(admin))
              .option("maxRecordsPerTrigger", "20").load()
-             .writeStream.format("memory").queryName("events_stream").trigger(availableNow=True).start())
+             .writeStream.format("memory").queryName("events_stream")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
     query.awaitTermination(120)
     assert query.exception() is None
     streamed = spark.table("events_stream").collect()
@@ -214,7 +215,8 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
                      env=child_env, timeout=300)
     print(f"\ncopystream app (3,500 messages): {time.monotonic() - started:.1f}s")
     assert result.returncode == 0, result.stderr[-3000:]
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    [line] = result.stdout.strip().splitlines()  # stdout carries the summary alone
+    summary = json.loads(line)
     assert summary["messages"] == 3500
     assert summary["destination"] == destination
     assert_same_messages(admin, source, destination)
@@ -277,7 +279,7 @@ def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clust
     """The gateway's sink, called as a Spark task would call it: a replica that cannot take
     the rows (here: they would leave a gap) is reported, and the others still get them;
     commit() records UNEXPECTED with the error, and REPLICATING for the others."""
-    from streamrep.replication.transfer import SourcePartition, apply_batch
+    from streamrep.replication.transfer import apply_batch
     from streamrep.spark import source as datasource
 
     admin = clusters
@@ -305,12 +307,13 @@ def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clust
     assert replica_state(admin, stream, ahead) == "REPLICA_STATE_REPLICATING"
     [row] = [r for r in admin.list_replicas(stream) if r["replica"] == behind]
     assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row["errors"]
-    assert isinstance(unit, SourcePartition)
 
 
 # -- the gateway --------------------------------------------------------------------------------
-def test_gateway_app_once_replicates_resumed_replica_not_paused_one(spark, clusters, child_env, tmp_path):
-    from streamrep.spark import jobs, run_app
+def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters, tmp_path):
+    """The gateway job with --once (the app's code, on the shared session; the kill test runs
+    the app itself through spark-submit)."""
+    from streamrep.spark import jobs
 
     admin = clusters
     source = make_stream(admin, f"/mapr/{SF}/feed", {"items": 3})
@@ -321,11 +324,7 @@ def test_gateway_app_once_replicates_resumed_replica_not_paused_one(spark, clust
     produce(admin, f"{source}:items", (f"item-{i}" for i in range(1500)))
     checkpoint = str(tmp_path / "checkpoint")
 
-    started = time.monotonic()
-    result = run_app("gateway", ["--cluster", NY, "--id", "g1", "--home", home_of(admin), "--once",
-                                 "--checkpoint", checkpoint], env=child_env, timeout=300)
-    print(f"\ngateway app --once (1,500 messages): {time.monotonic() - started:.1f}s")
-    assert result.returncode == 0, result.stderr[-3000:]
+    jobs.run_gateway(spark, admin, NY, "g1", checkpoint=checkpoint, once=True)
     assert_same_messages(admin, source, live)
     assert held(admin, paused) == 0
     assert not admin.store(admin.path(paused)).marks(admin.entry(paused).uuid)
@@ -333,9 +332,9 @@ def test_gateway_app_once_replicates_resumed_replica_not_paused_one(spark, clust
     assert replica_state(admin, source, paused) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
     assert "g1" not in admin.store(admin.path(live)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
 
-    # Resumed, with more data and a new topic: the next run (same checkpoint, here on the
-    # shared session) brings the paused replica up from its own position, which is behind the
-    # checkpoint's offsets, and the live one from where it stood.
+    # Resumed, with more data and a new topic: the next run (same checkpoint) brings the
+    # paused replica up from its own position, which is behind the checkpoint's offsets,
+    # and the live one on from where it stood.
     admin.resume_replica(source, paused)
     admin.create_topic(source, "extra", 2)
     produce(admin, f"{source}:items", (f"more-{i}" for i in range(300)))
@@ -423,19 +422,22 @@ def alive(pids: list[int]) -> list[int]:
 
 
 def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, child_env, tmp_path):
-    """kill -9 of the whole spark-submit process group at a random moment of a 200k-message
-    backlog, then a restart with --once: every source message exactly once in the replica."""
+    """The gateway app through spark-submit: kill -9 of everything it started at a random
+    moment of a 200k-message backlog, then a restart with --once: every source message
+    exactly once in the (resumed) replica, and nothing in a paused one."""
     from streamrep.spark import run_app, start_app
 
     admin = clusters
     rng = random.Random(SEED)
     total = 200_000
     source = make_stream(admin, f"/mapr/{SF}/big", {"t": 3})
-    replica = f"/mapr/{NY}/big"
-    link(admin, source, replica)
+    replica, paused = f"/mapr/{NY}/big", f"/mapr/{NY}/big-paused"
+    link(admin, source, replica, paused=True)
+    link(admin, source, paused, paused=True)
+    admin.resume_replica(source, replica)
     produce(admin, f"{source}:t", (f"m{i:07d}-" + "x" * 90 for i in range(total)), keyed=False, headers=False)
     args = ["--cluster", NY, "--id", "g1", "--home", home_of(admin), "--checkpoint", str(tmp_path / "ck"),
-            "--max-records", "20000", "--interval", "0.2"]
+            "--max-records", "50000", "--interval", "0.2"]
     threshold = rng.randint(1, 150_000)
 
     started = time.monotonic()
@@ -456,6 +458,7 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
 
     result = run_app("gateway", [*args, "--once"], env=child_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "g1" not in admin.store(admin.path(replica)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
     print(f"\nkill test (seed {SEED}): killed at {at_kill} messages after {killed_after:.1f}s; "
           f"whole test {time.monotonic() - started:.1f}s")
 
@@ -465,6 +468,9 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
     lost = len(expected - set(values))
     assert (lost, duplicated, len(values)) == (0, 0, total), f"seed {SEED}"
     assert_same_messages(admin, source, replica)
+    assert held(admin, paused) == 0
+    assert replica_state(admin, source, replica) == "REPLICA_STATE_REPLICATING"
+    assert replica_state(admin, source, paused) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
 
 
 # -- spark-submit ------------------------------------------------------------------------------

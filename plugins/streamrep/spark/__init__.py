@@ -1,10 +1,9 @@
-"""Layer 5's engine: the ``streamrep`` PySpark Python Data Source, the two Spark jobs, and
-spark-submit for them.
+"""Layer 5's engine: the ``streamrep`` PySpark Python Data Source (``streamrep.spark.source``),
+the two Spark jobs (``streamrep.spark.jobs``), and spark-submit for them (``streamrep.spark.submit``).
 
-Importing this package does not import pyspark; ``streamrep.spark.source`` and
-``streamrep.spark.jobs`` do.
+Importing this package does not import pyspark; ``source`` and ``jobs`` do.
 """
 
-from streamrep.spark.submit import application, run_app, spark_submit_command, start_app
+from streamrep.spark.submit import AppResult, application, run_app, spark_submit_command, start_app, submit_env
 
-__all__ = ["application", "run_app", "spark_submit_command", "start_app"]
+__all__ = ["AppResult", "application", "run_app", "spark_submit_command", "start_app", "submit_env"]

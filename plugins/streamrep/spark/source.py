@@ -64,7 +64,7 @@ from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.replication.copy import plan_copy
-from streamrep.replication.gateway import Gateway
+from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
 
 log = logging.getLogger(__name__)
@@ -184,10 +184,9 @@ def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message]) ->
     ], schema=ARROW_SCHEMA)
 
 
-def read_range(source_store, unit: SourcePartition, start: int, end: int,
-               source: str | None = None) -> Iterator[pa.RecordBatch]:
+def read_range(source_store, unit: SourcePartition, start: int, end: int) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``unit``'s messages from ``start`` up to ``end`` (exclusive)."""
-    source = source or str(unit.source)
+    source = str(unit.source)
     position = start
     while position < end:
         messages = source_store.read(unit.source_uuid, unit.topic, unit.partition, position,
@@ -695,7 +694,7 @@ class StreamrepDataSource(DataSource):
         cluster = self._opt("cluster")
         if not cluster:
             raise InvalidArgument("option cluster is required with gateway")
-        return cluster, self._opt("gateway") or _default_gateway_id()
+        return cluster, self._opt("gateway") or default_gateway_id()
 
     def reader(self, schema: StructType) -> DataSourceReader:
         mode = self._mode()
@@ -735,12 +734,6 @@ class StreamrepDataSource(DataSource):
             cluster, gateway_id = self._gateway_options()
             return ReplicateStreamWriter(self._opt("home"), cluster, gateway_id)
         raise InvalidArgument(f"a streaming write supports mode replicate or copy, not {mode!r}")
-
-
-def _default_gateway_id() -> str:
-    from streamrep.replication.gateway import default_gateway_id
-
-    return default_gateway_id()
 
 
 def register(spark) -> None:

@@ -12,6 +12,7 @@ streamrep and pyarrow), and ``spark-submit`` is taken from this venv first.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from streamrep.errors import InvalidArgument, Unavailable
+from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 
 APPS = ("copystream", "gateway")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
@@ -172,3 +173,43 @@ def start_app(app: str, args: Sequence[str] = (), master: str | None = None, con
         return subprocess.Popen(argv, env=run_env, **popen)
     except FileNotFoundError:
         raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment") from None
+
+
+def _failure(app: str, result: AppResult) -> StreamrepError:
+    """The app's own one-line error (``ERROR: ...``; spark-submit may pass the driver's stderr
+    to stdout), or its exit status."""
+    lines = [line for line in (result.stdout + "\n" + result.stderr).splitlines() if line.startswith("ERROR: ")]
+    message = lines[-1][len("ERROR: "):] if lines else f"exited with status {result.returncode}"
+    return StreamrepError(f"{app} on Spark failed: {message}")
+
+
+def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int | None = None) -> dict:
+    """Run the copystream app through spark-submit; returns its summary (``copy.summary``)."""
+    args = ["--src", src, "--dst", dst]
+    args += ["--home", home] if home else []
+    args += ["--numthreads", str(numthreads)] if numthreads else []
+    result = run_app("copystream", args)
+    if not result.ok:
+        raise _failure("copystream", result)
+    summary = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not summary:
+        raise StreamrepError("copystream on Spark printed no summary")
+    return json.loads(summary[-1])
+
+
+def run_gateway(cluster: str, gateway_id: str | None = None, once: bool = False, home: str | None = None,
+                interval: float = DEFAULT_INTERVAL) -> None:
+    """Run the gateway app through spark-submit in the foreground, its output passed through."""
+    args = ["--cluster", cluster, "--interval", str(interval)]
+    args += ["--id", gateway_id] if gateway_id else []
+    args += ["--home", home] if home else []
+    args += ["--once"] if once else []
+    argv, run_env = spark_submit_command("gateway", args)
+    errors = []
+    with subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:  # passed through as it comes; the app's own error line is kept
+            sys.stderr.write(line)
+            if line.startswith("ERROR: "):
+                errors.append(line.rstrip("\n"))
+    if proc.returncode != 0:
+        raise _failure("gateway", AppResult(proc.returncode, "\n".join(errors), ""))
