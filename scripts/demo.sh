@@ -24,12 +24,23 @@ step stream topic list -path /mapr/sanfrancisco/activity
 step consume -path /mapr/sanfrancisco/activity:clicks -fromstart true -group demo -max 10 -json
 step stream topic info -path /mapr/sanfrancisco/activity -topic clicks
 
-# The first steps of the manual setup (seeds: "Setting Up Primary-Secondary Stream Replication Manually").
+# The seven manual steps of the seeds ("Setting Up Primary-Secondary Stream Replication Manually").
 step stream create -path /mapr/newyork/activity -copymetafrom /mapr/sanfrancisco/activity
 step stream replica add -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity -paused true
-step stream upstream add -path /mapr/newyork/activity -upstream /mapr/sanfrancisco/activity
-step cluster gateway set -dstcluster newyork -gateways "gw1 gw2"
 step stream replica list -path /mapr/sanfrancisco/activity
+step stream upstream add -path /mapr/newyork/activity -upstream /mapr/sanfrancisco/activity
 step stream upstream list -path /mapr/newyork/activity
+step copystream -src /mapr/sanfrancisco/activity -dst /mapr/newyork/activity
+step stream replica resume -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity
+
+printf '\n$ (5 more orders while replication runs) | streamrep produce -path /mapr/sanfrancisco/activity:orders\n'
+for i in $(seq 3 7); do echo "order-$i"; done | "$S" produce -path /mapr/sanfrancisco/activity:orders
+step cluster gateway set -dstcluster newyork -gateways "gw1"
+step stream replica list -path /mapr/sanfrancisco/activity
+
+# The gateway of newyork, a Spark Structured Streaming job: -once replicates what is there and exits.
+step gateway run -cluster newyork -id gw1 -once true
+step stream replica list -path /mapr/sanfrancisco/activity
+step consume -path /mapr/newyork/activity:orders -fromstart true
 echo
-echo "demo state kept in $STREAMREP_HOME (try: STREAMREP_HOME=$STREAMREP_HOME .venv/bin/streamrep stream info -path /mapr/sanfrancisco/activity)"
+echo "demo state kept in $STREAMREP_HOME (try: STREAMREP_HOME=$STREAMREP_HOME .venv/bin/streamrep stream replica list -path /mapr/sanfrancisco/activity -json)"

@@ -26,7 +26,8 @@ from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 APPS = ("copystream", "gateway")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
 DEFAULT_MASTER = "local[2]"
-DEFAULT_INTERVAL = 0.5  # seconds between gateway micro-batches
+DEFAULT_INTERVAL = 0.5
+JVM_NOISE = "WARNING: Using incubator modules"  # printed by every Java 17 start; says nothing  # seconds between gateway micro-batches
 
 # Settings for a small local Spark: the Python data source runs in Python workers, which must
 # be reused (starting them per task made the pipeline 4x slower), and a batch has no shuffle.
@@ -208,7 +209,8 @@ def run_gateway(cluster: str, gateway_id: str | None = None, once: bool = False,
     errors = []
     with subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:  # passed through as it comes; the app's own error line is kept
-            sys.stderr.write(line)
+            if not line.startswith(JVM_NOISE):
+                sys.stderr.write(line)
             if line.startswith("ERROR: "):
                 errors.append(line.rstrip("\n"))
     if proc.returncode != 0:
