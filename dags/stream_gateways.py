@@ -54,5 +54,4 @@ with DAG(
         once="{{ params.once }}",
         retries=10_000,
         retry_delay=timedelta(seconds=30),
-        max_retry_delay=timedelta(minutes=5),
     ).expand(gateway_id=plan.output)

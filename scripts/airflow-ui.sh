@@ -18,20 +18,9 @@ if [ ! -x .venv/bin/airflow ]; then
   exit 1
 fi
 
-export AIRFLOW_HOME="${AIRFLOW_HOME:-$REPO/.airflow-home}"
-export STREAMREP_HOME="${STREAMREP_HOME:-$HOME/.streamrep}"
-export PATH="$REPO/.venv/bin:$PATH"              # spark-submit and airflow from this venv
-export PYSPARK_PYTHON="$REPO/.venv/bin/python"
-export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
-export AIRFLOW__CORE__PLUGINS_FOLDER="$REPO/plugins"
-export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True
-export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
-export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # a small machine
+source scripts/airflow-env.sh
 export AIRFLOW__API__PORT="${PORT:-8080}"
 export AIRFLOW__API__BASE_URL="${AIRFLOW__API__BASE_URL:-http://localhost:$AIRFLOW__API__PORT}"  # tasks call it back
-LOCAL_SPARK='{"conn_type": "spark", "host": "local[2]"}'
-export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$LOCAL_SPARK}"
 mkdir -p "$AIRFLOW_HOME"
 
 echo "airflow-ui: http://localhost:${AIRFLOW__API__PORT}  (replication page: /plugin/stream-replication)"

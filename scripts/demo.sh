@@ -24,22 +24,34 @@ step stream topic list -path /mapr/sanfrancisco/activity
 step consume -path /mapr/sanfrancisco/activity:clicks -fromstart true -group demo -max 10 -json
 step stream topic info -path /mapr/sanfrancisco/activity -topic clicks
 
-# The seven manual steps of the seeds ("Setting Up Primary-Secondary Stream Replication Manually").
-step stream create -path /mapr/newyork/activity -copymetafrom /mapr/sanfrancisco/activity
-step stream replica add -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity -paused true
-step stream replica list -path /mapr/sanfrancisco/activity
-step stream upstream add -path /mapr/newyork/activity -upstream /mapr/sanfrancisco/activity
+# Airflow runs the rest: the seven manual steps of the seeds as the DAG stream_replica_manual_setup
+# (create -copymetafrom, replica add -paused, verify, upstream add, verify, copystream on Spark, resume),
+# then the gateways of newyork as the DAG stream_gateways (a Spark Structured Streaming job).
+REPO="$PWD"
+export AIRFLOW_HOME="$STREAMREP_HOME/airflow-home"
+source scripts/airflow-env.sh
+LOGS="$STREAMREP_HOME/logs"; mkdir -p "$LOGS"
+dag() {  # dag <id> <conf>: one DAG run with `airflow dags test`, its log kept, its outcome shown
+  printf '\n$ airflow dags test %s -c %s\n' "$1" "$2"
+  if airflow dags test "$1" -c "$2" >"$LOGS/$1.log" 2>&1; then
+    grep -oE "\[DAG TEST\] running task <TaskInstance: $1\.[a-z_]+" "$LOGS/$1.log" | sed 's/.*\./  task: /' || true
+    echo "  $1: success (log: $LOGS/$1.log)"
+  else
+    tail -20 "$LOGS/$1.log"; echo "  $1: FAILED (log: $LOGS/$1.log)" >&2; exit 1
+  fi
+}
+printf '\n$ airflow db migrate\n'
+airflow db migrate >"$LOGS/airflow-db-migrate.log" 2>&1 || { tail -20 "$LOGS/airflow-db-migrate.log"; exit 1; }
+
+dag stream_replica_manual_setup '{"path": "/mapr/sanfrancisco/activity", "replica": "/mapr/newyork/activity"}'
 step stream upstream list -path /mapr/newyork/activity
-step copystream -src /mapr/sanfrancisco/activity -dst /mapr/newyork/activity
-step stream replica resume -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity
 
 printf '\n$ (5 more orders while replication runs) | streamrep produce -path /mapr/sanfrancisco/activity:orders\n'
 for i in $(seq 3 7); do echo "order-$i"; done | "$S" produce -path /mapr/sanfrancisco/activity:orders
 step cluster gateway set -dstcluster newyork -gateways "gw1"
 step stream replica list -path /mapr/sanfrancisco/activity
 
-# The gateway of newyork, a Spark Structured Streaming job: -once replicates what is there and exits.
-step gateway run -cluster newyork -id gw1 -once true
+dag stream_gateways '{"cluster": "newyork", "once": true}'
 step stream replica list -path /mapr/sanfrancisco/activity
 step consume -path /mapr/newyork/activity:orders -fromstart true
 echo

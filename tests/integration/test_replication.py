@@ -242,6 +242,21 @@ def test_autosetup_multimaster(api3, synchronous):
     assert drain(g_sf, g_ny) == 0  # no loops
 
 
+def test_multimaster_status_leaves_out_what_came_from_the_replica(api3):
+    """The reverse link of a fresh multi-master setup holds only copies of the replica's own
+    messages: nothing is pending, although the other gateway has not passed over them yet."""
+    api = api3
+    source_with_topics(api, SF, sf_events=2)
+    produce(api, f"{SF}:sf_events", tagged("before", 20))
+    setup.autosetup(api, SF, NY, multimaster=True)
+    reverse = status(api, NY, SF)
+    assert (reverse["pendingMessages"], reverse["bytesPending"], reverse["isUptodate"]) == (0, 0, True)
+    api.create_topic(NY, "ny_events", 1)
+    mine = produce(api, f"{NY}:ny_events", tagged("ny", 4))
+    reverse = status(api, NY, SF)
+    assert reverse["pendingMessages"] == len(mine) and reverse["bytesPending"] == sum(len(v) for v in mine)
+
+
 # -- 3. the two-way agreement ---------------------------------------------------------------
 def test_replica_without_upstream_flows_nothing(api3):
     api = api3

@@ -8,8 +8,12 @@ import sys
 import tempfile
 
 if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
+    import atexit
+    import shutil
+
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 
 from pathlib import Path
 

@@ -8,8 +8,12 @@ import sys
 import tempfile
 
 if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
+    import atexit
+    import shutil
+
     os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 
 import json
 from types import SimpleNamespace
@@ -127,6 +131,15 @@ def test_hook_connection_with_extra_url_home_and_identity(empty_home, tmp_path, 
     assert env["STREAMREP_USER"] == "carol" and set(env["STREAMREP_GROUPS"].split()) == {"eng", "ops"}
 
 
+def test_hook_ignores_connections_that_are_not_clusters(home, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", json.dumps({"conn_type": "streamrep", "login": "alice"}))
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_NEWYORK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    hook = StreamrepHook()
+    assert hook.clusters.get("newyork").url == home.get("newyork").url  # not a streamrep connection
+    with pytest.raises(NotFound, match="cluster default is not known"):
+        hook.clusters.get("default")  # streamrep_default holds settings, not a cluster
+
+
 def test_hook_refuses_a_connection_without_an_embedded_url(home, monkeypatch):
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_PARIS", json.dumps({"conn_type": "streamrep", "host": "paris.example"}))
     with pytest.raises(InvalidArgument, match="connection streamrep_paris: cluster url 'paris.example'"):
@@ -228,6 +241,7 @@ def test_upstream_add_fails_on_a_topic_name_conflict(admin, source):
 def test_upstream_verify(replicated, admin):
     rows = UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx())
     assert [r["path"] for r in rows] == [SRC]
+    assert UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx(2)) == rows
     admin.remove_upstream(DST, SRC)
     fails_with(UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC), f"{SRC} is not an upstream of {DST}")
 
@@ -265,12 +279,14 @@ def test_replica_status(replicated, admin):
     copy_stream(admin, SRC, DST)
     rows = ReplicaStatusOperator(task_id="status", path=SRC).execute(ctx())
     assert rows[0]["replica"] == DST and rows[0]["pendingMessages"] == 0
+    assert ReplicaStatusOperator(task_id="status", path=SRC).execute(ctx(2))[0]["pendingMessages"] == 0
     fails_with(ReplicaStatusOperator(task_id="status", path="/mapr/sanfrancisco/nope"), "does not exist")
 
 
 # -- autosetup precondition, gateway plan, skipping --------------------------------------------
 def test_autosetup_check(admin, source):
     assert AutosetupCheckOperator(task_id="check", path=SRC, replica=DST).execute(ctx())["path"] == SRC
+    assert AutosetupCheckOperator(task_id="check", path=SRC, replica=DST).execute(ctx(2))["path"] == SRC
     admin.create_stream(DST)
     fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=DST),
                f"replica stream {DST} already exists; autosetup creates it")
@@ -306,3 +322,19 @@ def test_operators_declare_template_fields_and_docstrings():
                ReplicaStatusOperator, AutosetupCheckOperator, GatewayPlanOperator):
         assert "path" in op.template_fields or "cluster" in op.template_fields, op
         assert ":param" in (op.__doc__ or "") and ":return:" in op.__doc__, op
+
+
+def test_provider_info_fits_airflows_schema():
+    """What the (optional) ``apache_airflow_provider`` entry point would hand Airflow, so that
+    its connection form lists the ``streamrep`` type."""
+    import importlib.resources
+
+    import jsonschema
+
+    from streamrep.airflow.provider import get_provider_info
+
+    schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())
+    info = get_provider_info()
+    jsonschema.validate(info, schema)
+    assert info["connection-types"] == [
+        {"connection-type": StreamrepHook.conn_type, "hook-class-name": "streamrep.airflow.hook.StreamrepHook"}]

@@ -133,9 +133,16 @@ class StreamrepHook(BaseHook):
 
     def cluster_url(self, cluster: str) -> str | None:
         """The URL of ``cluster`` from its ``streamrep_<cluster>`` connection, or None."""
-        conn = self._connection(cluster_conn_id(cluster))
+        conn_id = cluster_conn_id(cluster)
+        conn = self._connection(conn_id)
         if conn is None:
             return None
+        if conn.conn_type != self.conn_type:
+            self.log.warning("connection %s is of type %s, not %s: cluster %s is taken from the registry",
+                             conn_id, conn.conn_type, self.conn_type, cluster)
+            return None
+        if conn_id == self.streamrep_conn_id and not ((conn.extra_dejson or {}).get("url") or conn.host):
+            return None  # the common-settings connection, not a cluster (a cluster named "default")
         return url_of(conn)
 
     # -- the core objects ------------------------------------------------------------

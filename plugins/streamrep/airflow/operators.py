@@ -32,6 +32,7 @@ from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import default_gateway_id
+from streamrep.replication.setup import check_autosetup
 from streamrep.replication.status import replica_status
 
 if TYPE_CHECKING:
@@ -360,17 +361,9 @@ class AutosetupCheckOperator(StreamrepOperator):
         self.replica = replica
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
-        src, dst = admin.path(self.path), admin.path(self.replica)
-        admin.require(admin.entry(src), src, "adminperm", "copyperm")
-        try:
-            admin.entry(dst)
-        except NotFound:
-            self.log.info("autosetup of %s from %s can start: the replica stream does not exist yet", dst, src)
-            return admin.stream_info(str(src))
-        raise AlreadyExists(
-            f"replica stream {dst} already exists; autosetup creates it "
-            "(remove it, or use the stream_replica_manual_setup DAG)"
-        )
+        src, dst = check_autosetup(admin, self.path, self.replica)
+        self.log.info("autosetup of %s from %s can start: the replica stream does not exist yet", dst, src)
+        return admin.stream_info(str(src))
 
 
 class GatewayPlanOperator(StreamrepOperator):

@@ -21,11 +21,4 @@ def get_provider_info() -> dict[str, Any]:
         "connection-types": [
             {"connection-type": "streamrep", "hook-class-name": "streamrep.airflow.hook.StreamrepHook"},
         ],
-        "hooks": [{"integration-name": "streamrep", "python-modules": ["streamrep.airflow.hook"]}],
-        "operators": [{"integration-name": "streamrep",
-                       "python-modules": ["streamrep.airflow.operators", "streamrep.airflow.spark_operators"]}],
-        "sensors": [{"integration-name": "streamrep", "python-modules": ["streamrep.airflow.sensors"]}],
-        "triggers": [{"integration-name": "streamrep", "python-modules": ["streamrep.airflow.triggers"]}],
-        "integrations": [{"integration-name": "streamrep", "external-doc-url": "https://example.invalid/streamrep",
-                          "tags": ["software"]}],
     }

@@ -6,9 +6,23 @@ from typing import Any, Callable
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlreadyExists, NotFound
+from streamrep.model.paths import StreamPath
 from streamrep.replication.copy import copy_stream
 
 Copier = Callable[[StreamAdmin, str, str], dict]
+
+
+def check_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[StreamPath, StreamPath]:
+    """The precondition of autosetup: the caller may administer and copy the source, and the
+    replica stream does not exist yet (autosetup creates it; the seeds: "If the replica
+    already exists, the command terminates with an error message")."""
+    src, dst = admin.path(path), admin.path(replica)
+    admin.require(admin.entry(src), src, "adminperm", "copyperm")
+    try:
+        admin.entry(dst)
+    except NotFound:
+        return src, dst
+    raise AlreadyExists(f"replica stream {dst} already exists; autosetup creates it (use the manual setup steps instead)")
 
 
 def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = False,
@@ -18,15 +32,7 @@ def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = F
 
     :param copier: runs the copy (in-process by default; the CLI and Airflow pass a Spark one).
     """
-    src, dst = admin.path(path), admin.path(replica)
-    source_entry = admin.entry(src)
-    admin.require(source_entry, src, "adminperm", "copyperm")
-    try:
-        admin.entry(dst)
-    except NotFound:
-        pass
-    else:
-        raise AlreadyExists(f"replica stream {dst} already exists; autosetup creates it (use the manual steps instead)")
+    src, dst = check_autosetup(admin, path, replica)
     steps = []
     admin.create_stream(str(dst), copymetafrom=str(src))
     steps.append("create")

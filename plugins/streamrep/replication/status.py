@@ -7,7 +7,25 @@ from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
+from streamrep.model.message import Message
 from streamrep.model.replication import position_key
+from streamrep.replication.apply import ORIGIN_HEADER
+
+
+# Up to this many pending messages per partition are read to leave out those that came from
+# the replica itself (multi-master): they will be skipped, not applied. Above it, the count is
+# an upper bound.
+PRECISE_PENDING_MAX = 10_000
+
+
+def to_apply(messages: list[Message], replica_uuid: str) -> tuple[int, int, int | None, int | None]:
+    """``range_stats`` of the messages a gateway would apply to the replica (not its own)."""
+    prefix = f"{replica_uuid}/".encode("ascii")
+    kept = [m for m in messages if not (m.header(ORIGIN_HEADER) or b"").startswith(prefix)]
+    if not kept:
+        return 0, 0, None, None
+    stamps = [m.timestamp for m in kept]
+    return len(kept), sum(len(m.value or b"") for m in kept), min(stamps), max(stamps)
 
 
 def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
@@ -24,6 +42,9 @@ def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
             start, _ = source_store.offsets(src_entry.uuid, topic, partition)
             position = max(marks.get(position_key(src_entry.uuid, topic, partition), start), start)
             n, b, lo, hi = source_store.range_stats(src_entry.uuid, topic, partition, position)
+            if 0 < n <= PRECISE_PENDING_MAX:
+                n, b, lo, hi = to_apply(source_store.read(src_entry.uuid, topic, partition, position, n),
+                                        dst_entry.uuid)
             messages, size = messages + n, size + b
             if n:
                 oldest = lo if oldest is None else min(oldest, lo)

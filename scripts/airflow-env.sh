@@ -1,0 +1,13 @@
+# The environment streamrep's Airflow runs in: sourced by airflow-ui.sh and demo.sh (REPO must be set).
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$REPO/.airflow-home}"
+export STREAMREP_HOME="${STREAMREP_HOME:-$HOME/.streamrep}"
+export PATH="$REPO/.venv/bin:$PATH"              # spark-submit and airflow from this venv
+export PYSPARK_PYTHON="$REPO/.venv/bin/python"
+export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
+export AIRFLOW__CORE__PLUGINS_FOLDER="$REPO/plugins"
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True
+export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # a small machine
+LOCAL_SPARK='{"conn_type": "spark", "host": "local[2]"}'
+export AIRFLOW_CONN_SPARK_DEFAULT="${AIRFLOW_CONN_SPARK_DEFAULT:-$LOCAL_SPARK}"
