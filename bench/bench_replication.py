@@ -184,11 +184,19 @@ def start_spark_gateway(home: str, cluster: str, admin: StreamAdmin, timeout: fl
 
     proc = start_app("gateway", ["--cluster", cluster, "--id", "spark", "--home", home, "--interval", "0.2"],
                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    gateway = Gateway(admin, cluster, "probe")
+    # Warm up before the clock: the first micro-batch with data starts Spark's Python workers
+    # (seconds); a message on a separate topic must reach the replica first.
+    source = admin.entry("/mapr/sf/s")
+    store = admin.store(admin.path("/mapr/sf/s"))
+    store.create_topic(source.uuid, "warmup", 1)
+    store.append(source.uuid, "warmup", {0: [Message(b"warm", None, (), int(time.time() * 1000), 0)]})
+    replica = admin.entry(f"/mapr/{cluster}/s")
+    replica_store = admin.store(admin.path(f"/mapr/{cluster}/s"))
     deadline = time.time() + timeout
-    while time.time() < deadline and "spark" not in gateway.heartbeats():
+    while time.time() < deadline:
+        if "warmup" in replica_store.topics(replica.uuid) and replica_store.offsets(replica.uuid, "warmup", 0)[1]:
+            break
         time.sleep(0.5)
-    time.sleep(5)  # the first micro-batches start Spark's Python workers
     return proc
 
 

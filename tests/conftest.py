@@ -6,7 +6,18 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
 import pytest
+
+if "airflow" not in sys.modules:  # a throwaway Airflow home for in-process Airflow: never ~/airflow
+    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters

@@ -21,7 +21,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from streamrep.client import Clusters, Consumer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.replication.status import replica_status

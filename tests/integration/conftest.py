@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.ace import Identity
 

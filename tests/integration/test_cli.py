@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from streamrep.client import Producer
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.ace import Identity
 

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.model.ace import Identity
 

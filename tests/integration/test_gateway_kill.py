@@ -17,8 +17,13 @@ import threading
 import time
 
 import pytest
-
-from replication_helpers import assert_exactly_once, contents, count, json_rows, user_view
+from replication_helpers import (
+    assert_exactly_once,
+    contents,
+    count,
+    json_rows,
+    user_view,
+)
 from streamrep.client import Producer
 from streamrep.model.replication import ReplicaState, position_key
 from streamrep.replication.assignment import deal

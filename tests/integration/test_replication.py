@@ -14,9 +14,15 @@ import time
 from collections import Counter
 
 import pytest
-
 from replication_helpers import (
-    all_values, assert_exactly_once, contents, count, drain, json_rows, one_line_error, origin, produce,
+    assert_exactly_once,
+    contents,
+    count,
+    drain,
+    json_rows,
+    one_line_error,
+    origin,
+    produce,
     user_view,
 )
 from streamrep.client import Consumer, Producer

@@ -21,7 +21,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from streamrep.client import Producer
 from streamrep.errors import Unavailable
 from streamrep.model.message import Message

@@ -1,7 +1,6 @@
 """Tests for streamrep.client.admin: streams, topics, replicas, upstreams and gateways."""
 
 import pytest
-
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.producer import Producer
 from streamrep.errors import (

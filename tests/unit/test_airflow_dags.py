@@ -3,25 +3,12 @@ params are validated by their JSON schema (a malformed path is refused at trigge
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-
-if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
-    import atexit
-    import shutil
-
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
-
 from pathlib import Path
 
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import ParamValidationError
-
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     GatewayPlanOperator,

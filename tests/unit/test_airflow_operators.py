@@ -3,24 +3,16 @@ failure with streamrep's one-line message, and retry (a second run finds the sta
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-
-if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
-    import atexit
-    import shutil
-
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
-
 import json
+import os
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
-
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSkipException,
+)
 from streamrep.airflow.hook import StreamrepHook, cluster_conn_id, user_errors
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
@@ -330,7 +322,6 @@ def test_provider_info_fits_airflows_schema():
     import importlib.resources
 
     import jsonschema
-
     from streamrep.airflow.provider import get_provider_info
 
     schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())

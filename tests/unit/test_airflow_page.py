@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-
-if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
-    import atexit
-    import shutil
-
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
-
 import re
+import sys
 from pathlib import Path
 
 import pytest
-
 from streamrep.airflow.page import create_app, render_page, topology
 from streamrep.client import Producer
 from streamrep.replication.copy import copy_stream

@@ -3,25 +3,16 @@ gateway replicating while the sensor waits."""
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-
-if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
-    import atexit
-    import shutil
-
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
-
 import asyncio
 import threading
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSensorTimeout, TaskDeferred
-
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    TaskDeferred,
+)
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger
 from streamrep.client import Clusters, Producer, StreamAdmin

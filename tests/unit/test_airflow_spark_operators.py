@@ -3,25 +3,12 @@ spark_apps with real spark-submit (local master) on real embedded clusters."""
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
-
-if "airflow" not in sys.modules:  # a throwaway Airflow home: never the user's ~/airflow
-    import atexit
-    import shutil
-
-    os.environ["AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="streamrep-airflow-unit-")
-    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-    atexit.register(shutil.rmtree, os.environ["AIRFLOW_HOME"], ignore_errors=True)
-
 from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.client import Consumer, Producer
 from streamrep.replication.copy import copy_stream

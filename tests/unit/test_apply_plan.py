@@ -9,7 +9,6 @@ from typing import NamedTuple
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from streamrep.errors import Conflict
 from streamrep.model.message import Message
 from streamrep.model.replication import origin_key, position_key

@@ -4,7 +4,6 @@ import json
 import os
 
 import pytest
-
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import ClusterInfo, Clusters
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable

@@ -5,8 +5,13 @@ import sqlite3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError, Unavailable
+from streamrep.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    StreamrepError,
+    Unavailable,
+)
 from streamrep.model.message import Message
 from streamrep.store.embedded import EmbeddedStore
 

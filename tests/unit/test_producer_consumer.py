@@ -4,7 +4,6 @@ import time
 from collections import Counter
 
 import pytest
-
 from streamrep.client import consumer as consumer_module
 from streamrep.client.admin import now_ms
 from streamrep.client.consumer import Consumer

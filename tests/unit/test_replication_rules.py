@@ -1,8 +1,13 @@
 """Tests for streamrep.model.replication: the replica/upstream rules and limits."""
 
 import pytest
-
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
+from streamrep.errors import (
+    AlreadyExists,
+    Conflict,
+    InvalidArgument,
+    LimitExceeded,
+    NotFound,
+)
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import (
     MAX_REPLICAS,
