@@ -11,6 +11,7 @@ Spark's Python workers are reused across tests and keep the environment they sta
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -50,6 +51,9 @@ def spark():
     print(f"\nSparkSession started in {time.monotonic() - started:.1f}s")
     yield session
     session.stop()
+    # py4j says goodbye from __del__ at interpreter exit, after pytest has closed the streams
+    # its log handler writes to: an INFO line becomes a "Logging error" after the summary.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
