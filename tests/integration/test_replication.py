@@ -822,6 +822,24 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
 
 
 # -- 8. all gateways down ----------------------------------------------------------------------
+def test_once_drains_the_share_of_a_gateway_that_just_died(api3, cli):
+    """``gateway run -once`` replicates everything available now: a peer killed a moment ago
+    still has a fresh heartbeat, but its share must not be left behind."""
+    api = api3
+    source_with_topics(api, SF, t=4)
+    api.create_stream(NY, copymetafrom=SF)
+    link(api, SF, NY)
+    sent = produce(api, f"{SF}:t", tagged("m", 200))
+    Gateway(api, "newyork", "ghost").heartbeat()  # died without withdrawing its heartbeat
+    share_only = Gateway(api, "newyork", "g1")
+    assert len(share_only.assignment().units) == 2  # half of the 4 partitions: the ghost has the rest
+    assert len(share_only.assignment(whole=True).units) == 4
+    result = cli("gateway", "run", "-cluster", "newyork", "-id", "g1", "-once", "true", "-engine", "local")
+    assert result[0] == 0, result
+    assert_exactly_once(api, NY, sent)
+    assert status(api, SF, NY)["isUptodate"] is True
+
+
 def test_all_gateways_down_then_one_starts(api3):
     api = api3
     source_with_topics(api, SF, t=3)

@@ -202,7 +202,7 @@ def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = 
     if once:
         moved = 0
         while True:
-            n = gateway.run_once()
+            n = gateway.run_once(whole=True)
             moved += n
             if n == 0:
                 break

@@ -92,8 +92,13 @@ class Gateway:
                 by_source[flow.source_uuid].append(flow)
         return dict(by_source)
 
-    def assignment(self) -> Assignment:
-        """The source partitions this gateway replicates now, each with its flows."""
+    def assignment(self, whole: bool = False) -> Assignment:
+        """The source partitions this gateway replicates now, each with its flows.
+
+        :param whole: every partition the source clusters let this gateway pull, not just its
+            round-robin share: a drain (``gateway run -once``) must not leave the share of a
+            gateway that died a moment ago; overlapping a live one is safe (transactional apply).
+        """
         by_source = self.active_flows()
         now = time.time()
         beats = self.heartbeats()
@@ -116,7 +121,7 @@ class Gateway:
             if listed is not None and self.id not in listed:
                 continue  # that source cluster does not send to this gateway
             allowed = {g: t for g, t in beats.items() if listed is None or g in listed}
-            mine.update(share_of(self.id, units, allowed, now, self.expiry))
+            mine.update(units if whole else share_of(self.id, units, allowed, now, self.expiry))
         result.units = {u: f for u, f in result.units.items() if u in mine}
         return result
 
@@ -176,11 +181,11 @@ class Gateway:
             apply_batch(self.store, flow.replica_uuid, unit, batch, source_start)
         return len(batch)
 
-    def run_once(self, max_messages: int = DEFAULT_BATCH) -> int:
-        """Heartbeat, then replicate everything available now from this gateway's share.
-        Returns how many source messages were read."""
+    def run_once(self, max_messages: int = DEFAULT_BATCH, whole: bool = False) -> int:
+        """Heartbeat, then replicate everything available now from this gateway's share (all
+        of it with ``whole``). Returns how many source messages were read."""
         self.heartbeat()
-        assignment = self.assignment()
+        assignment = self.assignment(whole)
         moved = 0
         errors: dict[Flow, str] = {}
         for unit, flows in sorted(assignment.units.items()):

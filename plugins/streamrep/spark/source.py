@@ -453,6 +453,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.gateway_id = gateway_id
         self.limit = limit
         self.target: dict[str, int] | None = None
+        self.whole = False  # an availableNow run drains every partition, not just a share
         self.rewound: dict[str, float] = {}
 
     def _gateway(self) -> Gateway:
@@ -461,7 +462,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _share(self):
         gateway = self._gateway()
         gateway.heartbeat()
-        units = gateway.assignment().units
+        units = gateway.assignment(self.whole).units
         gateway.picked_up({f for flows in units.values() for f in flows})
         return units, gateway.progress(units)
 
@@ -473,6 +474,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.limit
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self.whole = True
         _, progress = self._share()
         self.target = {offset_key(u): p.source_end for u, p in progress.items()}
 
