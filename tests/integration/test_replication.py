@@ -64,6 +64,13 @@ def source_with_topics(admin, path: str = SF, **topics: int) -> None:
         admin.create_topic(path, topic, partitions)
 
 
+def linked_pair(admin, **topics: int) -> None:
+    """SF with ``topics``, and NY created from its metadata and linked both ways."""
+    source_with_topics(admin, SF, **topics)
+    admin.create_stream(NY, copymetafrom=SF)
+    link(admin, SF, NY)
+
+
 def status(admin, source: str, replica: str) -> dict:
     [row] = [r for r in replica_status(admin, source) if r["replica"] == replica]
     return row
@@ -317,9 +324,7 @@ def test_paused_flows_nothing_until_resumed(api3):
 
 def test_pause_midway_stops_at_a_clean_position_and_resume_continues(api3):
     api = api3
-    source_with_topics(api, SF, t=3)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=3)
     gw = Gateway(api, "newyork", "g1")
     sent: list[str] = []
     stop = threading.Event()
@@ -369,9 +374,7 @@ def test_pause_midway_stops_at_a_clean_position_and_resume_continues(api3):
 
 def test_replica_remove_stops_it_for_good(api3):
     api = api3
-    source_with_topics(api, SF, t=2)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=2)
     first = produce(api, f"{SF}:t", tagged("first", 10))
     gw = Gateway(api, "newyork", "g1")
     drain(gw)
@@ -390,9 +393,7 @@ def test_replica_remove_stops_it_for_good(api3):
 
 def test_upstream_remove_stops_flow(api3):
     api = api3
-    source_with_topics(api, SF, t=2)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=2)
     first = produce(api, f"{SF}:t", tagged("first", 10))
     gw = Gateway(api, "newyork", "g1")
     drain(gw)
@@ -609,9 +610,7 @@ def test_intracluster_replication_both_ways(api3):
 # -- 5. new topics and partitions -------------------------------------------------------------
 def test_new_topics_and_partitions_are_picked_up_without_restart(api3):
     api = api3
-    source_with_topics(api, SF, t=2)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=2)
     gw = Gateway(api, "newyork", "g1")
     sent = produce(api, f"{SF}:t", tagged("old", 10))
     gw.run_once()
@@ -632,9 +631,7 @@ def test_a_gateway_pass_ends_even_while_producers_stay_ahead(api3, monkeypatch):
     """``run_once`` replicates what was available when it started: with a producer always a
     batch ahead it still returns, so the gateway heartbeats and sees pauses and new topics."""
     api = api3
-    source_with_topics(api, SF, t=1)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=1)
     sent = produce(api, f"{SF}:t", tagged("m", 100))
     store = api.store(api.path(SF))
     real_read = store.read
@@ -659,9 +656,7 @@ def test_a_gateway_pass_ends_even_while_producers_stay_ahead(api3, monkeypatch):
 
 def test_a_topic_deleted_and_created_again_on_the_source_still_replicates(api3):
     api = api3
-    source_with_topics(api, SF, t=1)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=1)
     gw = Gateway(api, "newyork", "g1")
     old = produce(api, f"{SF}:t", tagged("old", 10))
     drain(gw)
@@ -727,9 +722,7 @@ def test_two_gateways_share_and_take_over(api3):
 # -- 7. overlapping gateways never duplicate ---------------------------------------------------
 def test_stale_overlapping_batches_apply_once(api3):
     api = api3
-    source_with_topics(api, SF, t=1)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=1)
     sent = produce(api, f"{SF}:t", tagged("m", 300))
     g1, g2 = Gateway(api, "newyork", "g1"), Gateway(api, "newyork", "g2")
     [(unit, flows)] = g1.assignment().units.items()
@@ -758,9 +751,7 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
     all plan from the same marks before any commits, so all but one hit the store's
     compare-and-set, re-plan, and write only what the winner did not."""
     api = api3
-    source_with_topics(api, SF, t=1)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=1)
     sent = produce(api, f"{SF}:t", tagged("m", 3000))
     workers = 4
     start, planned = threading.Barrier(workers), threading.Barrier(workers)
@@ -826,9 +817,7 @@ def test_once_drains_the_share_of_a_gateway_that_just_died(api3, cli):
     """``gateway run -once`` replicates everything available now: a peer killed a moment ago
     still has a fresh heartbeat, but its share must not be left behind."""
     api = api3
-    source_with_topics(api, SF, t=4)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=4)
     sent = produce(api, f"{SF}:t", tagged("m", 200))
     Gateway(api, "newyork", "ghost").heartbeat()  # died without withdrawing its heartbeat
     share_only = Gateway(api, "newyork", "g1")
@@ -842,9 +831,7 @@ def test_once_drains_the_share_of_a_gateway_that_just_died(api3, cli):
 
 def test_all_gateways_down_then_one_starts(api3):
     api = api3
-    source_with_topics(api, SF, t=3)
-    api.create_stream(NY, copymetafrom=SF)
-    link(api, SF, NY)
+    linked_pair(api, t=3)
     first = produce(api, f"{SF}:t", tagged("first", 100))
     g1 = Gateway(api, "newyork", "g1")
     drain(g1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
 from airflow.sdk.exceptions import (
@@ -13,6 +12,7 @@ from airflow.sdk.exceptions import (
     AirflowFailException,
     AirflowSkipException,
 )
+from airflow_support import DST, SRC, ctx
 from streamrep.airflow.hook import StreamrepHook, cluster_conn_id, user_errors
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
@@ -30,14 +30,6 @@ from streamrep.airflow.operators import (
 from streamrep.client import Producer
 from streamrep.errors import InvalidArgument, NotFound, Unavailable
 from streamrep.replication.copy import copy_stream
-
-SRC = "/mapr/sanfrancisco/activity"
-DST = "/mapr/newyork/activity"
-
-
-def ctx(try_number: int = 1) -> dict:
-    """The part of an Airflow task context the operators read."""
-    return {"ti": SimpleNamespace(try_number=try_number)}
 
 
 @pytest.fixture(autouse=True)

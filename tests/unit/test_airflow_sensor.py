@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from types import SimpleNamespace
 
 import pytest
 from airflow.sdk.exceptions import (
@@ -13,18 +12,12 @@ from airflow.sdk.exceptions import (
     AirflowSensorTimeout,
     TaskDeferred,
 )
+from airflow_support import DST, SRC, ctx
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import Gateway
-
-SRC = "/mapr/sanfrancisco/activity"
-DST = "/mapr/newyork/activity"
-
-
-def ctx(try_number: int = 1) -> dict:
-    return {"ti": SimpleNamespace(try_number=try_number)}
 
 
 @pytest.fixture(autouse=True)

@@ -4,21 +4,14 @@ spark_apps with real spark-submit (local master) on real embedded clusters."""
 from __future__ import annotations
 
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow_support import DST, SRC, ctx
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.client import Consumer, Producer
 from streamrep.replication.copy import copy_stream
-
-SRC = "/mapr/sanfrancisco/activity"
-DST = "/mapr/newyork/activity"
-
-
-def ctx(try_number: int = 1) -> dict:
-    return {"ti": SimpleNamespace(try_number=try_number)}
 
 
 @pytest.fixture(autouse=True)
