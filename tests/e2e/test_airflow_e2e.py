@@ -130,7 +130,7 @@ def test_manual_setup_runs_the_seven_steps_and_copies_on_spark(world, e2e):
     admin = admin_of(e2e)
     assert admin.entry(NY_ACTIVITY).meta == admin.entry(SF_ACTIVITY).meta  # -copymetafrom
     (row,) = admin.list_replicas(SF_ACTIVITY)
-    assert row["replica"] == NY_ACTIVITY and row["paused"] is False
+    assert row["replicaPath"] == NY_ACTIVITY and row["paused"] is False
 
 
 def test_autosetup_with_multimaster_adds_the_reverse_link(world, e2e):
@@ -139,8 +139,8 @@ def test_autosetup_with_multimaster_adds_the_reverse_link(world, e2e):
     assert "[DAG TEST] end task task_id=add_reverse_replica " in run.output
     assert world["copied_metrics"] == expect({"cpu": [f"sf-{i}" for i in range(50)]})
     admin = admin_of(e2e)
-    assert [r["replica"] for r in admin.list_replicas(SF_METRICS)] == [NY_METRICS]
-    assert [r["replica"] for r in admin.list_replicas(NY_METRICS)] == [SF_METRICS]
+    assert [r["replicaPath"] for r in admin.list_replicas(SF_METRICS)] == [NY_METRICS]
+    assert [r["replicaPath"] for r in admin.list_replicas(NY_METRICS)] == [SF_METRICS]
     assert [u.path for u in admin.upstream_links(SF_METRICS)] == [NY_METRICS]
 
 

@@ -177,7 +177,7 @@ def test_path_without_leading_slash(cli, sf_ny):
 
     ok(cli("stream", "replica", "add", "-path", "mapr/sanfrancisco/activity", "-replica", "mapr/newyork/activity"))
     [replica] = ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))
-    assert replica["replica"] == NY and replica["cluster"] == "newyork"
+    assert replica["replicaPath"] == NY and replica["cluster"] == "newyork"
 
 
 # -- topics ------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_replica_and_upstream_registry(cli, streams):
     streams.create_stream("/mapr/newyork/second")
     ok(cli("stream", "replica", "add", "-path", SF, "-replica", NY, "-paused", "true"))
     [r] = ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))
-    assert r["replica"] == NY and r["cluster"] == "newyork"
+    assert r["replicaPath"] == NY and r["cluster"] == "newyork"
     assert (r["paused"], r["synchronous"]) == (True, False)
     assert r["replicaState"] == ReplicaState.WAITING_FOR_UPSTREAM.value  # no agreement yet
     fails(cli("stream", "replica", "add", "-path", SF, "-replica", NY), 1, "already a replica")
@@ -305,12 +305,12 @@ def test_replica_and_upstream_registry(cli, streams):
 
     ok(cli("stream", "replica", "add", "-path", SF, "-replica", "/mapr/newyork/second", "-synchronous", "yes",
            "-paused", "no"))
-    replicas = {r["replica"]: r for r in ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))}
+    replicas = {r["replicaPath"]: r for r in ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))}
     assert (replicas["/mapr/newyork/second"]["synchronous"], replicas["/mapr/newyork/second"]["paused"]) == (True, False)
     assert replicas[NY]["synchronous"] is False
 
     ok(cli("stream", "replica", "remove", "-path", SF, "-replica", "/mapr/newyork/second"))
-    assert [r["replica"] for r in ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))] == [NY]
+    assert [r["replicaPath"] for r in ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))] == [NY]
     fails(cli("stream", "replica", "remove", "-path", SF, "-replica", "/mapr/newyork/second"), 1, "not a replica")
     fails(cli("stream", "replica", "add", "-path", SF, "-replica", "/mapr/newyork/none"), 1, "does not exist")
     fails(cli("stream", "replica", "add", "-path", SF, "-replica", SF), 1, "itself")

@@ -72,7 +72,7 @@ def linked_pair(admin, **topics: int) -> None:
 
 
 def status(admin, source: str, replica: str) -> dict:
-    [row] = [r for r in replica_status(admin, source) if r["replica"] == replica]
+    [row] = [r for r in replica_status(admin, source) if r["replicaPath"] == replica]
     return row
 
 
@@ -134,7 +134,7 @@ def test_manual_seven_steps_through_the_cli(cli, api3):
     json_rows(cli("stream", "replica", "add", "-path", SF, "-replica", NY, "-paused", "true", "-json"))
     # 3. replica list
     [row] = json_rows(cli("stream", "replica", "list", "-path", SF, "-json"))
-    assert (row["replica"], row["cluster"], row["paused"], row["synchronous"]) == (NY, "newyork", True, False)
+    assert (row["replicaPath"], row["cluster"], row["paused"], row["synchronous"]) == (NY, "newyork", True, False)
     assert row["replicaState"] == WAITING_FOR_UPSTREAM and row["isUptodate"] is False
     assert row["pendingMessages"] == len(before)
     # 4. upstream add, 5. upstream list
@@ -191,7 +191,7 @@ def test_autosetup_primary_secondary_through_the_cli(cli, api3):
     assert done["copied"] == len(before) and done["multimaster"] is False
     assert_exactly_once(api, NY, before)
     [row] = json_rows(cli("stream", "replica", "list", "-path", SF, "-json"))
-    assert row["replica"] == NY and row["paused"] is False and row["synchronous"] is False
+    assert row["replicaPath"] == NY and row["paused"] is False and row["synchronous"] is False
     assert [u.path for u in api.upstream_links(NY)] == [SF]
     assert api.upstream_links(SF) == [] and api.replica_links(NY) == []  # one direction only
 

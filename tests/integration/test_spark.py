@@ -154,7 +154,7 @@ def wait_for(condition, timeout: float = 90, what: str = "condition", every: flo
 
 
 def replica_state(admin, source: str, replica: str) -> str:
-    [row] = [r for r in admin.list_replicas(source) if r["replica"] == replica]
+    [row] = [r for r in admin.list_replicas(source) if r["replicaPath"] == replica]
     return row["replicaState"]
 
 
@@ -308,7 +308,7 @@ def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clust
     writer = datasource.ReplicateStreamWriter(home_of(admin), NY, "g1")
     writer.commit([commit, None], 0)
     assert replica_state(admin, stream, ahead) == "REPLICA_STATE_REPLICATING"
-    [row] = [r for r in admin.list_replicas(stream) if r["replica"] == behind]
+    [row] = [r for r in admin.list_replicas(stream) if r["replicaPath"] == behind]
     assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row["errors"]
 
 

@@ -295,10 +295,13 @@ def test_replica_add_and_list_waits_for_upstream(admin, pair):
     (row,) = admin.list_replicas(SF)
     assert row == {
         "cluster": "newyork",
-        "replica": NY,
+        "stream": "/activity",
+        "replicaPath": NY,
         "paused": True,
+        "idx": 1,
         "synchronous": False,
         "replicaState": "REPLICA_STATE_WAITING_FOR_UPSTREAM",
+        "uuid": admin.entry(NY).uuid,
         "errors": None,
     }
 
@@ -307,6 +310,9 @@ def test_replica_waits_for_gateway_after_upstream_added(admin, pair):
     admin.add_replica(SF, NY, paused=True)
     admin.add_upstream(NY, SF)
     assert [u.path for u in admin.upstream_links(NY)] == [SF]
+    (row,) = admin.list_replicas(SF)
+    assert row["replicaState"] == ReplicaState.PAUSED.value == "REPLICA_STATE_PAUSED"
+    admin.resume_replica(SF, NY)
     (row,) = admin.list_replicas(SF)
     assert row["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value == "REPLICA_STATE_WAITING_FOR_GATEWAY"
 

@@ -195,11 +195,11 @@ def test_replica_add_fails_for_a_missing_replica_and_without_permission(admin, s
 # -- step 3: replica list (verify) -------------------------------------------------------------
 def test_replica_verify_pushes_the_replica_list(replicated):
     rows = ReplicaVerifyOperator(task_id="verify", path=SRC, replica=DST).execute(ctx())
-    assert [r["replica"] for r in rows] == [DST]
+    assert [r["replicaPath"] for r in rows] == [DST]
     assert rows[0]["paused"] is True and rows[0]["pendingMessages"] == 10
     assert json.loads(json.dumps(rows)) == rows  # XCom-ready
     again = ReplicaVerifyOperator(task_id="verify", path=SRC, replica=DST).execute(ctx(2))
-    assert [(r["replica"], r["pendingMessages"]) for r in again] == [(DST, 10)]
+    assert [(r["replicaPath"], r["pendingMessages"]) for r in again] == [(DST, 10)]
 
 
 def test_replica_verify_fails_when_the_replica_is_missing(admin, source):
@@ -262,7 +262,7 @@ def test_remove_retry_still_fails_for_an_unknown_source(home):
 def test_replica_status(replicated, admin):
     copy_stream(admin, SRC, DST)
     rows = ReplicaStatusOperator(task_id="status", path=SRC).execute(ctx())
-    assert rows[0]["replica"] == DST and rows[0]["pendingMessages"] == 0
+    assert rows[0]["replicaPath"] == DST and rows[0]["pendingMessages"] == 0
     assert ReplicaStatusOperator(task_id="status", path=SRC).execute(ctx(2))[0]["pendingMessages"] == 0
     fails_with(ReplicaStatusOperator(task_id="status", path="/mapr/sanfrancisco/nope"), "does not exist")
 

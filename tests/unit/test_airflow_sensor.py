@@ -65,7 +65,7 @@ def test_sensor_succeeds_at_once_when_up_to_date(running):
     Gateway(running, "newyork", "gw1").run_once()
     sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=5)
     row = sensor.execute(ctx())
-    assert row["replica"] == DST and row["isUptodate"] and row["pendingMessages"] == 0
+    assert row["replicaPath"] == DST and row["isUptodate"] and row["pendingMessages"] == 0
     assert sensor.execute(ctx(2))["isUptodate"]  # a retry: same answer
 
 
@@ -111,7 +111,7 @@ def test_deferrable_sensor_defers_to_the_trigger_which_fires_when_up_to_date(run
     thread.join()
     assert event.payload["status"] == "uptodate"
     row = sensor.execute_complete(ctx(), event.payload)
-    assert row["replica"] == DST and row["isUptodate"]
+    assert row["replicaPath"] == DST and row["isUptodate"]
 
 
 def test_deferrable_sensor_returns_at_once_when_up_to_date(running):

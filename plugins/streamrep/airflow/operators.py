@@ -184,7 +184,7 @@ class ReplicaVerifyOperator(StreamrepOperator):
         src, dst = admin.path(self.path), admin.path(self.replica)
         rows = replica_status(admin, str(src))
         log_rows(self.log, f"stream replica list -path {src}", rows,
-                 ("replica", "paused", "synchronous", "replicaState", "pendingMessages", "replicationLagMillis"))
+                 ("replicaPath", "paused", "synchronous", "replicaState", "pendingMessages", "replicationLagMillis"))
         rules.require_link(admin.entry(src).replicas, dst, src, "replica")
         self.log.info("verified: %s is a replica of %s", dst, src)
         return rows
@@ -265,7 +265,7 @@ class _ReplicaChangeOperator(StreamrepOperator):
         self.change(admin, str(src), str(dst), context)
         rows = replica_status(admin, str(src))
         log_rows(self.log, f"stream replica list -path {src}", rows,
-                 ("replica", "paused", "replicaState", "pendingMessages", "replicationLagMillis"))
+                 ("replicaPath", "paused", "replicaState", "pendingMessages", "replicationLagMillis"))
         return rows
 
 
@@ -340,7 +340,7 @@ class ReplicaStatusOperator(StreamrepOperator):
         src = admin.path(self.path)
         rows = replica_status(admin, str(src))
         log_rows(self.log, f"stream replica list -path {src}", rows,
-                 ("replica", "paused", "replicaState", "isUptodate", "pendingMessages", "replicationLagMillis"))
+                 ("replicaPath", "paused", "replicaState", "isUptodate", "pendingMessages", "replicationLagMillis"))
         return rows
 
 

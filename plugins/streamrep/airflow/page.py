@@ -107,7 +107,7 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
                 stream.update(topics=len(topics), partitions=sum(t["partitions"] for t in topics),
                               messages=sum(t["messages"] for t in topics))
                 for row in replica_status(admin, path):
-                    out["links"].append({"kind": "replica", "source": path, **row})
+                    out["links"].append({"kind": "replica", "source": path, "replica": row["replicaPath"], **row})
             except StreamrepError as err:
                 stream["error"] = str(err)
             cluster["streams"].append(stream)

@@ -51,7 +51,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
             row = self._row(hook)
         finally:
             hook.close()
-        self.log.info("%s: %s, up to date: %s, %s messages pending, lag %s ms", row["replica"],
+        self.log.info("%s: %s, up to date: %s, %s messages pending, lag %s ms", row["replicaPath"],
                       row["replicaState"], row["isUptodate"], row["pendingMessages"], row["replicationLagMillis"])
         return PokeReturnValue(is_done=bool(row["isUptodate"]), xcom_value=row)
 
@@ -62,7 +62,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         try:
             row = self._row(hook)  # also resolves the clusters involved, for the trigger
             if row["isUptodate"]:
-                self.log.info("%s is up to date", row["replica"])
+                self.log.info("%s is up to date", row["replicaPath"])
                 return row
             trigger = ReplicaUpToDateTrigger(
                 path=self.path, replica=self.replica, home=hook.clusters.home,
@@ -70,12 +70,12 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
             )
         finally:
             hook.close()
-        self.log.info("%s is not up to date (%s, %s pending): deferring", row["replica"], row["replicaState"],
+        self.log.info("%s is not up to date (%s, %s pending): deferring", row["replicaPath"], row["replicaState"],
                       row["pendingMessages"])
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         if not event or event.get("status") != "uptodate":
             raise AirflowFailException((event or {}).get("message") or f"unexpected trigger event {event!r}")
-        self.log.info("%s is up to date", event["row"]["replica"])
+        self.log.info("%s is up to date", event["row"]["replicaPath"])
         return event["row"]

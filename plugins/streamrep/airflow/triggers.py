@@ -19,7 +19,7 @@ def replica_row(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
     """The ``replica list`` row of ``replica`` on source ``path`` (NotFound if not registered)."""
     src, dst = admin.path(path), admin.path(replica)
     for row in replica_status(admin, str(src)):
-        if row["replica"] == str(dst):
+        if row["replicaPath"] == str(dst):
             return row
     rules.require_link((), dst, src, "replica")  # raises the usual NotFound
     raise AssertionError("unreachable")

@@ -144,8 +144,12 @@ def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, syn
     return []
 
 
-def replica_list(ctx: Context, path: str) -> Rows:
-    return replica_status(ctx.admin, path)
+def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
+    return replica_status(ctx.admin, path, refreshnow)
+
+
+def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
+    return [ctx.admin.acknowledge_loss(path, replica)]
 
 
 def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool = False,
@@ -329,7 +333,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("stream", "topic", "delete"), topic_delete, (PATH, Option("topic", required=True)), "delete a topic"),
     Command(("stream", "replica", "add"), replica_add,
             (PATH, REPLICA, Option("paused", bool), Option("synchronous", bool)), "register a replica of a stream"),
-    Command(("stream", "replica", "list"), replica_list, (PATH,), "list a stream's replicas"),
+    Command(("stream", "replica", "list"), replica_list, (PATH, Option("refreshnow", bool)), "list a stream's replicas"),
+    Command(("stream", "replica", "acknowledge"), replica_acknowledge, (PATH, REPLICA),
+            "accept that messages lost to the source's retention are gone"),
     Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
     Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),

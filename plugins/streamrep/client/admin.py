@@ -306,27 +306,68 @@ class StreamAdmin:
 
         self._update(dst, remove)
 
-    def list_replicas(self, path: str) -> list[dict[str, Any]]:
-        """``stream replica list``: each replica in MapR's field names, with the agreement
-        checked live (a replica that does not list the source is waiting for its upstream)."""
+    def list_replicas(self, path: str, health: Callable[[StreamPath, StreamEntry, StreamPath, StreamEntry],
+                                                        tuple[str | None, str | None]] | None = None) -> list[dict[str, Any]]:
+        """``stream replica list``: each replica in MapR's field names (``cluster``, ``stream``,
+        ``replicaPath``, ``replicaState``, ``paused``, ``idx``, ``synchronous``, ``uuid``,
+        ``errors``), with the agreement checked live (a replica that does not list the source is
+        waiting for its upstream).
+
+        :param health: what the replication layer finds for one replica, given the source and
+            replica paths and entries: ``(error, no_gateway)``, e.g. messages lost to the source's
+            retention, and why no gateway is live (None when all is well).
+        """
         src = self.path(path)
+        source_entry = self.entry(src)
         result = []
-        for link in self.entry(src).replicas:
+        for idx, link in enumerate(source_entry.replicas, 1):
             dst = self.path(link.path)
+            replica_entry, no_gateway = None, None
             try:
-                agreed, missing = rules.has_agreement(src, self.entry(dst).upstreams), None
+                replica_entry = self.entry(dst)
+                agreed, error = rules.has_agreement(src, replica_entry.upstreams), None
             except NotFound as err:
-                agreed, missing = False, str(err)
-            state, error = rules.effective_state(link, agreed, missing)
+                agreed, error = False, str(err)
+            if health is not None and replica_entry is not None:
+                error, no_gateway = health(src, source_entry, dst, replica_entry)
+            state, error = rules.effective_state(link, agreed, error, no_gateway)
             result.append({
                 "cluster": dst.cluster,
-                "replica": link.path,
-                "paused": link.paused,
-                "synchronous": link.synchronous,
+                "stream": dst.path,
+                "replicaPath": link.path,
                 "replicaState": state,
+                "paused": link.paused,
+                "idx": idx,
+                "synchronous": link.synchronous,
+                "uuid": replica_entry.uuid if replica_entry is not None else None,
                 "errors": error,
             })
         return result
+
+    def acknowledge_loss(self, path: str, replica: str) -> dict[str, Any]:
+        """``stream replica acknowledge``: accept that the messages the source's retention removed
+        before they reached ``replica`` are gone, so the replica can read as up to date again.
+        Needs adminperm on the source, as every ``stream replica`` change. Safe to retry: with
+        nothing (left) to acknowledge it reports 0 messages."""
+        src, dst = self.path(path), self.path(replica)
+        source_entry = self.entry(src)
+        self.require(source_entry, src, "adminperm")
+        rules.require_link(source_entry.replicas, dst, src, "replica")
+        replica_entry = self.entry(dst)
+        store = self.store(dst)
+        lost = {}
+        for key, end in store.marks(replica_entry.uuid).items():
+            parsed = rules.parse_loss_key(key)
+            if parsed is not None and parsed[0] == source_entry.uuid:
+                lost[key] = end
+        store.drop_marks(replica_entry.uuid, lost)
+        ranges = sorted((topic, partition, first, lost[key] - 1)
+                        for key in lost for _, topic, partition, first in [rules.parse_loss_key(key)])
+        return {
+            "replicaPath": str(dst),
+            "acknowledged": sum(last - first + 1 for _, _, first, last in ranges),
+            "ranges": ", ".join(f"{topic}/{partition}:{first}-{last}" for topic, partition, first, last in ranges),
+        }
 
     # -- gateways (kept on the source cluster) -------------------------------------
     def _source_cluster(self, cluster: str | None) -> str:

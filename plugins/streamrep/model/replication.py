@@ -34,7 +34,11 @@ class ReplicaState(str, Enum):
     REPLICATING = "REPLICA_STATE_REPLICATING"
     # A synchronous replica that missed its deadline is served asynchronously until it catches up.
     SYNC_FALLBACK = "REPLICA_STATE_SYNC_FELL_BACK_TO_ASYNC"
+    # Paused by ``stream replica pause``. MapR documents no state for this (it shows ``paused``
+    # beside the state); streamrep names it so the state never says REPLICATING while nothing flows.
+    PAUSED = "REPLICA_STATE_PAUSED"
     UNEXPECTED = "REPLICA_STATE_UNEXPECTED"
+
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,21 @@ def position_key(source_uuid: str, topic: str, partition: int) -> str:
 def origin_key(origin_uuid: str, topic: str, partition: int) -> str:
     """The replica's mark of the next offset it needs from a message's stream of origin."""
     return f"o|{origin_uuid}|{topic}|{partition}"
+
+
+def loss_key(source_uuid: str, topic: str, partition: int, first: int) -> str:
+    """The replica's record of source offsets ``first`` up to (not including) the mark's value,
+    removed by the source's retention before they were replicated; kept until acknowledged."""
+    return f"l|{source_uuid}|{topic}|{partition}|{first}"
+
+
+def parse_loss_key(key: str) -> tuple[str, str, int, int] | None:
+    """``(source uuid, topic, partition, first lost offset)`` of a loss mark, or None for another mark."""
+    if not key.startswith("l|"):
+        return None
+    source_uuid, rest = key[2:].split("|", 1)
+    topic, partition, first = rest.rsplit("|", 2)
+    return source_uuid, topic, int(partition), int(first)
 
 
 def find_link(links: Iterable, path: StreamPath):
@@ -158,12 +177,22 @@ def has_agreement(source: StreamPath, replica_upstreams: Iterable[UpstreamLink])
     return find_link(replica_upstreams, source) is not None
 
 
-def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None) -> tuple[str, str | None]:
-    """The state ``replica list`` shows: the stored state, unless the agreement is missing
-    or an error (stored, or ``error`` found now, such as a replica that was deleted) says otherwise."""
-    error = error or link.error
+def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None,
+                    no_gateway: str | None = None) -> tuple[str, str | None]:
+    """The state ``replica list`` shows, and its error. In order: an error (stored by a gateway,
+    or ``error`` found now: a replica that was deleted, messages lost to the source's retention)
+    is UNEXPECTED; no two-way agreement is WAITING_FOR_UPSTREAM; a copy in progress shows as such;
+    a paused replica is PAUSED; with no live gateway (``no_gateway``, MapR's
+    ErrAllGatewaysUnreachable) it is WAITING_FOR_GATEWAY; otherwise the stored state."""
+    error = "; ".join(e for e in (error, link.error) if e) or None
     if error:
         return ReplicaState.UNEXPECTED.value, error
     if not agreed:
         return ReplicaState.WAITING_FOR_UPSTREAM.value, None
+    if link.state == ReplicaState.COPY_IN_PROGRESS.value:
+        return link.state, None
+    if link.paused:
+        return ReplicaState.PAUSED.value, None
+    if no_gateway:
+        return ReplicaState.WAITING_FOR_GATEWAY.value, no_gateway
     return link.state, None

@@ -7,6 +7,11 @@ Two kinds of marks, both kept in the replica's cluster:
   that source partition. A replayed or overlapping batch is skipped below it; a batch that
   starts above it is a gap and is refused. The stored position is the truth: a Spark
   checkpoint is only a cache of it.
+- **loss mark** ``l|<source uuid>|<topic>|<partition>|<first>`` = end: source offsets
+  ``first`` to ``end - 1`` were removed by the source's retention before this replica got
+  them. Recorded in the same transaction that moves the position past them, so no loss is
+  skipped silently or counted twice; replication of later messages goes on, and the replica
+  reads as not up to date until an admin acknowledges the loss (``stream replica acknowledge``).
 - **origin mark** ``o|<origin uuid>|<topic>|<partition>``: the next offset, in the stream where
   a message was first produced, that this replica still needs. It drops the copies that reach
   a replica by two paths (a mesh of masters, or fan-in of a chain), so every message is applied
@@ -23,7 +28,7 @@ from typing import Mapping, Sequence
 
 from streamrep.errors import Conflict
 from streamrep.model.message import Message
-from streamrep.model.replication import origin_key, position_key
+from streamrep.model.replication import loss_key, origin_key, position_key
 
 ORIGIN_HEADER = "streamrep.origin"
 
@@ -37,10 +42,20 @@ class ApplyPlan:
     marks: dict[str, int] = field(default_factory=dict)
     syncs: list[tuple[int, int]] = field(default_factory=list)
     skipped: int = 0  # below the position (replayed) or already here by another path or loop
+    lost: tuple[int, int] | None = None  # source offsets [first, end) removed by retention before replication
 
     @property
     def empty(self) -> bool:
         return not self.messages and not self.marks
+
+
+def retention_loss(position: int | None, source_start: int) -> tuple[int, int] | None:
+    """Source offsets ``[first, end)`` lost to the source's retention: those between a replica's
+    stored position and the oldest offset the source still holds. A replica with no position yet
+    (never replicated from this source) has lost nothing: it starts from what the source holds."""
+    if position is None or position >= source_start:
+        return None
+    return position, source_start
 
 
 _new_tuple = tuple.__new__
@@ -58,14 +73,20 @@ def plan_apply(
     """Plan the apply of ``batch`` (consecutive messages of one source partition, in offset
     order) to a replica whose stored marks are ``marks``.
 
-    :param source_start: the oldest offset the source still holds; a position below it was
-        lost to the source's retention, which is not a gap in replication.
+    :param source_start: the oldest offset the source still holds. A stored position below it
+        means messages were lost to the source's retention: the plan records the loss (``lost``
+        and a loss mark) and moves the position to ``source_start``, even with an empty batch.
     """
     plan = ApplyPlan()
-    if not batch:
-        return plan
     pkey = position_key(source_uuid, topic, partition)
     position = marks.get(pkey, source_start)
+    lost = retention_loss(marks.get(pkey), source_start)
+    if lost is not None:
+        plan.lost = lost
+        plan.marks[loss_key(source_uuid, topic, partition, lost[0])] = lost[1]
+        plan.marks[pkey] = position = source_start
+    if not batch:
+        return plan
     first = batch[0].offset
     if first > max(position, source_start):
         raise Conflict(

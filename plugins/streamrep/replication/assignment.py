@@ -22,6 +22,12 @@ def live_gateways(heartbeats: Mapping[str, float], now: float, expiry: float = H
     return sorted(g for g, beat in heartbeats.items() if now - beat < expiry)
 
 
+def eligible(heartbeats: Mapping[str, float], listed: Sequence[str] | None) -> dict[str, float]:
+    """The heartbeats of the gateways a source cluster sends to: those it lists for the
+    destination (``cluster gateway set``), or every gateway of the destination if it lists none."""
+    return {g: beat for g, beat in heartbeats.items() if listed is None or g in listed}
+
+
 def deal(partitions: Iterable[P], gateways: Sequence[str]) -> dict[str, list[P]]:
     """Deal ``partitions`` (in sorted order) to ``gateways`` (in sorted order) round-robin."""
     ordered = sorted(gateways)

@@ -22,7 +22,8 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
-from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, share_of
+from streamrep.store.base import Store
+from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, eligible, live_gateways, share_of
 from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
 
@@ -32,6 +33,25 @@ DEFAULT_BATCH = 5000
 
 def default_gateway_id() -> str:
     return socket.gethostname().split(".")[0] or "gateway"
+
+
+def heartbeats(store: Store) -> dict[str, float]:
+    """The last heartbeat (seconds since the epoch) of every gateway of ``store``'s cluster."""
+    return {gid: doc["ts"] for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()}
+
+
+def gateway_outage(admin: StreamAdmin, source_cluster: str, cluster: str,
+                   expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> str | None:
+    """Why no gateway replicates from ``source_cluster`` into ``cluster`` now (MapR's
+    ErrAllGatewaysUnreachable), or None while one is live: one the source cluster lists for
+    ``cluster`` (``cluster gateway set``), or any gateway of ``cluster`` if it lists none."""
+    listed = admin.gateways(source_cluster).get(cluster)
+    if live_gateways(eligible(heartbeats(admin.clusters.store(cluster)), listed), time.time(), expiry):
+        return None
+    if listed:
+        return (f"ErrAllGatewaysUnreachable: none of the gateways {', '.join(listed)} that cluster "
+                f"{source_cluster} lists for cluster {cluster} has a live heartbeat")
+    return f"ErrAllGatewaysUnreachable: no gateway of cluster {cluster} has a live heartbeat"
 
 
 @dataclass
@@ -76,7 +96,7 @@ class Gateway:
         self.store.catalog_update(HEARTBEAT_KIND, self.id, lambda _: doc)
 
     def heartbeats(self) -> dict[str, float]:
-        return {gid: doc["ts"] for gid, doc in self.store.catalog_list(HEARTBEAT_KIND).items()}
+        return heartbeats(self.store)
 
     def stop(self) -> None:
         """Withdraw this gateway's heartbeat so the others take its share at once."""
@@ -120,8 +140,7 @@ class Gateway:
             listed = self.admin.gateways(source_cluster).get(self.cluster)
             if listed is not None and self.id not in listed:
                 continue  # that source cluster does not send to this gateway
-            allowed = {g: t for g, t in beats.items() if listed is None or g in listed}
-            mine.update(units if whole else share_of(self.id, units, allowed, now, self.expiry))
+            mine.update(units if whole else share_of(self.id, units, eligible(beats, listed), now, self.expiry))
         result.units = {u: f for u, f in result.units.items() if u in mine}
         return result
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
+from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
-from streamrep.model.replication import position_key
-from streamrep.replication.apply import ORIGIN_HEADER
+from streamrep.model.paths import StreamPath
+from streamrep.model.replication import ReplicaState, parse_loss_key, position_key
+from streamrep.replication.apply import ORIGIN_HEADER, retention_loss
+from streamrep.replication.gateway import gateway_outage
 
 
 # Up to this many pending messages per partition are read to leave out those that came from
@@ -52,14 +56,60 @@ def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
     return {"pendingMessages": messages, "bytesPending": size, "minPendingTS": oldest, "maxPendingTS": newest}
 
 
-def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
+def lost_ranges(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath,
+                dst_entry: StreamEntry) -> list[tuple[str, int, int, int]]:
+    """``(topic, partition, first, last)`` of every source offset range that the source's retention
+    removed before it reached the replica and that no admin has acknowledged: those a gateway
+    recorded, and those it will record (the replica's position is below the source's first offset)."""
+    source_store, replica_store = admin.store(src), admin.store(dst)
+    marks = replica_store.marks(dst_entry.uuid)
+    ranges = []
+    for key, end in marks.items():
+        parsed = parse_loss_key(key)
+        if parsed is not None and parsed[0] == src_entry.uuid:
+            ranges.append((parsed[1], parsed[2], parsed[3], end - 1))
+    for topic, count in source_store.topics(src_entry.uuid).items():
+        for partition in range(count):
+            start, _ = source_store.offsets(src_entry.uuid, topic, partition)
+            lost = retention_loss(marks.get(position_key(src_entry.uuid, topic, partition)), start)
+            if lost is not None:
+                ranges.append((topic, partition, lost[0], lost[1] - 1))
+    return sorted(ranges)
+
+
+def loss_error(ranges: list[tuple[str, int, int, int]]) -> str | None:
+    """The one-line ``errors`` text for unacknowledged losses, or None."""
+    if not ranges:
+        return None
+    total = sum(last - first + 1 for _, _, first, last in ranges)
+    shown = ", ".join(f"{topic}/{partition} offsets {first}-{last} ({last - first + 1})"
+                      for topic, partition, first, last in ranges[:10])
+    more = f" and {len(ranges) - 10} more ranges" if len(ranges) > 10 else ""
+    return (f"{total} messages were removed by the source's retention before they were replicated: "
+            f"{shown}{more}; acknowledge with 'stream replica acknowledge'")
+
+
+def replica_health(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath,
+                   dst_entry: StreamEntry) -> tuple[str | None, str | None]:
+    """For ``StreamAdmin.list_replicas``: ``(error, no_gateway)``: unacknowledged losses, and why
+    no gateway is live for the flow (None when one is)."""
+    try:
+        return loss_error(lost_ranges(admin, src, src_entry, dst, dst_entry)), gateway_outage(admin, src.cluster, dst.cluster)
+    except StreamrepError as err:
+        return str(err), None
+
+
+def replica_status(admin: StreamAdmin, source: str, refreshnow: bool = False) -> list[dict[str, Any]]:
     """``stream replica list`` rows: MapR's fields, plus pending counts and the lag in ms
-    (how long the oldest unreplicated message has waited)."""
-    rows = admin.list_replicas(source)
+    (how long the oldest unreplicated message has waited).
+
+    :param refreshnow: MapR's option; accepted, and a no-op: every figure is computed now.
+    """
+    rows = admin.list_replicas(source, health=partial(replica_health, admin))
     now = int(time.time() * 1000)
     for row in rows:
         try:
-            info = pending(admin, source, row["replica"])
+            info = pending(admin, source, row["replicaPath"])
         except StreamrepError as err:
             info = {"pendingMessages": None, "bytesPending": None, "minPendingTS": None, "maxPendingTS": None}
             row["errors"] = row["errors"] or str(err)
@@ -70,5 +120,6 @@ def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
     return rows
 
 
-UP_TO_DATE_STATES = {"REPLICA_STATE_REPLICATING", "REPLICA_STATE_WAITING_FOR_GATEWAY",
-                     "REPLICA_STATE_SYNC_FELL_BACK_TO_ASYNC"}
+# With nothing pending, a replica in one of these states holds every message of its source.
+UP_TO_DATE_STATES = {ReplicaState.REPLICATING.value, ReplicaState.WAITING_FOR_GATEWAY.value,
+                     ReplicaState.SYNC_FALLBACK.value, ReplicaState.PAUSED.value}

@@ -3,10 +3,11 @@ the in-process gateway and the Spark writers all use."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from streamrep.errors import AlreadyExists, Conflict
+from streamrep.errors import AlreadyExists, Conflict, StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import position_key
@@ -14,6 +15,8 @@ from streamrep.replication.apply import plan_apply
 from streamrep.store.base import Store
 
 CONFLICT_RETRIES = 20
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, order=True)
@@ -57,7 +60,11 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
 
     The marks are read, the plan made, and the apply committed only if the marks did not
     move meanwhile; if another gateway moved them, the plan is made again from the new marks.
+    Messages the source's retention removed before they were applied are recorded as lost
+    (``plan_apply``) and logged as a WARNING; the replica's own retention runs afterwards.
     Returns how many messages were written.
+
+    :param source_start: the oldest offset the source holds, read before ``batch`` was.
     """
     for _ in range(CONFLICT_RETRIES):
         marks = replica_store.marks(replica_uuid)
@@ -68,9 +75,20 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
         try:
             replica_store.apply(replica_uuid, unit.topic, unit.partition, plan.messages, plan.marks, expect,
                                 source=unit.key, syncs=plan.syncs)
-            return len(plan.messages)
         except Conflict as conflict:
             last = conflict
+            continue
+        if plan.lost is not None:
+            first, end = plan.lost
+            log.warning("stream %s (uuid %s) topic %s partition %d: %d messages (offsets %d-%d) were removed by "
+                        "the source's retention before they were replicated to stream uuid %s",
+                        unit.source, unit.source_uuid, unit.topic, unit.partition, end - first, first, end - 1,
+                        replica_uuid)
+        try:
+            replica_store.retain(replica_uuid, unit.topic)
+        except StreamrepError as err:  # the batch is committed: retention runs again on the next one
+            log.warning("stream uuid %s topic %s: retention failed: %s", replica_uuid, unit.topic, err)
+        return len(plan.messages)
     raise last
 
 

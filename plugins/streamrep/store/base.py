@@ -6,12 +6,17 @@ under the same path never sees the old stream's data.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Mapping, Sequence
 
+from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 
 CatalogDoc = dict[str, Any]
+
+# Without ``force``, retention runs at most this often per topic and store object, like a log cleaner.
+RETENTION_CHECK_SECONDS = 1.0
 
 
 class Store(ABC):
@@ -19,6 +24,7 @@ class Store(ABC):
 
     def __init__(self, cluster: str):
         self.cluster = cluster
+        self._retained: dict[tuple[str, str], float] = {}  # (stream, topic) -> monotonic time of the last run
 
     # -- catalog -------------------------------------------------------------------
     @abstractmethod
@@ -82,6 +88,27 @@ class Store(ABC):
         """Retention: drop each partition's oldest messages up to the first one at or after
         ``timestamp`` (ms). Offsets are never reused. Returns how many were dropped."""
 
+    def retain(self, stream: str, topic: str, ttl: int | None = None, force: bool = False) -> int:
+        """Retention, the one routine every path runs: drop ``topic``'s messages older than the
+        stream's ttl (seconds; 0 keeps them forever). Producers and replication run it after
+        they write, and the reads that report offsets (topic info and list, consumers) before
+        they read, so every view agrees on a partition's first offset. Replicas keep their own ttl.
+
+        :param ttl: the stream's ttl if the caller has its entry; None reads it from the catalog.
+        :param force: run now, even if it ran for this topic less than a second ago.
+        :return: how many messages were dropped.
+        """
+        now = time.monotonic()
+        if not force and now - self._retained.get((stream, topic), -RETENTION_CHECK_SECONDS) < RETENTION_CHECK_SECONDS:
+            return 0
+        self._retained[(stream, topic)] = now
+        if ttl is None:
+            ttl = next((doc["meta"].get("ttl", 0) for doc in self.catalog_list(STREAM_KIND).values()
+                        if doc.get("uuid") == stream), 0)
+        if not ttl or ttl <= 0:
+            return 0
+        return self.purge_before(stream, topic, int(time.time() * 1000) - ttl * 1000)
+
     # -- consumer-group cursors ----------------------------------------------------
     @abstractmethod
     def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:
@@ -122,6 +149,11 @@ class Store(ABC):
             run of consecutive source offsets, recorded as an offset sync for cursor translation.
         :return: the first offset assigned.
         """
+
+    @abstractmethod
+    def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
+        """Delete the marks of ``stream`` that still hold the given values (one that changed
+        meanwhile is kept), all in one transaction. Returns how many were deleted."""
 
     @abstractmethod
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:

@@ -379,6 +379,11 @@ class EmbeddedStore(Store):
                              for (index, source_offset), bound in zip(syncs, bounds)])
             return first
 
+    def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
+        with self._write() as con:
+            return sum(con.execute("DELETE FROM marks WHERE stream=? AND key=? AND value=?",
+                                   (stream, key, value)).rowcount for key, value in marks.items())
+
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
         return self._query(
             "SELECT source_offset, partition, replica_offset, count FROM offset_syncs WHERE stream=? AND source=? "
