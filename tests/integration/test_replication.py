@@ -172,7 +172,8 @@ def test_manual_seven_steps_through_the_cli(cli, api3):
     assert any(m.key is not None and m.header("bin") == b"\x00\xff" for m in dst[("clicks", 0)])
 
     [row] = json_rows(cli("stream", "replica", "list", "-path", SF, "-json"))
-    assert row["replicaState"] == REPLICATING and row["errors"] is None
+    # the -once gateway has stopped: up to date, and waiting for a gateway to come back
+    assert row["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value and "newyork" in row["errors"]
     assert row["isUptodate"] is True and row["pendingMessages"] == 0 and row["bytesPending"] == 0
     assert row["minPendingTS"] is None and row["maxPendingTS"] is None and row["replicationLagMillis"] == 0
 
@@ -927,7 +928,7 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     assert_exactly_once(api, NY, first)  # already there when flush returns
     assert waited >= 0.25
     worker.join(timeout=30)
-    assert status(api, SF, NY)["replicaState"] == REPLICATING
+    assert status(api, SF, NY)["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value  # gs has stopped
 
     # no gateway: flush gives up after sync_timeout and the replica falls back to async
     producer = Producer(api, sync_timeout=0.3)

@@ -371,7 +371,7 @@ def _old_then_fresh(admin, old=3, fresh=2):
 
 def test_ttl_expired_messages_are_not_returned(admin):
     _old_then_fresh(admin)
-    assert admin.topic_info(SF, "t")[0]["minoffset"] == 0  # still held, not yet purged
+    assert admin.topic_info(SF, "t")[0]["minoffset"] == 3  # retention runs before topic info reports
     got = Consumer(SF + ":t", from_start=True, admin=admin).poll()
     assert [m.value for m in got] == [b"fresh0", b"fresh1"]
     assert [m.offset for m in got] == [3, 4]

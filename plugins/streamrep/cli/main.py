@@ -258,7 +258,16 @@ def produce(ctx: Context, path: str, keysep: str | None = None, partition: int |
     acked: dict[Any, dict[int, tuple[int, int, int]]] = {}  # topic -> partition -> (first, last, count)
 
     def flush() -> None:
-        for tp, parts in producer.flush().items():
+        try:
+            flushed = producer.flush()
+        except StreamrepError as err:  # this commit failed; say what earlier commits wrote
+            written = sum(n for parts in acked.values() for _, _, n in parts.values())
+            done = f"the {written} lines before them were produced" if written else "nothing was produced"
+            raise type(err)(f"{err}; {done}") from None
+        for warning in producer.warnings:  # after a commit: the lines are produced, so not an error
+            ctx.err.write(f"streamrep: warning: {warning}\n")
+        producer.warnings.clear()
+        for tp, parts in flushed.items():
             for p, (first, nxt) in parts.items():
                 lo, hi, n = acked.setdefault(tp, {}).get(p, (first, nxt - 1, 0))
                 acked[tp][p] = (min(lo, first), max(hi, nxt - 1), n + nxt - first)

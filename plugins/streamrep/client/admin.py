@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from streamrep.errors import AlreadyExists, NotFound, PermissionDenied
+from streamrep.errors import AlreadyExists, Conflict, NotFound, PermissionDenied
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace
 from streamrep.model.catalog import GATEWAYS_KIND, STREAM_KIND, StreamEntry
@@ -21,6 +21,9 @@ from streamrep.model.stream import StreamMeta, validate_partition_count
 from streamrep.client.config import Clusters
 from streamrep.client.identity import current_identity
 from streamrep.store.base import Store
+
+
+ACKNOWLEDGE_RETRIES = 20  # a gateway recording the same loss meanwhile makes acknowledge read again
 
 
 def now_ms() -> int:
@@ -189,6 +192,7 @@ class StreamAdmin:
         store = self.store(sp)
         result = []
         for topic, count in store.topics(entry.uuid).items():
+            store.retain(entry.uuid, topic, entry.meta.ttl, force=True)  # count what a consumer can read
             bounds = [store.offsets(entry.uuid, topic, p) for p in range(count)]
             result.append({
                 "topic": topic,
@@ -205,6 +209,7 @@ class StreamAdmin:
         count = store.topics(entry.uuid).get(validate_topic_name(topic))
         if count is None:
             raise NotFound(f"topic {sp}:{topic} does not exist")
+        store.retain(entry.uuid, topic, entry.meta.ttl, force=True)  # the first offset a consumer gets
         info = []
         for p in range(count):
             start, end = store.offsets(entry.uuid, topic, p)
@@ -354,15 +359,32 @@ class StreamAdmin:
         self.require(source_entry, src, "adminperm")
         rules.require_link(source_entry.replicas, dst, src, "replica")
         replica_entry = self.entry(dst)
-        store = self.store(dst)
-        lost = {}
-        for key, end in store.marks(replica_entry.uuid).items():
-            parsed = rules.parse_loss_key(key)
-            if parsed is not None and parsed[0] == source_entry.uuid:
-                lost[key] = end
-        store.drop_marks(replica_entry.uuid, lost)
-        ranges = sorted((topic, partition, first, lost[key] - 1)
-                        for key in lost for _, topic, partition, first in [rules.parse_loss_key(key)])
+        source_store, store = self.store(src), self.store(dst)
+        done: list[tuple[str, int, int, int]] = []  # (topic, partition, first, last) acknowledged
+        for _ in range(ACKNOWLEDGE_RETRIES):
+            marks = store.marks(replica_entry.uuid)
+            try:
+                # Losses no gateway has recorded yet (the position is below the source's first
+                # offset): move the position past them, if no gateway moved it meanwhile.
+                for topic, count in source_store.topics(source_entry.uuid).items():
+                    for partition in range(count):
+                        pkey = rules.position_key(source_entry.uuid, topic, partition)
+                        start = source_store.offsets(source_entry.uuid, topic, partition)[0]
+                        gone = rules.retention_loss(marks.get(pkey), start)
+                        if gone is not None:
+                            store.apply(replica_entry.uuid, topic, partition, [], {pkey: start}, {pkey: gone[0]})
+                            done.append((topic, partition, gone[0], start - 1))
+            except Conflict:
+                continue  # a gateway recorded it meanwhile: acknowledge its record instead
+            lost = {}
+            for key, end in marks.items():
+                parsed = rules.parse_loss_key(key)
+                if parsed is not None and parsed[0] == source_entry.uuid:
+                    lost[key] = end
+                    done.append((parsed[1], parsed[2], parsed[3], end - 1))
+            store.drop_marks(replica_entry.uuid, lost)
+            break
+        ranges = sorted(done)
         return {
             "replicaPath": str(dst),
             "acknowledged": sum(last - first + 1 for _, _, first, last in ranges),

@@ -4,16 +4,13 @@ cursors are committed in the stream's cluster."""
 from __future__ import annotations
 
 import time
-from operator import attrgetter
 
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
 from streamrep.model.paths import TopicPath, parse_topic_path
-from streamrep.client.admin import StreamAdmin, now_ms
+from streamrep.client.admin import StreamAdmin
 
 POLL_INTERVAL_SECONDS = 0.05
-
-_timestamp = attrgetter("timestamp")
 
 
 class Consumer:
@@ -39,6 +36,8 @@ class Consumer:
         count = self.store.topics(self.entry.uuid).get(self.topic.topic)
         if count is None:
             raise NotFound(f"topic {self.topic} does not exist")
+        # Retention first, so a new consumer starts where ``stream topic info`` says the topic starts.
+        self.store.retain(self.entry.uuid, self.topic.topic, self.entry.meta.ttl, force=True)
         committed = self.store.cursors(group, self.entry.uuid, self.topic.topic) if group else {}
         self.positions: dict[int, int] = {}
         for p in range(count):
@@ -56,32 +55,24 @@ class Consumer:
         """Up to ``max_messages`` messages, waiting at most ``timeout`` seconds for the first.
 
         Partitions are served in turn, so one busy partition cannot starve the others.
-        Messages expired by ttl are skipped (reading resumes at the oldest held).
+        Messages removed by retention (ttl) are not read: reading resumes at the oldest held.
         """
         deadline = time.monotonic() + timeout
-        cutoff = now_ms() - self.entry.meta.ttl * 1000 if self.entry.meta.ttl > 0 else None
         while True:
+            self.store.retain(self.entry.uuid, self.topic.topic, self.entry.meta.ttl)
             out: list[Message] = []
-            read_any = False
             order = sorted(self.positions, key=lambda p: (p - self._next_partition) % len(self.positions))
             for p in order:
                 if len(out) >= max_messages:
                     break
                 batch = self.store.read(self.entry.uuid, self.topic.topic, p, self.positions[p], max_messages - len(out))
                 if batch:
-                    read_any = True
                     self.positions[p] = batch[-1].offset + 1
-                    # Filter only a batch holding expired messages: most hold none.
-                    if cutoff is not None and min(map(_timestamp, batch)) < cutoff:
-                        batch = [m for m in batch if m.timestamp >= cutoff]
                     out.extend(batch)
             self._next_partition = (self._next_partition + 1) % len(self.positions)
-            if out or (time.monotonic() >= deadline and not read_any):
+            if out or time.monotonic() >= deadline:
                 return out
-            # Nothing new: wait. Only expired messages read: read on at once, since returning
-            # [] while live messages wait behind them would look like the end of the topic.
-            if not read_any:
-                time.sleep(POLL_INTERVAL_SECONDS)
+            time.sleep(POLL_INTERVAL_SECONDS)
 
     def commit(self) -> None:
         """Commit the current positions for the group (the next offsets to read)."""

@@ -1,18 +1,23 @@
 """The producer: buffers messages and appends them to the store in batches.
 
 A message is acknowledged when ``flush()`` (or ``send(..., flush=True)``) returns: by then
-it is committed in its cluster's store and survives the kill of this process.
+it is committed in its cluster's store and survives the kill of this process. A flush fails
+only for messages that were not written: once an append has committed, a retry would write
+it twice, so what goes wrong afterwards (retention, waiting for synchronous replicas) becomes
+a warning (``Producer.warnings`` and the log) or a replica state, never an error.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
+import math
 import os
 import time
 from collections import defaultdict
-from typing import Iterable
+from typing import Callable, Iterable
 
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.message import Headers, Message
 from streamrep.model.replication import ReplicaState
@@ -22,8 +27,9 @@ from streamrep.client.admin import StreamAdmin, now_ms
 
 _new_tuple = tuple.__new__
 
-RETENTION_CHECK_SECONDS = 1.0
 SYNC_POLL_SECONDS = 0.01
+
+log = logging.getLogger(__name__)
 
 
 def covers(marks: dict[str, int], targets: dict[str, int]) -> bool:
@@ -31,8 +37,19 @@ def covers(marks: dict[str, int], targets: dict[str, int]) -> bool:
     return all(marks.get(key, -1) >= end for key, end in targets.items())
 
 
+def check_sync_timeout(value: object, what: str = "sync_timeout") -> float:
+    """``value`` as seconds to wait for synchronous replicas: a finite number, 0 or more."""
+    try:
+        seconds = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgument(f"{what} must be a number of seconds, 0 or more, not {value!r}")
+    return seconds
+
+
 def default_sync_timeout() -> float:
-    return float(os.environ.get("STREAMREP_SYNC_TIMEOUT", "5"))
+    return check_sync_timeout(os.environ.get("STREAMREP_SYNC_TIMEOUT", "5"), "STREAMREP_SYNC_TIMEOUT")
 PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
 
 
@@ -57,7 +74,8 @@ class Producer:
                  sync_timeout: float | None = None):
         self.admin = admin or StreamAdmin()
         self.batch_size = batch_size
-        self.sync_timeout = default_sync_timeout() if sync_timeout is None else sync_timeout
+        self.sync_timeout = default_sync_timeout() if sync_timeout is None else check_sync_timeout(sync_timeout)
+        self.warnings: list[str] = []  # what went wrong after a commit (the messages were written)
         self._pending: dict[TopicPath, dict[int, list[Message]]] = defaultdict(lambda: defaultdict(list))
         self._count = 0
         self._streams: dict[StreamPath, tuple] = {}  # path -> (entry, topics) resolved once per producer
@@ -67,7 +85,6 @@ class Producer:
         # Cleared by flush() and by any stream refresh, so it never outlives what it points to.
         self._open: dict[str | TopicPath, tuple[TopicPath, int, dict[int, list[Message]]]] = {}
         self._round_robin = itertools.count()
-        self._last_purge: dict[TopicPath, float] = {}
 
     def __enter__(self) -> "Producer":
         return self
@@ -159,8 +176,12 @@ class Producer:
         return resolved
 
     def flush(self) -> dict[TopicPath, dict[int, tuple[int, int]]]:
-        """Commit everything buffered. Returns, per topic and partition, the ``(first, next)``
-        offsets assigned."""
+        """Commit everything buffered, one atomic append per topic. Returns, per topic and
+        partition, the ``(first, next)`` offsets assigned.
+
+        If a topic's append fails, its messages stay buffered (flush again to retry them) and the
+        error says which topics this flush did write, so a retry never duplicates them.
+        """
         acked: dict[TopicPath, dict[int, tuple[int, int]]] = {}
         self._open.clear()  # it points into the batches deleted below
         while self._pending:
@@ -168,63 +189,77 @@ class Producer:
             if not batches:  # opened by a send() that then raised
                 del self._pending[tp]
                 continue
-            entry, _ = self._stream(tp.stream)
-            store = self.admin.store(tp.stream)
-            firsts = store.append(entry.uuid, tp.topic, batches)
+            try:
+                entry, _ = self._stream(tp.stream)
+                store = self.admin.store(tp.stream)
+                firsts = store.append(entry.uuid, tp.topic, batches)
+            except StreamrepError as err:
+                if not acked:
+                    raise
+                written = sum(end - first for parts in acked.values() for first, end in parts.values())
+                raise type(err)(f"{err}; the messages to {tp} stay buffered, and the {written} messages to "
+                                f"{', '.join(map(str, acked))} were written") from None
             acked[tp] = {p: (first, first + len(batches[p])) for p, first in firsts.items()}
             del self._pending[tp]
             self._count -= sum(len(b) for b in batches.values())
-            self._enforce_retention(tp, entry, store)
+            self._after_commit(f"retention of {tp}", lambda: store.retain(entry.uuid, tp.topic, entry.meta.ttl))
         if acked:
             self._await_synchronous(acked)
         return acked
 
+    def _after_commit(self, what: str, action: Callable[[], object]) -> None:
+        """Run ``action`` after messages were committed: a failure is a warning, not an error."""
+        try:
+            action()
+        except Exception as err:  # noqa: BLE001 - the messages are written; failing would make callers resend them
+            message = f"{what} failed after the messages were written: {err}"
+            self.warnings.append(message)
+            log.warning("%s", message)
+
     def _await_synchronous(self, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
         """Synchronous replication: return only once every synchronous replica has applied
         these messages; past ``sync_timeout``, fall back to asynchronous (as MapR does) and
-        say so in the replica's state, until it has caught up again."""
+        say so in the replica's state, until it has caught up again. The messages are written:
+        anything that goes wrong here is a warning."""
         for sp in {tp.stream for tp in acked}:
-            entry = self.admin.entry(sp)  # fresh: replicas may have been added or paused
-            for link in entry.replicas:
-                if not link.synchronous or link.paused:
-                    continue
-                replica = self.admin.path(link.path)
-                try:
-                    replica_entry = self.admin.entry(replica)
-                except NotFound:
-                    continue
-                if not rules.has_agreement(sp, replica_entry.upstreams):
-                    continue  # no gateway will apply anything: there is nothing to wait for
-                store = self.admin.store(replica)
-                targets = {rules.position_key(entry.uuid, tp.topic, p): end
-                           for tp, parts in acked.items() if tp.stream == sp for p, (_, end) in parts.items()}
+            self._after_commit(f"waiting for the synchronous replicas of {sp}", lambda: self._await_stream(sp, acked))
 
-                fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
-                if fell_back:
-                    # Asynchronous while the replica lags. Once it has applied everything before
-                    # these messages it has caught up: wait for these again, as a synchronous
-                    # replica, and if they arrive in time it is synchronous again.
-                    firsts = {rules.position_key(entry.uuid, tp.topic, p): first
-                              for tp, parts in acked.items() if tp.stream == sp for p, (first, _) in parts.items()}
-                    marks = store.marks(replica_entry.uuid)
-                    if not all(marks.get(key, 0) >= first for key, first in firsts.items()):
-                        continue
-                deadline = time.monotonic() + self.sync_timeout
-                while not covers(store.marks(replica_entry.uuid), targets):
-                    if time.monotonic() >= deadline:
-                        if not fell_back:
-                            self.admin.set_replica_state(str(sp), str(replica), ReplicaState.SYNC_FALLBACK)
-                        break
-                    time.sleep(SYNC_POLL_SECONDS)
-                else:
-                    if fell_back:  # caught up: synchronous again
-                        self.admin.set_replica_state(str(sp), str(replica), ReplicaState.REPLICATING)
+    def _await_stream(self, sp: StreamPath, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
+        entry = self.admin.entry(sp)  # fresh: replicas may have been added or paused
+        for link in entry.replicas:
+            if link.synchronous and not link.paused:
+                self._after_commit(f"waiting for synchronous replica {link.path}",
+                                   lambda: self._await_replica(sp, entry, link, acked))
 
-    def _enforce_retention(self, tp: TopicPath, entry, store) -> None:
-        # ttl is enforced by producers, at most once a second per topic, like a log cleaner.
-        if entry.meta.ttl <= 0:
+    def _await_replica(self, sp: StreamPath, entry, link, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
+        """Wait until the synchronous replica of ``link`` has applied ``acked``, or fall back."""
+        replica = self.admin.path(link.path)
+        try:
+            replica_entry = self.admin.entry(replica)
+        except NotFound:
             return
-        now = time.monotonic()
-        if now - self._last_purge.get(tp, 0.0) >= RETENTION_CHECK_SECONDS:
-            self._last_purge[tp] = now
-            store.purge_before(entry.uuid, tp.topic, now_ms() - entry.meta.ttl * 1000)
+        if not rules.has_agreement(sp, replica_entry.upstreams):
+            return  # no gateway will apply anything: there is nothing to wait for
+        store = self.admin.store(replica)
+        targets = {rules.position_key(entry.uuid, tp.topic, p): end
+                   for tp, parts in acked.items() if tp.stream == sp for p, (_, end) in parts.items()}
+
+        fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
+        if fell_back:
+            # Asynchronous while the replica lags. Once it has applied everything before
+            # these messages it has caught up: wait for these again, as a synchronous
+            # replica, and if they arrive in time it is synchronous again.
+            firsts = {rules.position_key(entry.uuid, tp.topic, p): first
+                      for tp, parts in acked.items() if tp.stream == sp for p, (first, _) in parts.items()}
+            marks = store.marks(replica_entry.uuid)
+            if not all(marks.get(key, 0) >= first for key, first in firsts.items()):
+                return
+        deadline = time.monotonic() + self.sync_timeout
+        while not covers(store.marks(replica_entry.uuid), targets):
+            if time.monotonic() >= deadline:
+                if not fell_back:
+                    self.admin.set_replica_state(str(sp), str(replica), ReplicaState.SYNC_FALLBACK)
+                return
+            time.sleep(SYNC_POLL_SECONDS)
+        if fell_back:  # caught up: synchronous again
+            self.admin.set_replica_state(str(sp), str(replica), ReplicaState.REPLICATING)

@@ -94,6 +94,15 @@ def loss_key(source_uuid: str, topic: str, partition: int, first: int) -> str:
     return f"l|{source_uuid}|{topic}|{partition}|{first}"
 
 
+def retention_loss(position: int | None, source_start: int) -> tuple[int, int] | None:
+    """Source offsets ``[first, end)`` lost to the source's retention: those between a replica's
+    stored position and the oldest offset the source still holds. A replica with no position yet
+    (never replicated from this source) has lost nothing: it starts from what the source holds."""
+    if position is None or position >= source_start:
+        return None
+    return position, source_start
+
+
 def parse_loss_key(key: str) -> tuple[str, str, int, int] | None:
     """``(source uuid, topic, partition, first lost offset)`` of a loss mark, or None for another mark."""
     if not key.startswith("l|"):
@@ -183,7 +192,8 @@ def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None,
     or ``error`` found now: a replica that was deleted, messages lost to the source's retention)
     is UNEXPECTED; no two-way agreement is WAITING_FOR_UPSTREAM; a copy in progress shows as such;
     a paused replica is PAUSED; with no live gateway (``no_gateway``, MapR's
-    ErrAllGatewaysUnreachable) it is WAITING_FOR_GATEWAY; otherwise the stored state."""
+    ErrAllGatewaysUnreachable) it is WAITING_FOR_GATEWAY (SYNC_FELL_BACK_TO_ASYNC stays);
+    otherwise the stored state."""
     error = "; ".join(e for e in (error, link.error) if e) or None
     if error:
         return ReplicaState.UNEXPECTED.value, error
@@ -193,6 +203,7 @@ def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None,
         return link.state, None
     if link.paused:
         return ReplicaState.PAUSED.value, None
-    if no_gateway:
-        return ReplicaState.WAITING_FOR_GATEWAY.value, no_gateway
+    if no_gateway:  # a synchronous replica that fell back keeps saying so, with the reason
+        fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
+        return (link.state if fell_back else ReplicaState.WAITING_FOR_GATEWAY.value), no_gateway
     return link.state, None

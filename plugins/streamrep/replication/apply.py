@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 from streamrep.errors import Conflict
 from streamrep.model.message import Message
-from streamrep.model.replication import loss_key, origin_key, position_key
+from streamrep.model.replication import loss_key, origin_key, position_key, retention_loss
 
 ORIGIN_HEADER = "streamrep.origin"
 
@@ -47,15 +47,6 @@ class ApplyPlan:
     @property
     def empty(self) -> bool:
         return not self.messages and not self.marks
-
-
-def retention_loss(position: int | None, source_start: int) -> tuple[int, int] | None:
-    """Source offsets ``[first, end)`` lost to the source's retention: those between a replica's
-    stored position and the oldest offset the source still holds. A replica with no position yet
-    (never replicated from this source) has lost nothing: it starts from what the source holds."""
-    if position is None or position >= source_start:
-        return None
-    return position, source_start
 
 
 _new_tuple = tuple.__new__

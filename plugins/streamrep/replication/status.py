@@ -11,8 +11,8 @@ from streamrep.errors import StreamrepError
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import ReplicaState, parse_loss_key, position_key
-from streamrep.replication.apply import ORIGIN_HEADER, retention_loss
+from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, retention_loss
+from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import gateway_outage
 
 
