@@ -153,10 +153,13 @@ def test_gateways_replicate_every_message_exactly_once(world, e2e):
     assert contents(admin, NY_ACTIVITY) == contents(admin, SF_ACTIVITY) == expect(sent["activity"])
     # multi-master: each side holds its own messages and the other's, each exactly once
     assert contents(admin, NY_METRICS) == contents(admin, SF_METRICS) == expect(sent["metrics"])
+    # the `once` gateways have finished: up to date, and waiting for a gateway to come back
     (row,) = replica_status(admin, SF_ACTIVITY)
-    assert row["isUptodate"] and row["pendingMessages"] == 0 and row["replicaState"] == "REPLICA_STATE_REPLICATING"
+    assert row["isUptodate"] and row["pendingMessages"] == 0
+    assert row["replicaState"] == "REPLICA_STATE_WAITING_FOR_GATEWAY" and "ErrAllGatewaysUnreachable" in row["errors"]
     for source in (SF_METRICS, NY_METRICS):
-        assert [r["replicaState"] for r in replica_status(admin, source)] == ["REPLICA_STATE_REPLICATING"]
+        assert [(r["replicaState"], r["isUptodate"]) for r in replica_status(admin, source)] == \
+            [("REPLICA_STATE_WAITING_FOR_GATEWAY", True)]
 
 
 def test_autosetup_fails_clearly_when_the_replica_exists(world, e2e):

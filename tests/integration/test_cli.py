@@ -296,10 +296,11 @@ def test_replica_and_upstream_registry(cli, streams):
     assert u["path"] == SF and isinstance(u["added"], int)
     fails(cli("stream", "upstream", "add", "-path", NY, "-upstream", SF), 1, "already an upstream")
     [r] = ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))
-    assert r["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value  # agreed on both sides
+    assert r["replicaState"] == ReplicaState.PAUSED.value  # agreed on both sides, still paused
 
     ok(cli("stream", "replica", "resume", "-path", SF, "-replica", NY))
-    assert ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))[0]["paused"] is False
+    [r] = ok_json(cli("stream", "replica", "list", "-path", SF, "-refreshnow", "true", "-json"))
+    assert r["paused"] is False and r["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value  # no gateway runs
     ok(cli("stream", "replica", "pause", "-path", SF, "-replica", NY))
     assert ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))[0]["paused"] is True
 

@@ -254,7 +254,7 @@ def test_copystream_killed_mid_copy_then_rerun(replicated, child_env):
     assert copied["messages"] == BACKLOG - already
     assert_exactly_once(api, NY, old)
     assert_same_partitions(api, SF, NY)
-    assert replica_status(api, SF)[0]["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value
+    assert replica_status(api, SF)[0]["replicaState"] == ReplicaState.PAUSED.value  # copied; not resumed yet
 
     # the gateways take over from the copy's positions
     api.resume_replica(SF, NY)
