@@ -14,6 +14,8 @@ from streamrep.client.admin import now_ms
 from streamrep.client.producer import Producer
 from streamrep.errors import PermissionDenied
 from streamrep.model.message import Message
+from streamrep.model.replication import loss_key, position_key
+from streamrep.replication.apply import plan_apply
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
 from streamrep.replication.status import replica_status
@@ -220,3 +222,13 @@ def test_a_replica_with_no_position_yet_has_lost_nothing(linked):
     Gateway(linked, "newyork", "gw1").run_once()
     row = row_of(linked)
     assert (row["replicaState"], row["errors"], row["isUptodate"]) == (REPLICATING, None, True)
+
+
+def test_plan_never_counts_as_lost_what_the_batch_holds():
+    # retention removed offsets 3-4 at the source after this batch (3-6) was read: only 1-2 are lost
+    batch = [Message(f"m{o}".encode(), offset=o, partition=0, topic="t") for o in range(3, 7)]
+    plan = plan_apply("replica", "source", "t", 0, batch, {position_key("source", "t", 0): 1}, source_start=5)
+    assert plan.lost == (1, 3)
+    assert [m.value for m in plan.messages] == [b"m3", b"m4", b"m5", b"m6"]
+    assert plan.marks[position_key("source", "t", 0)] == 7
+    assert plan.marks[loss_key("source", "t", 0, 1)] == 3

@@ -71,11 +71,13 @@ def plan_apply(
     plan = ApplyPlan()
     pkey = position_key(source_uuid, topic, partition)
     position = marks.get(pkey, source_start)
-    lost = retention_loss(marks.get(pkey), source_start)
+    # What the batch holds is not lost, even if retention removed it at the source since the read.
+    held_from = min(source_start, batch[0].offset) if batch else source_start
+    lost = retention_loss(marks.get(pkey), held_from)
     if lost is not None:
         plan.lost = lost
         plan.marks[loss_key(source_uuid, topic, partition, lost[0])] = lost[1]
-        plan.marks[pkey] = position = source_start
+        plan.marks[pkey] = position = held_from
     if not batch:
         return plan
     first = batch[0].offset
