@@ -124,3 +124,19 @@ def test_a_flush_that_fails_part_way_names_what_was_written_and_never_resends_it
     assert "were written" not in str(again.value)
     sf = admin.entry(SF)
     assert [m.value for m in admin.store(admin.path(SF)).read(sf.uuid, "t", 0, 0, 10)] == [b"a"]
+
+
+def test_cli_produce_reports_what_it_wrote_and_warns_after_the_commit(admin, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    monkeypatch.setenv("STREAMREP_SYNC_TIMEOUT", "0")
+    admin.create_stream(SF, ttl=0)
+    admin.create_topic(SF, "t", 1)
+    admin.create_stream(NY, copymetafrom=SF)
+    admin.add_replica(SF, NY, synchronous=True)
+    admin.add_upstream(NY, SF)
+    break_cluster(admin, "newyork")
+    out, err = io.StringIO(), io.StringIO()
+    code = run(["produce", "-path", SF + ":t", "-json"], out, err, io.StringIO("a\nb\n"))
+    assert code == 0
+    assert err.getvalue().startswith("streamrep: warning: ") and err.getvalue().count("\n") == 1
+    assert '"messages": 2' in out.getvalue()
