@@ -23,6 +23,9 @@ from streamrep.client.identity import current_identity
 from streamrep.store.base import Store
 
 
+# What the replication layer finds for one replica, given (source path, source entry, replica path,
+# replica entry): (error, why no gateway is live), None where all is well.
+ReplicaHealth = Callable[[StreamPath, StreamEntry, StreamPath, StreamEntry], tuple[str | None, str | None]]
 ACKNOWLEDGE_RETRIES = 20  # a gateway recording the same loss meanwhile makes acknowledge read again
 
 
@@ -311,8 +314,7 @@ class StreamAdmin:
 
         self._update(dst, remove)
 
-    def list_replicas(self, path: str, health: Callable[[StreamPath, StreamEntry, StreamPath, StreamEntry],
-                                                        tuple[str | None, str | None]] | None = None) -> list[dict[str, Any]]:
+    def list_replicas(self, path: str, health: ReplicaHealth | None = None) -> list[dict[str, Any]]:
         """``stream replica list``: each replica in MapR's field names (``cluster``, ``stream``,
         ``replicaPath``, ``replicaState``, ``paused``, ``idx``, ``synchronous``, ``uuid``,
         ``errors``), with the agreement checked live (a replica that does not list the source is

@@ -225,6 +225,7 @@ class Producer:
             self._after_commit(f"waiting for the synchronous replicas of {sp}", lambda: self._await_stream(sp, acked))
 
     def _await_stream(self, sp: StreamPath, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
+        """Wait for every synchronous, unpaused replica of ``sp``; one failing does not stop the others."""
         entry = self.admin.entry(sp)  # fresh: replicas may have been added or paused
         for link in entry.replicas:
             if link.synchronous and not link.paused:

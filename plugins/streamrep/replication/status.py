@@ -94,7 +94,8 @@ def replica_health(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, 
     """For ``StreamAdmin.list_replicas``: ``(error, no_gateway)``: unacknowledged losses, and why
     no gateway is live for the flow (None when one is)."""
     try:
-        return loss_error(lost_ranges(admin, src, src_entry, dst, dst_entry)), gateway_outage(admin, src.cluster, dst.cluster)
+        lost = loss_error(lost_ranges(admin, src, src_entry, dst, dst_entry))
+        return lost, gateway_outage(admin, src.cluster, dst.cluster)
     except StreamrepError as err:
         return str(err), None
 

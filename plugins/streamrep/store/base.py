@@ -99,7 +99,8 @@ class Store(ABC):
         :return: how many messages were dropped.
         """
         now = time.monotonic()
-        if not force and now - self._retained.get((stream, topic), -RETENTION_CHECK_SECONDS) < RETENTION_CHECK_SECONDS:
+        last = self._retained.get((stream, topic))
+        if not force and last is not None and now - last < RETENTION_CHECK_SECONDS:
             return 0
         self._retained[(stream, topic)] = now
         if ttl is None:
