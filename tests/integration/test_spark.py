@@ -263,7 +263,7 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
     summary = jobs.copy_stream(spark, admin, source, replica)
     assert summary["messages"] == 2000 - done
     assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]
-    assert replica_state(admin, source, replica) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    assert replica_state(admin, source, replica) == "REPLICA_STATE_PAUSED"  # copied, not resumed yet
     assert_same_messages(admin, source, replica)
 
 
@@ -332,7 +332,7 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters,
     assert held(admin, paused) == 0
     assert not admin.store(admin.path(paused)).marks(admin.entry(paused).uuid)
     assert replica_state(admin, source, live) == "REPLICA_STATE_REPLICATING"
-    assert replica_state(admin, source, paused) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    assert replica_state(admin, source, paused) == "REPLICA_STATE_PAUSED"
     assert "g1" not in admin.store(admin.path(live)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
 
     # Resumed, with more data and a new topic: the next run (same checkpoint) brings the
@@ -473,7 +473,7 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
     assert_same_messages(admin, source, replica)
     assert held(admin, paused) == 0
     assert replica_state(admin, source, replica) == "REPLICA_STATE_REPLICATING"
-    assert replica_state(admin, source, paused) == "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    assert replica_state(admin, source, paused) == "REPLICA_STATE_PAUSED"
 
 
 # -- spark-submit ------------------------------------------------------------------------------
