@@ -232,3 +232,24 @@ def test_plan_never_counts_as_lost_what_the_batch_holds():
     assert [m.value for m in plan.messages] == [b"m3", b"m4", b"m5", b"m6"]
     assert plan.marks[position_key("source", "t", 0)] == 7
     assert plan.marks[loss_key("source", "t", 0, 1)] == 3
+
+
+def test_the_spark_gateways_writer_records_the_loss_too(linked, caplog):
+    # The code a Spark gateway's write task runs (ReplicateStreamWriter.write), fed Arrow batches
+    # by the reader's read_range, in this process: no Spark session needed to prove the path.
+    from streamrep.replication.transfer import SourcePartition
+    from streamrep.spark.source import ReplicateStreamWriter, read_range
+
+    lose_three(linked, Gateway(linked, "newyork", "gw1"))
+    produce(linked, "e")
+    sp = linked.path(SF)
+    unit = SourcePartition(linked.entry(SF).uuid, "t", 0, sp)
+    writer = ReplicateStreamWriter(linked.clusters.home, "newyork", "spark-gw")
+    with caplog.at_level(logging.WARNING, logger="streamrep.replication.transfer"):
+        commit = writer.write(read_range(linked.store(sp), unit, 4, 5))
+    assert (commit.rows, sum(commit.written.values()), commit.errors) == (1, 1, {})
+    assert any("3 messages (offsets 1-3)" in r.getMessage() for r in caplog.records)
+    assert values(linked, NY) == ["a", "e"]
+    row = row_of(linked)
+    assert row["replicaState"] == UNEXPECTED and "t/0 offsets 1-3 (3)" in row["errors"]
+    assert linked.acknowledge_loss(SF, NY)["ranges"] == "t/0:1-3"
