@@ -25,6 +25,7 @@ class Store(ABC):
     def __init__(self, cluster: str):
         self.cluster = cluster
         self._retained: dict[tuple[str, str], float] = {}  # (stream, topic) -> monotonic time of the last run
+        self._ttls: tuple[float, dict[str, int]] | None = None  # when read, and every stream's ttl by UUID
 
     # -- catalog -------------------------------------------------------------------
     @abstractmethod
@@ -104,8 +105,10 @@ class Store(ABC):
             return 0
         self._retained[(stream, topic)] = now
         if ttl is None:
-            ttl = next((doc["meta"].get("ttl", 0) for doc in self.catalog_list(STREAM_KIND).values()
-                        if doc.get("uuid") == stream), 0)
+            if self._ttls is None or now - self._ttls[0] >= RETENTION_CHECK_SECONDS:  # one catalog read a second
+                docs = self.catalog_list(STREAM_KIND).values()
+                self._ttls = now, {doc["uuid"]: doc["meta"].get("ttl", 0) for doc in docs}
+            ttl = self._ttls[1].get(stream, 0)
         if not ttl or ttl <= 0:
             return 0
         return self.purge_before(stream, topic, int(time.time() * 1000) - ttl * 1000)
