@@ -20,6 +20,10 @@ class Store(ABC):
     def __init__(self, cluster: str):
         self.cluster = cluster
 
+    @abstractmethod
+    def store_id(self) -> str:
+        """The store's identity: written once into the store, the same under any name or path."""
+
     # -- catalog -------------------------------------------------------------------
     @abstractmethod
     def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
