@@ -452,6 +452,11 @@ def succeeded(rows: Rows) -> str:
         else "the command itself succeeded"
 
 
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped: a value holding a newline stays on the line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
 def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, stdin: TextIO | None = None) -> int:
     """Run one command; returns the exit status. Every error a user can cause is one line on
     ``err`` (and with ``-json`` an error envelope on ``out``)."""
@@ -462,6 +467,7 @@ def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, s
     as_json = wants_json(options)
 
     def fail(message: str, status: int) -> int:
+        message = one_line(message)
         if as_json:
             try:
                 print_error_json(message, out)
