@@ -9,6 +9,7 @@ import errno
 import io
 import json
 import os
+import sqlite3
 from importlib.metadata import version
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from streamrep.cli.main import run
 from streamrep.client import Consumer, Producer, StreamAdmin
 from streamrep.client.config import Clusters
-from streamrep.errors import Unavailable
+from streamrep.errors import AlreadyExists, Unavailable
 from streamrep.model.ace import Identity
 from streamrep.model.stream import MAX_TTL_SECONDS
 
@@ -301,19 +302,30 @@ def test_a_store_is_registered_under_one_name_only(cli, home, tmp_path, monkeypa
                                                                 f"embedded:{copy}").line
 
 
-def test_store_identity_is_written_once_and_recorded(home, tmp_path):
+def test_store_identity_is_written_once_into_the_store(home, tmp_path):
     sf, ny = home.store("sanfrancisco"), home.store("newyork")
     assert sf.store_id() != ny.store_id()
     first = sf.store_id()
     home.close()
     assert Clusters(home.home).store("sanfrancisco").store_id() == first
-    registry = json.loads(open(home.registry_path).read())
-    assert registry["clusters"]["sanfrancisco"]["store_id"] == first
-    # A registry from before store ids were recorded: the id is read from the store itself.
-    del registry["clusters"]["sanfrancisco"]["store_id"]
-    with open(home.registry_path, "w") as f:
-        json.dump(registry, f)
+    # The same store under a new name is recognised by the id inside it, wherever the file is.
     copy = tmp_path / "copy.db"
     copy.write_bytes(open(home.get("sanfrancisco").url[len("embedded:"):], "rb").read())
-    with pytest.raises(Exception, match="already registered as cluster sanfrancisco"):
+    with pytest.raises(AlreadyExists, match="already registered as cluster sanfrancisco"):
         Clusters(home.home).add("x", f"embedded:{copy}")
+    assert [c.name for c in Clusters(home.home).list()] == ["newyork", "sanfrancisco"]
+
+
+def test_a_store_made_before_identities_gets_one_once(tmp_path):
+    from streamrep.store.embedded import EmbeddedStore
+
+    path = str(tmp_path / "old.db")
+    store = EmbeddedStore("old", path)
+    store.topics("")
+    store.close()
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM store_info WHERE key='store_id'")
+    con.commit()
+    con.close()
+    first = EmbeddedStore("old", path).store_id()
+    assert first and EmbeddedStore("old", path).store_id() == first

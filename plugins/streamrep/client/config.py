@@ -130,7 +130,7 @@ class Clusters:
             except AlreadyExists:
                 store.close()
                 raise
-            data["clusters"][name] = {"url": url, "store_id": store_id}
+            data["clusters"][name] = {"url": url}
             if default or not data.get("default"):
                 data["default"] = name
         self._stores[name] = store
@@ -143,7 +143,7 @@ class Clusters:
         for other, entry in sorted(data["clusters"].items()):
             try:
                 path = self._embedded_file(other, entry["url"])
-                same = os.path.realpath(path) == real or (entry.get("store_id") or self._read_store_id(other, path)) == store_id
+                same = os.path.realpath(path) == real or self._read_store_id(other, path) == store_id
             except Unavailable:
                 same = False  # an unreadable cluster cannot be compared; its own commands say why
             if same:
@@ -151,7 +151,7 @@ class Clusters:
 
     @staticmethod
     def _read_store_id(name: str, path: str) -> str:
-        """The id of a store registered before ids were recorded in the registry."""
+        """The id kept in a registered store (the store is the one place it is kept)."""
         store = EmbeddedStore(name, path, create=False)
         try:
             return store.store_id()
