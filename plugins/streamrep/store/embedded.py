@@ -107,7 +107,6 @@ class EmbeddedStore(Store):
         self.create = create
         self._local = threading.local()
         self._pid = os.getpid()
-        self._file_id: tuple[int, int] | None = None
 
     # -- connections ---------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
@@ -125,7 +124,7 @@ class EmbeddedStore(Store):
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._init_schema(con)
             st = os.stat(self.path)
-            self._file_id = (st.st_dev, st.st_ino)
+            self._local.file_id = (st.st_dev, st.st_ino)  # the file this thread's connection has open
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err}") from None
         except OSError as err:
@@ -159,7 +158,7 @@ class EmbeddedStore(Store):
             st = os.stat(self.path)
         except OSError:
             st = None
-        if st is None or (st.st_dev, st.st_ino) != self._file_id:
+        if st is None or (st.st_dev, st.st_ino) != getattr(self._local, "file_id", None):
             raise Unavailable(f"cluster {self.cluster}: store file {self.path} was deleted or replaced while in use")
 
     def store_id(self) -> str:
