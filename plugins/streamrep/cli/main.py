@@ -457,6 +457,16 @@ def one_line(message: str) -> str:
     return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
 
 
+def write_out(out: TextIO, text: str) -> int:
+    """Print ``text`` (help, version); OutputFailed if stdout cannot take it."""
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except OSError as error:
+        raise OutputFailed(f"cannot write to stdout ({reason(error)})") from None
+    return 0
+
+
 def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, stdin: TextIO | None = None) -> int:
     """Run one command; returns the exit status. Every error a user can cause is one line on
     ``err`` (and with ``-json`` an error envelope on ``out``)."""
@@ -485,17 +495,11 @@ def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, s
     try:
         try:
             if argv[:1] and argv[0].lower() in ("--version", "-version", "version"):
-                out.write(f"streamrep {streamrep_version()}\n")
-                out.flush()
-                return 0
+                return write_out(out, f"streamrep {streamrep_version()}")
             if not words or words[0].lower() in ("help", "-help", "--help", "-h"):
-                out.write(help_text(tuple(words[1:])) + "\n")
-                out.flush()
-                return 0
+                return write_out(out, help_text(tuple(words[1:])))
             if wants_help(options):
-                out.write(help_text(tuple(words)) + "\n")
-                out.flush()
-                return 0
+                return write_out(out, help_text(tuple(words)))
             cmd = find_command(words)
             values, as_json = cmd.parse(options)
         except InvalidArgument as usage_error:
