@@ -233,6 +233,8 @@ def invalid_metadata(work) -> list[str]:
 def test_no_command_line_breaks_the_cli(fuzz_home):
     work, pristine, scratch = fuzz_home
     seen = {"ran": 0, "ok": 0, "user": 0, "usage": 0, "refused": 0}
+    before = {p: snapshot(work, p) for p in (SF, NY, BOBS, PUBLIC)}  # every example starts from this
+    assert all(before.values())
 
     @settings(max_examples=MAX_EXAMPLES, derandomize=not os.environ.get("STREAMREP_FUZZ_RANDOM"), database=None, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -245,7 +247,6 @@ def test_no_command_line_breaks_the_cli(fuzz_home):
         argv = [t.replace("{work}", str(work)).replace("{tmp}", str(scratch)) for t in argv]
         shutil.rmtree(work)
         shutil.copytree(pristine, work)
-        before = {p: snapshot(work, p) for p in (SF, NY, BOBS, PUBLIC)}
         out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")
         err = io.StringIO()
         stdin = io.TextIOWrapper(io.BytesIO(stdin_bytes), encoding="utf-8")
