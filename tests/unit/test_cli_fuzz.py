@@ -5,7 +5,15 @@ booleans), each run in-process against a real embedded home, as three users.
 
 Whatever the line, ``run`` must return 0, 1 or 2 (never 3, never an exception), a failure must
 print exactly one line on stderr, and a command refused for a missing permission must leave the
-stream it was refused on exactly as it was (catalog entry and every topic's offsets).
+stream it was refused on exactly as it was (catalog entry and every topic's offsets). After a
+success, every stored stream's settings still pass validation (no bad value got stored) and the
+default cluster has not silently changed.
+
+Left out, to keep each example fast: lines that would start Spark (``-engine spark``, ``gateway
+run`` without ``-engine local -once``) and consumers that would wait (a ``-timeout`` above 0.05 s;
+``consume`` without one gets ``-timeout 0``). Each example starts from a fresh copy of the home.
+``STREAMREP_FUZZ_EXAMPLES`` and ``STREAMREP_FUZZ_RANDOM=1`` widen a local bug hunt; CI runs the
+fixed, derandomized set.
 """
 
 from __future__ import annotations
