@@ -36,7 +36,7 @@ def parse_int(name: str, text: str, maximum: float | None = None) -> int:
         raise InvalidArgument(f"option -{name} takes a whole number, not {text!r}") from None
     bound = MAX_INT if maximum is None else maximum
     if not -MAX_INT <= value <= bound:
-        raise InvalidArgument(f"option -{name} must be at most {bound}, not {text.strip()[:40]}")
+        raise InvalidArgument(f"option -{name} must be from {-MAX_INT} to {bound}, not {text.strip()[:40]}")
     return value
 
 
