@@ -329,3 +329,11 @@ def test_a_store_made_before_identities_gets_one_once(tmp_path):
     con.close()
     first = EmbeddedStore("old", path).store_id()
     assert first and EmbeddedStore("old", path).store_id() == first
+
+
+@pytest.mark.parametrize("argv", [("copystream", "-src", SF, "-dst", "/mapr/newyork/x", "-engine", "bogus"),
+                                  ("gateway", "run", "-cluster", "newyork", "-engine", "auto", "-once")])
+def test_an_engine_outside_its_choices_is_a_usage_error(cli, stream, argv):
+    result = cli(*argv)
+    assert result.status == 2 and result.line.startswith("option -engine takes ")
+    assert cli("stream", "info", "-path", "/mapr/newyork/x").status == 1  # nothing was copied

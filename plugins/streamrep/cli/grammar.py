@@ -66,6 +66,7 @@ class Option:
 
     :param kind: str, int, float (seconds) or bool.
     :param maximum: the largest value a number may take (documented in the usage).
+    :param choices: the only values a str option takes.
     """
 
     name: str
@@ -73,9 +74,16 @@ class Option:
     required: bool = False
     help: str = ""
     maximum: float | None = None
+    choices: tuple[str, ...] = ()
 
     def placeholder(self) -> str:
-        return f"<{KIND_NAMES.get(self.kind, self.name)}>"
+        return f"<{'|'.join(self.choices) or KIND_NAMES.get(self.kind, self.name)}>"
+
+    def convert(self, text: str) -> Any:
+        value = CONVERTERS[self.kind](self.name, text, self.maximum)
+        if self.choices and value not in self.choices:
+            raise InvalidArgument(f"option -{self.name} takes {', '.join(self.choices)}, not {text!r}")
+        return value
 
     def describe(self) -> str:
         text = self.help or ""
@@ -148,7 +156,7 @@ class Command:
                 continue
             if i + 1 >= len(args) or self._is_option_name(args[i + 1]):
                 raise InvalidArgument(f"option {token} needs a value; usage: {self.usage()}")
-            values[opt.name] = CONVERTERS[opt.kind](opt.name, args[i + 1], opt.maximum)
+            values[opt.name] = opt.convert(args[i + 1])
             i += 2
         missing = [f"-{o.name}" for o in self.options if o.required and o.name not in values]
         if missing:

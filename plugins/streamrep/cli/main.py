@@ -39,6 +39,11 @@ MAX_GATEWAY_INTERVAL = 3_600.0
 PATH = Option("path", required=True, help="stream path, /mapr/<cluster>/<stream>")
 REPLICA = Option("replica", required=True, help="replica stream path")
 SOURCE_CLUSTER = Option("cluster", help="the source cluster (default: the default cluster)")
+CLUSTER_NAME = Option("name", required=True, help="the cluster's name")
+DSTCLUSTER = Option("dstcluster", required=True, help="the destination cluster")
+TOPIC = Option("topic", required=True, help="topic name")
+UPSTREAM = Option("upstream", required=True, help="upstream (source) stream path")
+SYNCHRONOUS = Option("synchronous", bool, help="producers wait for this replica")
 STREAM_SETTINGS = (
     Option("defaultpartitions", int, help="partitions of a new topic"),
     Option("ttl", int, help="seconds a message is kept; 0 forever"),
@@ -184,17 +189,12 @@ def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: 
 ENGINES = ("auto", "local", "spark")
 # Below this many messages a copy runs in this process: starting Spark costs ~20 s.
 COPY_IN_PROCESS_MAX = 100_000
-
-
-def check_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        raise InvalidArgument(f"option -engine takes {', '.join(ENGINES)}, not {engine!r}")
-    return engine
+COPY_ENGINE = Option("engine", help=f"auto: in this process up to {COPY_IN_PROCESS_MAX} messages, else Spark",
+                     choices=ENGINES)
 
 
 def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numthreads: int | None = None) -> dict:
     """copystream in this process, or as the Spark app through spark-submit."""
-    check_engine(engine)
     if engine == "auto":
         engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
     if engine == "local":
@@ -214,7 +214,7 @@ def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, 
 def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = False,
                 engine: str = "spark", interval: float = 0.5) -> Rows:
     """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
-    if check_engine(engine) == "spark":
+    if engine == "spark":
         from streamrep.spark.submit import run_gateway
 
         run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval)
@@ -343,61 +343,67 @@ def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool =
 
 COMMANDS: tuple[Command, ...] = (
     Command(("cluster", "add"), cluster_add,
-            (Option("name", required=True, help="the cluster's name"),
-             Option("url", help="embedded:<file>; a relative file is taken from the current directory"),
+            (CLUSTER_NAME, Option("url", help="embedded:<file>; a relative file is taken from the current directory"),
              Option("default", bool, help="make it the default cluster")),
             "register a cluster (no -url: an embedded cluster)"),
     Command(("cluster", "list"), cluster_list, (), "list registered clusters"),
-    Command(("cluster", "remove"), cluster_remove, (Option("name", required=True),),
-            "forget a cluster (its data file is kept)"),
-    Command(("cluster", "default"), cluster_default, (Option("name", required=True),),
+    Command(("cluster", "remove"), cluster_remove, (CLUSTER_NAME,), "forget a cluster (its data file is kept)"),
+    Command(("cluster", "default"), cluster_default, (CLUSTER_NAME,),
             "make a registered cluster the default (for paths without /mapr/<cluster>)"),
     Command(("cluster", "gateway", "set"), gateway_set,
-            (Option("dstcluster", required=True), Option("gateways", required=True), SOURCE_CLUSTER),
+            (DSTCLUSTER, Option("gateways", required=True, help="gateway ids, separated by spaces"), SOURCE_CLUSTER),
             "list the gateways of a destination cluster"),
     Command(("cluster", "gateway", "list"), gateway_list, (SOURCE_CLUSTER,), "gateways of every destination cluster"),
-    Command(("cluster", "gateway", "get"), gateway_get, (Option("dstcluster", required=True), SOURCE_CLUSTER),
+    Command(("cluster", "gateway", "get"), gateway_get, (DSTCLUSTER, SOURCE_CLUSTER),
             "gateways of one destination cluster"),
-    Command(("cluster", "gateway", "delete"), gateway_delete, (Option("dstcluster", required=True), SOURCE_CLUSTER),
+    Command(("cluster", "gateway", "delete"), gateway_delete, (DSTCLUSTER, SOURCE_CLUSTER),
             "forget the gateways of a destination cluster"),
-    Command(("stream", "create"), stream_create, (PATH, Option("copymetafrom"), *STREAM_SETTINGS), "create a stream"),
+    Command(("stream", "create"), stream_create,
+            (PATH, Option("copymetafrom", help="copy the settings of this stream"), *STREAM_SETTINGS),
+            "create a stream"),
     Command(("stream", "edit"), stream_edit, (PATH, *STREAM_SETTINGS), "change a stream's settings"),
     Command(("stream", "info"), stream_info, (PATH,), "show a stream"),
     Command(("stream", "delete"), stream_delete, (PATH,), "delete a stream and its messages"),
-    Command(("stream", "list"), stream_list, (Option("cluster"),), "list the streams of a cluster"),
-    Command(("stream", "topic", "create"), topic_create, (PATH, Option("topic", required=True), Option("partitions", int)),
+    Command(("stream", "list"), stream_list, (Option("cluster", help="default: the default cluster"),),
+            "list the streams of a cluster"),
+    Command(("stream", "topic", "create"), topic_create,
+            (PATH, TOPIC, Option("partitions", int, help="partitions (default: the stream's defaultpartitions)")),
             "create a topic"),
     Command(("stream", "topic", "edit"), topic_edit,
-            (PATH, Option("topic", required=True), Option("partitions", int, required=True)), "add partitions"),
+            (PATH, TOPIC, Option("partitions", int, required=True, help="the new, larger partition count")),
+            "add partitions"),
     Command(("stream", "topic", "list"), topic_list, (PATH,), "list topics"),
-    Command(("stream", "topic", "info"), topic_info, (PATH, Option("topic", required=True)), "show a topic's partitions"),
-    Command(("stream", "topic", "delete"), topic_delete, (PATH, Option("topic", required=True)), "delete a topic"),
+    Command(("stream", "topic", "info"), topic_info, (PATH, TOPIC), "show a topic's partitions"),
+    Command(("stream", "topic", "delete"), topic_delete, (PATH, TOPIC), "delete a topic"),
     Command(("stream", "replica", "add"), replica_add,
-            (PATH, REPLICA, Option("paused", bool), Option("synchronous", bool)), "register a replica of a stream"),
+            (PATH, REPLICA, Option("paused", bool, help="register without starting replication"), SYNCHRONOUS),
+            "register a replica of a stream"),
     Command(("stream", "replica", "list"), replica_list, (PATH,), "list a stream's replicas"),
     Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
     Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
     Command(("stream", "replica", "autosetup"), replica_autosetup,
-            (PATH, REPLICA, Option("multimaster", bool), Option("synchronous", bool), Option("engine")),
+            (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
+             COPY_ENGINE),
             "create, register, copy and start a replica in one step"),
     Command(("stream", "cursor", "translate"), cursor_translate,
-            (PATH, REPLICA, Option("group", required=True), Option("commit", bool)),
+            (PATH, REPLICA, Option("group", required=True, help="consumer group"),
+             Option("commit", bool, help="also set the translated cursors on the replica")),
             "translate a consumer group's cursors from a stream to its replica"),
     Command(("copystream",), copystream,
-            (Option("src", required=True), Option("dst", required=True), Option("numthreads", int), Option("engine")),
+            (Option("src", required=True, help="source stream path"),
+             Option("dst", required=True, help="destination stream path (created if missing)"),
+             Option("numthreads", int, help="Spark parallelism"), COPY_ENGINE),
             "copy all messages of a stream into another stream"),
     Command(("gateway", "run"), gateway_run,
             (Option("cluster", required=True, help="the destination cluster"), Option("id", help="gateway id"),
              Option("once", bool, help="stop once everything is replicated"),
-             Option("engine", help="spark (default) or local (in this process)"),
+             Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
              Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL)),
             "run a gateway of a destination cluster"),
-    Command(("stream", "upstream", "add"), upstream_add, (PATH, Option("upstream", required=True)),
-            "accept a stream as an upstream source"),
+    Command(("stream", "upstream", "add"), upstream_add, (PATH, UPSTREAM), "accept a stream as an upstream source"),
     Command(("stream", "upstream", "list"), upstream_list, (PATH,), "list a replica's upstreams"),
-    Command(("stream", "upstream", "remove"), upstream_remove, (PATH, Option("upstream", required=True)),
-            "withdraw an upstream"),
+    Command(("stream", "upstream", "remove"), upstream_remove, (PATH, UPSTREAM), "withdraw an upstream"),
     Command(("produce",), produce,
             (Option("path", required=True, help="<stream path>:<topic>"),
              Option("keysep", help="the text before the first separator is the key"),
