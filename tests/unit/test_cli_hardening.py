@@ -337,3 +337,9 @@ def test_an_engine_outside_its_choices_is_a_usage_error(cli, stream, argv):
     result = cli(*argv)
     assert result.status == 2 and result.line.startswith("option -engine takes ")
     assert cli("stream", "info", "-path", "/mapr/newyork/x").status == 1  # nothing was copied
+
+
+def test_a_value_with_a_newline_stays_on_the_error_line(cli, home):
+    result = cli("cluster", "remove", "-name", "a\nb", "-json")
+    assert result.status == 1 and "a\\nb" in result.line  # .line checks it is exactly one line
+    assert result.json()["errors"] == [{"desc": result.line}]
