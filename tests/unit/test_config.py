@@ -44,10 +44,10 @@ def test_default_switch(home):
     assert Clusters().default == "london"
 
 
-def test_remove_moves_default(home):
+def test_remove_of_the_default_leaves_no_default(home):
     removed = home.remove("sanfrancisco")
     assert removed.name == "sanfrancisco"
-    assert home.default == "newyork"
+    assert home.default is None  # never a silent switch to another cluster
     home.remove("newyork")
     assert home.default is None
     assert home.list() == []

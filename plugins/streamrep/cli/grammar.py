@@ -1,7 +1,12 @@
-"""maprcli's grammar: command words, then ``-name value`` options; ``-json`` is a flag."""
+"""maprcli's grammar: command words, then ``-name value`` options; ``-json`` is a flag.
+
+A boolean option given bare (followed by another option or the end of the line) means true,
+as ``-json`` does. A value that is itself one of the command's option names is a missing value.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -9,6 +14,10 @@ from streamrep.errors import InvalidArgument
 
 TRUE_WORDS = {"true", "yes", "1", "on"}
 FALSE_WORDS = {"false", "no", "0", "off"}
+# Options every command takes besides its own.
+GLOBAL_FLAGS = ("json", "help")
+# Whole numbers are stored as SQLite integers: 64-bit signed.
+MAX_INT = 2**63 - 1
 
 
 def parse_bool(name: str, text: str) -> bool:
@@ -20,34 +29,69 @@ def parse_bool(name: str, text: str) -> bool:
     raise InvalidArgument(f"option -{name} takes true/false/yes/no/1/0, not {text!r}")
 
 
-def parse_int(name: str, text: str) -> int:
+def parse_int(name: str, text: str, maximum: float | None = None) -> int:
     try:
-        return int(text.strip())
+        value = int(text.strip())
     except ValueError:
         raise InvalidArgument(f"option -{name} takes a whole number, not {text!r}") from None
+    bound = MAX_INT if maximum is None else maximum
+    if not -MAX_INT <= value <= bound:
+        raise InvalidArgument(f"option -{name} must be from {-MAX_INT} to {bound}, not {text.strip()[:40]}")
+    return value
 
 
-def parse_float(name: str, text: str) -> float:
+def parse_float(name: str, text: str, maximum: float | None = None) -> float:
     try:
         value = float(text.strip())
     except ValueError:
         raise InvalidArgument(f"option -{name} takes a number of seconds, not {text!r}") from None
+    if not math.isfinite(value):
+        raise InvalidArgument(f"option -{name} takes a finite number of seconds, not {text.strip()!r}")
     if value < 0:
         raise InvalidArgument(f"option -{name} must not be negative")
+    if maximum is not None and value > maximum:
+        raise InvalidArgument(f"option -{name} must be at most {maximum:g} seconds, not {text.strip()[:40]}")
     return value
 
 
-CONVERTERS: dict[type, Callable[[str, str], Any]] = {
-    bool: parse_bool, int: parse_int, float: parse_float, str: lambda _n, t: t,
+CONVERTERS: dict[type, Callable[..., Any]] = {
+    bool: lambda n, t, _m: parse_bool(n, t), int: parse_int, float: parse_float, str: lambda _n, t, _m: t,
 }
+KIND_NAMES = {bool: "true|false", int: "number", float: "seconds"}
 
 
 @dataclass(frozen=True)
 class Option:
+    """One ``-name value`` option.
+
+    :param kind: str, int, float (seconds) or bool.
+    :param maximum: the largest value a number may take (documented in the usage).
+    :param choices: the only values a str option takes.
+    """
+
     name: str
     kind: type = str
     required: bool = False
     help: str = ""
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+
+    def placeholder(self) -> str:
+        return f"<{'|'.join(self.choices) or KIND_NAMES.get(self.kind, self.name)}>"
+
+    def convert(self, text: str) -> Any:
+        value = CONVERTERS[self.kind](self.name, text, self.maximum)
+        if self.choices and value not in self.choices:
+            raise InvalidArgument(f"option -{self.name} takes {', '.join(self.choices)}, not {text!r}")
+        return value
+
+    def describe(self) -> str:
+        text = self.help or ""
+        if self.maximum is not None:
+            text += f"{'; ' if text else ''}at most {self.maximum:g}"
+        if self.kind is bool:
+            text += f"{'; ' if text else ''}bare -{self.name} means true"
+        return text
 
 
 @dataclass(frozen=True)
@@ -60,9 +104,25 @@ class Command:
     def usage(self) -> str:
         parts = ["streamrep", *self.words]
         for opt in self.options:
-            shown = f"-{opt.name} <{opt.kind.__name__ if opt.kind is not str else opt.name}>"
+            shown = f"-{opt.name} {opt.placeholder()}"
             parts.append(shown if opt.required else f"[{shown}]")
         return " ".join(parts) + " [-json]"
+
+    def help_text(self) -> str:
+        """The usage line, then each option: required or not, and what it means."""
+        lines = [f"usage: {self.usage()}", "", self.help, ""]
+        if self.options:
+            lines.append("options:")
+            for opt in self.options:
+                need = "required" if opt.required else "optional"
+                lines.append(f"  -{opt.name:20} {need:9} {opt.describe()}".rstrip())
+        lines.append(f"  {'-json':21} {'optional':9} print maprcli's JSON envelope (errors too)")
+        lines.append(f"  {'-help':21} {'optional':9} print this help")
+        return "\n".join(lines)
+
+    def _is_option_name(self, token: str) -> bool:
+        name = token[1:].lower() if token.startswith("-") else ""
+        return name in GLOBAL_FLAGS or any(opt.name.lower() == name for opt in self.options)
 
     def parse(self, args: list[str]) -> tuple[dict[str, Any], bool]:
         """Options by name (converted, with Python names) and whether ``-json`` was given."""
@@ -87,11 +147,16 @@ class Command:
             if opt is None:
                 valid = ", ".join(f"-{o.name}" for o in self.options) or "none"
                 raise InvalidArgument(f"unknown option {token} for '{' '.join(self.words)}' (valid: {valid}, -json)")
-            if i + 1 >= len(args):
-                raise InvalidArgument(f"option {token} needs a value; usage: {self.usage()}")
             if opt.name in values:
                 raise InvalidArgument(f"option {token} given twice")
-            values[opt.name] = CONVERTERS[opt.kind](opt.name, args[i + 1])
+            bare = i + 1 >= len(args) or args[i + 1].startswith("-")
+            if opt.kind is bool and bare:
+                values[opt.name] = True
+                i += 1
+                continue
+            if i + 1 >= len(args) or self._is_option_name(args[i + 1]):
+                raise InvalidArgument(f"option {token} needs a value; usage: {self.usage()}")
+            values[opt.name] = opt.convert(args[i + 1])
             i += 2
         missing = [f"-{o.name}" for o in self.options if o.required and o.name not in values]
         if missing:
@@ -105,3 +170,16 @@ def split_words(args: list[str]) -> tuple[list[str], list[str]]:
         if token.startswith("-"):
             return args[:i], args[i:]
     return list(args), []
+
+
+def wants_json(options: list[str]) -> bool:
+    """Whether ``-json`` is among the option tokens (for errors met before they are parsed)."""
+    lowered = [t.lower() for t in options]
+    for i, token in enumerate(lowered):
+        if token == "-json":
+            return not (i + 1 < len(lowered) and lowered[i + 1] in FALSE_WORDS)
+    return False
+
+
+def wants_help(options: list[str]) -> bool:
+    return any(t.lower() in ("-help", "--help", "-h") for t in options)

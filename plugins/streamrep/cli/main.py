@@ -2,21 +2,24 @@
 
     streamrep stream replica add -path /mapr/sanfrancisco/activity -replica /mapr/newyork/activity -paused true
 
-Every handler is a thin call into the client layer. A user error prints one line on stderr
-and exits 1 (2 for a malformed command line); ``STREAMREP_DEBUG=1`` shows tracebacks.
+Every handler is a thin call into the client layer. Exit status: 0 success, 1 a user error
+(one line on stderr), 2 a malformed command line, 3 a bug (``STREAMREP_DEBUG=1`` shows its
+traceback). With ``-json`` an error is also maprcli's error envelope on stdout.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from dataclasses import asdict
+from importlib.metadata import PackageNotFoundError, version as package_version
 from typing import Any, TextIO
 
 from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.client import Consumer, Producer, StreamAdmin
-from streamrep.cli.grammar import Command, Option, split_words
-from streamrep.cli.output import print_messages, print_rows
+from streamrep.cli.grammar import Command, Option, split_words, wants_help, wants_json
+from streamrep.cli.output import print_error_json, print_messages, print_rows
 from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
 from streamrep.replication.copy import copy_stream, plan_copy
@@ -27,15 +30,34 @@ from streamrep.replication.translate import translate_cursors
 
 EXIT_USER_ERROR = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 PRODUCE_FLUSH_LINES = 10_000
+# Bounds of the waiting options: beyond them a typo would look like a hang.
+MAX_CONSUME_TIMEOUT = 86_400.0
+MAX_GATEWAY_INTERVAL = 3_600.0
 
 PATH = Option("path", required=True, help="stream path, /mapr/<cluster>/<stream>")
 REPLICA = Option("replica", required=True, help="replica stream path")
 SOURCE_CLUSTER = Option("cluster", help="the source cluster (default: the default cluster)")
+CLUSTER_NAME = Option("name", required=True, help="the cluster's name")
+DSTCLUSTER = Option("dstcluster", required=True, help="the destination cluster")
+TOPIC = Option("topic", required=True, help="topic name")
+UPSTREAM = Option("upstream", required=True, help="upstream (source) stream path")
+SYNCHRONOUS = Option("synchronous", bool, help="producers wait for this replica")
 STREAM_SETTINGS = (
-    Option("defaultpartitions", int), Option("ttl", int), Option("autocreate", bool),
-    *(Option(perm) for perm in PERMISSIONS),
+    Option("defaultpartitions", int, help="partitions of a new topic"),
+    Option("ttl", int, help="seconds a message is kept; 0 forever"),
+    Option("autocreate", bool, help="create topics on first produce"),
+    *(Option(perm, help="access control expression, e.g. 'u:alice | g:eng'") for perm in PERMISSIONS),
 )
+
+
+class OutputFailed(StreamrepError):
+    """stdout could not be written (closed, a closed pipe, a full disk)."""
+
+
+def reason(error: OSError) -> str:
+    return error.strerror or str(error) or type(error).__name__
 
 
 class Context:
@@ -70,6 +92,11 @@ def cluster_list(ctx: Context) -> Rows:
 def cluster_remove(ctx: Context, name: str) -> Rows:
     info = ctx.admin.clusters.remove(name)
     return [{"name": info.name, "removed": True, "url": info.url}]
+
+
+def cluster_default(ctx: Context, name: str) -> Rows:
+    ctx.admin.clusters.set_default(name)
+    return [{"name": name, "default": True}]
 
 
 def gateway_set(ctx: Context, dstcluster: str, gateways: str, cluster: str | None = None) -> Rows:
@@ -145,7 +172,8 @@ def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, syn
 
 
 def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
-    return replica_status(ctx.admin, path, refreshnow)
+    del refreshnow  # maprcli's option; every figure is computed when asked, so always fresh
+    return replica_status(ctx.admin, path)
 
 
 def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
@@ -166,17 +194,12 @@ def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: 
 ENGINES = ("auto", "local", "spark")
 # Below this many messages a copy runs in this process: starting Spark costs ~20 s.
 COPY_IN_PROCESS_MAX = 100_000
-
-
-def check_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        raise InvalidArgument(f"option -engine takes {', '.join(ENGINES)}, not {engine!r}")
-    return engine
+COPY_ENGINE = Option("engine", help=f"auto: in this process up to {COPY_IN_PROCESS_MAX} messages, else Spark",
+                     choices=ENGINES)
 
 
 def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numthreads: int | None = None) -> dict:
     """copystream in this process, or as the Spark app through spark-submit."""
-    check_engine(engine)
     if engine == "auto":
         engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
     if engine == "local":
@@ -196,7 +219,7 @@ def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, 
 def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = False,
                 engine: str = "spark", interval: float = 0.5) -> Rows:
     """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
-    if check_engine(engine) == "spark":
+    if engine == "spark":
         from streamrep.spark.submit import run_gateway
 
         run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval)
@@ -276,22 +299,34 @@ def produce(ctx: Context, path: str, keysep: str | None = None, partition: int |
     source = getattr(ctx.stdin, "buffer", None) or ctx.stdin
     sep = None if keysep is None else keysep.encode("utf-8", "surrogateescape")
     count = 0
-    for raw in source:
+
+    def done() -> str:
+        committed = count - count % PRODUCE_FLUSH_LINES
+        return f"; the {committed} lines before it were produced" if committed else "; nothing was produced"
+
+    lines = iter(source)
+    while True:
+        try:
+            raw = next(lines)
+        except StopIteration:
+            break
+        except OSError as error:
+            raise InvalidArgument(f"cannot read stdin ({reason(error)}){done()}") from None
         line = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
         line = line.rstrip(b"\n").rstrip(b"\r")
         key = None
         if sep is not None:
             if sep not in line:
-                committed = count - count % PRODUCE_FLUSH_LINES
-                done = f"; the {committed} lines before it were produced" if committed else "; nothing was produced"
                 shown = line[:60].decode("utf-8", "replace")
-                raise InvalidArgument(f"line {count + 1} has no key separator {keysep!r}: {shown!r}{done}")
+                raise InvalidArgument(f"line {count + 1} has no key separator {keysep!r}: {shown!r}{done()}")
             key, line = line.split(sep, 1)
         producer.send(topic, line, key=key, partition=partition)
         count += 1
         if count % PRODUCE_FLUSH_LINES == 0:
             flush()
     flush()
+    if not acked:  # empty input: say so rather than print nothing
+        return [{"topic": str(topic), "partition": None, "firstoffset": None, "lastoffset": None, "messages": 0}]
     return [{"topic": str(tp), "partition": p, "firstoffset": first, "lastoffset": last, "messages": n}
             for tp, parts in acked.items() for p, (first, last, n) in sorted(parts.items())]
 
@@ -307,7 +342,13 @@ def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool =
         batch = consumer.poll(1000 if max is None else min(1000, max - seen), timeout=timeout)
         if not batch:
             break
-        print_messages(batch, as_json, ctx.out)
+        try:
+            print_messages(batch, as_json, ctx.out)
+        except BrokenPipeError:
+            return None  # the reader went away (`| head`): a normal end; this batch stays uncommitted
+        except OSError as error:
+            kept = f"; this batch was not committed for group {group}" if group else ""
+            raise OutputFailed(f"cannot write messages to stdout ({reason(error)}){kept}") from None
         seen += len(batch)
         if group:
             consumer.commit()
@@ -315,70 +356,98 @@ def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool =
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command(("cluster", "add"), cluster_add, (Option("name", required=True), Option("url"), Option("default", bool)),
+    Command(("cluster", "add"), cluster_add,
+            (CLUSTER_NAME, Option("url", help="embedded:<file>; a relative file is taken from the current directory"),
+             Option("default", bool, help="make it the default cluster")),
             "register a cluster (no -url: an embedded cluster)"),
     Command(("cluster", "list"), cluster_list, (), "list registered clusters"),
-    Command(("cluster", "remove"), cluster_remove, (Option("name", required=True),),
-            "forget a cluster (its data file is kept)"),
+    Command(("cluster", "remove"), cluster_remove, (CLUSTER_NAME,), "forget a cluster (its data file is kept)"),
+    Command(("cluster", "default"), cluster_default, (CLUSTER_NAME,),
+            "make a registered cluster the default (for paths without /mapr/<cluster>)"),
     Command(("cluster", "gateway", "set"), gateway_set,
-            (Option("dstcluster", required=True), Option("gateways", required=True), SOURCE_CLUSTER),
+            (DSTCLUSTER, Option("gateways", required=True, help="gateway ids, separated by spaces"), SOURCE_CLUSTER),
             "list the gateways of a destination cluster"),
     Command(("cluster", "gateway", "list"), gateway_list, (SOURCE_CLUSTER,), "gateways of every destination cluster"),
-    Command(("cluster", "gateway", "get"), gateway_get, (Option("dstcluster", required=True), SOURCE_CLUSTER),
+    Command(("cluster", "gateway", "get"), gateway_get, (DSTCLUSTER, SOURCE_CLUSTER),
             "gateways of one destination cluster"),
-    Command(("cluster", "gateway", "delete"), gateway_delete, (Option("dstcluster", required=True), SOURCE_CLUSTER),
+    Command(("cluster", "gateway", "delete"), gateway_delete, (DSTCLUSTER, SOURCE_CLUSTER),
             "forget the gateways of a destination cluster"),
-    Command(("stream", "create"), stream_create, (PATH, Option("copymetafrom"), *STREAM_SETTINGS), "create a stream"),
+    Command(("stream", "create"), stream_create,
+            (PATH, Option("copymetafrom", help="copy the settings of this stream"), *STREAM_SETTINGS),
+            "create a stream"),
     Command(("stream", "edit"), stream_edit, (PATH, *STREAM_SETTINGS), "change a stream's settings"),
     Command(("stream", "info"), stream_info, (PATH,), "show a stream"),
     Command(("stream", "delete"), stream_delete, (PATH,), "delete a stream and its messages"),
-    Command(("stream", "list"), stream_list, (Option("cluster"),), "list the streams of a cluster"),
-    Command(("stream", "topic", "create"), topic_create, (PATH, Option("topic", required=True), Option("partitions", int)),
+    Command(("stream", "list"), stream_list, (Option("cluster", help="default: the default cluster"),),
+            "list the streams of a cluster"),
+    Command(("stream", "topic", "create"), topic_create,
+            (PATH, TOPIC, Option("partitions", int, help="partitions (default: the stream's defaultpartitions)")),
             "create a topic"),
     Command(("stream", "topic", "edit"), topic_edit,
-            (PATH, Option("topic", required=True), Option("partitions", int, required=True)), "add partitions"),
+            (PATH, TOPIC, Option("partitions", int, required=True, help="the new, larger partition count")),
+            "add partitions"),
     Command(("stream", "topic", "list"), topic_list, (PATH,), "list topics"),
-    Command(("stream", "topic", "info"), topic_info, (PATH, Option("topic", required=True)), "show a topic's partitions"),
-    Command(("stream", "topic", "delete"), topic_delete, (PATH, Option("topic", required=True)), "delete a topic"),
+    Command(("stream", "topic", "info"), topic_info, (PATH, TOPIC), "show a topic's partitions"),
+    Command(("stream", "topic", "delete"), topic_delete, (PATH, TOPIC), "delete a topic"),
     Command(("stream", "replica", "add"), replica_add,
-            (PATH, REPLICA, Option("paused", bool), Option("synchronous", bool)), "register a replica of a stream"),
-    Command(("stream", "replica", "list"), replica_list, (PATH, Option("refreshnow", bool)), "list a stream's replicas"),
+            (PATH, REPLICA, Option("paused", bool, help="register without starting replication"), SYNCHRONOUS),
+            "register a replica of a stream"),
+    Command(("stream", "replica", "list"), replica_list,
+            (PATH, Option("refreshnow", bool, help="accepted for maprcli compatibility: figures are always live")),
+            "list a stream's replicas"),
     Command(("stream", "replica", "acknowledge"), replica_acknowledge, (PATH, REPLICA),
             "accept that messages lost to the source's retention are gone"),
     Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
     Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
     Command(("stream", "replica", "autosetup"), replica_autosetup,
-            (PATH, REPLICA, Option("multimaster", bool), Option("synchronous", bool), Option("engine")),
+            (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
+             COPY_ENGINE),
             "create, register, copy and start a replica in one step"),
     Command(("stream", "cursor", "translate"), cursor_translate,
-            (PATH, REPLICA, Option("group", required=True), Option("commit", bool)),
+            (PATH, REPLICA, Option("group", required=True, help="consumer group"),
+             Option("commit", bool, help="also set the translated cursors on the replica")),
             "translate a consumer group's cursors from a stream to its replica"),
     Command(("copystream",), copystream,
-            (Option("src", required=True), Option("dst", required=True), Option("numthreads", int), Option("engine")),
+            (Option("src", required=True, help="source stream path"),
+             Option("dst", required=True, help="destination stream path (created if missing)"),
+             Option("numthreads", int, help="Spark parallelism"), COPY_ENGINE),
             "copy all messages of a stream into another stream"),
     Command(("gateway", "run"), gateway_run,
-            (Option("cluster", required=True), Option("id"), Option("once", bool), Option("engine"),
-             Option("interval", float)),
+            (Option("cluster", required=True, help="the destination cluster"), Option("id", help="gateway id"),
+             Option("once", bool, help="stop once everything is replicated"),
+             Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
+             Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL)),
             "run a gateway of a destination cluster"),
-    Command(("stream", "upstream", "add"), upstream_add, (PATH, Option("upstream", required=True)),
-            "accept a stream as an upstream source"),
+    Command(("stream", "upstream", "add"), upstream_add, (PATH, UPSTREAM), "accept a stream as an upstream source"),
     Command(("stream", "upstream", "list"), upstream_list, (PATH,), "list a replica's upstreams"),
-    Command(("stream", "upstream", "remove"), upstream_remove, (PATH, Option("upstream", required=True)),
-            "withdraw an upstream"),
-    Command(("produce",), produce, (PATH, Option("keysep"), Option("partition", int)),
+    Command(("stream", "upstream", "remove"), upstream_remove, (PATH, UPSTREAM), "withdraw an upstream"),
+    Command(("produce",), produce,
+            (Option("path", required=True, help="<stream path>:<topic>"),
+             Option("keysep", help="the text before the first separator is the key"),
+             Option("partition", int, help="the partition (default: by key)")),
             "produce stdin lines to <stream>:<topic>"),
     Command(("consume",), consume,
-            (PATH, Option("group"), Option("fromstart", bool), Option("max", int), Option("timeout", float)),
+            (Option("path", required=True, help="<stream path>:<topic>"), Option("group", help="consumer group"),
+             Option("fromstart", bool, help="without a committed cursor, start at the oldest message"),
+             Option("max", int, help="stop after this many messages"),
+             Option("timeout", float, help="stop when nothing arrived for this many seconds (1)",
+                    maximum=MAX_CONSUME_TIMEOUT)),
             "print messages of <stream>:<topic>"),
 )
 
 
 def help_text(prefix: tuple[str, ...] = ()) -> str:
-    lines = ["usage: streamrep <command> [-option value ...] [-json]", "", "commands:"]
+    """One command's full usage, or the list of commands under ``prefix``."""
     for cmd in COMMANDS:
-        if cmd.words[: len(prefix)] == prefix:
-            lines.append(f"  {' '.join(cmd.words):24} {cmd.help}")
+        if cmd.words == prefix:
+            return cmd.help_text()
+    listed = [cmd for cmd in COMMANDS if cmd.words[: len(prefix)] == prefix]
+    if not listed:
+        raise InvalidArgument(f"unknown command '{' '.join(prefix)}'; run 'streamrep help' for the list")
+    lines = ["usage: streamrep <command> [-option value ...] [-json]",
+             "       streamrep help <command>, or <command> -help: a command's options", "", "commands:"]
+    lines += [f"  {' '.join(cmd.words):24} {cmd.help}" for cmd in listed]
     return "\n".join(lines)
 
 
@@ -393,44 +462,129 @@ def find_command(words: list[str]) -> Command:
     raise InvalidArgument(f"unknown command '{' '.join(words)}'; run 'streamrep help' for the list")
 
 
-def run(argv: list[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr, stdin: TextIO = sys.stdin) -> int:
-    """Run one command; returns the exit status."""
+def streamrep_version() -> str:
+    try:
+        return package_version("streamrep")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def succeeded(rows: Rows) -> str:
+    """What a command whose result could not be printed did anyway."""
+    messages = sum(row.get("messages") or 0 for row in rows)
+    return f"the command succeeded: {messages} messages are committed, do not repeat it" if messages \
+        else "the command itself succeeded"
+
+
+def one_line(message: str) -> str:
+    """``message`` with control characters escaped: a value holding a newline stays on the line."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in message)
+
+
+def write_out(out: TextIO, text: str) -> int:
+    """Print ``text`` (help, version); OutputFailed if stdout cannot take it."""
+    try:
+        out.write(text + "\n")
+        out.flush()
+    except OSError as error:
+        raise OutputFailed(f"cannot write to stdout ({reason(error)})") from None
+    return 0
+
+
+def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, stdin: TextIO | None = None) -> int:
+    """Run one command; returns the exit status. Every error a user can cause is one line on
+    ``err`` (and with ``-json`` an error envelope on ``out``)."""
+    out = out if out is not None else sys.stdout
+    err = err if err is not None else sys.stderr
+    stdin = stdin if stdin is not None else sys.stdin
     words, options = split_words(argv)
-    if not words or words[0] in ("help", "-help", "--help", "-h"):
-        out.write(help_text(tuple(words[1:])) + "\n")
-        return 0
+    as_json = wants_json(options)
+
+    def fail(message: str, status: int) -> int:
+        message = one_line(message)
+        if as_json:
+            try:
+                print_error_json(message, out)
+                out.flush()
+            except (OSError, ValueError):
+                pass  # stdout is gone: the line on stderr still says it
+        try:
+            err.write(f"streamrep: error: {message}\n")
+            err.flush()
+        except (OSError, ValueError):
+            pass
+        return status
+
     ctx = Context(out, err, stdin)
     try:
         try:
+            if argv[:1] and argv[0].lower() in ("--version", "-version", "version"):
+                return write_out(out, f"streamrep {streamrep_version()}")
+            if not words or words[0].lower() in ("help", "-help", "--help", "-h"):
+                return write_out(out, help_text(tuple(words[1:])))
+            if wants_help(options):
+                return write_out(out, help_text(tuple(words)))
             cmd = find_command(words)
             values, as_json = cmd.parse(options)
         except InvalidArgument as usage_error:
-            err.write(f"streamrep: error: {usage_error}\n")
-            return EXIT_USAGE
+            return fail(str(usage_error), EXIT_USAGE)
         if cmd.handler is consume:
             values["as_json"] = as_json
         rows = cmd.handler(ctx, **values)
         if rows is not None:
-            print_rows(rows, as_json, out)
+            try:
+                print_rows(rows, as_json, out)
+                out.flush()
+            except (OSError, ValueError) as error:
+                why = reason(error) if isinstance(error, OSError) else "stdout is closed"
+                raise OutputFailed(f"cannot write the result to stdout ({why}); {succeeded(rows)}") from None
         return 0
     except StreamrepError as error:
-        err.write(f"streamrep: error: {error}\n")
-        return EXIT_USER_ERROR
+        return fail(str(error), EXIT_USER_ERROR)
+    except OSError as error:  # the environment (a file, a pipe, a disk), not the input
+        where = f": {error.filename}" if error.filename else ""
+        return fail(f"{reason(error)}{where}", EXIT_USER_ERROR)
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        return 0
     finally:
         if ctx._admin is not None:
             ctx._admin.clusters.close()
 
 
+class ClosedStream:
+    """Stands in for a standard stream the process was started without (``>&-``, ``<&-``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _closed(self, *_args: Any) -> Any:
+        raise OSError(errno.EBADF, f"{self.name} is closed")
+
+    write = flush = read = readline = __next__ = _closed
+
+    def __iter__(self) -> "ClosedStream":
+        return self
+
+
 def main() -> None:
+    out = sys.stdout or ClosedStream("stdout")
+    err = sys.stderr or open(os.devnull, "w")
+    stdin = sys.stdin or ClosedStream("stdin")
     try:
-        status = run(sys.argv[1:])
+        status = run(sys.argv[1:], out, err, stdin)
     except Exception as error:  # a bug, not a user error: one line unless debugging
         if os.environ.get("STREAMREP_DEBUG"):
             raise
-        sys.stderr.write(f"streamrep: internal error: {type(error).__name__}: {error} (set STREAMREP_DEBUG=1 for details)\n")
-        status = 3
+        err.write(f"streamrep: internal error: {type(error).__name__}: {error} (set STREAMREP_DEBUG=1 for details)\n")
+        status = EXIT_INTERNAL
+    if sys.stdout is not None:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            # What could not be written was reported; the interpreter's own flush at exit
+            # would only add a traceback.
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
     sys.exit(status)

@@ -10,15 +10,27 @@ from typing import Any, Iterable, TextIO
 from streamrep.model.message import Message
 
 
-def envelope(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _stamped(status: str) -> dict[str, Any]:
     now = time.time()
     return {
         "timestamp": int(now * 1000),
         "timeofday": time.strftime("%Y-%m-%d %H:%M:%S GMT%z", time.localtime(now)),
-        "status": "OK",
-        "total": len(rows),
-        "data": rows,
+        "status": status,
     }
+
+
+def envelope(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**_stamped("OK"), "total": len(rows), "data": rows}
+
+
+def error_envelope(message: str) -> dict[str, Any]:
+    """maprcli's shape for a failed command."""
+    return {**_stamped("ERROR"), "errors": [{"desc": message}]}
+
+
+def print_error_json(message: str, out: TextIO) -> None:
+    json.dump(error_envelope(message), out, indent=2)
+    out.write("\n")
 
 
 def cell(value: Any) -> str:
@@ -69,9 +81,17 @@ def message_json(m: Message) -> dict[str, Any]:
 
 
 def print_messages(messages: Iterable[Message], as_json: bool, out: TextIO) -> None:
-    for m in messages:
-        if as_json:
+    """One line per message: its JSON document, or its value as the raw bytes it holds."""
+    if as_json:
+        for m in messages:
             out.write(json.dumps(message_json(m)) + "\n")
-        else:
-            out.write(m.value.decode("utf-8", errors="replace") + "\n")
-    out.flush()
+        out.flush()
+        return
+    raw = getattr(out, "buffer", None)
+    if raw is None:  # a text-only stream: undecodable bytes survive as surrogate escapes
+        out.write("".join((m.value or b"").decode("utf-8", "surrogateescape") + "\n" for m in messages))
+        out.flush()
+        return
+    out.flush()  # keep the text layer's order
+    raw.write(b"".join((m.value or b"") + b"\n" for m in messages))
+    raw.flush()

@@ -3,6 +3,8 @@ Airflow (as its fallback) all read.
 
 ``STREAMREP_HOME`` defaults to ``~/.streamrep``. It holds ``clusters.json`` and, for each
 embedded cluster, ``clusters/<name>.db``.
+
+A store has one identity (its store id), so it is registered under one name only.
 """
 
 from __future__ import annotations
@@ -106,46 +108,95 @@ class Clusters:
 
     def add(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:
         """Register a cluster; without ``url`` it is an embedded cluster under ``home``.
-        The first cluster added becomes the default."""
+        A relative ``embedded:`` file is taken from the current directory and stored absolute.
+        The first cluster added becomes the default. A store already registered under
+        another name (by any path to it) is refused."""
         validate_cluster_name(name)
         url = url or f"{EMBEDDED_SCHEME}{os.path.join(self.home, 'clusters', name + '.db')}"
         if url.startswith(KAFKA_SCHEME):
             raise InvalidArgument("kafka:// clusters are not supported in this release; omit -url for an embedded cluster")
-        if not url.startswith(EMBEDDED_SCHEME) or len(url) == len(EMBEDDED_SCHEME):
+        if not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
             raise InvalidArgument(f"invalid cluster url {url!r}: expected embedded:<file path>")
+        url = EMBEDDED_SCHEME + os.path.abspath(os.path.expanduser(url[len(EMBEDDED_SCHEME):]))
         with self._editing() as data:
             if name in data["clusters"]:
                 raise AlreadyExists(f"cluster {name} already exists")
             # Open (creating) the embedded file before registering, so a bad location fails
             # here and leaves nothing registered.
             store = EmbeddedStore(name, url[len(EMBEDDED_SCHEME):])
-            store.topics("")
+            store_id = store.store_id()
+            try:
+                self._refuse_registered(data, store, store_id)
+            except AlreadyExists:
+                store.close()
+                raise
             data["clusters"][name] = {"url": url}
             if default or not data.get("default"):
                 data["default"] = name
         self._stores[name] = store
         return ClusterInfo(name, url)
 
+    def _refuse_registered(self, data: dict, store: EmbeddedStore, store_id: str) -> None:
+        """AlreadyExists if ``store`` is the store of a registered cluster: the same file by
+        another path, or the same store id."""
+        real = os.path.realpath(store.path)
+        for other, entry in sorted(data["clusters"].items()):
+            try:
+                path = self._embedded_file(other, entry["url"])
+                same = os.path.realpath(path) == real or self._read_store_id(other, path) == store_id
+            except Unavailable:
+                same = False  # an unreadable cluster cannot be compared; its own commands say why
+            if same:
+                raise AlreadyExists(f"this store is already registered as cluster {other} (store id {store_id})")
+
+    @staticmethod
+    def _read_store_id(name: str, path: str) -> str:
+        """The id kept in a registered store (the store is the one place it is kept)."""
+        store = EmbeddedStore(name, path, create=False)
+        try:
+            return store.store_id()
+        finally:
+            store.close()
+
+    def set_default(self, name: str) -> None:
+        """Make the registered cluster ``name`` the default."""
+        with self._editing() as data:
+            if name not in data["clusters"]:
+                raise NotFound(f"cluster {name} is not known")
+            data["default"] = name
+
     def remove(self, name: str) -> ClusterInfo:
-        """Forget a cluster. Its data file is left in place, so nothing is lost."""
+        """Forget a cluster. Its data file is left in place, so nothing is lost. Removing the
+        default cluster leaves no default: short paths then fail rather than switch cluster."""
         with self._editing() as data:
             entry = data["clusters"].pop(name, None)
             if entry is None:
                 raise NotFound(f"cluster {name} is not known")
             if data.get("default") == name:
-                data["default"] = min(data["clusters"], default=None)
+                data["default"] = None
         store = self._stores.pop(name, None)
         if store:
             store.close()
         return ClusterInfo(name, entry["url"])
 
     # -- stores --------------------------------------------------------------------
+    def _embedded_file(self, name: str, url: str) -> str:
+        """The file of an ``embedded:`` url from the registry; a relative one is taken from
+        the registry's folder (never the current directory)."""
+        if not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
+            raise Unavailable(f"cluster registry {self.registry_path}: cluster {name} has url {url!r}; "
+                              "only embedded:<file path> is supported")
+        return os.path.join(self.home, os.path.expanduser(url[len(EMBEDDED_SCHEME):]))
+
     def store(self, name: str) -> Store:
-        """The store of cluster ``name`` (opened once per Clusters object)."""
+        """The store of cluster ``name`` (opened once per Clusters object). A registered
+        store must exist: it was created by ``cluster add``."""
         store = self._stores.get(name)
         if store is None:
             info = self.get(name)
-            store = EmbeddedStore(name, info.url[len(EMBEDDED_SCHEME):])
+            registered = self._read()["clusters"].get(name)
+            create = not (registered and registered["url"] == info.url)  # e.g. an Airflow connection's
+            store = EmbeddedStore(name, self._embedded_file(name, info.url), create=create)
             self._stores[name] = store
         return store
 

@@ -3,6 +3,10 @@
 An ACE combines the terms ``u:<user>``, ``g:<group>``, ``r:<role>`` and ``p``
 (public) with ``!`` (not), ``&`` (and), ``|`` (or) and parentheses; ``!`` binds
 tightest and ``|`` loosest. The empty ACE grants access to no one.
+
+Names are as in ``/etc/passwd`` and ``/etc/group`` (letters, digits, ``_ - . $ @``). MapR's
+ACE syntax has no quoting, so a name with a space (``u:john smith``) or quotes cannot be
+written: such an ACE is refused with a message saying so.
 """
 
 from __future__ import annotations
@@ -214,6 +218,9 @@ class _Parser:
 
     def _tokenize(self) -> list[_Token]:
         text, i, tokens = self.text, 0, []
+        quote = next((k for k, c in enumerate(text) if c in "\"'"), None)
+        if quote is not None:
+            self.fail(f"quote at position {quote}: MapR's ACE syntax has no quoting, so names cannot contain spaces")
         while i < len(text):
             ch = text[i]
             if ch.isspace():
@@ -225,6 +232,10 @@ class _Parser:
                 j = i
                 while j < len(text) and (text[j] in _NAME_CHARS or text[j] == ":"):
                     j += 1
+                before = tokens[-1] if tokens else None
+                if before is not None and before.kind == "term" and ":" not in text[i:j] and text[i:j] != "p":
+                    self.fail(f"{text[i:j]!r} at position {i} follows {before.text!r}: names cannot contain "
+                              "spaces (MapR's ACE syntax has no quoting)")
                 tokens.append(_Token("term", text[i:j], i, self._term(text[i:j], i)))
                 i = j
             else:

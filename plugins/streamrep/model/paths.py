@@ -97,8 +97,8 @@ def parse_stream_path(text: str, default_cluster: str | None) -> StreamPath:
     else:
         if default_cluster is None:
             raise InvalidArgument(
-                f"stream path {original!r} names no cluster and no default cluster is set; "
-                "write /mapr/<cluster>/... or add a cluster first"
+                f"stream path {original!r} names no cluster and no default cluster is set; write "
+                "/mapr/<cluster>/... or set one with 'streamrep cluster default -name <cluster>'"
             )
         cluster, rest = default_cluster, parts
     for part in rest:

@@ -11,6 +11,8 @@ from streamrep.model.ace import validate_ace
 PERMISSIONS = ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")
 DEFAULT_PARTITIONS = 1  # MapR's default for -defaultpartitions
 DEFAULT_TTL_SECONDS = 604800  # MapR's default: 7 days; 0 keeps messages forever
+# 100 years: far beyond any retention, and ttl * 1000 stays a 64-bit millisecond count.
+MAX_TTL_SECONDS = 100 * 365 * 86400
 MAX_PARTITIONS = 4096
 
 
@@ -50,8 +52,10 @@ class StreamMeta:
             raise InvalidArgument(
                 f"invalid defaultpartitions {self.defaultpartitions!r}: must be 1 to {MAX_PARTITIONS}"
             )
-        if isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or self.ttl < 0:
-            raise InvalidArgument(f"invalid ttl {self.ttl!r}: seconds, 0 or more (0 keeps messages forever)")
+        if isinstance(self.ttl, bool) or not isinstance(self.ttl, int) or not 0 <= self.ttl <= MAX_TTL_SECONDS:
+            raise InvalidArgument(
+                f"invalid ttl {self.ttl!r}: seconds from 0 to {MAX_TTL_SECONDS} (100 years); 0 keeps messages forever"
+            )
         if not isinstance(self.autocreate, bool):
             raise InvalidArgument(f"invalid autocreate {self.autocreate!r}: true or false")
         canonical = {perm: validate_ace(getattr(self, perm)) for perm in PERMISSIONS}

@@ -100,12 +100,9 @@ def replica_health(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, 
         return str(err), None
 
 
-def replica_status(admin: StreamAdmin, source: str, refreshnow: bool = False) -> list[dict[str, Any]]:
+def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
     """``stream replica list`` rows: MapR's fields, plus pending counts and the lag in ms
-    (how long the oldest unreplicated message has waited).
-
-    :param refreshnow: MapR's option; accepted, and a no-op: every figure is computed now.
-    """
+    (how long the oldest unreplicated message has waited). Every figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
     now = int(time.time() * 1000)
     for row in rows:

@@ -27,6 +27,10 @@ class Store(ABC):
         self._retained: dict[tuple[str, str], float] = {}  # (stream, topic) -> monotonic time of the last run
         self._ttls: tuple[float, dict[str, int]] | None = None  # when read, and every stream's ttl by UUID
 
+    @abstractmethod
+    def store_id(self) -> str:
+        """The store's identity: written once into the store, the same under any name or path."""
+
     # -- catalog -------------------------------------------------------------------
     @abstractmethod
     def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:

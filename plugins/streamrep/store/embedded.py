@@ -17,6 +17,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
@@ -96,11 +97,14 @@ class EmbeddedStore(Store):
 
     :param cluster: the cluster's name (used in messages).
     :param path: the SQLite file; created, with its folder, if missing.
+    :param create: False for a store that must already exist: a missing file is then an
+        error, never a new empty store in its place.
     """
 
-    def __init__(self, cluster: str, path: str):
+    def __init__(self, cluster: str, path: str, create: bool = True):
         super().__init__(cluster)
         self.path = path
+        self.create = create
         self._local = threading.local()
         self._pid = os.getpid()
 
@@ -111,12 +115,16 @@ class EmbeddedStore(Store):
         if con is not None and self._pid == os.getpid():
             return con
         self._pid = os.getpid()
+        if not self.create and not os.path.exists(self.path):
+            raise Unavailable(f"cluster {self.cluster}: store file {self.path} is missing (deleted or moved)")
         try:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                   check_same_thread=False)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._init_schema(con)
+            st = os.stat(self.path)
+            self._local.file_id = (st.st_dev, st.st_ino)  # the file this thread's connection has open
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err}") from None
         except OSError as err:
@@ -141,6 +149,25 @@ class EmbeddedStore(Store):
         # Every statement is idempotent, so two processes creating the same store race safely.
         con.executescript(SCHEMA)
         con.execute("INSERT OR IGNORE INTO store_info VALUES ('format', ?)", (FORMAT,))
+        con.execute("INSERT OR IGNORE INTO store_info VALUES ('store_id', ?)", (str(uuid.uuid4()),))
+
+    def _check_file(self) -> None:
+        """Unavailable if the file was deleted or replaced since it was opened: reads and
+        writes would go to a file no one else can see."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            st = None
+        if st is None or (st.st_dev, st.st_ino) != getattr(self._local, "file_id", None):
+            raise Unavailable(f"cluster {self.cluster}: store file {self.path} was deleted or replaced while in use")
+
+    def store_id(self) -> str:
+        rows = self._query("SELECT value FROM store_info WHERE key='store_id'")
+        if rows:
+            return rows[0][0]
+        with self._write() as con:  # a store made before identities: give it one, once
+            con.execute("INSERT OR IGNORE INTO store_info VALUES ('store_id', ?)", (str(uuid.uuid4()),))
+            return con.execute("SELECT value FROM store_info WHERE key='store_id'").fetchone()[0]
 
     def close(self) -> None:
         con = getattr(self._local, "con", None)
@@ -157,6 +184,7 @@ class EmbeddedStore(Store):
         except sqlite3.Error as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} is not writable: {err}") from None
         try:
+            self._check_file()
             yield con
         except BaseException:
             con.execute("ROLLBACK")
@@ -294,6 +322,8 @@ class EmbeddedStore(Store):
             ).fetchall()
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+        if not rows:  # an idle reader polls here: notice a deleted file rather than wait forever
+            self._check_file()
         # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
         try:
             return [
