@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict
 from typing import Any, TextIO
 
 from streamrep.errors import InvalidArgument, StreamrepError
@@ -57,7 +56,7 @@ Rows = list[dict[str, Any]]
 
 # -- cluster -------------------------------------------------------------------------
 def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool = False) -> Rows:
-    info = ctx.admin.clusters.add(name, url, default)
+    info = ctx.admin.add_cluster(name, url, default)
     return [{"name": info.name, "kind": info.kind, "url": info.url, "default": ctx.admin.clusters.default == name}]
 
 
@@ -70,6 +69,14 @@ def cluster_list(ctx: Context) -> Rows:
 def cluster_remove(ctx: Context, name: str) -> Rows:
     info = ctx.admin.clusters.remove(name)
     return [{"name": info.name, "removed": True, "url": info.url}]
+
+
+def cluster_ace_get(ctx: Context, cluster: str | None = None) -> Rows:
+    return [ctx.admin.get_cluster_ace(cluster)]
+
+
+def cluster_ace_set(ctx: Context, adminperm: str, cluster: str | None = None) -> Rows:
+    return [ctx.admin.set_cluster_ace(adminperm, cluster)]
 
 
 def gateway_set(ctx: Context, dstcluster: str, gateways: str, cluster: str | None = None) -> Rows:
@@ -233,7 +240,7 @@ def upstream_add(ctx: Context, path: str, upstream: str) -> Rows:
 
 
 def upstream_list(ctx: Context, path: str) -> Rows:
-    return [asdict(u) for u in ctx.admin.upstream_links(path)]
+    return ctx.admin.list_upstreams(path)
 
 
 def upstream_remove(ctx: Context, path: str, upstream: str) -> Rows:
@@ -307,6 +314,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(("cluster", "list"), cluster_list, (), "list registered clusters"),
     Command(("cluster", "remove"), cluster_remove, (Option("name", required=True),),
             "forget a cluster (its data file is kept)"),
+    Command(("cluster", "ace", "get"), cluster_ace_get, (Option("cluster", help="the cluster (default: the default cluster)"),),
+            "show who administers a cluster"),
+    Command(("cluster", "ace", "set"), cluster_ace_set,
+            (Option("adminperm", required=True, help="an ACE, e.g. \"u:alice | g:ops\""),
+             Option("cluster", help="the cluster (default: the default cluster)")),
+            "change who administers a cluster (needs its adminperm)"),
     Command(("cluster", "gateway", "set"), gateway_set,
             (Option("dstcluster", required=True), Option("gateways", required=True), SOURCE_CLUSTER),
             "list the gateways of a destination cluster"),
