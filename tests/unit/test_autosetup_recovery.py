@@ -114,12 +114,18 @@ def test_a_replica_left_by_an_autosetup_of_another_source_is_refused(source):
     assert admin.entry(SF).replicas == ()
 
 
-def test_autosetup_checks_every_right_before_creating_anything(source, bob):
+def test_autosetup_checks_its_rights_before_creating_anything(source, bob):
     admin = source
-    admin.edit_stream(SF, adminperm="u:alice | u:bob", copyperm="u:alice | u:bob")  # not produceperm
-    with pytest.raises(PermissionDenied, match=f"user bob would not have produceperm on stream {NY}"):
+    sent = produce(admin, SF, 5)
+    admin.edit_stream(SF, copyperm="u:alice | u:bob")  # not adminperm
+    with pytest.raises(PermissionDenied, match=f"user bob does not have adminperm on stream {SF}"):
         setup.autosetup(bob, SF, NY)
     assert [e.path for e in admin.list_streams("newyork")] == []
+    # adminperm and copyperm suffice: the replica gets the source's ACEs, so bob administers it
+    # and its copy step may write into it without produceperm
+    admin.edit_stream(SF, adminperm="u:alice | u:bob")
+    setup.autosetup(bob, SF, NY)
+    assert_complete(admin, sent)
 
 
 def test_the_cli_after_kill_9_mid_copy_is_completed_by_the_same_command(source, home):

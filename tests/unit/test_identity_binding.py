@@ -171,12 +171,21 @@ def source(admin):
 
 def test_copy_into_an_existing_stream_needs_produceperm(source, bob):
     admin = source
-    admin.create_stream(NY)  # alice's: bob may not produce to it
-    with pytest.raises(PermissionDenied, match=f"user bob does not have produceperm on stream {NY}"):
+    admin.create_stream(NY)  # alice's: bob may neither produce to it nor administer it
+    with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
         copy_stream(bob, SF, NY)
     assert held(admin, NY) == []
     admin.edit_stream(NY, produceperm="u:alice | u:bob")
     assert copy_stream(bob, SF, NY)["messages"] == 2 and sorted(held(admin, NY)) == ["a", "b"]
+
+
+def test_a_copy_that_created_its_destination_resumes_into_it(source, bob):
+    admin = source
+    admin.edit_stream(SF, adminperm="u:alice | u:bob")  # bob: copyperm and adminperm, not produceperm
+    assert copy_stream(bob, SF, NY)["messages"] == 2
+    produce(admin, SF, ["c"])
+    assert copy_stream(bob, SF, NY)["messages"] == 1  # the destination is his to administer
+    assert sorted(held(admin, NY)) == ["a", "b", "c"]
 
 
 def test_copy_creating_the_destination_needs_the_adminperm_it_would_have(source, bob, home):
@@ -197,12 +206,14 @@ def test_copy_needs_copyperm_on_the_source(source, home):
     assert held(carol, NY) == []
 
 
-def test_gateways_publish_into_a_replica_nobody_may_produce_to(agreed):
+def test_gateways_publish_into_a_replica_nobody_may_produce_to(agreed, bob):
     admin = agreed
     admin.edit_stream(NY, produceperm="")
-    with pytest.raises(PermissionDenied):
-        copy_stream(admin, SF, NY)
-    assert drain(admin) == 3  # the gateway's implicit authority
+    admin.edit_stream(SF, copyperm="u:alice | u:bob")
+    with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
+        copy_stream(bob, SF, NY)
+    assert drain(bob) == 3  # a gateway (here run by bob) has the implicit authority to publish
+    assert sorted(held(admin, NY)) == ["a", "b", "c"]
 
 
 def test_the_spark_copy_reader_uses_the_same_check(source, bob, monkeypatch, home):
@@ -212,5 +223,5 @@ def test_the_spark_copy_reader_uses_the_same_check(source, bob, monkeypatch, hom
     monkeypatch.setenv("STREAMREP_USER", "bob")  # the data source builds its admin from the environment
     monkeypatch.setenv("STREAMREP_GROUPS", "")
     reader = CopyReader({"home": home.home, "copyfrom": SF, "copyto": NY, "ends": "{}"})
-    with pytest.raises(PermissionDenied, match=f"user bob does not have produceperm on stream {NY}"):
+    with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
         reader.partitions()

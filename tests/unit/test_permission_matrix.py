@@ -205,3 +205,19 @@ def test_a_cluster_without_an_ace_document_is_open_until_one_is_set(home):
     carol.set_cluster_ace("u:carol", "sanfrancisco")
     with pytest.raises(Exception, match="user bob does not have adminperm on cluster sanfrancisco"):
         bob.delete_gateways("newyork", cluster="sanfrancisco")
+
+
+def test_registering_an_existing_cluster_does_not_make_the_caller_its_admin(home, tmp_path):
+    # sanfrancisco was made before cluster ACEs (no ACE document) and holds a stream
+    StreamAdmin(home, Identity("alice")).create_stream(SF)
+    url = home.get("sanfrancisco").url
+    bob = StreamAdmin(Clusters(str(tmp_path / "bobs-home")), Identity("bob"))
+    bob.add_cluster("sf", url)  # bob registers the same cluster in his own registry
+    assert bob.get_cluster_ace("sf")["adminperm"] is None
+    carol = StreamAdmin(Clusters(str(tmp_path / "carols-home")), Identity("carol"))
+    carol.add_cluster("fresh")  # a new, empty cluster is its creator's
+    assert carol.get_cluster_ace("fresh")["adminperm"] == "u:carol"
+    bob.add_cluster("fresh2", carol.clusters.get("fresh").url)
+    assert bob.get_cluster_ace("fresh2")["adminperm"] == "u:carol"  # an existing ACE is kept
+    bob.clusters.close()
+    carol.clusters.close()

@@ -400,12 +400,20 @@ class StreamAdmin:
 
     # -- clusters: who administers each one (kept in the cluster itself) -------------
     def add_cluster(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:
-        """``cluster add``: register a cluster; a new cluster is administered by its creator
-        (a cluster that already has an ACE document keeps it)."""
+        """``cluster add``: register a cluster. A new (empty) cluster is administered by its
+        creator. Registering an existing cluster changes nothing in it: it keeps its ACE, or,
+        holding streams but no ACE (made before cluster ACEs), stays without one, so that
+        registering someone's cluster never makes the caller its administrator."""
         info = self.clusters.add(name, url, default)
+        store = self.clusters.store(name)
         ace = ClusterAce(adminperm=f"u:{self.identity.user}", creator=self.identity.user, created=now_ms())
-        self.clusters.store(name).catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY,
-                                                 lambda doc: doc if doc is not None else ace.to_dict())
+
+        holds_streams = bool(store.catalog_list(STREAM_KIND))
+
+        def claim_if_new(doc: dict | None) -> dict | None:
+            return doc if doc is not None or holds_streams else ace.to_dict()
+
+        store.catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY, claim_if_new)
         return info
 
     def cluster_ace(self, cluster: str) -> ClusterAce | None:

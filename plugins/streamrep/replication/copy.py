@@ -44,10 +44,12 @@ class CopyPlan:
 def check_copy(admin: StreamAdmin, source: str | StreamPath,
                destination: str | StreamPath) -> tuple[StreamEntry, StreamEntry | None]:
     """The rights a copy needs, checked before anything is created or written: copyperm on
-    the source; on an existing destination produceperm (and it must be another stream, by
-    UUID); a destination that does not exist yet will be created with the source's metadata,
-    so the caller must hold the adminperm it will have. Every copy (in-process, Spark) checks
-    here. Gateways do not: they have the implicit authority to publish into replicas.
+    the source; on an existing destination produceperm, or adminperm (its administrator could
+    grant itself produceperm, and a copy that created the destination must be able to resume
+    into it); it must be another stream, by UUID. A destination that does not exist yet will
+    be created with the source's metadata, so the caller must hold the adminperm it will have.
+    Every copy (in-process, Spark driver and tasks) checks here. Gateways do not: they have the
+    implicit authority to publish into replicas.
 
     :return: the source's entry and the destination's (None if it does not exist yet).
     """
@@ -63,7 +65,7 @@ def check_copy(admin: StreamAdmin, source: str | StreamPath,
         return src_entry, None
     if dst_entry.uuid == src_entry.uuid:
         raise InvalidArgument(f"cannot copy stream {src} into itself: {dst} is the same stream {src_entry.uuid}")
-    admin.require(dst_entry, dst, "produceperm")
+    admin.require_any(dst_entry, dst, "produceperm", "adminperm")
     return src_entry, dst_entry
 
 

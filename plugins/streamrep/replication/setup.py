@@ -25,8 +25,8 @@ Copier = Callable[[StreamAdmin, str, str], dict]
 
 def check_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[StreamPath, StreamPath]:
     """The precondition of autosetup, checked before anything is created: the caller may
-    administer and copy the source, and may produce to the replica (its copy step writes into
-    it; the replica gets the source's ACEs). The replica stream must not exist yet (the seeds:
+    administer and copy the source (so it may administer the replica it creates with the
+    source's ACEs, which lets its copy step write into it). The replica stream must not exist yet (the seeds:
     "If the replica already exists, the command terminates with an error message"), unless an
     unfinished autosetup of this same source created it: then this run completes it."""
     src, dst = admin.path(path), admin.path(replica)
@@ -35,13 +35,11 @@ def check_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[Stream
     try:
         dst_entry = admin.entry(dst)
     except NotFound:
-        admin.require_on_new(src_entry, src, dst, "produceperm")
         return src, dst
     if dst_entry.autosetup_from is None or dst_entry.autosetup_from != src_entry.uuid:
         raise AlreadyExists(
             f"replica stream {dst} already exists; autosetup creates it (use the manual setup steps instead)"
         )
-    admin.require(dst_entry, dst, "produceperm")
     return src, dst
 
 
