@@ -426,7 +426,9 @@ class StreamAdmin:
         """PermissionDenied unless the caller satisfies the cluster's adminperm. A cluster
         without an ACE document is administered by everyone, as before cluster ACEs existed,
         until ``cluster ace set`` gives it one."""
-        ace = self.cluster_ace(cluster)
+        self._check_cluster_ace(self.cluster_ace(cluster), cluster)
+
+    def _check_cluster_ace(self, ace: ClusterAce | None, cluster: str) -> None:
         if ace is not None and not parse_ace(ace.adminperm).allows(self.identity):
             raise PermissionDenied(
                 f"user {self.identity.user} does not have adminperm on cluster {cluster} (adminperm is {ace.adminperm!r})"
@@ -449,10 +451,7 @@ class StreamAdmin:
 
         def change(doc: dict | None) -> dict:
             old = None if doc is None else ClusterAce.from_dict(doc)
-            if old is not None and not parse_ace(old.adminperm).allows(self.identity):
-                raise PermissionDenied(
-                    f"user {self.identity.user} does not have adminperm on cluster {name} (adminperm is {old.adminperm!r})"
-                )
+            self._check_cluster_ace(old, name)  # inside the update: no change slips in between
             if old is None:
                 return ClusterAce(text, self.identity.user, now_ms()).to_dict()
             return ClusterAce(text, old.creator, old.created).to_dict()

@@ -101,7 +101,7 @@ def binds(link: ReplicaLink | UpstreamLink, stream_uuid: str, stream_created: in
 
 
 def _agreed_uuid(link: ReplicaLink | UpstreamLink) -> str:
-    return link.uuid if link.uuid is not None else f"the stream there before {link.added} ms"
+    return link.uuid if link.uuid is not None else "(the one at that path when the link was added)"
 
 
 @dataclass(frozen=True)
