@@ -225,3 +225,15 @@ def test_the_spark_copy_reader_uses_the_same_check(source, bob, monkeypatch, hom
     reader = CopyReader({"home": home.home, "copyfrom": SF, "copyto": NY, "ends": "{}"})
     with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
         reader.partitions()
+
+
+def test_links_from_older_or_newer_catalogs_load():
+    from streamrep.model.replication import ReplicaLink, UpstreamLink, binds
+
+    old = ReplicaLink.from_dict({"path": NY, "paused": True, "added": 1000})
+    assert old.uuid is None and old.paused is True
+    newer = UpstreamLink.from_dict({"path": SF, "added": 5, "uuid": "u1", "a_field_from_the_future": 1})
+    assert newer == UpstreamLink(SF, 5, "u1")
+    # a link without a UUID binds the stream that existed when it was added, not a later one
+    assert binds(old, "any", 1000) and not binds(old, "any", 1001)
+    assert binds(newer, "u1", 10**15) and not binds(newer, "u2", 0)
