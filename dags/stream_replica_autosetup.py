@@ -23,9 +23,10 @@ DOC = """
 as a DAG, one task a step:
 
 1. `check` — the source exists and you may administer and copy it; **the replica stream must
-   not exist** (autosetup creates it: the run fails clearly if it does; use
-   `stream_replica_manual_setup` for an existing replica).
-2. `create_replica` — `stream create -copymetafrom` the source.
+   not exist** (the run fails clearly if it does; use `stream_replica_manual_setup` for an
+   existing replica), unless an unfinished autosetup of this source made it. It then creates
+   the replica, marked as this autosetup's until `resume_replica`.
+2. `create_replica` — `stream create -copymetafrom` the source (found done by `check`).
 3. `add_replica_paused` — `stream replica add -paused true [-synchronous true]`.
 4. `add_upstream` — `stream upstream add` (the replica's side of the two-way agreement).
 5. `copystream` — copy what the source holds, as a Spark job.
@@ -34,7 +35,8 @@ as a DAG, one task a step:
 7. `resume_replica` (and `resume_reverse_replica` with `multimaster`) — replication starts.
 
 **Params**: `path` (source stream), `replica` (replica stream to create), `multimaster`,
-`synchronous`. Data flows once gateways run (DAG `stream_gateways`, on the replica's cluster,
+`synchronous`. **A failed run is completed by triggering the DAG again with the same params.**
+Data flows once gateways run (DAG `stream_gateways`, on the replica's cluster,
 and on the source's cluster too for multi-master).
 """
 

@@ -429,12 +429,15 @@ def test_replica_list_on_deleted_replica_is_unexpected(admin, pair):
     assert f"stream {NY} does not exist" in row["errors"]
 
 
-def test_replica_recreated_without_upstream_waits_again(admin, pair):
+def test_replica_recreated_at_the_path_is_not_the_agreed_replica(admin, pair):
     admin.add_replica(SF, NY)
     admin.add_upstream(NY, SF)
+    agreed = admin.entry(NY).uuid
     admin.delete_stream(NY)
     admin.create_stream(NY, copymetafrom=SF)
-    assert admin.list_replicas(SF)[0]["replicaState"] == "REPLICA_STATE_WAITING_FOR_UPSTREAM"
+    (row,) = admin.list_replicas(SF)
+    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED"
+    assert NY in row["errors"] and agreed in row["errors"] and admin.entry(NY).uuid in row["errors"]
 
 
 # --- upstreams -------------------------------------------------------------------------

@@ -271,9 +271,11 @@ def test_replica_status(replicated, admin):
 def test_autosetup_check(admin, source):
     assert AutosetupCheckOperator(task_id="check", path=SRC, replica=DST).execute(ctx())["path"] == SRC
     assert AutosetupCheckOperator(task_id="check", path=SRC, replica=DST).execute(ctx(2))["path"] == SRC
-    admin.create_stream(DST)
-    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=DST),
-               f"replica stream {DST} already exists; autosetup creates it")
+    assert admin.entry(DST).autosetup_from == admin.entry(SRC).uuid  # created, marked as this autosetup's
+    other = "/mapr/newyork/other"
+    admin.create_stream(other)
+    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=other),
+               f"replica stream {other} already exists; autosetup creates it")
 
 
 def test_autosetup_check_needs_permission(admin, source, monkeypatch):

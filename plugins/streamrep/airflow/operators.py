@@ -32,7 +32,7 @@ from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import default_gateway_id
-from streamrep.replication.setup import check_autosetup
+from streamrep.replication.setup import begin_autosetup
 from streamrep.replication.status import replica_status
 
 if TYPE_CHECKING:
@@ -346,7 +346,9 @@ class ReplicaStatusOperator(StreamrepOperator):
 
 class AutosetupCheckOperator(StreamrepOperator):
     """The precondition of ``maprcli stream replica autosetup``: the source exists, the caller
-    may administer and copy it, and the replica stream does not exist yet (autosetup creates it).
+    may administer and copy it, and the replica stream does not exist yet (autosetup creates it),
+    or an unfinished autosetup of this source created it. Then it creates the replica marked as
+    this autosetup's (``setup.begin_autosetup``), so a rerun of a failed run completes it.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream to be created. (templated)
@@ -361,8 +363,8 @@ class AutosetupCheckOperator(StreamrepOperator):
         self.replica = replica
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
-        src, dst = check_autosetup(admin, self.path, self.replica)
-        self.log.info("autosetup of %s from %s can start: the replica stream does not exist yet", dst, src)
+        src, dst = begin_autosetup(admin, self.path, self.replica)
+        self.log.info("autosetup of %s from %s can go on: the replica stream is this autosetup's", dst, src)
         return admin.stream_info(str(src))
 
 

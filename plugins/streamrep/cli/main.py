@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import os
 import sys
-from dataclasses import asdict
 from importlib.metadata import PackageNotFoundError, version as package_version
 from typing import Any, TextIO
 
@@ -79,7 +78,7 @@ Rows = list[dict[str, Any]]
 
 # -- cluster -------------------------------------------------------------------------
 def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool = False) -> Rows:
-    info = ctx.admin.clusters.add(name, url, default)
+    info = ctx.admin.add_cluster(name, url, default)
     return [{"name": info.name, "kind": info.kind, "url": info.url, "default": ctx.admin.clusters.default == name}]
 
 
@@ -97,6 +96,14 @@ def cluster_remove(ctx: Context, name: str) -> Rows:
 def cluster_default(ctx: Context, name: str) -> Rows:
     ctx.admin.clusters.set_default(name)
     return [{"name": name, "default": True}]
+
+
+def cluster_ace_get(ctx: Context, cluster: str | None = None) -> Rows:
+    return [ctx.admin.get_cluster_ace(cluster)]
+
+
+def cluster_ace_set(ctx: Context, adminperm: str, cluster: str | None = None) -> Rows:
+    return [ctx.admin.set_cluster_ace(adminperm, cluster)]
 
 
 def gateway_set(ctx: Context, dstcluster: str, gateways: str, cluster: str | None = None) -> Rows:
@@ -260,7 +267,7 @@ def upstream_add(ctx: Context, path: str, upstream: str) -> Rows:
 
 
 def upstream_list(ctx: Context, path: str) -> Rows:
-    return [asdict(u) for u in ctx.admin.upstream_links(path)]
+    return ctx.admin.list_upstreams(path)
 
 
 def upstream_remove(ctx: Context, path: str, upstream: str) -> Rows:
@@ -364,6 +371,12 @@ COMMANDS: tuple[Command, ...] = (
     Command(("cluster", "remove"), cluster_remove, (CLUSTER_NAME,), "forget a cluster (its data file is kept)"),
     Command(("cluster", "default"), cluster_default, (CLUSTER_NAME,),
             "make a registered cluster the default (for paths without /mapr/<cluster>)"),
+    Command(("cluster", "ace", "get"), cluster_ace_get, (Option("cluster", help="the cluster (default: the default cluster)"),),
+            "show who administers a cluster"),
+    Command(("cluster", "ace", "set"), cluster_ace_set,
+            (Option("adminperm", required=True, help="an ACE, e.g. \"u:alice | g:ops\""),
+             Option("cluster", help="the cluster (default: the default cluster)")),
+            "change who administers a cluster (needs its adminperm)"),
     Command(("cluster", "gateway", "set"), gateway_set,
             (DSTCLUSTER, Option("gateways", required=True, help="gateway ids, separated by spaces"), SOURCE_CLUSTER),
             "list the gateways of a destination cluster"),

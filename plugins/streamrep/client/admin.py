@@ -1,8 +1,9 @@
-"""The admin API: everything ``maprcli stream ...`` and ``maprcli cluster gateway ...`` do.
+"""The admin API: everything ``maprcli stream ...``, ``maprcli cluster gateway ...`` and
+``cluster ace ...`` do.
 
-Each method checks the stream's access control expression for the caller, applies the
-rules from ``streamrep.model``, and changes one catalog document atomically, so every call
-is safe to retry: it finds the state it wanted or fails with a clear error.
+Each method checks the stream's (or the cluster's) access control expression for the caller,
+applies the rules from ``streamrep.model``, and changes one catalog document atomically, so
+every call is safe to retry: it finds the state it wanted or fails with a clear error.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import time
 import uuid
 from typing import Any, Callable
 
-from streamrep.errors import AlreadyExists, Conflict, NotFound, PermissionDenied
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied
 from streamrep.model import replication as rules
-from streamrep.model.ace import Identity, parse_ace
-from streamrep.model.catalog import GATEWAYS_KIND, STREAM_KIND, StreamEntry
+from streamrep.model.ace import Identity, parse_ace, validate_ace
+from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_name, validate_cluster_name
 from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
 from streamrep.model.stream import StreamMeta, validate_partition_count
-from streamrep.client.config import Clusters
+from streamrep.client.config import ClusterInfo, Clusters
 from streamrep.client.identity import current_identity
 from streamrep.store.base import Store
 
@@ -27,6 +28,8 @@ from streamrep.store.base import Store
 # replica entry): (error, why no gateway is live), None where all is well.
 ReplicaHealth = Callable[[StreamPath, StreamEntry, StreamPath, StreamEntry], tuple[str | None, str | None]]
 ACKNOWLEDGE_RETRIES = 20  # a gateway recording the same loss meanwhile makes acknowledge read again
+# Any one of these lets a caller see a stream's topics with their offsets and message counts.
+TOPIC_READ_PERMS = ("consumeperm", "produceperm", "topicperm")
 
 
 def now_ms() -> int:
@@ -62,13 +65,36 @@ class StreamAdmin:
             raise NotFound(f"stream {sp} does not exist")
         return StreamEntry.from_dict(doc)
 
+    def may(self, meta: StreamMeta, perm: str) -> bool:
+        """Whether the caller satisfies the ACE ``perm`` of stream metadata ``meta``."""
+        return parse_ace(getattr(meta, perm)).allows(self.identity)
+
     def require(self, entry: StreamEntry, sp: StreamPath, *perms: str) -> None:
         """PermissionDenied unless the caller satisfies every ACE in ``perms``."""
         for perm in perms:
-            ace = getattr(entry.meta, perm)
-            if not parse_ace(ace).allows(self.identity):
+            if not self.may(entry.meta, perm):
+                ace = getattr(entry.meta, perm)
                 raise PermissionDenied(
                     f"user {self.identity.user} does not have {perm} on stream {sp} ({perm} is {ace!r})"
+                )
+
+    def require_any(self, entry: StreamEntry, sp: StreamPath, *perms: str) -> None:
+        """PermissionDenied unless the caller satisfies at least one ACE in ``perms``."""
+        if not any(self.may(entry.meta, perm) for perm in perms):
+            raise PermissionDenied(
+                f"user {self.identity.user} has none of {', '.join(perms)} on stream {sp} "
+                f"({'; '.join(f'{p} is {getattr(entry.meta, p)!r}' for p in perms)})"
+            )
+
+    def require_on_new(self, source: StreamEntry, src: StreamPath, dst: StreamPath, *perms: str) -> None:
+        """PermissionDenied unless the caller would hold every ACE in ``perms`` on the stream
+        ``dst`` that is about to be created with the metadata of ``source`` (at ``src``)."""
+        for perm in perms:
+            if not self.may(source.meta, perm):
+                ace = getattr(source.meta, perm)
+                raise PermissionDenied(
+                    f"user {self.identity.user} would not have {perm} on stream {dst}, which would be created "
+                    f"with the metadata of {src} ({perm} is {ace!r})"
                 )
 
     def _update(self, sp: StreamPath, change: Callable[[StreamEntry], StreamEntry | None]) -> StreamEntry | None:
@@ -84,16 +110,22 @@ class StreamAdmin:
         return None if result is None else StreamEntry.from_dict(result)
 
     # -- streams -------------------------------------------------------------------
-    def create_stream(self, path: str, copymetafrom: str | None = None, **settings: Any) -> StreamEntry:
+    def create_stream(self, path: str, copymetafrom: str | None = None, autosetup_from: str | None = None,
+                      **settings: Any) -> StreamEntry:
         """``stream create``. With ``copymetafrom`` the metadata (settings and ACEs) is copied
-        from that stream, on any cluster; explicit ``settings`` still win."""
+        from that stream, on any cluster; explicit ``settings`` still win.
+
+        :param autosetup_from: the source's UUID when an autosetup creates this stream (it marks
+            the stream as that autosetup's until it finishes; see ``replication.setup``).
+        """
         sp = self.path(path)
         if copymetafrom is not None:
             meta = self.entry(copymetafrom).meta.edited(**settings)
         else:
             meta = StreamMeta.for_creator(self.identity.user, **settings)
         entry = StreamEntry(
-            uuid=str(uuid.uuid4()), path=sp.path, creator=self.identity.user, created=now_ms(), meta=meta
+            uuid=str(uuid.uuid4()), path=sp.path, creator=self.identity.user, created=now_ms(), meta=meta,
+            autosetup_from=autosetup_from,
         )
 
         def create(doc: dict | None) -> dict:
@@ -189,9 +221,11 @@ class StreamAdmin:
             raise NotFound(f"topic {sp}:{topic} does not exist") from None
 
     def list_topics(self, path: str) -> list[dict[str, Any]]:
-        """``stream topic list``: each topic with its partition count and message count."""
+        """``stream topic list``: each topic with its partition count and message count; needs
+        one of consumeperm, produceperm or topicperm (the counts describe the data)."""
         sp = self.path(path)
         entry = self.entry(sp)
+        self.require_any(entry, sp, *TOPIC_READ_PERMS)
         store = self.store(sp)
         result = []
         for topic, count in store.topics(entry.uuid).items():
@@ -205,9 +239,11 @@ class StreamAdmin:
         return result
 
     def topic_info(self, path: str, topic: str) -> list[dict[str, Any]]:
-        """``stream topic info``: per partition, the first and last offsets held."""
+        """``stream topic info``: per partition, the first and last offsets held; needs one of
+        consumeperm, produceperm or topicperm."""
         sp = self.path(path)
         entry = self.entry(sp)
+        self.require_any(entry, sp, *TOPIC_READ_PERMS)
         store = self.store(sp)
         count = store.topics(entry.uuid).get(validate_topic_name(topic))
         if count is None:
@@ -223,14 +259,15 @@ class StreamAdmin:
     # -- replicas (kept on the source) ---------------------------------------------
     def add_replica(self, path: str, replica: str, paused: bool = False, synchronous: bool = False) -> ReplicaLink:
         """``stream replica add``: register ``replica`` on the source; needs adminperm and copyperm
-        on the source. The replica stream must exist (create it with -copymetafrom)."""
+        on the source. The replica stream must exist (create it with -copymetafrom); the link
+        records its UUID, so a stream created later at that path is not this replica."""
         src, dst = self.path(path), self.path(replica)
-        self.entry(dst)  # must exist
-        link = ReplicaLink(path=str(dst), paused=paused, synchronous=synchronous, added=now_ms())
+        dst_entry = self.entry(dst)  # must exist
+        link = ReplicaLink(path=str(dst), paused=paused, synchronous=synchronous, added=now_ms(), uuid=dst_entry.uuid)
 
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, src, "adminperm", "copyperm")
-            rules.check_replica_add(src, dst, list(entry.replicas))
+            rules.check_replica_add(src, dst, list(entry.replicas), entry.uuid, dst_entry.uuid)
             return entry.with_changes(replicas=entry.replicas + (link,))
 
         self._update(src, add)
@@ -256,8 +293,24 @@ class StreamAdmin:
         self._change_replica(path, replica, lambda link: link.with_changes(paused=True))
 
     def resume_replica(self, path: str, replica: str) -> None:
-        """``stream replica resume``: let ``replica`` flow again."""
+        """``stream replica resume``: let ``replica`` flow again. Resuming a replica that an
+        autosetup of this source created is that autosetup's last step: it finishes it."""
         self._change_replica(path, replica, lambda link: link.with_changes(paused=False))
+        self._finish_autosetup(self.path(path), self.path(replica))
+
+    def _finish_autosetup(self, src: StreamPath, dst: StreamPath) -> None:
+        source_uuid = self.entry(src).uuid
+
+        def finish(entry: StreamEntry) -> StreamEntry:
+            if entry.autosetup_from != source_uuid:
+                return entry
+            return entry.with_changes(autosetup_from=None)
+
+        try:
+            if self.entry(dst).autosetup_from == source_uuid:  # read first: most resumes write nothing
+                self._update(dst, finish)
+        except NotFound:
+            pass  # a replica that is gone has no autosetup to finish
 
     def remove_replica(self, path: str, replica: str) -> None:
         """``stream replica remove``: stop replicating to ``replica`` for good."""
@@ -285,16 +338,18 @@ class StreamAdmin:
 
     def add_upstream(self, path: str, upstream: str) -> UpstreamLink:
         """``stream upstream add``: the replica's owner agrees to receive from ``upstream``;
-        needs adminperm on the replica. Refuses an upstream sharing topic names with another."""
+        needs adminperm on the replica. Refuses an upstream sharing topic names with another.
+        The link records the upstream's UUID: a stream created later at that path is not it."""
         dst, src = self.path(path), self.path(upstream)
-        self.entry(src)  # must exist
+        src_entry = self.entry(src)  # must exist
         topics_of_new = self._topics_of(src)
-        link = UpstreamLink(path=str(src), added=now_ms())
+        link = UpstreamLink(path=str(src), added=now_ms(), uuid=src_entry.uuid)
 
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, dst, "adminperm")
             others = {u.path: self._topics_of(self.path(u.path)) for u in entry.upstreams}
-            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new)
+            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid,
+                                     src_entry.uuid)
             return entry.with_changes(upstreams=entry.upstreams + (link,))
 
         self._update(dst, add)
@@ -302,6 +357,16 @@ class StreamAdmin:
 
     def upstream_links(self, path: str) -> list[UpstreamLink]:
         return list(self.entry(path).upstreams)
+
+    def list_upstreams(self, path: str) -> list[dict[str, Any]]:
+        """``stream upstream list``: each upstream's ``cluster``, ``stream`` (its path),
+        ``idx`` (its place in the list) and ``uuid`` (the stream agreed to; None for a link
+        written before links recorded UUIDs), as MapR reports them."""
+        rows = []
+        for idx, link in enumerate(self.entry(path).upstreams):
+            up = self.path(link.path)
+            rows.append({"cluster": up.cluster, "stream": str(up), "idx": idx, "uuid": link.uuid})
+        return rows
 
     def remove_upstream(self, path: str, upstream: str) -> None:
         """``stream upstream remove``: withdraw the agreement; replication from it stops."""
@@ -318,7 +383,8 @@ class StreamAdmin:
         """``stream replica list``: each replica in MapR's field names (``cluster``, ``stream``,
         ``replicaPath``, ``replicaState``, ``paused``, ``idx``, ``synchronous``, ``uuid``,
         ``errors``), with the agreement checked live (a replica that does not list the source is
-        waiting for its upstream).
+        waiting for its upstream; a link whose stream was deleted and recreated at its path is an
+        error naming both UUIDs).
 
         :param health: what the replication layer finds for one replica, given the source and
             replica paths and entries: ``(error, no_gateway)``, e.g. messages lost to the source's
@@ -332,10 +398,11 @@ class StreamAdmin:
             replica_entry, no_gateway = None, None
             try:
                 replica_entry = self.entry(dst)
-                agreed, error = rules.has_agreement(src, replica_entry.upstreams), None
+                found = rules.agreement(src, source_entry, dst, replica_entry)
+                agreed, error = found.agreed, found.reason if found.broken else None
             except NotFound as err:
                 agreed, error = False, str(err)
-            if health is not None and replica_entry is not None:
+            if health is not None and replica_entry is not None and error is None:
                 error, no_gateway = health(src, source_entry, dst, replica_entry)
             state, error = rules.effective_state(link, agreed, error, no_gateway)
             result.append({
@@ -393,6 +460,67 @@ class StreamAdmin:
             "ranges": ", ".join(f"{topic}/{partition}:{first}-{last}" for topic, partition, first, last in ranges),
         }
 
+    # -- clusters: who administers each one (kept in the cluster itself) -------------
+    def add_cluster(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:
+        """``cluster add``: register a cluster. A new (empty) cluster is administered by its
+        creator. Registering an existing cluster changes nothing in it: it keeps its ACE, or,
+        holding streams but no ACE (made before cluster ACEs), stays without one, so that
+        registering someone's cluster never makes the caller its administrator."""
+        info = self.clusters.add(name, url, default)
+        store = self.clusters.store(name)
+        ace = ClusterAce(adminperm=f"u:{self.identity.user}", creator=self.identity.user, created=now_ms())
+
+        holds_streams = bool(store.catalog_list(STREAM_KIND))
+
+        def claim_if_new(doc: dict | None) -> dict | None:
+            return doc if doc is not None or holds_streams else ace.to_dict()
+
+        store.catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY, claim_if_new)
+        return info
+
+    def cluster_ace(self, cluster: str) -> ClusterAce | None:
+        """The cluster's administration ACE; None for a cluster registered before cluster ACEs
+        existed (or through ``Clusters.add``, which does not know the caller)."""
+        doc = self.clusters.store(validate_cluster_name(cluster)).catalog_get(CLUSTER_KIND, CLUSTER_ACE_KEY)
+        return None if doc is None else ClusterAce.from_dict(doc)
+
+    def require_cluster_admin(self, cluster: str) -> None:
+        """PermissionDenied unless the caller satisfies the cluster's adminperm. A cluster
+        without an ACE document is administered by everyone, as before cluster ACEs existed,
+        until ``cluster ace set`` gives it one."""
+        self._check_cluster_ace(self.cluster_ace(cluster), cluster)
+
+    def _check_cluster_ace(self, ace: ClusterAce | None, cluster: str) -> None:
+        if ace is not None and not parse_ace(ace.adminperm).allows(self.identity):
+            raise PermissionDenied(
+                f"user {self.identity.user} does not have adminperm on cluster {cluster} (adminperm is {ace.adminperm!r})"
+            )
+
+    def get_cluster_ace(self, cluster: str | None = None) -> dict[str, Any]:
+        """``cluster ace get``: the cluster's adminperm (None if it has no ACE document)."""
+        name = self._source_cluster(cluster)
+        ace = self.cluster_ace(name)
+        return {"cluster": name, "adminperm": None if ace is None else ace.adminperm,
+                "creator": None if ace is None else ace.creator}
+
+    def set_cluster_ace(self, adminperm: str, cluster: str | None = None) -> dict[str, Any]:
+        """``cluster ace set -adminperm ACE``: who administers the cluster; needs its adminperm.
+        An empty ACE is refused: it would lock every administrator out."""
+        name = self._source_cluster(cluster)
+        text = validate_ace(adminperm)
+        if not text:
+            raise InvalidArgument(f"cluster {name} needs an adminperm: an empty ACE would lock everyone out")
+
+        def change(doc: dict | None) -> dict:
+            old = None if doc is None else ClusterAce.from_dict(doc)
+            self._check_cluster_ace(old, name)  # inside the update: no change slips in between
+            if old is None:
+                return ClusterAce(text, self.identity.user, now_ms()).to_dict()
+            return ClusterAce(text, old.creator, old.created).to_dict()
+
+        self.clusters.store(name).catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY, change)
+        return self.get_cluster_ace(name)
+
     # -- gateways (kept on the source cluster) -------------------------------------
     def _source_cluster(self, cluster: str | None) -> str:
         name = cluster or self.clusters.default
@@ -402,8 +530,10 @@ class StreamAdmin:
         return name
 
     def set_gateways(self, dstcluster: str, gateways: str | list[str], cluster: str | None = None) -> list[str]:
-        """``cluster gateway set``: on the source cluster, list the gateways of ``dstcluster``."""
+        """``cluster gateway set``: on the source cluster, list the gateways of ``dstcluster``;
+        needs adminperm on the source cluster."""
         source = self._source_cluster(cluster)
+        self.require_cluster_admin(source)
         self.clusters.get(validate_cluster_name(dstcluster))
         names = rules.validate_gateways(gateways)
         self.clusters.store(source).catalog_update(GATEWAYS_KIND, dstcluster, lambda _: {"gateways": names})
@@ -423,8 +553,10 @@ class StreamAdmin:
         return doc["gateways"]
 
     def delete_gateways(self, dstcluster: str, cluster: str | None = None) -> None:
-        """``cluster gateway delete``: forget the gateways of one destination cluster."""
+        """``cluster gateway delete``: forget the gateways of one destination cluster; needs
+        adminperm on the source cluster."""
         source = self._source_cluster(cluster)
+        self.require_cluster_admin(source)
 
         def delete(doc: dict | None) -> None:
             if doc is None:

@@ -1,4 +1,5 @@
-"""The catalog entry of a stream, as kept inside the stream's own cluster."""
+"""Catalog documents, as kept inside the cluster they describe: each stream's entry, and the
+cluster's own administration ACE."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from streamrep.model.stream import StreamMeta
 
 STREAM_KIND = "stream"
 GATEWAYS_KIND = "gateways"
+CLUSTER_KIND = "cluster"
+CLUSTER_ACE_KEY = "ace"  # the one document of CLUSTER_KIND: who administers the cluster
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,9 @@ class StreamEntry:
     meta: StreamMeta
     replicas: tuple[ReplicaLink, ...] = field(default=())
     upstreams: tuple[UpstreamLink, ...] = field(default=())
+    # While an autosetup that created this stream is unfinished: the UUID of its source, so a
+    # rerun of the same autosetup may complete it. None otherwise.
+    autosetup_from: str | None = None
 
     def with_changes(self, **changes: Any) -> "StreamEntry":
         return replace(self, **changes)
@@ -36,6 +42,7 @@ class StreamEntry:
             "meta": self.meta.to_dict(),
             "replicas": [r.to_dict() for r in self.replicas],
             "upstreams": [u.to_dict() for u in self.upstreams],
+            "autosetup_from": self.autosetup_from,
         }
 
     @classmethod
@@ -48,4 +55,21 @@ class StreamEntry:
             meta=StreamMeta.from_dict(data["meta"]),
             replicas=tuple(ReplicaLink.from_dict(r) for r in data.get("replicas", ())),
             upstreams=tuple(UpstreamLink.from_dict(u) for u in data.get("upstreams", ())),
+            autosetup_from=data.get("autosetup_from"),
         )
+
+
+@dataclass(frozen=True)
+class ClusterAce:
+    """Who administers a cluster (``cluster ace``): set by ``cluster add`` to its creator."""
+
+    adminperm: str
+    creator: str
+    created: int  # ms since the epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"adminperm": self.adminperm, "creator": self.creator, "created": self.created}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ClusterAce":
+        return cls(adminperm=data["adminperm"], creator=data.get("creator", ""), created=data.get("created", 0))

@@ -3,7 +3,11 @@
 - A source stream lists its replicas; a replica lists its upstreams. Data flows only
   while both hold (the two-way agreement) and the replica is not paused.
 - At most 64 replicas per stream and 64 upstreams per replica.
-- A stream is never its own replica or upstream, and a link is registered once.
+- A stream is never its own replica or upstream (compared by UUID: one stream reached through
+  two cluster names is still one stream), and a link is registered once.
+- A link binds a stream identity, not a path: the source's link records the replica's UUID and
+  the replica's link records the upstream's UUID. A stream created later at the same path is
+  not the agreed stream, and nothing flows to or from it.
 - Two upstreams of one replica must not share a topic name: their offsets would collide
   in the replica (seeds: primary-secondary and multi-master restrictions).
 """
@@ -11,9 +15,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
 from streamrep.model.paths import StreamPath
@@ -51,13 +55,14 @@ class ReplicaLink:
     state: str = ReplicaState.WAITING_FOR_GATEWAY.value
     error: str | None = None
     added: int = 0
+    uuid: str | None = None  # the replica stream agreed to; None in links written before UUIDs (see binds)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "ReplicaLink":
-        return cls(**data)
+        return cls(**_known_fields(cls, data))
 
     def with_changes(self, **changes) -> "ReplicaLink":
         return replace(self, **changes)
@@ -69,13 +74,79 @@ class UpstreamLink:
 
     path: str
     added: int = 0
+    uuid: str | None = None  # the upstream stream agreed to; None in links written before UUIDs (see binds)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "UpstreamLink":
-        return cls(**data)
+        return cls(**_known_fields(cls, data))
+
+
+def _known_fields(cls: type, data: Mapping) -> dict:
+    # Catalog documents may come from older or newer releases: unknown keys are ignored and
+    # missing ones take their defaults.
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def binds(link: ReplicaLink | UpstreamLink, stream_uuid: str, stream_created: int) -> bool:
+    """Whether ``link`` names the stream with ``stream_uuid`` (created at ``stream_created``, ms).
+
+    A link without a UUID was written before links recorded one. It binds the stream that
+    existed at its path when the link was added: a stream created after the link is a newcomer
+    at an old path (the agreed stream was deleted), so it is not bound. Links added from now on
+    always carry the UUID.
+    """
+    if link.uuid is None:
+        return stream_created <= link.added
+    return link.uuid == stream_uuid
+
+
+def _agreed_uuid(link: ReplicaLink | UpstreamLink) -> str:
+    return link.uuid if link.uuid is not None else "(the one at that path when the link was added)"
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Whether data may flow from a source stream to a replica stream, and if not, why.
+
+    :param link: the source's link to the replica (None if the source does not list it).
+    :param reason: why it does not flow (None when it does).
+    :param broken: the reason is an identity mismatch (a stream recreated at a linked path):
+        an error to report, unlike a side that has simply not agreed yet.
+    """
+
+    link: ReplicaLink | None
+    reason: str | None = None
+    broken: bool = False
+
+    @property
+    def agreed(self) -> bool:
+        return self.reason is None
+
+
+def agreement(source: StreamPath, source_entry: Any, replica: StreamPath, replica_entry: Any) -> Agreement:
+    """The two-way agreement between two streams, by identity: the source lists the replica
+    and the replica lists the source as an upstream, and each link names the stream now at its
+    path (its UUID). The entries are catalog entries (``uuid``, ``created``, ``replicas``,
+    ``upstreams``)."""
+    link = find_link(source_entry.replicas, replica)
+    if link is None:
+        return Agreement(None, f"{source} does not list {replica} as a replica")
+    if not binds(link, replica_entry.uuid, replica_entry.created):
+        return Agreement(link, (
+            f"replica {replica} is now stream {replica_entry.uuid}, not the agreed stream {_agreed_uuid(link)}: "
+            f"it was deleted and recreated; remove it from {source} and add it again"), broken=True)
+    upstream = find_link(replica_entry.upstreams, source)
+    if upstream is None:
+        return Agreement(link, f"{replica} does not list {source} as an upstream")
+    if not binds(upstream, source_entry.uuid, source_entry.created):
+        return Agreement(link, (
+            f"upstream {source} is now stream {source_entry.uuid}, not the agreed stream {_agreed_uuid(upstream)}: "
+            f"it was deleted and recreated; remove the upstream from {replica} and add it again"), broken=True)
+    return Agreement(link)
 
 
 def position_key(source_uuid: str, topic: str, partition: int) -> str:
@@ -118,10 +189,16 @@ def find_link(links: Iterable, path: StreamPath):
     return next((link for link in links if link.path == wanted), None)
 
 
-def check_replica_add(source: StreamPath, replica: StreamPath, replicas: list[ReplicaLink]) -> None:
-    """Refuse a replica registration that breaks a rule."""
+def check_replica_add(source: StreamPath, replica: StreamPath, replicas: list[ReplicaLink],
+                      source_uuid: str | None = None, replica_uuid: str | None = None) -> None:
+    """Refuse a replica registration that breaks a rule.
+
+    :param source_uuid: the source stream's UUID, and ``replica_uuid`` the replica's: equal
+        UUIDs are one stream, even under two cluster names.
+    """
     if source == replica:
         raise InvalidArgument(f"stream {source} cannot be a replica of itself")
+    check_distinct(source, source_uuid, replica, replica_uuid, "a replica of")
     if find_link(replicas, replica):
         raise AlreadyExists(f"{replica} is already a replica of {source}")
     if len(replicas) >= MAX_REPLICAS:
@@ -136,14 +213,19 @@ def check_upstream_add(
     upstreams: list[UpstreamLink],
     topics_of_upstreams: Mapping[str, set[str]],
     topics_of_new: set[str],
+    replica_uuid: str | None = None,
+    upstream_uuid: str | None = None,
 ) -> None:
     """Refuse an upstream registration that breaks a rule.
 
     :param topics_of_upstreams: topic names of each existing upstream, by path.
     :param topics_of_new: topic names of the upstream being added.
+    :param replica_uuid: the replica's UUID, and ``upstream_uuid`` the upstream's (one stream
+        under two cluster names has one UUID).
     """
     if replica == upstream:
         raise InvalidArgument(f"stream {replica} cannot be an upstream of itself")
+    check_distinct(replica, replica_uuid, upstream, upstream_uuid, "an upstream of")
     if find_link(upstreams, upstream):
         raise AlreadyExists(f"{upstream} is already an upstream of {replica}")
     if len(upstreams) >= MAX_UPSTREAMS:
@@ -157,6 +239,16 @@ def check_upstream_add(
                 f"topic name conflict: upstreams {other} and {upstream} of {replica} both have "
                 f"topic(s) {', '.join(shared[:5])}{' ...' if len(shared) > 5 else ''}; topic names must be unique across upstreams"
             )
+
+
+def check_distinct(first: StreamPath, first_uuid: str | None, second: StreamPath, second_uuid: str | None,
+                   relation: str) -> None:
+    """Refuse a stream linked to itself under another name (the same UUID)."""
+    if first_uuid is not None and first_uuid == second_uuid:
+        raise InvalidArgument(
+            f"{second} is stream {first} under another name (both are stream {first_uuid}): "
+            f"a stream cannot be {relation} itself"
+        )
 
 
 def require_link(links: Iterable, path: StreamPath, owner: StreamPath, kind: str):
@@ -182,7 +274,8 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
 
 
 def has_agreement(source: StreamPath, replica_upstreams: Iterable[UpstreamLink]) -> bool:
-    """The two-way agreement: the replica lists ``source`` among its upstreams."""
+    """The replica's side of the agreement by path only: the replica lists ``source`` among
+    its upstreams. ``agreement`` also checks both identities."""
     return find_link(replica_upstreams, source) is not None
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import NotFound, StreamrepError
+from streamrep.errors import InvalidArgument, NotFound
+from streamrep.model.catalog import StreamEntry
 from streamrep.model import replication as rules
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
@@ -40,17 +41,41 @@ class CopyPlan:
         return pending
 
 
-def plan_copy(admin: StreamAdmin, source: str, destination: str) -> CopyPlan:
-    """Check permissions, create the destination with the source's metadata if it does not
-    exist, give it the source's topics, and fix the end of each source partition now."""
+def check_copy(admin: StreamAdmin, source: str | StreamPath,
+               destination: str | StreamPath) -> tuple[StreamEntry, StreamEntry | None]:
+    """The rights a copy needs, checked before anything is created or written: copyperm on
+    the source; on an existing destination produceperm, or adminperm (its administrator could
+    grant itself produceperm, and a copy that created the destination must be able to resume
+    into it); it must be another stream, by UUID. A destination that does not exist yet will
+    be created with the source's metadata, so the caller must hold the adminperm it will have.
+    Every copy (in-process, Spark driver and tasks) checks here. Gateways do not: they have the
+    implicit authority to publish into replicas.
+
+    :return: the source's entry and the destination's (None if it does not exist yet).
+    """
     src, dst = admin.path(source), admin.path(destination)
     if src == dst:
-        raise StreamrepError(f"cannot copy stream {src} into itself")
+        raise InvalidArgument(f"cannot copy stream {src} into itself")
     src_entry = admin.entry(src)
     admin.require(src_entry, src, "copyperm")
     try:
         dst_entry = admin.entry(dst)
     except NotFound:
+        admin.require_on_new(src_entry, src, dst, "adminperm")
+        return src_entry, None
+    if dst_entry.uuid == src_entry.uuid:
+        raise InvalidArgument(f"cannot copy stream {src} into itself: {dst} is the same stream {src_entry.uuid}")
+    admin.require_any(dst_entry, dst, "produceperm", "adminperm")
+    return src_entry, dst_entry
+
+
+def plan_copy(admin: StreamAdmin, source: str, destination: str) -> CopyPlan:
+    """Check permissions (``check_copy``), create the destination with the source's metadata
+    if it does not exist, give it the source's topics, and fix the end of each source
+    partition now."""
+    src, dst = admin.path(source), admin.path(destination)
+    src_entry, dst_entry = check_copy(admin, src, dst)
+    if dst_entry is None:
         dst_entry = admin.create_stream(str(dst), copymetafrom=str(src))
     source_store, dest_store = admin.store(src), admin.store(dst)
     topics = ensure_topics(source_store, src_entry.uuid, dest_store, dst_entry.uuid)
@@ -82,9 +107,9 @@ def copy_partition(source_store: Store, dest_store: Store, plan: CopyPlan, unit:
 def mark_copy_state(admin: StreamAdmin, plan: CopyPlan, copying: bool) -> None:
     """Show COPY_IN_PROGRESS on the replica link while a copy runs, if the destination is a
     registered replica of the source."""
-    links = admin.entry(plan.source).replicas
-    if rules.find_link(links, plan.destination) is None:
-        return
+    link = rules.find_link(admin.entry(plan.source).replicas, plan.destination)
+    if link is None or link.uuid not in (None, plan.destination_uuid):
+        return  # not a replica, or a link to the stream that was at this path before
     state = ReplicaState.COPY_IN_PROGRESS if copying else ReplicaState.WAITING_FOR_GATEWAY
     admin.set_replica_state(str(plan.source), str(plan.destination), state)
 

@@ -1,8 +1,9 @@
 """Which source streams flow into which replicas of a destination cluster.
 
 A flow exists only while the two-way agreement holds: the replica lists the source as an
-upstream and the source lists the replica. It moves data only while not paused. Everything
-that blocks a flow is reported with a reason, so ``replica list`` can say why.
+upstream and the source lists the replica, and both links name the streams now at their paths
+(by UUID: a stream recreated at an agreed path is a stranger). It moves data only while not
+paused. Everything that blocks a flow is reported with a reason, so ``replica list`` can say why.
 """
 
 from __future__ import annotations
@@ -52,19 +53,22 @@ def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Block
             except StreamrepError as err:
                 blocked.append(Blocked(source, replica, str(err)))
                 continue
-            flow = agreed_flow(source, source_entry, replica, replica_entry)
-            if flow is None:
-                blocked.append(Blocked(source, replica, f"{source} does not list {replica} as a replica"))
+            found = rules.agreement(source, source_entry, replica, replica_entry)
+            if found.agreed:
+                flows.append(flow_of(source, source_entry, replica, replica_entry, found.link))
             else:
-                flows.append(flow)
+                blocked.append(Blocked(source, replica, found.reason))
     return flows, blocked
 
 
 def agreed_flow(source: StreamPath, source_entry: StreamEntry, replica: StreamPath,
                 replica_entry: StreamEntry) -> Flow | None:
-    """The flow from ``source`` to ``replica`` if both sides agree, else None."""
-    link = rules.find_link(source_entry.replicas, replica)
-    if link is None or not rules.has_agreement(source, replica_entry.upstreams):
-        return None
+    """The flow from ``source`` to ``replica`` if both sides agree on both identities, else None."""
+    found = rules.agreement(source, source_entry, replica, replica_entry)
+    return flow_of(source, source_entry, replica, replica_entry, found.link) if found.agreed else None
+
+
+def flow_of(source: StreamPath, source_entry: StreamEntry, replica: StreamPath, replica_entry: StreamEntry,
+            link: rules.ReplicaLink) -> Flow:
     return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous,
                 link.state, link.error)

@@ -84,6 +84,7 @@ class Gateway:
 
     def __init__(self, admin: StreamAdmin, cluster: str, gateway_id: str | None = None,
                  expiry: float = HEARTBEAT_EXPIRY_SECONDS):
+        admin.require_cluster_admin(cluster)  # a gateway acts with its cluster's authority
         self.admin = admin
         self.cluster = cluster
         self.id = gateway_id or default_gateway_id()

@@ -1,4 +1,13 @@
-"""``stream replica autosetup``: the whole setup as one command, in the seeds' order."""
+"""``stream replica autosetup``: the whole setup as one command, in the seeds' order.
+
+An autosetup that fails part-way (an error, a lost cluster, a ``kill -9``) is completed by
+running the same command again; it is never rolled back. The replica it creates carries the
+source's UUID (``autosetup_from``) from the moment it exists until the last step (resuming the
+replica) clears it. A rerun accepts a replica with that mark and performs only the steps still
+missing: each step finds its work done or does it, and the copy resumes from the positions it
+recorded, so nothing is copied twice. A replica without the mark (a finished autosetup, or a
+stream made any other way) is refused, as the seeds say.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,8 @@ from typing import Any, Callable
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlreadyExists, NotFound
+from streamrep.model import replication as rules
+from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
 from streamrep.replication.copy import copy_stream
 
@@ -13,42 +24,84 @@ Copier = Callable[[StreamAdmin, str, str], dict]
 
 
 def check_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[StreamPath, StreamPath]:
-    """The precondition of autosetup: the caller may administer and copy the source, and the
-    replica stream does not exist yet (autosetup creates it; the seeds: "If the replica
-    already exists, the command terminates with an error message")."""
+    """The precondition of autosetup, checked before anything is created: the caller may
+    administer and copy the source (so it may administer the replica it creates with the
+    source's ACEs, which lets its copy step write into it). The replica stream must not exist yet (the seeds:
+    "If the replica already exists, the command terminates with an error message"), unless an
+    unfinished autosetup of this same source created it: then this run completes it."""
     src, dst = admin.path(path), admin.path(replica)
-    admin.require(admin.entry(src), src, "adminperm", "copyperm")
+    src_entry = admin.entry(src)
+    admin.require(src_entry, src, "adminperm", "copyperm")
     try:
-        admin.entry(dst)
+        dst_entry = admin.entry(dst)
     except NotFound:
         return src, dst
-    raise AlreadyExists(f"replica stream {dst} already exists; autosetup creates it (use the manual setup steps instead)")
+    if dst_entry.autosetup_from is None or dst_entry.autosetup_from != src_entry.uuid:
+        raise AlreadyExists(
+            f"replica stream {dst} already exists; autosetup creates it (use the manual setup steps instead)"
+        )
+    return src, dst
+
+
+def begin_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[StreamPath, StreamPath]:
+    """Check the precondition and create the replica marked as this autosetup's (or find it
+    from an earlier, unfinished run). Safe to retry."""
+    src, dst = check_autosetup(admin, path, replica)
+    source_uuid = admin.entry(src).uuid
+    try:
+        admin.create_stream(str(dst), copymetafrom=str(src), autosetup_from=source_uuid)
+    except AlreadyExists:
+        if admin.entry(dst).autosetup_from != source_uuid:  # created by someone else meanwhile
+            raise
+    return src, dst
+
+
+def _ensure_replica(admin: StreamAdmin, src: StreamPath, dst: StreamPath, synchronous: bool) -> None:
+    """``replica add -paused true``, or the link an earlier run added (it may be resumed already)."""
+    try:
+        admin.add_replica(str(src), str(dst), paused=True, synchronous=synchronous)
+    except AlreadyExists:
+        link = rules.find_link(admin.entry(src).replicas, dst)
+        if link is None or link.synchronous != synchronous or not _binds(link, admin.entry(dst)):
+            raise
+
+
+def _ensure_upstream(admin: StreamAdmin, dst: StreamPath, src: StreamPath) -> None:
+    """``upstream add``, or the link an earlier run added."""
+    try:
+        admin.add_upstream(str(dst), str(src))
+    except AlreadyExists:
+        link = rules.find_link(admin.entry(dst).upstreams, src)
+        if link is None or not _binds(link, admin.entry(src)):
+            raise
+
+
+def _binds(link: Any, entry: StreamEntry) -> bool:
+    return rules.binds(link, entry.uuid, entry.created)
 
 
 def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = False,
               synchronous: bool = False, copier: Copier = copy_stream) -> dict[str, Any]:
     """Create the replica, register it paused, agree upstream, copy, (reverse link for
-    multi-master), resume.
+    multi-master), resume. If it fails part-way, the same call again completes it (see the
+    module's docstring).
 
     :param copier: runs the copy (in-process by default; the CLI and Airflow pass a Spark one).
     """
-    src, dst = check_autosetup(admin, path, replica)
-    steps = []
-    admin.create_stream(str(dst), copymetafrom=str(src))
-    steps.append("create")
-    admin.add_replica(str(src), str(dst), paused=True, synchronous=synchronous)
+    src, dst = begin_autosetup(admin, path, replica)
+    steps = ["create"]
+    _ensure_replica(admin, src, dst, synchronous)
     steps.append("replica add -paused true")
-    admin.add_upstream(str(dst), str(src))
+    _ensure_upstream(admin, dst, src)
     steps.append("upstream add")
     copied = copier(admin, str(src), str(dst))
     steps.append("copystream")
     if multimaster:
-        admin.add_replica(str(dst), str(src), paused=True, synchronous=synchronous)
-        admin.add_upstream(str(src), str(dst))
+        _ensure_replica(admin, dst, src, synchronous)
+        _ensure_upstream(admin, src, dst)
         steps.append("reverse replica add + upstream add")
-    admin.resume_replica(str(src), str(dst))
-    if multimaster:
         admin.resume_replica(str(dst), str(src))
+    admin.resume_replica(str(src), str(dst))  # last: it finishes the autosetup
     steps.append("resume")
     return {"path": str(src), "replica": str(dst), "multimaster": multimaster, "synchronous": synchronous,
             "steps": steps, "copied": copied["messages"]}

@@ -63,7 +63,7 @@ from streamrep.client.config import Clusters, default_home
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath, parse_stream_path
-from streamrep.replication.copy import plan_copy
+from streamrep.replication.copy import check_copy, plan_copy
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
 
@@ -412,9 +412,10 @@ class CopyReader(DataSourceReader):
             except (ValueError, AttributeError, TypeError):
                 raise InvalidArgument("option ends must be a JSON object of source partition ends") from None
             src, dst = admin.path(self.source), admin.path(self.destination)
-            src_entry = admin.entry(src)
-            admin.require(src_entry, src, "copyperm")
-            dst_uuid = admin.entry(dst).uuid
+            src_entry, dst_entry = check_copy(admin, src, dst)
+            if dst_entry is None:
+                raise NotFound(f"stream {dst} does not exist (plan the copy with plan_copy first)")
+            dst_uuid = dst_entry.uuid
             units = {}
             for key, end in ends.items():
                 uuid, topic, partition = key.rsplit("|", 2)
@@ -561,6 +562,7 @@ def _write_copy(home: str | None, destination: str, batches: Iterator[pa.RecordB
     for batch in batches:
         for unit, messages in batch_runs(batch):
             if unit not in starts:
+                check_copy(admin, unit.source, dst)  # the rights every copy needs, per source
                 source_store = admin.store(unit.source)
                 ensure_topics(source_store, unit.source_uuid, dest_store, dst_entry.uuid, only=[unit.topic])
                 starts[unit] = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]

@@ -1,0 +1,223 @@
+"""The permission matrix: every command that reads or writes a stream or a cluster, run through
+the real CLI (in-process, identity from ``STREAMREP_USER``) by the owner, by a user holding one
+single right, and by a user with none. Each is allowed or refused as README's "Permissions"
+table says, and this file checks that the README's table is this table.
+
+One world (two clusters, streams linked both ways, messages, a consumer group, a gateway list) is
+built once and copied for every case, so each command runs against the same fresh state.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from streamrep.cli.main import run
+from streamrep.client import Clusters, Consumer, Producer, StreamAdmin
+from streamrep.model.ace import Identity
+from streamrep.model.stream import PERMISSIONS
+from streamrep.replication.gateway import Gateway
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+SF = "/mapr/sanfrancisco/activity"
+NY = "/mapr/newyork/activity"  # SF's agreed replica
+SPARE = "/mapr/newyork/spare"  # a stream with the same ACEs, linked to nothing
+
+# The identities, by the right each holds (on every stream, or on both clusters).
+USERS = {
+    "owner": "alice",  # created everything: every right
+    "produceperm": "pat",
+    "consumeperm": "cole",
+    "topicperm": "tess",
+    "copyperm": "cody",
+    "adminperm": "ada",
+    "cluster admin": "cal",
+    "none": "nobody",
+}
+ROLES = tuple(USERS)
+
+# command -> (its arguments, the roles allowed). The owner holds every right.
+ALL = set(ROLES)
+MATRIX: dict[str, tuple[list[str], set[str]]] = {
+    "stream create": (["-path", "/mapr/sanfrancisco/new"], ALL),
+    "stream edit": (["-path", SF, "-ttl", "100"], {"owner", "adminperm"}),
+    "stream delete": (["-path", SPARE], {"owner", "adminperm"}),
+    "stream info": (["-path", SF], ALL),
+    "stream list": (["-cluster", "sanfrancisco"], ALL),
+    "stream topic create": (["-path", SF, "-topic", "views"], {"owner", "topicperm"}),
+    "stream topic edit": (["-path", SF, "-topic", "clicks", "-partitions", "3"], {"owner", "topicperm"}),
+    "stream topic delete": (["-path", SF, "-topic", "clicks"], {"owner", "topicperm"}),
+    "stream topic list": (["-path", SF], {"owner", "produceperm", "consumeperm", "topicperm"}),
+    "stream topic info": (["-path", SF, "-topic", "clicks"], {"owner", "produceperm", "consumeperm", "topicperm"}),
+    "stream replica add": (["-path", SF, "-replica", SPARE], {"owner"}),
+    "stream replica list": (["-path", SF], ALL),
+    "stream replica pause": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
+    "stream replica resume": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
+    "stream replica remove": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
+    "stream replica autosetup": (["-path", SF, "-replica", "/mapr/newyork/auto", "-engine", "local"], {"owner"}),
+    "stream upstream add": (["-path", SPARE, "-upstream", SF], {"owner", "adminperm"}),
+    "stream upstream list": (["-path", NY], ALL),
+    "stream upstream remove": (["-path", NY, "-upstream", SF], {"owner", "adminperm"}),
+    "copystream": (["-src", SF, "-dst", SPARE, "-engine", "local"], {"owner"}),
+    "copystream (new destination)": (["-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"], {"owner"}),
+    "produce": (["-path", f"{SF}:clicks"], {"owner", "produceperm"}),
+    "consume": (["-path", f"{SF}:clicks", "-fromstart", "true", "-max", "1", "-group", "g2"],
+                {"owner", "consumeperm"}),
+    "stream cursor translate": (["-path", SF, "-replica", NY, "-group", "g1", "-commit", "true"],
+                                {"owner", "consumeperm"}),
+    "cluster gateway set": (["-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco"],
+                            {"owner", "cluster admin"}),
+    "cluster gateway get": (["-dstcluster", "newyork", "-cluster", "sanfrancisco"], ALL),
+    "cluster gateway list": (["-cluster", "sanfrancisco"], ALL),
+    "cluster gateway delete": (["-dstcluster", "newyork", "-cluster", "sanfrancisco"], {"owner", "cluster admin"}),
+    "cluster ace get": (["-cluster", "sanfrancisco"], ALL),
+    "cluster ace set": (["-cluster", "sanfrancisco", "-adminperm", "u:alice | u:cal | u:ada"],
+                        {"owner", "cluster admin"}),
+    "gateway run": (["-cluster", "newyork", "-id", "gw1", "-engine", "local", "-once", "true"],
+                    {"owner", "cluster admin"}),
+}
+
+
+def ace_for(right: str) -> str:
+    return f"u:alice | u:{USERS[right]}"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """The STREAMREP_HOME every case starts from (built once, as alice)."""
+    home = tmp_path_factory.mktemp("world")
+    alice = StreamAdmin(Clusters(str(home)), Identity("alice"))
+    for cluster in ("sanfrancisco", "newyork"):
+        alice.add_cluster(cluster)
+        alice.set_cluster_ace(f"u:alice | u:{USERS['cluster admin']}", cluster)
+    acls = {perm: ace_for(perm) for perm in PERMISSIONS}
+    alice.create_stream(SF, defaultpartitions=2, ttl=0, **acls)
+    alice.create_topic(SF, "clicks")
+    with Producer(alice) as producer:
+        for i in range(6):
+            producer.send(f"{SF}:clicks", f"m{i}".encode())
+    consumer = Consumer(f"{SF}:clicks", group="g1", from_start=True, admin=alice)
+    consumer.poll(3, timeout=0.2)
+    consumer.commit()
+    alice.create_stream(NY, copymetafrom=SF)
+    alice.create_stream(SPARE, copymetafrom=SF)
+    alice.add_replica(SF, NY)
+    alice.add_upstream(NY, SF)
+    gateway = Gateway(alice, "newyork", "gw1")
+    gateway.run_once(whole=True)
+    gateway.stop()
+    alice.set_gateways("newyork", "gw1", cluster="sanfrancisco")
+    alice.clusters.close()
+    return home
+
+
+def fresh_copy(world: Path, tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    shutil.copytree(world, home)
+    registry = home / "clusters.json"
+    registry.write_text(registry.read_text().replace(str(world), str(home)))
+    return home
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize("command", sorted(MATRIX))
+def test_command_allowed_or_refused(world, tmp_path, monkeypatch, command, role):
+    home = fresh_copy(world, tmp_path)
+    monkeypatch.setenv("STREAMREP_HOME", str(home))
+    monkeypatch.setenv("STREAMREP_USER", USERS[role])
+    monkeypatch.setenv("STREAMREP_GROUPS", "")
+    monkeypatch.delenv("STREAMREP_DEFAULT_CLUSTER", raising=False)
+    args, allowed = MATRIX[command]
+    words = command.split(" (")[0].split()
+    out, err = io.StringIO(), io.StringIO()
+    status = run([*words, *args], out=out, err=err, stdin=io.StringIO("hello\n"))
+    if role in allowed:
+        assert status == 0, f"{command} as {role}: {err.getvalue()}"
+    else:
+        assert status == 1, f"{command} as {role} was not refused"
+        assert re.fullmatch(rf"streamrep: error: user {USERS[role]} (does not have|has none of|would not have) "
+                            r"\w+perm(, \w+perm)* on (stream|cluster) .+\n", err.getvalue()), err.getvalue()
+
+
+def test_a_refused_command_changes_nothing(world, tmp_path, monkeypatch):
+    home = fresh_copy(world, tmp_path)
+    monkeypatch.setenv("STREAMREP_HOME", str(home))
+    monkeypatch.setenv("STREAMREP_USER", USERS["adminperm"])
+    monkeypatch.setenv("STREAMREP_GROUPS", "")
+    before = StreamAdmin(Clusters(str(home)), Identity("alice"))
+    spare_uuid = before.entry(SPARE).uuid
+    assert run(["copystream", "-src", SF, "-dst", SPARE, "-engine", "local"], io.StringIO(), io.StringIO()) == 1
+    assert run(["copystream", "-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"],
+               io.StringIO(), io.StringIO()) == 1
+    assert before.entry(SPARE).uuid == spare_uuid and before.list_topics(SPARE) == []
+    assert [e.path for e in before.list_streams("newyork")] == ["/activity", "/spare"]
+
+
+def readme_table() -> dict[str, dict[str, bool]]:
+    """README's "Permissions" table: command -> role -> allowed."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("\n## Permissions\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    header = next(line for line in section.splitlines() if line.startswith("| command"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    table = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        table[cells[0].strip("`")] = {col: cells[i] == "yes" for i, col in enumerate(columns) if col in ROLES}
+    return table
+
+
+def test_the_readme_table_is_this_table():
+    table = readme_table()
+    assert set(table) == set(MATRIX)
+    for command, (_, allowed) in MATRIX.items():
+        assert table[command] == {role: role in allowed for role in ROLES}, command
+
+
+def test_the_cluster_creator_administers_it_and_may_hand_it_over(empty_home, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    assert run(["cluster", "add", "-name", "sanfrancisco"], io.StringIO(), io.StringIO()) == 0
+    out = io.StringIO()
+    assert run(["cluster", "ace", "get", "-cluster", "sanfrancisco", "-json"], out, io.StringIO()) == 0
+    assert json.loads(out.getvalue())["data"] == [{"cluster": "sanfrancisco", "adminperm": "u:alice",
+                                                   "creator": "alice"}]
+    assert run(["cluster", "ace", "set", "-adminperm", "u:bob"], io.StringIO(), io.StringIO()) == 0
+    err = io.StringIO()
+    assert run(["cluster", "ace", "set", "-adminperm", "u:alice"], io.StringIO(), err) == 1
+    assert err.getvalue() == ("streamrep: error: user alice does not have adminperm on cluster sanfrancisco "
+                              "(adminperm is 'u:bob')\n")
+    monkeypatch.setenv("STREAMREP_USER", "bob")
+    err = io.StringIO()
+    assert run(["cluster", "ace", "set", "-adminperm", ""], io.StringIO(), err) == 1
+    assert "an empty ACE would lock everyone out" in err.getvalue()
+
+
+def test_a_cluster_without_an_ace_document_is_open_until_one_is_set(home):
+    # ``home`` registers its clusters with Clusters.add, as releases before cluster ACEs did
+    bob = StreamAdmin(home, Identity("bob"))
+    assert bob.get_cluster_ace("sanfrancisco")["adminperm"] is None
+    bob.set_gateways("newyork", "gw1", cluster="sanfrancisco")
+    carol = StreamAdmin(home, Identity("carol"))
+    carol.set_cluster_ace("u:carol", "sanfrancisco")
+    with pytest.raises(Exception, match="user bob does not have adminperm on cluster sanfrancisco"):
+        bob.delete_gateways("newyork", cluster="sanfrancisco")
+
+
+def test_registering_an_existing_cluster_does_not_make_the_caller_its_admin(home, tmp_path):
+    # sanfrancisco was made before cluster ACEs (no ACE document) and holds a stream
+    StreamAdmin(home, Identity("alice")).create_stream(SF)
+    url = home.get("sanfrancisco").url
+    bob = StreamAdmin(Clusters(str(tmp_path / "bobs-home")), Identity("bob"))
+    bob.add_cluster("sf", url)  # bob registers the same cluster in his own registry
+    assert bob.get_cluster_ace("sf")["adminperm"] is None
+    carol = StreamAdmin(Clusters(str(tmp_path / "carols-home")), Identity("carol"))
+    carol.add_cluster("fresh")  # a new, empty cluster is its creator's
+    assert carol.get_cluster_ace("fresh")["adminperm"] == "u:carol"
+    bob.add_cluster("fresh2", carol.clusters.get("fresh").url)
+    assert bob.get_cluster_ace("fresh2")["adminperm"] == "u:carol"  # an existing ACE is kept
+    bob.clusters.close()
+    carol.clusters.close()
