@@ -237,3 +237,22 @@ def test_links_from_older_or_newer_catalogs_load():
     # a link without a UUID binds the stream that existed when it was added, not a later one
     assert binds(old, "any", 1000) and not binds(old, "any", 1001)
     assert binds(newer, "u1", 10**15) and not binds(newer, "u2", 0)
+
+
+def test_a_producer_does_not_wait_for_a_synchronous_replica_recreated_at_its_path(admin):
+    """The synchronous wait uses the same identity rule as the gateways: a replica deleted and
+    recreated at the linked path gets nothing applied, so the producer neither waits for it nor
+    marks it fallen back to asynchronous (it would, with a path-only check)."""
+    admin.create_stream(SF, ttl=0)
+    admin.create_topic(SF, "clicks")
+    admin.create_stream(NY, copymetafrom=SF)
+    admin.add_replica(SF, NY, synchronous=True)
+    admin.add_upstream(NY, SF)
+    admin.delete_stream(NY)
+    admin.create_stream(NY, copymetafrom=SF)
+    admin.add_upstream(NY, SF)  # the new stream agrees, but the source's link names the old one
+    with Producer(admin, sync_timeout=0) as producer:
+        producer.send(f"{SF}:clicks", b"x")
+    [link] = admin.entry(SF).replicas
+    assert link.state != "REPLICA_STATE_SYNC_FELL_BACK_TO_ASYNC"
+    assert producer.warnings == []

@@ -19,7 +19,6 @@ from streamrep.model.replication import (
     check_upstream_add,
     effective_state,
     find_link,
-    has_agreement,
     require_link,
     validate_gateways,
 )
@@ -182,12 +181,6 @@ def test_duplicate_gateway():
 
 
 # --- agreement and state ----------------------------------------------------------
-
-
-def test_has_agreement():
-    assert has_agreement(SRC, [UpstreamLink(str(SRC))])
-    assert not has_agreement(SRC, [])
-    assert not has_agreement(SRC, [UpstreamLink("/mapr/newyork/activity")])
 
 
 def test_effective_state_waits_for_upstream_without_agreement():

@@ -239,7 +239,7 @@ class Producer:
             replica_entry = self.admin.entry(replica)
         except NotFound:
             return
-        if not rules.has_agreement(sp, replica_entry.upstreams):
+        if not rules.agreement(sp, entry, replica, replica_entry).agreed:
             return  # no gateway will apply anything: there is nothing to wait for
         store = self.admin.store(replica)
         targets = {rules.position_key(entry.uuid, tp.topic, p): end

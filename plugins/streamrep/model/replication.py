@@ -273,12 +273,6 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
     return names
 
 
-def has_agreement(source: StreamPath, replica_upstreams: Iterable[UpstreamLink]) -> bool:
-    """The replica's side of the agreement by path only: the replica lists ``source`` among
-    its upstreams. ``agreement`` also checks both identities."""
-    return find_link(replica_upstreams, source) is not None
-
-
 def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None,
                     no_gateway: str | None = None) -> tuple[str, str | None]:
     """The state ``replica list`` shows, and its error. In order: an error (stored by a gateway,
