@@ -171,7 +171,7 @@ def kill_mid_flight(parent: subprocess.Popen, job: Job, sig: int, admin, stream:
 
 
 # -- the CLI ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_gateway_run_dies_with_the_cli_and_a_restart_is_exact(backlog, cli, child_env, tmp_path, reaper, sig):
     admin, values = backlog
     log = tmp_path / "gateway.log"
@@ -179,10 +179,13 @@ def test_gateway_run_dies_with_the_cli_and_a_restart_is_exact(backlog, cli, chil
     reaper.append(job := Job(parent.pid, "gateway"))
 
     kill_mid_flight(parent, job, sig, admin, REPLICA)
-    if sig == signal.SIGTERM:  # an orderly stop: one line, non-zero, the heartbeat withdrawn
-        assert parent.returncode == 1
-        assert log.read_text().splitlines()[-1] == "streamrep: error: stopped by SIGTERM"
-        assert "Traceback" not in log.read_text()
+    if sig != signal.SIGKILL:  # an orderly stop: the CLI's exit status, no traceback, the heartbeat withdrawn
+        output = log.read_text()
+        if sig == signal.SIGTERM:
+            assert (parent.returncode, output.splitlines()[-1]) == (1, "streamrep: error: stopped by SIGTERM")
+        else:
+            assert parent.returncode == 130  # Ctrl-C, as for every command
+        assert "Traceback" not in output
         assert "g1" not in admin.store(admin.path(REPLICA)).catalog_list(HEARTBEAT_KIND)
 
     # The restart on Spark after SIGKILL also meets the checkpoint the killed job left; the
