@@ -160,9 +160,12 @@ def kill_mid_flight(parent: subprocess.Popen, job: Job, sig: int, admin, stream:
     wait_for(lambda: held(admin, stream) > 0 or parent.poll() is not None, 600, f"{stream} to grow")
     assert parent.poll() is None, f"the job's parent exited early with {parent.returncode}"
     job.record()
+    killed = time.monotonic()
     os.kill(parent.pid, sig)
     parent.wait(timeout=GONE_WITHIN)
     job.assert_all_gone()
+    print(f"\n{signal.Signals(sig).name} of the parent: the job's {len(job.pids)} processes gone after "
+          f"{time.monotonic() - killed:.1f}s")
     at_stop = count(admin, stream)
     assert 0 < at_stop < BACKLOG, f"{at_stop} of {BACKLOG}: the job was not stopped mid-flight"
     time.sleep(1)  # nothing of the job runs any more: nothing may arrive
