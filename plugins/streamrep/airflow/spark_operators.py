@@ -14,6 +14,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
@@ -22,7 +23,7 @@ from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.replication.copy import mark_copy_state, plan_copy, summary
 from streamrep.replication.flows import flows_into
-from streamrep.spark.submit import application, master_url, submit_env
+from streamrep.spark.submit import application, master_url, stop_job, submit_env, tether
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -30,6 +31,24 @@ if TYPE_CHECKING:
 LOCAL_SPARK_CONN_ID = "streamrep_spark_local"
 APP_ERROR_PREFIX = "ERROR: "  # how the spark_apps report an error: one line on stderr
 SUBMIT_ENV_KEYS = ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONUNBUFFERED")
+# Airflow's supervisor sends SIGKILL 5 s after SIGTERM; the job must be stopped before that.
+ON_KILL_GRACE_SECONDS = 3.0
+
+
+class TetheredSparkSubmitHook(SparkSubmitHook):
+    """A SparkSubmitHook whose spark-submit is tied to the task process
+    (``streamrep.spark.submit.tether``): the job stops when that process dies, SIGKILL included,
+    and ``on_kill`` (a timeout, the task marked failed or success) stops the whole job, the
+    Python driver and workers with the JVM."""
+
+    def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        return super().submit(application, **{**kwargs, **tether()})
+
+    def on_kill(self) -> None:
+        if self._submit_sp is not None and self._submit_sp.poll() is None:
+            self.log.info("Stopping the Spark job of pid %s and every process it started", self._submit_sp.pid)
+            stop_job(self._submit_sp, grace=ON_KILL_GRACE_SECONDS)
+        super().on_kill()
 
 
 class StreamrepSparkSubmitOperator(SparkSubmitOperator):
@@ -68,6 +87,11 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
             os.environ[f"AIRFLOW_CONN_{LOCAL_SPARK_CONN_ID.upper()}"] = json.dumps(
                 {"conn_type": "spark", "host": master})
             self._conn_id = LOCAL_SPARK_CONN_ID
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        hook.__class__ = TetheredSparkSubmitHook  # keeps every setting the provider passes to its hook
+        return hook
 
     def execute(self, context: Context) -> Any:
         hook = StreamrepHook(self.streamrep_conn_id)

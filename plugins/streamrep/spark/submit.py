@@ -4,6 +4,10 @@
 application args, conf); ``spark_submit_command`` the full command and environment for a
 local run; ``run_app`` / ``start_app`` run it.
 
+A job never outlives the process that started it: ``tether()`` gives the ``subprocess.Popen``
+options every launch uses (the CLI's and the Airflow operators'), and ``stop_job`` stops a job
+with everything it started. See "the job's lifetime" below for why these mechanisms.
+
 The apps live in ``<repo>/spark_apps/<app>.py`` (``STREAMREP_SPARK_APPS`` overrides the
 folder). The master is ``local[2]`` unless ``STREAMREP_SPARK_MASTER`` or ``master`` says
 otherwise. Every Python process Spark starts runs this interpreter (the venv that has
@@ -12,16 +16,26 @@ streamrep and pyarrow), and ``spark-submit`` is taken from this venv first.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
+
+
+class Terminated(StreamrepError):
+    """The launcher was asked to stop (SIGTERM, SIGHUP) while its Spark job ran; the job was
+    stopped first."""
 
 APPS = ("copystream", "gateway")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
@@ -143,6 +157,130 @@ def spark_submit_command(app: str, args: Sequence[str] = (), master: str | None 
     return argv, run_env
 
 
+# -- the job's lifetime: it never outlives its launcher -----------------------------------
+# A job is spark-submit's JVM. In local mode the JVM starts the Python driver (the app), and
+# pyspark's daemon, which forks the Python workers and makes its own process group. Why these
+# mechanisms (all set by ``tether()``, used by every launcher: the CLI, the tests, the operators):
+# * The kernel ends the job when its launcher dies: PR_SET_PDEATHSIG on the JVM. Unlike a
+#   watchdog polling a pid, it fires on every death, SIGKILL included, at once, with no pid
+#   reuse race and no code in the job. The rest follows the JVM: the driver's next py4j call
+#   fails (it exits through its ``finally``, withdrawing the gateway's heartbeat), and the
+#   daemon exits and kills its workers when its stdin, a pipe from the JVM, closes.
+#   The signal is SIGTERM, so the JVM's shutdown hooks stop the SparkContext and delete its
+#   temporary folders. It fires when the *thread* that started the job ends: each launcher
+#   waits for its job in that thread.
+# * The job is a session of its own: a terminal's Ctrl-C reaches the launcher alone, which stops
+#   the job in order (``stop_job``: SIGTERM to the JVM and the driver, which stops its query),
+#   and escalates to SIGKILL for the whole tree if that takes too long.
+# Positions are committed with the messages, so wherever a stop lands, a restart is exact.
+PR_SET_PDEATHSIG = 1
+STOP_GRACE_SECONDS = 15.0  # for the driver to stop its query and the JVM its SparkContext
+_prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before any fork
+
+
+def _die_with(launcher: int) -> None:
+    """Runs in the job's process between fork and exec: SIGTERM when ``launcher`` dies, and
+    no start at all if it died before this."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != launcher:
+        os._exit(1)
+
+
+def tether() -> dict:
+    """``subprocess.Popen`` options that tie a job to this process (see above)."""
+    return {"start_new_session": True, "preexec_fn": functools.partial(_die_with, os.getpid())}
+
+
+def _parents() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    return children
+
+
+def job_processes(pid: int) -> list[int]:
+    """``pid`` and every live process below it: the JVM, the Python driver, pyspark's daemons
+    and workers (read from /proc)."""
+    children = _parents()
+    found, todo = [pid], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal(pids: Sequence[int], sig: int) -> None:
+    """``sig`` to ``pids`` and to the process groups they lead (pyspark's daemons lead theirs)."""
+    for pid in pids:
+        for send in (os.killpg, os.kill):
+            try:
+                send(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def stop_job(proc: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> int:
+    """Stop a tethered job and all it started: SIGTERM to its session's group (the JVM, and the
+    driver, which stops its query and withdraws its heartbeat), then SIGKILL to every process of
+    the job still there after ``grace`` seconds. Returns the job's exit status."""
+    tree = job_processes(proc.pid)  # before the JVM goes and its children are reparented
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal([*tree, *job_processes(proc.pid)[1:]], signal.SIGKILL)
+    return proc.wait()
+
+
+class _TerminatedBySignal:
+    """While a job runs in the foreground of the main thread, SIGTERM and SIGHUP raise
+    ``Terminated`` (SIGINT already raises KeyboardInterrupt), so the launcher stops the job
+    before it goes."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __enter__(self):
+        self.saved = {}
+        if threading.current_thread() is threading.main_thread():
+            self.saved = {sig: signal.signal(sig, self._raise) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.saved.items():
+            signal.signal(sig, handler)
+
+    @staticmethod
+    def _raise(signum, frame):
+        raise Terminated(f"stopped by {signal.Signals(signum).name}")
+
+
+@contextmanager
+def foreground_job(argv: Sequence[str], env: Mapping[str, str], **popen) -> Iterator[subprocess.Popen]:
+    """Start a tethered job and yield it; if the block ends with an exception (Ctrl-C, SIGTERM
+    or SIGHUP of this process, a timeout) the job is stopped with ``stop_job`` first."""
+    with _TerminatedBySignal():
+        try:
+            proc = subprocess.Popen(argv, env=env, **{**popen, **tether()})
+        except FileNotFoundError:
+            raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment") from None
+        with proc:
+            try:
+                yield proc
+            except BaseException:
+                stop_job(proc)
+                raise
+
+
 @dataclass
 class AppResult:
     returncode: int
@@ -156,22 +294,21 @@ class AppResult:
 
 def run_app(app: str, args: Sequence[str] = (), master: str | None = None, conf: Mapping[str, str] | None = None,
             env: Mapping[str, str] | None = None, timeout: float | None = None) -> AppResult:
-    """Run ``app`` to completion with spark-submit; its output is captured."""
+    """Run ``app`` to completion with spark-submit, tethered to this process; its output is
+    captured. A timeout stops the job and raises ``subprocess.TimeoutExpired``."""
     argv, run_env = spark_submit_command(app, args, master, conf, env)
-    try:
-        proc = subprocess.run(argv, env=run_env, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment") from None
-    return AppResult(proc.returncode, proc.stdout, proc.stderr)
+    with foreground_job(argv, run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    return AppResult(proc.returncode, stdout, stderr)
 
 
 def start_app(app: str, args: Sequence[str] = (), master: str | None = None, conf: Mapping[str, str] | None = None,
               env: Mapping[str, str] | None = None, **popen) -> subprocess.Popen:
-    """Start ``app`` with spark-submit in the background; ``popen`` goes to subprocess.Popen
-    (``start_new_session=True`` puts Spark's JVM and Python workers in one process group)."""
+    """Start ``app`` with spark-submit in the background, tethered to this process (it stops
+    when this process dies; ``stop_job`` stops it); ``popen`` goes to subprocess.Popen."""
     argv, run_env = spark_submit_command(app, args, master, conf, env)
     try:
-        return subprocess.Popen(argv, env=run_env, **popen)
+        return subprocess.Popen(argv, env=run_env, **{**popen, **tether()})
     except FileNotFoundError:
         raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment") from None
 
@@ -207,11 +344,12 @@ def run_gateway(cluster: str, gateway_id: str | None = None, once: bool = False,
     args += ["--once"] if once else []
     argv, run_env = spark_submit_command("gateway", args)
     errors = []
-    with subprocess.Popen(argv, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+    with foreground_job(argv, run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:  # passed through as it comes; the app's own error line is kept
             if not line.startswith(JVM_NOISE):
                 sys.stderr.write(line)
             if line.startswith("ERROR: "):
                 errors.append(line.rstrip("\n"))
+        proc.wait()
     if proc.returncode != 0:
         raise _failure("gateway", AppResult(proc.returncode, "\n".join(errors), ""))
