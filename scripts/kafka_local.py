@@ -420,13 +420,28 @@ def _main(argv: list[str]) -> int:
         reason = install()
         if reason:
             raise KafkaLocalError(reason)
-        # Both JVMs start together; then each is waited for.
-        processes = [launch(broker) for broker in brokers]
-        for broker, process in zip(brokers, processes):
-            wait_ready(broker, process)
+        # Both JVMs start together; then each is waited for. One failing leaves the other running.
+        failures: list[KafkaLocalError] = []
+        launched: dict[str, subprocess.Popen | None] = {}
+        for broker in brokers:
+            try:
+                launched[broker.name] = launch(broker)
+            except KafkaLocalError as err:
+                failures.append(err)
+        for broker in brokers:
+            if broker.name not in launched:
+                continue
+            process = launched[broker.name]
+            try:
+                wait_ready(broker, process)
+            except KafkaLocalError as err:
+                failures.append(err)
+                continue
             print(f"{broker.name}: {'started' if process else 'already running'} on {broker.bootstrap}"
                   f" (data and logs in {_relative(broker.home)}/)")
-        return 0
+        for err in failures:
+            print(f"run: {err}", file=sys.stderr)
+        return 1 if failures else 0
     if command == "stop":
         for broker in brokers:
             print(f"{broker.name}: {'stopped' if stop(broker) else 'was not running'}")
