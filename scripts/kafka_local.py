@@ -303,13 +303,15 @@ def launch(broker: Broker, *, die_with_parent: bool = False) -> subprocess.Popen
     :param broker: the broker to start; a running one is left as it is
     :param die_with_parent: kill the broker when the calling process dies (test sessions)
     :returns: the new process, or ``None`` if the broker was already running
-    :raises KafkaLocalError: no jars, a port taken by another process, or a failed format
+    :raises KafkaLocalError: no jars or java, a port taken by another process, or a failed format
     """
     if running_pid(broker) is not None:
         return None
     missing = jars_missing_reason()
     if missing:
         raise KafkaLocalError(missing)
+    if shutil.which("java") is None:
+        raise KafkaLocalError(f"kafka {broker.name}: java (17 or newer) is not on PATH")
     for port in (broker.port, broker.controller_port):
         if _port_open(port):
             raise KafkaLocalError(f"kafka {broker.name}: port {port} is already in use by another process")
