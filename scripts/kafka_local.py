@@ -246,16 +246,22 @@ def running_pid(broker: Broker) -> int | None:
     by another process after a reboot is never signalled.
     """
     pid = _read_pid(broker)
-    if pid is None:
+    if pid is None or not _alive(pid):
         return None
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    if stat.rsplit(")", 1)[1].split()[0] == "Z":  # exited, not yet reaped by its parent
-        return None
     return pid if str(broker.properties_file).encode() in cmdline else None
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs; an exited process its parent has not reaped yet (a zombie) is not alive."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def _port_open(port: int) -> bool:
@@ -376,9 +382,7 @@ def _stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float 
     """SIGTERM (Kafka's clean shutdown), then SIGKILL when ``timeout`` passes."""
 
     def gone() -> bool:
-        if process is not None:
-            return process.poll() is not None
-        return not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return process.poll() is not None if process is not None else not _alive(pid)
 
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
         try:
@@ -387,10 +391,7 @@ def _stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float 
             return
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            try:
-                if gone():
-                    return
-            except OSError:
+            if gone():
                 return
             time.sleep(0.1)
 
