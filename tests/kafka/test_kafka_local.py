@@ -1,0 +1,152 @@
+"""scripts/kafka_local.py, the one copy of the local broker logic behind ``./run kafka`` and the test fixture.
+
+The install cases run the real script in a copy of the repository's layout, with a PATH that lacks
+Maven or a Maven that cannot reach any repository, so the developer's own jar cache is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kafka_local import Broker, KafkaLocalError, jars_missing_reason, launch, start, wait_ready
+
+REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 60  # bound of every wait below; none is expected to come near it
+
+
+@pytest.fixture
+def repo_copy(tmp_path) -> Path:
+    """The parts of the repository the install and the Kafka tests use, with an empty cache."""
+    copy = tmp_path / "repo"
+    for part in ("scripts/kafka_local.py", "kafka/pom.xml", "kafka/log4j2.properties",
+                 "tests/kafka/conftest.py", "tests/kafka/test_broker.py"):
+        (copy / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / part, copy / part)
+    return copy
+
+
+def run_install(repo: Path, path: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(repo / "scripts" / "kafka_local.py"), "install"],
+                          env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=WAIT_S * 5)
+
+
+def skip_reasons(repo: Path) -> str:
+    """Run the copied broker tests with pytest; return its report of skips."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-c", os.devnull,
+         "--rootdir", str(repo), str(repo / "tests" / "kafka" / "test_broker.py")],
+        capture_output=True, text=True, timeout=WAIT_S * 2, cwd=repo,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_without_maven_the_install_says_why_in_one_line_and_kafka_tests_skip_with_that_reason(repo_copy, tmp_path):
+    no_maven = tmp_path / "bin"
+    no_maven.mkdir()
+    result = run_install(repo_copy, str(no_maven))
+
+    assert result.returncode == 0  # the rest of the suite still runs
+    assert result.stderr.splitlines() == [
+        "run: Kafka jars not installed: mvn (Apache Maven) is not on PATH; Kafka tests will be skipped"
+    ]
+    assert not (repo_copy / ".cache" / "kafka" / "libs").exists()
+    report = skip_reasons(repo_copy)
+    assert "5 skipped" in report and "mvn (Apache Maven) is not on PATH" in report
+
+
+def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_jars(repo_copy, tmp_path):
+    if shutil.which("mvn") is None:
+        pytest.skip("mvn is not on PATH")
+    offline = tmp_path / "bin"
+    offline.mkdir()
+    # Maven offline over an empty local repository: every artifact is out of reach, as without Maven Central.
+    (offline / "mvn").write_text(f'#!/bin/sh\nexec {shutil.which("mvn")} --offline "$@"\n')
+    (offline / "mvn").chmod(0o755)
+    result = run_install(repo_copy, f"{offline}:{os.environ['PATH']}")
+
+    assert result.returncode == 0
+    assert result.stderr.splitlines() == [
+        "run: Kafka jars not installed: Maven could not resolve kafka/pom.xml (is Maven Central reachable?); "
+        "see .cache/kafka/mvn.log; Kafka tests will be skipped"
+    ]
+    assert "[ERROR]" in (repo_copy / ".cache" / "kafka" / "mvn.log").read_text()  # Maven's own words, kept
+    assert not (repo_copy / ".cache" / "kafka" / "libs").exists()
+    assert "Maven could not resolve kafka/pom.xml" in skip_reasons(repo_copy)
+
+
+@pytest.fixture
+def broker_home(tmp_path) -> Path:
+    missing = jars_missing_reason()
+    if missing:
+        pytest.skip(missing)
+    return tmp_path / "broker"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.kafka
+def test_a_port_taken_by_another_process_is_refused_before_anything_starts(broker_home):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(KafkaLocalError, match=f"^kafka busy: port {port} is already in use by another process$"):
+            start(Broker("busy", port, _free_port(), broker_home))
+    assert not broker_home.exists()
+
+
+@pytest.mark.kafka
+def test_a_broker_that_exits_while_starting_is_reported_with_its_log_folder(broker_home):
+    # Storage formatted for node 7, a broker configured as node 1: Kafka refuses to start.
+    (broker_home / "data").mkdir(parents=True)
+    (broker_home / "data" / "meta.properties").write_text(
+        "version=1\nnode.id=7\ncluster.id=RQIvZEX9QRe3PhQABhyeAw\ndirectory.id=movhBjAFhieWJoHHEHIX2w\n"
+    )
+    broker = Broker("broken", _free_port(), _free_port(), broker_home)
+    process = launch(broker)
+    with pytest.raises(KafkaLocalError) as failure:
+        wait_ready(broker, process, timeout=WAIT_S)
+    message = str(failure.value)
+    assert message.startswith("kafka broken: the broker exited while starting (status 1): ")
+    assert "Stored node id 7 doesn't match previous node id 1" in message
+    assert message.endswith(f"see {broker_home / 'logs'}/") and "\n" not in message
+    assert process.poll() is not None and not broker.pid_file.exists()
+
+
+@pytest.mark.kafka
+def test_a_test_broker_dies_with_the_process_that_started_it(broker_home):
+    # A session killed with SIGKILL runs no finalizer: the kernel must take its broker down.
+    starter = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; sys.path.insert(0, sys.argv[1]); import kafka_local as k; from pathlib import Path;"
+         "b = k.Broker('orphan', int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]));"
+         "k.start(b, die_with_parent=True); print(k.running_pid(b), flush=True); time.sleep(600)",
+         str(REPO / "scripts"), str(_free_port()), str(_free_port()), str(broker_home)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        broker_pid = int(starter.stdout.readline())
+        assert Path(f"/proc/{broker_pid}").exists()
+    finally:
+        starter.kill()
+        starter.wait()
+    deadline = time.monotonic() + WAIT_S
+    while Path(f"/proc/{broker_pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if Path(f"/proc/{broker_pid}").exists():
+        os.kill(broker_pid, signal.SIGKILL)
+        pytest.fail(f"broker {broker_pid} outlived the process that started it")
