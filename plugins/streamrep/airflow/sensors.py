@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
-from streamrep.airflow.triggers import ReplicaUpToDateTrigger, replica_row
+from streamrep.airflow.triggers import ReplicaUpToDateTrigger, replica_of, replica_row, stuck_reason
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -20,7 +20,9 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     """Wait until ``replica`` of ``path`` is up to date: nothing pending at the source and a
     replicating state (``isUptodate`` in ``maprcli stream replica list``).
 
-    Fails at once, with streamrep's message, if the replica is not registered.
+    Fails at once, with streamrep's message, if the replica is not registered (or is removed
+    while it waits), is paused, or is in an error state such as ``REPLICA_STATE_UNEXPECTED``:
+    none of these ends by waiting, so the sensor does not wait out its timeout.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream. (templated)
@@ -42,8 +44,13 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _row(self, hook: StreamrepHook) -> dict[str, Any]:
+        """The replica's row; fails the task if the replica cannot become up to date."""
         with user_errors():
-            return replica_row(hook.admin, self.path, self.replica)
+            row = replica_row(hook.admin, self.path, self.replica)
+        reason = stuck_reason(self.path, row)
+        if reason:
+            raise AirflowFailException(f"streamrep: {reason}")
+        return row
 
     def poke(self, context: Context) -> PokeReturnValue:
         hook = StreamrepHook(self.streamrep_conn_id)
@@ -51,7 +58,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
             row = self._row(hook)
         finally:
             hook.close()
-        self.log.info("%s: %s, up to date: %s, %s messages pending, lag %s ms", row["replica"],
+        self.log.info("%s: %s, up to date: %s, %s messages pending, lag %s ms", replica_of(row),
                       row["replicaState"], row["isUptodate"], row["pendingMessages"], row["replicationLagMillis"])
         return PokeReturnValue(is_done=bool(row["isUptodate"]), xcom_value=row)
 
@@ -62,7 +69,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         try:
             row = self._row(hook)  # also resolves the clusters involved, for the trigger
             if row["isUptodate"]:
-                self.log.info("%s is up to date", row["replica"])
+                self.log.info("%s is up to date", replica_of(row))
                 return row
             trigger = ReplicaUpToDateTrigger(
                 path=self.path, replica=self.replica, home=hook.clusters.home,
@@ -70,12 +77,12 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
             )
         finally:
             hook.close()
-        self.log.info("%s is not up to date (%s, %s pending): deferring", row["replica"], row["replicaState"],
+        self.log.info("%s is not up to date (%s, %s pending): deferring", replica_of(row), row["replicaState"],
                       row["pendingMessages"])
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
         if not event or event.get("status") != "uptodate":
             raise AirflowFailException((event or {}).get("message") or f"unexpected trigger event {event!r}")
-        self.log.info("%s is up to date", event["row"]["replica"])
+        self.log.info("%s is up to date", replica_of(event["row"]))
         return event["row"]

@@ -16,12 +16,12 @@ import threading
 from typing import Mapping
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import StreamrepError
+from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import mark_copy_state, plan_copy, summary
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
-from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_CONFIG, master_url, python_env, spark_conf
+from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | 
     merged = spark_conf(conf)
     if not _submitted():  # this process starts the JVM: give it the master and the log settings
         builder = builder.master(master_url(master))
-        merged.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}")
+        merged.setdefault("spark.driver.extraJavaOptions", LOG_JAVA_OPTIONS)
     for key, value in merged.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -207,8 +207,20 @@ def error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
+USER_ERROR_EXIT = 3  # the exit status of an app stopped by a user error: a retry cannot help
+
+
+def is_user_error(err: BaseException) -> bool:
+    """A streamrep error other than ``Unavailable``, also when Spark wraps it."""
+    if isinstance(err, StreamrepError):
+        return not isinstance(err, Unavailable)
+    match = _WRAPPED_ERROR.search(str(err))
+    return match is not None and match.group(1) != Unavailable.__name__
+
+
 def fail(err: BaseException) -> int:
-    """Print ``err`` as one line on stderr; the exit status of a failed app."""
+    """Print ``err`` as one line on stderr; the exit status of a failed app (``USER_ERROR_EXIT``
+    for a user error, so that a supervisor such as Airflow does not retry it; else 1)."""
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else 1
     print(f"ERROR: {error_line(err)}", file=sys.stderr, flush=True)
@@ -216,4 +228,4 @@ def fail(err: BaseException) -> int:
         import traceback
 
         traceback.print_exception(err)
-    return 1
+    return USER_ERROR_EXIT if is_user_error(err) else 1
