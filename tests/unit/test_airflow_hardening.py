@@ -10,6 +10,7 @@ import asyncio
 import copy
 import json
 import logging
+import os
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
@@ -295,3 +296,130 @@ def test_trigger_keeps_waiting_while_a_gateway_is_missing(running):
                 return event
 
         asyncio.run(asyncio.wait_for(first(), timeout=0.5))
+
+
+# -- the page's authentication, through Airflow's real API app -----------------------------------
+@pytest.fixture(scope="module")
+def airflow_api(tmp_path_factory):
+    """Airflow's own API app (``airflow.api_fastapi.app.create_app``, as the api-server builds
+    it: plugins mounted, the simple auth manager with login on, its middlewares), served through
+    FastAPI's TestClient, and a real JWT per role from ``POST /auth/token``. TestClient rather
+    than an api-server process: the e2e server runs with login off, and a second server per
+    session would cost far more than this."""
+    from airflow import plugins_manager
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    home = tmp_path_factory.mktemp("airflow-auth")
+    patch = pytest.MonkeyPatch()
+    from airflow import settings
+
+    plugins = str(Path(__file__).resolve().parents[2] / "plugins")
+    patch.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", plugins)
+    patch.setattr(settings, "PLUGINS_FOLDER", plugins)  # read from the config once, at import
+    patch.setenv("AIRFLOW__CORE__AUTH_MANAGER",
+                 "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager")
+    patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "ada:admin,olga:op,uma:user,vic:viewer")
+    patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(home / "passwords.json"))
+
+    def fresh() -> None:
+        plugins_manager._get_plugins.cache_clear()
+        plugins_manager.get_fastapi_plugins.cache_clear()
+        purge_cached_app()
+
+    from airflow.configuration import conf
+    from airflow.utils.db import initdb
+
+    # Token checks read the metadata database (revoked tokens): migrate the throwaway one that
+    # tests/conftest.py gives in-process Airflow, never another.
+    assert conf.get("database", "sql_alchemy_conn").startswith(f"sqlite:///{os.environ['AIRFLOW_HOME']}/")
+    assert "streamrep-airflow-unit-" in os.environ["AIRFLOW_HOME"]
+    initdb()
+    fresh()
+    try:
+        client = TestClient(create_app(apps="core"))
+        assert "/streamrep" in {getattr(route, "path", None) for route in client.app.routes}  # the plugin
+        passwords = json.loads((home / "passwords.json").read_text())
+        tokens = {}
+        for user, password in passwords.items():
+            answer = client.post("/auth/token", json={"username": user, "password": password})
+            assert answer.status_code == 201, answer.text
+            tokens[user] = answer.json()["access_token"]
+        yield client, tokens
+    finally:
+        patch.undo()
+        fresh()
+
+
+def as_user(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def broken_cluster(running):
+    """A third cluster whose store file is not a streamrep store: its error names the file."""
+    info = running.clusters.add("tokyo")
+    running.clusters.close()
+    path = Path(info.url.split(":", 1)[1])
+    for leftover in path.parent.glob(path.name + "*"):
+        leftover.unlink()
+    path.write_bytes(b"not a database" * 100)
+    return running, path
+
+
+@pytest.mark.slow
+def test_page_and_api_refuse_requests_without_a_valid_login(airflow_api, running):
+    client, _ = airflow_api
+    for route in ("/streamrep/replication", "/streamrep/api/topology"):
+        assert client.get(route).status_code == 401, route
+        assert client.get(route, headers=as_user("not-a-jwt")).status_code == 403, route
+        assert "activity" not in client.get(route).text
+
+
+@pytest.mark.slow
+def test_a_viewer_sees_the_topology_but_no_cluster_location(airflow_api, broken_cluster):
+    client, tokens = airflow_api
+    admin, tokyo_file = broken_cluster
+    home = admin.clusters.home
+    for user in ("vic", "uma"):  # viewer and user: no access to connections
+        data = client.get("/streamrep/api/topology", headers=as_user(tokens[user]))
+        assert data.status_code == 200
+        topo = data.json()
+        clusters = {c["name"]: c for c in topo["clusters"]}
+        assert set(clusters) == {"newyork", "sanfrancisco", "tokyo"}
+        assert all(c["url"] is None for c in clusters.values())
+        assert clusters["tokyo"]["error"].startswith("cluster tokyo: cannot open store (hidden)")
+        assert {(link["source"], link["replica"]) for link in topo["links"]} == {(SRC, DST)}
+        page = client.get("/streamrep/replication", headers=as_user(tokens[user]))
+        assert page.status_code == 200 and f'data-source="{SRC}" data-replica="{DST}"' in page.text
+        for text in (data.text, page.text):
+            assert home not in text and str(tokyo_file) not in text and "embedded:" not in text
+
+
+@pytest.mark.slow
+def test_who_may_read_connections_sees_the_cluster_locations(airflow_api, broken_cluster):
+    client, tokens = airflow_api
+    admin, tokyo_file = broken_cluster
+    for user in ("olga", "ada"):  # op and admin
+        topo = client.get("/streamrep/api/topology", headers=as_user(tokens[user])).json()
+        clusters = {c["name"]: c for c in topo["clusters"]}
+        assert clusters["newyork"]["url"] == admin.clusters.get("newyork").url
+        assert str(tokyo_file) in clusters["tokyo"]["error"]
+        page = client.get("/streamrep/replication", headers=as_user(tokens[user]))
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "REPLICATING" in page.text and "<svg" in page.text
+    assert client.get("/streamrep/", follow_redirects=False).headers["location"] == "replication"
+
+
+@pytest.mark.slow
+def test_the_ui_session_cookie_is_a_login_too(airflow_api, running):
+    """The page shows inside the UI (an iframe on the same origin): the browser sends the UI's
+    JWT cookie, not a bearer header."""
+    client, tokens = airflow_api
+    client.cookies.set("_token", tokens["vic"])
+    try:
+        page = client.get("/streamrep/replication")
+    finally:
+        client.cookies.clear()
+    assert page.status_code == 200 and "<svg" in page.text
