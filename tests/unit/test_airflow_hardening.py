@@ -28,6 +28,7 @@ from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, Unavai
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.replication import ReplicaState
 from streamrep.replication.copy import copy_stream
+from streamrep.replication.status import replica_status
 from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_user_error
 from streamrep.spark.submit import LOG_JAVA_OPTIONS
 
@@ -230,14 +231,18 @@ def test_spark_operators_give_the_driver_the_warnings_only_log_config(running, t
 
 
 @pytest.mark.slow
-def test_a_spark_gateway_task_log_has_no_spark_info_lines(running, caplog):
-    caplog.set_level(logging.INFO)
+def test_a_spark_gateway_task_log_has_its_progress_but_no_spark_info_lines(running, capfd):
+    """What the task log gets: the provider logs every line spark-submit prints."""
     op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once=True)
     op.execute(ctx())
-    assert running.list_replicas(SRC)[0]["replicaState"] == "REPLICA_STATE_REPLICATING"
-    spark_lines = [r.getMessage() for r in caplog.records if "spark_submit" in r.name]
-    assert spark_lines, [r.name for r in caplog.records]
-    assert not [line for line in spark_lines if " INFO " in line], spark_lines[:20]
+    assert replica_status(running, SRC)[0]["pendingMessages"] == 0
+    log = capfd.readouterr()
+    lines = (log.out + log.err).splitlines()
+    submitted = [line for line in lines if "spark_submit" in line]
+    assert len(submitted) > 2, lines[-20:]
+    assert not [line for line in submitted if " INFO " in line], submitted[:20]
+    progress = [line for line in submitted if "gateway gw1: 5 messages in " in line]
+    assert len(progress) == 1, submitted
 
 
 # -- the up-to-date sensor fails at once when waiting cannot succeed ---------------------------

@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from typing import Mapping
 
 from streamrep.client.admin import StreamAdmin
@@ -24,6 +25,7 @@ from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
 log = logging.getLogger(__name__)
+PROGRESS_EVERY_SECONDS = 30.0  # a busy gateway's log grows by one line this often at most
 
 
 def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
@@ -146,9 +148,12 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
     try:
         query = start_gateway(spark, cluster, gateway.id, home or admin.clusters.home, checkpoint, once,
                               interval, max_records)
+        progress = ProgressReport(gateway.id)
         while not query.awaitTermination(1):
+            progress.update(query)
             if stop is not None and stop.is_set():
                 break
+        progress.update(query, final=True)
         if query.exception() is not None:
             raise query.exception()
     finally:
@@ -159,6 +164,39 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
         finally:
             beat.join(timeout=5)
             gateway.stop()
+
+
+class ProgressReport:
+    """The gateway's own progress lines, on stderr (Spark's logging is kept to warnings): at most
+    one line every ``every`` seconds, summing the micro-batches that moved messages since the
+    last line; an idle gateway prints nothing.
+
+    :param gateway_id: the gateway's name, in every line.
+    :param every: seconds between two lines at most.
+    """
+
+    def __init__(self, gateway_id: str, every: float = PROGRESS_EVERY_SECONDS):
+        self.gateway_id = gateway_id
+        self.every = every
+        self.seen = -1  # the newest batch id counted
+        self.batches = self.messages = 0
+        self.last = time.monotonic()
+
+    def update(self, query, final: bool = False) -> None:
+        for progress in query.recentProgress:
+            if progress.batchId > self.seen:
+                self.seen = progress.batchId
+                if progress.numInputRows:
+                    self.batches += 1
+                    self.messages += progress.numInputRows
+        now = time.monotonic()
+        if not self.batches:
+            self.last = now  # idle: nothing to say, and the next line counts from here
+        elif final or now - self.last >= self.every:
+            print(f"gateway {self.gateway_id}: {self.messages} messages in {self.batches} batches "
+                  f"in the last {now - self.last:.0f} s (up to batch {self.seen})", file=sys.stderr, flush=True)
+            self.batches = self.messages = 0
+            self.last = now
 
 
 # -- what the spark_apps entry points share ------------------------------------------------
