@@ -369,7 +369,11 @@ _FILE_PATH = re.compile(r"(?<![\w/.])/(?!mapr/)[^\s'\",;:]+")
 
 @dataclass(frozen=True)
 class PageAccess:
-    """What the caller may see. :param sees_locations: cluster URLs and file paths too."""
+    """What the caller of the page may see.
+
+    :param user: the caller's name.
+    :param sees_locations: whether cluster URLs and file paths are shown too.
+    """
 
     user: str
     sees_locations: bool
