@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import logging
 import os
 import sqlite3
 from datetime import timedelta
