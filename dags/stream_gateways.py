@@ -23,10 +23,14 @@ Spark Structured Streaming job (`spark_apps/gateway.py`):
    live gateways round-robin; a gateway whose heartbeat stops has its share taken over by the
    others, from the stored positions.
 
-**Supervision.** A gateway task that dies is retried every `retry_delay` (30 s, many times),
-so while all gateways are down the DAG keeps bringing them back. Nothing is lost meanwhile:
-messages wait at the source, and each replica stores its replication positions in the same
-transaction as the messages, so a restarted gateway resumes exactly where the last one stopped.
+**Supervision.** A gateway task that dies is retried, many times, with a backoff that doubles
+from 10 s up to at most 5 minutes, so while all gateways are down the DAG keeps bringing them
+back without hammering a cluster that is down. Nothing is lost meanwhile: messages wait at the
+source, and each replica stores its replication positions in the same transaction as the
+messages, so a restarted gateway resumes exactly where the last one stopped. A user error (an
+unknown cluster, a missing permission: the app exits with status 3) fails the task at once,
+with streamrep's one-line message, and is not retried. Each mapped task is labelled with its
+gateway's name.
 
 **Params**: `cluster` (the destination cluster), `once` (replicate what is there now and finish,
 instead of running until the run is stopped), `gateways` (optional names).
@@ -52,6 +56,9 @@ with DAG(
         task_id="gateway",
         cluster="{{ params.cluster }}",
         once="{{ params.once }}",
+        map_index_template="{{ task.gateway_id }}",
         retries=10_000,
-        retry_delay=timedelta(seconds=30),
+        retry_delay=timedelta(seconds=10),
+        retry_exponential_backoff=2.0,
+        max_retry_delay=timedelta(minutes=5),
     ).expand(gateway_id=plan.output)

@@ -12,7 +12,7 @@ from streamrep.airflow.operators import (
     ReplicaResumeOperator,
     ReplicaStatusOperator,
 )
-from streamrep.airflow.params import stream_path_param
+from streamrep.airflow.params import flag_param, stream_path_param
 
 DOC = """
 ### Replica control
@@ -23,12 +23,15 @@ Pause, resume or remove one replica of a stream:
 | --- | --- |
 | `pause` | `stream replica pause -path <path> -replica <replica>`: updates wait at the source |
 | `resume` | `stream replica resume -path <path> -replica <replica>`: replication continues |
-| `remove` | `stream replica remove -path <path> -replica <replica>`: replication stops for good (the replica stream and its data stay) |
+| `remove` | `stream replica remove -path <path> -replica <replica>`: replication stops for good (the replica stream and its data stay); only with `confirm_remove: true` |
 
 `choose_action` runs the task of the chosen action; `replica_list` then shows
 `stream replica list -path <path>` (state, pending messages, lag) in its log and XCom.
 
-**Params**: `path` (source stream), `replica` (replica stream), `action`.
+**Params**: `path` (source stream), `replica` (replica stream: required, it has no default, so a
+trigger that forgets it fails instead of acting on some default replica), `action`, and
+`confirm_remove` (must be `true` for `remove`; the `remove` task fails otherwise and nothing is
+removed).
 """
 
 ACTIONS = {"pause": ReplicaPauseOperator, "resume": ReplicaResumeOperator, "remove": ReplicaRemoveOperator}
@@ -42,9 +45,11 @@ with DAG(
     render_template_as_native_obj=True,
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The replicated stream."),
-        "replica": stream_path_param("/mapr/newyork/activity", "Replica stream", "One of its replicas."),
+        "replica": stream_path_param(None, "Replica stream", "One of its replicas (required)."),
         "action": Param("pause", type="string", enum=sorted(ACTIONS), title="Action",
                         description="What to do with the replica: pause, resume or remove."),
+        "confirm_remove": flag_param(False, "Confirm remove",
+                                     "Must be true for action remove: the replica stops for good."),
     },
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
@@ -58,4 +63,6 @@ with DAG(
     status = ReplicaStatusOperator(task_id="replica_list", path="{{ params.path }}",
                                    trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
     for action, operator in ACTIONS.items():
-        branch >> operator(task_id=action, path="{{ params.path }}", replica="{{ params.replica }}") >> status
+        confirmation = {"confirmed": "{{ params.confirm_remove }}"} if action == "remove" else {}
+        branch >> operator(task_id=action, path="{{ params.path }}", replica="{{ params.replica }}",
+                           **confirmation) >> status

@@ -6,7 +6,9 @@ export PYSPARK_PYTHON="$REPO/.venv/bin/python"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
 export AIRFLOW__CORE__PLUGINS_FOLDER="$REPO/plugins"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True
+# Login off (every visitor an admin) unless the caller says False: then the simple auth manager
+# asks for the users of AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS (passwords in $AIRFLOW_HOME).
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS="${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS:-True}"
 export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="${AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION:-False}"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-4}"   # a small machine
 LOCAL_SPARK='{"conn_type": "spark", "host": "local[2]"}'

@@ -10,6 +10,7 @@
 #   Spark in local mode for copystream and the gateways (connection spark_default).
 # Settings: PORT (8080), AIRFLOW_HOME (<repo>/.airflow-home), STREAMREP_HOME, and any AIRFLOW__*.
 # For local use only: every visitor is an admin (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS).
+# AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=False turns login on (the page then asks for it too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"

@@ -6,7 +6,8 @@
 3. new messages on both sides, then ``airflow dags test stream_gateways`` for each cluster (Spark
    Structured Streaming gateways, ``once``): every replica then holds every message exactly once;
 4. the README's ``scripts/airflow-ui.sh``: a DAG triggered through the REST API runs to success,
-   a malformed path is refused, and the "Stream replication" page renders in headless Chromium.
+   a malformed path or a missing replica is refused, the page's login check lets every visitor
+   in with login off, and the "Stream replication" page renders in headless Chromium.
 """
 
 from __future__ import annotations
@@ -209,6 +210,25 @@ def test_rest_refuses_a_malformed_path_with_a_readable_message(airflow_ui):
         "logical_date": None, "conf": {"path": "/mapr/sanfrancisco/activity:clicks", "action": "pause"}})
     assert status == 400
     assert body["detail"].startswith("Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' does not match")
+
+
+def test_rest_refuses_a_control_trigger_without_a_replica(airflow_ui):
+    """The replica has no default: a trigger that forgets it acts on nothing."""
+    status, body = airflow_ui.request("POST", "/api/v2/dags/stream_replica_control/dagRuns", {
+        "logical_date": None, "conf": {"path": SF_ACTIVITY, "action": "pause"}})
+    assert status == 400
+    assert body["detail"].startswith("Invalid input for param replica: No value passed")
+
+
+def test_the_page_with_login_off_shows_everything_to_everyone(world, e2e, airflow_ui):
+    """scripts/airflow-ui.sh turns login off: the page's auth check passes for every visitor,
+    an admin, who may see where the clusters are."""
+    topo = airflow_ui.get("/streamrep/api/topology")
+    urls = {c["name"]: c["url"] for c in topo["clusters"]}
+    assert urls == {c.name: c.url for c in admin_of(e2e).clusters.list()}
+    assert all(url.startswith("embedded:") for url in urls.values())
+    status, page = airflow_ui.request("GET", "/streamrep/replication")
+    assert status == 200 and f'data-path="{NY_ACTIVITY}"' in page
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

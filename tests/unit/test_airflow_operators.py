@@ -246,7 +246,7 @@ def test_resume_and_pause_fail_for_an_unregistered_replica(admin, source):
 
 
 def test_remove_success_retry_and_failure(replicated, admin):
-    op = ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST)
+    op = ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed=True)
     assert op.execute(ctx()) == []
     assert admin.entry(SRC).replicas == ()
     assert op.execute(ctx(2)) == []  # a retry: the earlier try removed it
@@ -255,7 +255,8 @@ def test_remove_success_retry_and_failure(replicated, admin):
 
 
 def test_remove_retry_still_fails_for_an_unknown_source(home):
-    fails_with(ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST), f"stream {SRC} does not exist",
+    fails_with(ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed=True),
+               f"stream {SRC} does not exist",
                try_number=3)
 
 
@@ -321,5 +322,6 @@ def test_provider_info_fits_airflows_schema():
     schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())
     info = get_provider_info()
     jsonschema.validate(info, schema)
-    assert info["connection-types"] == [
-        {"connection-type": StreamrepHook.conn_type, "hook-class-name": "streamrep.airflow.hook.StreamrepHook"}]
+    (conn_type,) = info["connection-types"]
+    assert conn_type["connection-type"] == StreamrepHook.conn_type
+    assert conn_type["hook-class-name"] == "streamrep.airflow.hook.StreamrepHook"

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from streamrep.airflow.page import create_app, render_page, topology
+from streamrep.airflow.page import render_page, topology
 from streamrep.client import Producer
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import Gateway
@@ -82,18 +82,6 @@ def test_page_draws_the_topology_as_svg(mesh):
 def test_page_escapes_and_shows_an_empty_registry(empty_home):
     page = render_page(topology(__import__("streamrep.client", fromlist=["StreamAdmin"]).StreamAdmin()))
     assert "No clusters yet" in page
-
-
-def test_the_fastapi_app_serves_the_page_and_json(mesh):
-    from fastapi.testclient import TestClient
-
-    client = TestClient(create_app())
-    page = client.get("/replication")
-    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-    assert "REPLICATING" in page.text and "<svg" in page.text
-    data = client.get("/api/topology").json()
-    assert {link["replica"] for link in data["links"]} >= {NY, SF}
-    assert client.get("/", follow_redirects=False).headers["location"] == "replication"
 
 
 def test_airflow_loads_the_plugin_from_the_plugins_folder():

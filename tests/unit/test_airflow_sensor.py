@@ -79,8 +79,14 @@ def test_sensor_waits_for_the_gateway(running):
     assert row["isUptodate"] and row["replicaState"] in ("REPLICA_STATE_REPLICATING", "REPLICA_STATE_WAITING_FOR_GATEWAY")
 
 
-def test_sensor_times_out_while_paused(running):
+def test_sensor_fails_at_once_while_paused(running):
     running.pause_replica(SRC, DST)
+    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=3600)
+    with pytest.raises(AirflowFailException, match=f"^streamrep: replica {DST} of {SRC} is paused"):
+        sensor.execute(ctx())  # not after the hour of its timeout
+
+
+def test_sensor_times_out_while_no_gateway_runs(running):
     sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=0.5)
     with pytest.raises(AirflowSensorTimeout):
         sensor.execute(ctx())

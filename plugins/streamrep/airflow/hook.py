@@ -28,12 +28,15 @@ from typing import Any, Callable, Iterator
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
+from streamrep.airflow.provider import CONN_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import EMBEDDED_SCHEME, ClusterInfo, Clusters, default_home
 from streamrep.client.identity import current_identity
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 from streamrep.model.ace import Identity
+from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.paths import validate_cluster_name
+from streamrep.store.embedded import EmbeddedStore
 
 CLUSTER_CONN_PREFIX = "streamrep_"
 
@@ -102,8 +105,8 @@ class StreamrepHook(BaseHook):
 
     conn_name_attr = "streamrep_conn_id"
     default_conn_name = "streamrep_default"
-    conn_type = "streamrep"
-    hook_name = "Streamrep cluster"
+    conn_type = CONN_TYPE
+    hook_name = HOOK_NAME
 
     def __init__(self, streamrep_conn_id: str = default_conn_name, home: str | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -204,18 +207,44 @@ class StreamrepHook(BaseHook):
             os.replace(tmp, target)
         return derived
 
-    # -- the connection form ----------------------------------------------------------
+    # -- the connection form and its test -------------------------------------------
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        """The connection form, as declared in the provider info (the place Airflow 3 reads it)."""
         return {
-            "hidden_fields": ["port", "schema", "password"],
-            "relabeling": {"host": "Cluster URL", "login": "Act as user"},
-            "placeholders": {
-                "host": "embedded:/var/lib/streamrep/clusters/newyork.db",
-                "login": "the streamrep user the tasks act as (default: the worker's OS user)",
-                "extra": '{"url": "embedded:/path/to/cluster.db"}',
-            },
+            "hidden_fields": list(UI_FIELD_BEHAVIOUR["hidden-fields"]),
+            "relabeling": dict(UI_FIELD_BEHAVIOUR["relabeling"]),
+            "placeholders": dict(UI_FIELD_BEHAVIOUR["placeholders"]),
         }
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Airflow's "Test" button: whether this connection's cluster store opens and its catalog
+        reads (a connection without a cluster URL: whether its registry reads). Never raises.
+
+        :return: ``(True, what was found)`` or ``(False, one-line reason)``.
+        """
+        try:
+            conn = self.get_connection(self.streamrep_conn_id)
+            if not ((conn.extra_dejson or {}).get("url") or conn.host):
+                clusters = Clusters(self.settings["home"])
+                names = [c.name for c in clusters.list()]
+                return True, f"registry {clusters.registry_path} lists {len(names)} clusters: {' '.join(names) or '-'}"
+            url = url_of(conn)
+            path = url[len(EMBEDDED_SCHEME):]
+            if not os.path.isfile(path):  # opening would create an empty store: say so instead
+                return False, f"no cluster store at {path}; create it with 'streamrep cluster add -url {url}'"
+            name = conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX)
+            store = EmbeddedStore(name, path)
+            try:
+                streams = store.catalog_list(STREAM_KIND)
+            finally:
+                store.close()
+            return True, f"cluster {name} at {url}: store opened, {len(streams)} streams"
+        except StreamrepError as err:
+            return False, str(err)
+        except Exception as err:  # noqa: BLE001 - the test button reports, it never raises
+            first = (str(err).strip().splitlines() or [""])[0]
+            return False, f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import AlreadyExists, NotFound
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
 from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
@@ -303,14 +303,26 @@ class ReplicaRemoveOperator(_ReplicaChangeOperator):
     the replica for good (the replica stream and its data stay).
 
     A first try fails if the replica is not registered; a retry succeeds when it is gone
-    (an earlier try removed it).
+    (an earlier try removed it). It refuses to run unless ``confirmed`` renders true, so a
+    trigger has to ask for the removal explicitly.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream. (templated)
+    :param confirmed: the explicit confirmation that the replica is to be removed; the
+        control DAG passes its ``confirm_remove`` param. (templated)
     :return: (XCom) the ``replica list`` rows after the change.
     """
 
+    template_fields: Sequence[str] = (*_ReplicaChangeOperator.template_fields, "confirmed")
+
+    def __init__(self, *, confirmed: Any = False, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.confirmed = confirmed
+
     def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
+        if not as_bool(self.confirmed):
+            raise InvalidArgument(f"stream replica remove -path {src} -replica {dst} was not confirmed: "
+                                  f"set confirm_remove to true to remove the replica")
         try:
             admin.remove_replica(src, dst)
         except NotFound:

@@ -4,15 +4,31 @@ inline SVG), each replica's state, lag and pending messages, and the gateways' l
 ``topology(admin)`` gathers the data through the client and replication layers (the same
 ``replica list`` rows as the CLI); ``render_page`` draws it; ``create_app`` serves both as a
 FastAPI app that the Airflow plugin mounts at ``/streamrep``.
+
+Who may see what (Airflow does not put a plugin's app behind its login, so the app asks
+Airflow's auth manager itself, the way Airflow's own routes do):
+
+- the page and its JSON: an authenticated user (the UI's session cookie or a JWT bearer token)
+  whom the auth manager allows the custom view ``Stream replication`` (the simple auth
+  manager: every role, from viewer up). Otherwise 401 (not logged in) or 403.
+- where the clusters are (their ``embedded:`` URLs, and file paths such as ``STREAMREP_HOME``
+  in error messages): only users who may read Airflow connections, since the URLs come from
+  them (the simple auth manager: op and admin). Others see the topology with the URL left out
+  and paths in errors replaced by ``(hidden)``.
+
+With login off (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True``) everyone is an admin.
 """
 
 from __future__ import annotations
 
 import html
 import os
-
+import re
 import time
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from starlette.requests import Request
 
 from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, StreamrepHook
 from streamrep.client.admin import StreamAdmin
@@ -344,19 +360,86 @@ updated {_e(generated)} (refreshes every {int(refresh_seconds)} s) · <a href="a
 </body></html>"""
 
 
+# -- who sees what ----------------------------------------------------------------------------
+PAGE_RESOURCE = "Stream replication"  # the custom view an auth manager grants for the page
+HIDDEN = "(hidden)"
+# An absolute file path in a message (a stream path, /mapr/..., is not one).
+_FILE_PATH = re.compile(r"(?<![\w/.])/(?!mapr/)[^\s'\",;:]+")
+
+
+@dataclass(frozen=True)
+class PageAccess:
+    """What the caller of the page may see.
+
+    :param user: the caller's name.
+    :param sees_locations: whether cluster URLs and file paths are shown too.
+    """
+
+    user: str
+    sees_locations: bool
+
+
+async def airflow_access(request: Request) -> PageAccess:
+    """The caller as Airflow's auth manager knows them (401 if not logged in, 403 if the page is
+    not theirs to see), authenticated the way Airflow's own routes are (``get_user``)."""
+    from fastapi import HTTPException, status
+
+    # Imported here: the plugin is loaded by every Airflow process, only the API server serves it.
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+
+    user = await get_user(request, None, await bearer_scheme(request))
+    manager = get_auth_manager()
+    if not manager.is_authorized_custom_view(method="GET", resource_name=PAGE_RESOURCE, user=user):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
+    return PageAccess(user.get_name(), manager.is_authorized_connection(method="GET", user=user))
+
+
+def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
+    """``topo`` without where the clusters are: no URL, and no file path in any error (the
+    cluster files, the registry folder ``home``, and any other absolute path)."""
+    secrets = {home}
+    for cluster in topo["clusters"]:
+        url = cluster.get("url") or ""
+        secrets.update({url, url.split(":", 1)[-1]})
+    secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+
+    def scrub(text: Any) -> Any:
+        if not isinstance(text, str):
+            return text
+        for secret in secrets:
+            text = text.replace(secret, HIDDEN)
+        return _FILE_PATH.sub(HIDDEN, text)
+
+    clusters = [{**c, "url": None, "error": scrub(c["error"]),
+                 "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]]} for c in topo["clusters"]]
+    links = [{**link, "errors": scrub(link.get("errors"))} for link in topo["links"]]
+    return {**topo, "clusters": clusters, "links": links}
+
+
 # -- serving ------------------------------------------------------------------------------
-def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook) -> dict[str, Any]:
+def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
+                     access: PageAccess | None = None) -> dict[str, Any]:
+    """The topology as ``access`` may see it (everything when None)."""
     hook = hook_factory()
     try:
         discover_connection_clusters(hook)
-        return topology(hook.admin)
+        topo = topology(hook.admin)
+        if access is not None and not access.sees_locations:
+            topo = hide_locations(topo, hook.clusters.home)
+        return topo
     finally:
         hook.close()
 
 
-def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook):
-    """The FastAPI app of the page: ``/replication`` (HTML) and ``/api/topology`` (JSON)."""
-    from fastapi import FastAPI
+def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
+               access: Callable[..., Awaitable[PageAccess]] = airflow_access):
+    """The FastAPI app of the page: ``/replication`` (HTML) and ``/api/topology`` (JSON).
+
+    :param hook_factory: makes the hook that resolves the clusters.
+    :param access: the FastAPI dependency that authenticates and authorizes the caller.
+    """
+    from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 
     app = FastAPI(title="streamrep: stream replication", docs_url=None, redoc_url=None, openapi_url=None)
@@ -366,12 +449,12 @@ def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook):
         return RedirectResponse("replication")
 
     @app.get("/replication", response_class=HTMLResponse)
-    def replication_page() -> HTMLResponse:
-        return HTMLResponse(render_page(current_topology(hook_factory)))
+    def replication_page(caller: PageAccess = Depends(access)) -> HTMLResponse:
+        return HTMLResponse(render_page(current_topology(hook_factory, caller)))
 
     @app.get("/api/topology")
-    def replication_topology() -> JSONResponse:
-        return JSONResponse(current_topology(hook_factory))
+    def replication_topology(caller: PageAccess = Depends(access)) -> JSONResponse:
+        return JSONResponse(current_topology(hook_factory, caller))
 
     return app
 

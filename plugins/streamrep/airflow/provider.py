@@ -1,8 +1,13 @@
 """Provider metadata, so that Airflow's connection form offers the ``streamrep`` connection
-type. Airflow reads it through the entry point (in pyproject.toml)::
+type with its own form. Airflow reads it through the entry point (in pyproject.toml)::
 
     [project.entry-points.apache_airflow_provider]
     provider_info = "streamrep.airflow.provider:get_provider_info"
+
+The form is declared here (``hook-name``, ``ui-field-behaviour``): Airflow 3 builds the
+connection form from the provider info and consults the hook's ``get_ui_field_behaviour()``
+only when ``wtforms`` is installed, so this is the one place the form is defined; the hook
+returns the same.
 
 Without the entry point everything still works: connections of type ``streamrep`` can be
 defined by environment variable, CLI or API; only the UI's form does not list the type.
@@ -12,6 +17,22 @@ from __future__ import annotations
 
 from typing import Any
 
+CONN_TYPE = "streamrep"
+HOOK_CLASS_NAME = "streamrep.airflow.hook.StreamrepHook"
+HOOK_NAME = "Streamrep cluster"
+
+# The form of a streamrep connection: host is the cluster URL, login the identity the tasks act
+# as; port, schema and password mean nothing to a streamrep cluster.
+UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["port", "schema", "password"],
+    "relabeling": {"host": "Cluster URL", "login": "Act as user"},
+    "placeholders": {
+        "host": "embedded:/var/lib/streamrep/clusters/newyork.db",
+        "login": "the streamrep user the tasks act as (default: the worker's OS user)",
+        "extra": '{"url": "embedded:/path/to/cluster.db", "groups": "eng ops", "home": "/var/lib/streamrep"}',
+    },
+}
+
 
 def get_provider_info() -> dict[str, Any]:
     return {
@@ -19,6 +40,11 @@ def get_provider_info() -> dict[str, Any]:
         "name": "streamrep",
         "description": "MapR Event Store style stream replication: clusters, replicas, copystream, gateways.",
         "connection-types": [
-            {"connection-type": "streamrep", "hook-class-name": "streamrep.airflow.hook.StreamrepHook"},
+            {
+                "connection-type": CONN_TYPE,
+                "hook-class-name": HOOK_CLASS_NAME,
+                "hook-name": HOOK_NAME,
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
+            },
         ],
     }

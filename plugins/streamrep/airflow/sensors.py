@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
-from streamrep.airflow.triggers import ReplicaUpToDateTrigger, replica_row
+from streamrep.airflow.triggers import ReplicaUpToDateTrigger, replica_row, stuck_reason
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -20,7 +20,9 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     """Wait until ``replica`` of ``path`` is up to date: nothing pending at the source and a
     replicating state (``isUptodate`` in ``maprcli stream replica list``).
 
-    Fails at once, with streamrep's message, if the replica is not registered.
+    Fails at once, with streamrep's message, if the replica is not registered (or is removed
+    while it waits), is paused, or is in an error state such as ``REPLICA_STATE_UNEXPECTED``:
+    none of these ends by waiting, so the sensor does not wait out its timeout.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream. (templated)
@@ -42,8 +44,13 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _row(self, hook: StreamrepHook) -> dict[str, Any]:
+        """The replica's row; fails the task if the replica cannot become up to date."""
         with user_errors():
-            return replica_row(hook.admin, self.path, self.replica)
+            row = replica_row(hook.admin, self.path, self.replica)
+        reason = stuck_reason(self.path, row)
+        if reason:
+            raise AirflowFailException(f"streamrep: {reason}")
+        return row
 
     def poke(self, context: Context) -> PokeReturnValue:
         hook = StreamrepHook(self.streamrep_conn_id)

@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseHook
-from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.replication.copy import mark_copy_state, plan_copy, summary
 from streamrep.replication.flows import flows_into
-from streamrep.spark.submit import application, master_url, stop_job, submit_env, tether
+from streamrep.spark.jobs import USER_ERROR_EXIT
+from streamrep.spark.submit import LOG_JAVA_OPTIONS, application, master_url, stop_job, submit_env, tether
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -101,6 +102,9 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
                 if skip is not None:
                     return skip
                 path, args, conf = application(self.app, self.app_args(hook), self.conf or None)
+                # Spark's own logging as the CLI has it (warnings only): its INFO lines would
+                # otherwise fill the task log (the provider logs every line spark-submit prints).
+                conf.setdefault("spark.driver.extraJavaOptions", LOG_JAVA_OPTIONS)
                 env = {k: v for k, v in submit_env().items() if k in SUBMIT_ENV_KEYS}
             env.update(hook.process_env())
             env.update(self.env_vars or {})
@@ -111,6 +115,8 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
             try:
                 super().execute(context)
             except AirflowException as err:
+                if self._exit_status() == USER_ERROR_EXIT:  # a user error: retrying cannot help
+                    raise AirflowFailException(self._failure(err)) from None
                 raise AirflowException(self._failure(err)) from None
             return self.result(hook, self._output())
         finally:
@@ -119,6 +125,11 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
     def preflight(self, hook: StreamrepHook, context: Context) -> Any:
         """Checks before spark-submit; a non-None result ends the task with that result."""
         return None
+
+    def _exit_status(self) -> int | None:
+        """spark-submit's exit status (the app's own, in client mode), once it has ended."""
+        process = getattr(self._hook, "_submit_sp", None)
+        return None if process is None else process.returncode
 
     def _output(self) -> list[str]:
         return list(getattr(self._hook, "_last_submit_log_lines", None) or ())

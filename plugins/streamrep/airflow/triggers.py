@@ -12,17 +12,40 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.identity import current_identity
 from streamrep.errors import StreamrepError
 from streamrep.model import replication as rules
+from streamrep.model.replication import ReplicaState
 from streamrep.replication.status import replica_status
+
+# The states a replica leaves by itself (a copy ends, gateways come back, an upstream is
+# added): worth waiting for. Any other state (an error, a pause) needs someone to act first.
+WAITING_STATES = frozenset(s.value for s in (
+    ReplicaState.WAITING_FOR_UPSTREAM, ReplicaState.WAITING_FOR_GATEWAY, ReplicaState.COPY_IN_PROGRESS,
+    ReplicaState.REPLICATING, ReplicaState.SYNC_FALLBACK))
 
 
 def replica_row(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
-    """The ``replica list`` row of ``replica`` on source ``path`` (NotFound if not registered)."""
+    """The ``replica list`` row of ``replica`` on source ``path`` (NotFound if not registered,
+    for instance once removed)."""
     src, dst = admin.path(path), admin.path(replica)
     for row in replica_status(admin, str(src)):
         if row["replicaPath"] == str(dst):
             return row
     rules.require_link((), dst, src, "replica")  # raises the usual NotFound
     raise AssertionError("unreachable")
+
+
+def stuck_reason(path: str, row: dict[str, Any]) -> str | None:
+    """Why the replica of ``row`` cannot become up to date without someone acting (paused, or
+    in an error state), as one line; None while waiting can still succeed."""
+    replica = row["replicaPath"]
+    if row["isUptodate"]:
+        return None
+    if row["paused"]:
+        return (f"replica {replica} of {path} is paused, so it cannot become up to date: "
+                f"resume it with 'stream replica resume'")
+    if row["replicaState"] not in WAITING_STATES:
+        errors = f": {row['errors']}" if row.get("errors") else ""
+        return f"replica {replica} of {path} is in state {row['replicaState']}{errors}"
+    return None
 
 
 class ReplicaUpToDateTrigger(BaseTrigger):
@@ -69,6 +92,10 @@ class ReplicaUpToDateTrigger(BaseTrigger):
                 return
             if row["isUptodate"]:
                 yield TriggerEvent({"status": "uptodate", "row": row})
+                return
+            reason = stuck_reason(self.path, row)
+            if reason:
+                yield TriggerEvent({"status": "error", "message": f"streamrep: {reason}"})
                 return
             self.log.info("%s is not up to date yet: %s, %s messages pending", self.replica,
                           row["replicaState"], row["pendingMessages"])

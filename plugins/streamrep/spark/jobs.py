@@ -13,17 +13,19 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from typing import Mapping
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import StreamrepError
+from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import mark_copy_state, plan_copy, summary
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
-from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_CONFIG, master_url, python_env, spark_conf
+from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
 log = logging.getLogger(__name__)
+PROGRESS_EVERY_SECONDS = 30.0  # a busy gateway's log grows by one line this often at most
 
 
 def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
@@ -37,7 +39,7 @@ def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | 
     merged = spark_conf(conf)
     if not _submitted():  # this process starts the JVM: give it the master and the log settings
         builder = builder.master(master_url(master))
-        merged.setdefault("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}")
+        merged.setdefault("spark.driver.extraJavaOptions", LOG_JAVA_OPTIONS)
     for key, value in merged.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -146,9 +148,12 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
     try:
         query = start_gateway(spark, cluster, gateway.id, home or admin.clusters.home, checkpoint, once,
                               interval, max_records)
+        progress = ProgressReport(gateway.id)
         while not query.awaitTermination(1):
+            progress.update(query)
             if stop is not None and stop.is_set():
                 break
+        progress.update(query, final=True)
         if query.exception() is not None:
             raise query.exception()
     finally:
@@ -159,6 +164,39 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
         finally:
             beat.join(timeout=5)
             gateway.stop()
+
+
+class ProgressReport:
+    """The gateway's own progress lines, on stderr (Spark's logging is kept to warnings): at most
+    one line every ``every`` seconds, summing the micro-batches that moved messages since the
+    last line; an idle gateway prints nothing.
+
+    :param gateway_id: the gateway's name, in every line.
+    :param every: seconds between two lines at most.
+    """
+
+    def __init__(self, gateway_id: str, every: float = PROGRESS_EVERY_SECONDS):
+        self.gateway_id = gateway_id
+        self.every = every
+        self.seen = -1  # the newest batch id counted
+        self.batches = self.messages = 0
+        self.last = time.monotonic()
+
+    def update(self, query, final: bool = False) -> None:
+        for progress in query.recentProgress:
+            if progress.batchId > self.seen:
+                self.seen = progress.batchId
+                if progress.numInputRows:
+                    self.batches += 1
+                    self.messages += progress.numInputRows
+        now = time.monotonic()
+        if not self.batches:
+            self.last = now  # idle: nothing to say, and the next line counts from here
+        elif final or now - self.last >= self.every:
+            print(f"gateway {self.gateway_id}: {self.messages} messages in {self.batches} batches "
+                  f"in the last {now - self.last:.0f} s (up to batch {self.seen})", file=sys.stderr, flush=True)
+            self.batches = self.messages = 0
+            self.last = now
 
 
 # -- what the spark_apps entry points share ------------------------------------------------
@@ -207,8 +245,20 @@ def error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
+USER_ERROR_EXIT = 3  # the exit status of an app stopped by a user error: a retry cannot help
+
+
+def is_user_error(err: BaseException) -> bool:
+    """A streamrep error other than ``Unavailable``, also when Spark wraps it."""
+    if isinstance(err, StreamrepError):
+        return not isinstance(err, Unavailable)
+    match = _WRAPPED_ERROR.search(str(err))
+    return match is not None and match.group(1) != Unavailable.__name__
+
+
 def fail(err: BaseException) -> int:
-    """Print ``err`` as one line on stderr; the exit status of a failed app."""
+    """Print ``err`` as one line on stderr; the exit status of a failed app (``USER_ERROR_EXIT``
+    for a user error, so that a supervisor such as Airflow does not retry it; else 1)."""
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else 1
     print(f"ERROR: {error_line(err)}", file=sys.stderr, flush=True)
@@ -216,4 +266,4 @@ def fail(err: BaseException) -> int:
         import traceback
 
         traceback.print_exception(err)
-    return 1
+    return USER_ERROR_EXIT if is_user_error(err) else 1

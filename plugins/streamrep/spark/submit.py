@@ -39,6 +39,7 @@ class Terminated(StreamrepError):
 
 APPS = ("copystream", "gateway")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
+LOG_JAVA_OPTIONS = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"  # the driver JVM's option for it
 DEFAULT_MASTER = "local[2]"
 DEFAULT_INTERVAL = 0.5
 JVM_NOISE = "WARNING: Using incubator modules"  # printed by every Java 17 start; says nothing  # seconds between gateway micro-batches
@@ -150,7 +151,7 @@ def spark_submit_command(app: str, args: Sequence[str] = (), master: str | None 
         raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment")
     argv = [exe, "--master", master, "--name", f"streamrep-{app}"]
     if "spark.driver.extraJavaOptions" not in merged:
-        argv += ["--driver-java-options", f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"]
+        argv += ["--driver-java-options", LOG_JAVA_OPTIONS]
     for key, value in merged.items():
         argv += ["--conf", f"{key}={value}"]
     argv += [path, *app_args]

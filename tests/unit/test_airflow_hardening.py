@@ -1,0 +1,429 @@
+"""Airflow hardening (issue 7): the control DAG's required replica and remove confirmation, the
+``streamrep`` connection form and its test button, gateway supervision (labels, backoff, user
+errors not retried), Spark's own logging kept out of task logs, and the up-to-date sensor
+failing at once when waiting cannot succeed. Real embedded clusters, real spark-submit, and
+Airflow's own ProvidersManager and Connection model."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import sqlite3
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, ParamValidationError
+from airflow_support import DST, SRC, ctx
+from streamrep.airflow.hook import StreamrepHook
+from streamrep.airflow.operators import ReplicaRemoveOperator
+from streamrep.airflow.sensors import ReplicaUpToDateSensor
+from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
+from streamrep.airflow.triggers import ReplicaUpToDateTrigger
+from streamrep.client import Producer
+from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
+from streamrep.model.catalog import STREAM_KIND
+from streamrep.model.replication import ReplicaState
+from streamrep.replication.copy import copy_stream
+from streamrep.replication.status import replica_status
+from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_user_error
+from streamrep.spark.submit import LOG_JAVA_OPTIONS
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(autouse=True)
+def as_alice(empty_home, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    monkeypatch.setenv("STREAMREP_GROUPS", "eng")
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+
+
+@pytest.fixture(scope="module")
+def dagbag():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DAGS))
+
+
+@pytest.fixture
+def running(admin):
+    """sanfrancisco/activity -> newyork/activity, resumed, with 5 messages not replicated yet."""
+    admin.create_stream(SRC, defaultpartitions=2)
+    admin.create_topic(SRC, "clicks")
+    admin.create_stream(DST, copymetafrom=SRC)
+    admin.add_replica(SRC, DST, paused=True)
+    admin.add_upstream(DST, SRC)
+    copy_stream(admin, SRC, DST)
+    admin.resume_replica(SRC, DST)
+    with Producer(admin) as producer:
+        for i in range(5):
+            producer.send(f"{SRC}:clicks", b"pending", key=str(i).encode())
+    return admin
+
+
+def first_event(trigger: ReplicaUpToDateTrigger):
+    async def first():
+        async for event in trigger.run():
+            return event
+
+    return asyncio.run(asyncio.wait_for(first(), timeout=20))
+
+
+# -- the control DAG: no default replica, remove only when confirmed ---------------------------
+def test_control_dag_refuses_a_trigger_without_a_replica(dagbag):
+    params = copy.deepcopy(dagbag.dags["stream_replica_control"].params)
+    with pytest.raises(ParamValidationError, match="replica"):
+        params.validate()  # what a trigger that forgets the replica meets
+    assert params.get_param("confirm_remove").resolve() is False
+    params["replica"] = DST
+    assert params.validate()["replica"] == DST
+
+
+def test_control_dag_passes_the_confirmation_to_remove_only(dagbag):
+    tasks = dagbag.dags["stream_replica_control"].task_dict
+    assert tasks["remove"].confirmed == "{{ params.confirm_remove }}"
+    assert not hasattr(tasks["pause"], "confirmed") and not hasattr(tasks["resume"], "confirmed")
+
+
+@pytest.mark.parametrize("confirmed", [False, "False", "", None])
+def test_remove_without_confirmation_fails_and_keeps_the_replica(running, confirmed):
+    op = ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed=confirmed)
+    with pytest.raises(AirflowFailException) as raised:
+        op.execute(ctx())
+    assert str(raised.value) == (f"streamrep: stream replica remove -path {SRC} -replica {DST} was not confirmed: "
+                                 f"set confirm_remove to true to remove the replica")
+    assert [link.path for link in running.entry(SRC).replicas] == [DST]
+
+
+def test_remove_with_confirmation_removes(running):
+    assert ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed="True").execute(ctx()) == []
+    assert running.entry(SRC).replicas == ()
+
+
+# -- the streamrep connection type: its form and its test button -------------------------------
+def test_providers_manager_sees_the_connection_form():
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    behaviour = manager.field_behaviours["streamrep"]
+    assert set(behaviour["hidden_fields"]) == {"port", "schema", "password"}
+    assert behaviour["relabeling"] == {"host": "Cluster URL", "login": "Act as user"}
+    assert behaviour["placeholders"]["host"].startswith("embedded:")
+    assert behaviour == StreamrepHook.get_ui_field_behaviour() | {"placeholders": behaviour["placeholders"]}
+    hook = manager.hooks["streamrep"]
+    assert hook.hook_name == "Streamrep cluster" and hook.connection_testable
+
+
+def test_connection_test_opens_the_cluster_and_reads_its_catalog(home, monkeypatch):
+    from airflow.models.connection import Connection
+
+    url = home.get("newyork").url
+    home.store("newyork").catalog_update(STREAM_KIND, "activity", lambda _: {"x": 1})
+    conn = Connection(conn_id="streamrep_newyork", conn_type="streamrep", host=url)
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_NEWYORK", conn.as_json())
+    assert conn.test_connection() == (True, f"cluster newyork at {url}: store opened, 1 streams")
+
+
+def test_connection_test_reports_a_problem_in_one_line_and_creates_nothing(home, tmp_path, monkeypatch):
+    from airflow.models.connection import Connection
+
+    def tested(**fields) -> tuple[bool, str]:
+        conn = Connection(conn_id="streamrep_tokyo", conn_type="streamrep", **fields)
+        monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", conn.as_json())
+        return conn.test_connection()
+
+    missing = tmp_path / "nowhere" / "tokyo.db"
+    assert tested(host=f"embedded:{missing}") == (
+        False, f"no cluster store at {missing}; create it with 'streamrep cluster add -url embedded:{missing}'")
+    assert not missing.parent.exists()  # the test did not create an empty store
+    foreign = tmp_path / "foreign.db"
+    sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
+    ok, message = tested(host=f"embedded:{foreign}")
+    assert not ok and "not a streamrep store" in message and "\n" not in message
+    ok, message = tested(host="kafka://broker:9092")
+    assert not ok and message.startswith("connection streamrep_tokyo: cluster url 'kafka://broker:9092' is not")
+
+
+def test_connection_test_of_the_common_settings_reads_the_registry(home, monkeypatch):
+    from airflow.models.connection import Connection
+
+    conn = Connection(conn_id="streamrep_default", conn_type="streamrep", extra=json.dumps({"home": home.home}))
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", conn.as_json())
+    assert conn.test_connection() == (True, f"registry {home.registry_path} lists 2 clusters: newyork sanfrancisco")
+    broken = Path(home.home) / "broken"
+    broken.mkdir()
+    (broken / "clusters.json").write_text("{not json")
+    conn = Connection(conn_id="streamrep_default", conn_type="streamrep", extra=json.dumps({"home": str(broken)}))
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", conn.as_json())
+    ok, message = conn.test_connection()
+    assert not ok and message.startswith(f"cannot read cluster registry {broken}/clusters.json")
+
+
+# -- gateways: named map indexes, backoff, user errors not retried -----------------------------
+def test_gateway_tasks_are_labelled_and_back_off(dagbag):
+    gateway = dagbag.dags["stream_gateways"].task_dict["gateway"]
+    kwargs = gateway.partial_kwargs
+    assert kwargs["map_index_template"] == "{{ task.gateway_id }}"
+    assert kwargs["retry_exponential_backoff"] >= 2 and kwargs["retries"] >= 100
+    assert timedelta(seconds=1) <= kwargs["retry_delay"] < kwargs["max_retry_delay"] <= timedelta(minutes=10)
+    from jinja2 import Environment
+
+    op = StreamGatewayOperator(task_id="gw", cluster="newyork", gateway_id="gw1")
+    assert Environment().from_string(kwargs["map_index_template"]).render(task=op) == "gw1"
+
+
+def test_the_spark_apps_exit_with_a_distinct_status_for_user_errors(capsys):
+    for err in (NotFound("stream /mapr/a/b does not exist"), PermissionDenied("user bob does not have copyperm"),
+                InvalidArgument("bad"), RuntimeError("py4j: streamrep.errors.NotFound: stream /mapr/a/b does not exist")):
+        assert is_user_error(err) and fail(err) == USER_ERROR_EXIT, err
+    for err in (Unavailable("cluster a: store x cannot be read"), RuntimeError("Java heap space"),
+                RuntimeError("wrapped streamrep.errors.Unavailable: cluster a is down")):
+        assert not is_user_error(err) and fail(err) == 1, err
+    assert USER_ERROR_EXIT not in (0, 1, 2)  # not success, a crash, nor argparse's usage error
+    assert capsys.readouterr().err.splitlines()[0] == "ERROR: stream /mapr/a/b does not exist"
+
+
+def stand_in_apps(tmp_path, monkeypatch, error: str) -> None:
+    """spark_apps whose gateway and copystream end as the real ones do on ``error``: through
+    ``streamrep.spark.jobs.fail``, run by the real spark-submit."""
+    apps = tmp_path / "apps"
+    apps.mkdir()
+    script = ("import sys\nfrom streamrep import errors\nfrom streamrep.spark.jobs import fail\n"
+              f"sys.exit(fail(errors.{error}('stream /mapr/newyork/activity: stand-in failure')))\n")
+    for app in ("gateway.py", "copystream.py"):
+        (apps / app).write_text(script)
+    monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
+
+
+def test_a_user_error_in_the_spark_app_fails_the_task_without_retry(running, tmp_path, monkeypatch):
+    stand_in_apps(tmp_path, monkeypatch, "PermissionDenied")
+    with pytest.raises(AirflowFailException) as raised:
+        StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once=True).execute(ctx())
+    assert str(raised.value) == "streamrep gateway: stream /mapr/newyork/activity: stand-in failure"
+    assert raised.value.__cause__ is None
+
+
+def test_an_unavailable_cluster_in_the_spark_app_is_retried(running, tmp_path, monkeypatch):
+    stand_in_apps(tmp_path, monkeypatch, "Unavailable")
+    with pytest.raises(AirflowException) as raised:
+        StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
+    assert not isinstance(raised.value, AirflowFailException)
+    assert str(raised.value) == "streamrep copystream: stream /mapr/newyork/activity: stand-in failure"
+
+
+# -- Spark's own logging stays out of the task log ---------------------------------------------
+def test_spark_operators_give_the_driver_the_warnings_only_log_config(running, tmp_path, monkeypatch):
+    stand_in_apps(tmp_path, monkeypatch, "Unavailable")
+    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once=True)
+    with pytest.raises(AirflowException):
+        op.execute(ctx())
+    assert op.conf["spark.driver.extraJavaOptions"] == LOG_JAVA_OPTIONS
+    assert Path(LOG_JAVA_OPTIONS.split("file:", 1)[1]).is_file()
+    custom = StreamGatewayOperator(task_id="gateway", cluster="newyork", once=True,
+                                   conf={"spark.driver.extraJavaOptions": "-Dx=1"})
+    with pytest.raises(AirflowException):
+        custom.execute(ctx())
+    assert custom.conf["spark.driver.extraJavaOptions"] == "-Dx=1"  # the user's conf wins
+
+
+@pytest.mark.slow
+def test_a_spark_gateway_task_log_has_its_progress_but_no_spark_info_lines(running, capfd):
+    """What the task log gets: the provider logs every line spark-submit prints."""
+    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once=True)
+    op.execute(ctx())
+    assert replica_status(running, SRC)[0]["pendingMessages"] == 0
+    log = capfd.readouterr()
+    lines = (log.out + log.err).splitlines()
+    submitted = [line for line in lines if "spark_submit" in line]
+    assert len(submitted) > 2, lines[-20:]
+    assert not [line for line in submitted if " INFO " in line], submitted[:20]
+    progress = [line for line in submitted if "gateway gw1: 5 messages in " in line]
+    assert len(progress) == 1, submitted
+
+
+# -- the up-to-date sensor fails at once when waiting cannot succeed ---------------------------
+def test_sensor_fails_at_once_when_the_replica_is_removed_while_waiting(running):
+    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=3600)
+    assert sensor.poke(ctx()).is_done is False
+    running.remove_replica(SRC, DST)
+    with pytest.raises(AirflowFailException, match=f"^streamrep: {DST} is not a replica of {SRC}$"):
+        sensor.execute(ctx())
+
+
+def test_sensor_fails_at_once_in_an_error_state(running, monkeypatch):
+    running.clusters.remove("newyork")  # the replica's cluster is gone: REPLICA_STATE_UNEXPECTED
+    (row,) = running.list_replicas(SRC)
+    assert row["replicaState"] == ReplicaState.UNEXPECTED.value
+    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=3600)
+    with pytest.raises(AirflowFailException) as raised:
+        sensor.execute(ctx())
+    message = str(raised.value)
+    assert message.startswith(f"streamrep: replica {DST} of {SRC} is in state REPLICA_STATE_UNEXPECTED: ")
+    assert "newyork" in message and "\n" not in message
+
+
+def test_deferrable_sensor_fails_at_once_when_paused(running):
+    running.pause_replica(SRC, DST)
+    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, deferrable=True, timeout=3600)
+    with pytest.raises(AirflowFailException, match=f"^streamrep: replica {DST} of {SRC} is paused"):
+        sensor.execute(ctx())  # before deferring
+
+
+def test_trigger_fails_the_task_when_the_replica_is_paused_while_it_waits(running):
+    trigger = ReplicaUpToDateTrigger(path=SRC, replica=DST, home=running.clusters.home, poll_interval=0.1)
+    running.pause_replica(SRC, DST)
+    event = first_event(trigger)
+    assert event.payload["status"] == "error"
+    assert event.payload["message"].startswith(f"streamrep: replica {DST} of {SRC} is paused")
+    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, deferrable=True)
+    with pytest.raises(AirflowFailException, match="is paused"):
+        sensor.execute_complete(ctx(), event.payload)
+
+
+def test_trigger_fails_the_task_in_an_error_state(running):
+    trigger = ReplicaUpToDateTrigger(path=SRC, replica=DST, home=running.clusters.home, poll_interval=0.1)
+    running.clusters.remove("newyork")
+    event = first_event(trigger)
+    assert event.payload["status"] == "error"
+    assert "is in state REPLICA_STATE_UNEXPECTED" in event.payload["message"]
+
+
+def test_trigger_keeps_waiting_while_a_gateway_is_missing(running):
+    """Waiting for a gateway can succeed: the trigger polls on (stopped here after a while)."""
+    trigger = ReplicaUpToDateTrigger(path=SRC, replica=DST, home=running.clusters.home, poll_interval=0.05)
+    with pytest.raises(asyncio.TimeoutError):
+        async def first():
+            async for event in trigger.run():
+                return event
+
+        asyncio.run(asyncio.wait_for(first(), timeout=0.5))
+
+
+# -- the page's authentication, through Airflow's real API app -----------------------------------
+@pytest.fixture(scope="module")
+def airflow_api(tmp_path_factory):
+    """Airflow's own API app (``airflow.api_fastapi.app.create_app``, as the api-server builds
+    it: plugins mounted, the simple auth manager with login on, its middlewares), served through
+    FastAPI's TestClient, and a real JWT per role from ``POST /auth/token``. TestClient rather
+    than an api-server process: the e2e server runs with login off, and a second server per
+    session would cost far more than this."""
+    from airflow import plugins_manager
+    from airflow.api_fastapi.app import create_app, purge_cached_app
+    from fastapi.testclient import TestClient
+
+    home = tmp_path_factory.mktemp("airflow-auth")
+    patch = pytest.MonkeyPatch()
+    from airflow import settings
+
+    plugins = str(Path(__file__).resolve().parents[2] / "plugins")
+    patch.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", plugins)
+    patch.setattr(settings, "PLUGINS_FOLDER", plugins)  # read from the config once, at import
+    patch.setenv("AIRFLOW__CORE__AUTH_MANAGER",
+                 "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager")
+    patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "ada:admin,olga:op,uma:user,vic:viewer")
+    patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(home / "passwords.json"))
+
+    def fresh() -> None:
+        plugins_manager._get_plugins.cache_clear()
+        plugins_manager.get_fastapi_plugins.cache_clear()
+        purge_cached_app()
+
+    from airflow.configuration import conf
+    from airflow.utils.db import initdb
+
+    # Token checks read the metadata database (revoked tokens): migrate the throwaway one that
+    # tests/conftest.py gives in-process Airflow, never another.
+    assert conf.get("database", "sql_alchemy_conn").startswith(f"sqlite:///{os.environ['AIRFLOW_HOME']}/")
+    assert "streamrep-airflow-unit-" in os.environ["AIRFLOW_HOME"]
+    initdb()
+    fresh()
+    try:
+        client = TestClient(create_app(apps="core"))
+        assert "/streamrep" in {getattr(route, "path", None) for route in client.app.routes}  # the plugin
+        passwords = json.loads((home / "passwords.json").read_text())
+        tokens = {}
+        for user, password in passwords.items():
+            answer = client.post("/auth/token", json={"username": user, "password": password})
+            assert answer.status_code == 201, answer.text
+            tokens[user] = answer.json()["access_token"]
+        yield client, tokens
+    finally:
+        patch.undo()
+        fresh()
+
+
+def as_user(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def broken_cluster(running):
+    """A third cluster whose store file is not a streamrep store: its error names the file."""
+    info = running.clusters.add("tokyo")
+    running.clusters.close()
+    path = Path(info.url.split(":", 1)[1])
+    for leftover in path.parent.glob(path.name + "*"):
+        leftover.unlink()
+    path.write_bytes(b"not a database" * 100)
+    return running, path
+
+
+@pytest.mark.slow
+def test_page_and_api_refuse_requests_without_a_valid_login(airflow_api, running):
+    client, _ = airflow_api
+    for route in ("/streamrep/replication", "/streamrep/api/topology"):
+        assert client.get(route).status_code == 401, route
+        assert client.get(route, headers=as_user("not-a-jwt")).status_code == 403, route
+        assert "activity" not in client.get(route).text
+
+
+@pytest.mark.slow
+def test_a_viewer_sees_the_topology_but_no_cluster_location(airflow_api, broken_cluster):
+    client, tokens = airflow_api
+    admin, tokyo_file = broken_cluster
+    home = admin.clusters.home
+    for user in ("vic", "uma"):  # viewer and user: no access to connections
+        data = client.get("/streamrep/api/topology", headers=as_user(tokens[user]))
+        assert data.status_code == 200
+        topo = data.json()
+        clusters = {c["name"]: c for c in topo["clusters"]}
+        assert set(clusters) == {"newyork", "sanfrancisco", "tokyo"}
+        assert all(c["url"] is None for c in clusters.values())
+        assert clusters["tokyo"]["error"].startswith("cluster tokyo: cannot open store (hidden)")
+        assert {(link["source"], link["replica"]) for link in topo["links"]} == {(SRC, DST)}
+        page = client.get("/streamrep/replication", headers=as_user(tokens[user]))
+        assert page.status_code == 200 and f'data-source="{SRC}" data-replica="{DST}"' in page.text
+        for text in (data.text, page.text):
+            assert home not in text and str(tokyo_file) not in text and "embedded:" not in text
+
+
+@pytest.mark.slow
+def test_who_may_read_connections_sees_the_cluster_locations(airflow_api, broken_cluster):
+    client, tokens = airflow_api
+    admin, tokyo_file = broken_cluster
+    for user in ("olga", "ada"):  # op and admin
+        topo = client.get("/streamrep/api/topology", headers=as_user(tokens[user])).json()
+        clusters = {c["name"]: c for c in topo["clusters"]}
+        assert clusters["newyork"]["url"] == admin.clusters.get("newyork").url
+        assert str(tokyo_file) in clusters["tokyo"]["error"]
+        page = client.get("/streamrep/replication", headers=as_user(tokens[user]))
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "REPLICATING" in page.text and "<svg" in page.text
+    assert client.get("/streamrep/", follow_redirects=False).headers["location"] == "replication"
+
+
+@pytest.mark.slow
+def test_the_ui_session_cookie_is_a_login_too(airflow_api, running):
+    """The page shows inside the UI (an iframe on the same origin): the browser sends the UI's
+    JWT cookie, not a bearer header."""
+    client, tokens = airflow_api
+    client.cookies.set("_token", tokens["vic"])
+    try:
+        page = client.get("/streamrep/replication")
+    finally:
+        client.cookies.clear()
+    assert page.status_code == 200 and "<svg" in page.text
