@@ -28,7 +28,7 @@ from 10 s up to at most 5 minutes, so while all gateways are down the DAG keeps 
 back without hammering a cluster that is down. Nothing is lost meanwhile: messages wait at the
 source, and each replica stores its replication positions in the same transaction as the
 messages, so a restarted gateway resumes exactly where the last one stopped. A user error (an
-unknown cluster, a missing permission: the app exits with status 3) fails the task at once,
+unknown cluster, a missing permission: the app exits with status 65) fails the task at once,
 with streamrep's one-line message, and is not retried. Each mapped task is labelled with its
 gateway's name.
 

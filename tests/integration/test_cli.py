@@ -293,7 +293,8 @@ def test_replica_and_upstream_registry(cli, streams):
 
     ok(cli("stream", "upstream", "add", "-path", NY, "-upstream", SF))
     [u] = ok_json(cli("stream", "upstream", "list", "-path", NY, "-json"))
-    assert (u["cluster"], u["stream"], u["idx"]) == ("sanfrancisco", SF, 0) and len(u["uuid"]) == 36
+    assert (u["cluster"], u["stream"], u["upstreamPath"], u["idx"]) == ("sanfrancisco", "/activity", SF, 1)
+    assert len(u["uuid"]) == 36
     fails(cli("stream", "upstream", "add", "-path", NY, "-upstream", SF), 1, "already an upstream")
     [r] = ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))
     assert r["replicaState"] == ReplicaState.PAUSED.value  # agreed on both sides, still paused

@@ -140,7 +140,7 @@ def test_manual_seven_steps_through_the_cli(cli, api3):
     # 4. upstream add, 5. upstream list
     json_rows(cli("stream", "upstream", "add", "-path", NY, "-upstream", SF, "-json"))
     [up] = json_rows(cli("stream", "upstream", "list", "-path", NY, "-json"))
-    assert (up["cluster"], up["stream"], up["idx"], up["uuid"]) == ("sanfrancisco", SF, 0, source_info["uuid"])
+    assert (up["cluster"], up["upstreamPath"], up["idx"], up["uuid"]) == ("sanfrancisco", SF, 1, source_info["uuid"])
     # 6. copystream
     [copied] = json_rows(cli("copystream", "-src", SF, "-dst", NY, "-engine", "local", "-json"))
     assert copied["messages"] == len(before)

@@ -127,6 +127,19 @@ def test_connection_test_opens_the_cluster_and_reads_its_catalog(home, monkeypat
     assert conn.test_connection() == (True, f"cluster newyork at {url}: store opened, 1 streams")
 
 
+def test_connection_test_resolves_a_relative_url_as_the_tasks_do(home, monkeypatch):
+    """A relative embedded: path is taken from STREAMREP_HOME, as the tasks' stores take it,
+    not from the current directory of the process that runs the test button."""
+    from airflow.models.connection import Connection
+
+    relative = os.path.relpath(home.get("newyork").url.removeprefix("embedded:"), home.home)
+    conn = Connection(conn_id="streamrep_newyork", conn_type="streamrep", host=f"embedded:{relative}")
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_NEWYORK", conn.as_json())
+    monkeypatch.chdir("/")
+    ok, message = conn.test_connection()
+    assert ok, message
+
+
 def test_connection_test_reports_a_problem_in_one_line_and_creates_nothing(home, tmp_path, monkeypatch):
     from airflow.models.connection import Connection
 
@@ -182,7 +195,7 @@ def test_the_spark_apps_exit_with_a_distinct_status_for_user_errors(capsys):
     for err in (Unavailable("cluster a: store x cannot be read"), RuntimeError("Java heap space"),
                 RuntimeError("wrapped streamrep.errors.Unavailable: cluster a is down")):
         assert not is_user_error(err) and fail(err) == 1, err
-    assert USER_ERROR_EXIT not in (0, 1, 2)  # not success, a crash, nor argparse's usage error
+    assert USER_ERROR_EXIT not in (0, 1, 2, 3)  # not success, a crash, argparse's usage error, nor the CLI's internal error
     assert capsys.readouterr().err.splitlines()[0] == "ERROR: stream /mapr/a/b does not exist"
 
 

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from streamrep.airflow.page import render_page, topology
+from streamrep.airflow.page import render_page, short_state, topology
+from streamrep.model.replication import ReplicaState
 from streamrep.client import Producer
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import Gateway
@@ -100,3 +101,21 @@ def test_airflow_loads_the_plugin_from_the_plugins_folder():
     assert view["name"] == "Stream replication"
     # .airflowignore keeps the package out of the plugin scan: no module is imported as 'copy'
     assert sys.modules["copy"] is copy and hasattr(copy, "deepcopy")
+
+
+def test_a_stream_the_page_may_not_count_still_shows_its_links(mesh, bob):
+    """Topic counts need a read right; the replica list needs none: the page's identity (here
+    bob, who holds no right on alice's streams) still sees every replication link."""
+    topo = topology(bob)
+    streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
+    assert "consumeperm" in streams[SF]["error"]
+    links = {(link["source"], link["replica"]): link for link in topo["links"]}
+    assert links[(SF, NY)]["replicaState"] == "REPLICA_STATE_REPLICATING"
+
+
+def test_the_page_shows_an_error_above_a_pause(mesh):
+    """The drawn state is ``replicaState`` (an error outranks a pause), not a second ranking."""
+    mesh.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
+    mesh.pause_replica(SF, NY)
+    link = next(link for link in topology(mesh)["links"] if (link["source"], link["replica"]) == (SF, NY))
+    assert link["paused"] and short_state(link) == "UNEXPECTED"

@@ -34,7 +34,7 @@ from streamrep.cli.main import COMMANDS, run
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.errors import InvalidArgument
-from streamrep.model.catalog import STREAM_KIND, StreamEntry
+from streamrep.model.catalog import CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, StreamEntry
 
 SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
 BOBS = "/mapr/sanfrancisco/bobs"
@@ -176,9 +176,9 @@ def fuzz_home(tmp_path_factory):
             mp.delenv(name, raising=False)
         mp.chdir(scratch)  # relative embedded: urls land here, never in the repository
         clusters = Clusters()
-        clusters.add("sanfrancisco")
-        clusters.add("newyork")
         alice = StreamAdmin(clusters, Identity("alice"))
+        for name in ("sanfrancisco", "newyork"):  # as 'cluster add' does: alice administers both
+            alice.add_cluster(name)
         bob = StreamAdmin(clusters, Identity("bob"))
         alice.create_stream(SF, defaultpartitions=2)
         alice.create_topic(SF, "clicks")
@@ -200,20 +200,21 @@ def fuzz_home(tmp_path_factory):
         yield work, pristine, scratch
 
 
-def snapshot(work, path: str) -> object:
-    """A stream's catalog entry and every topic's (start, end) offsets; None if it is not there."""
-    match = re.fullmatch(r"/mapr/([^/]+)(/.*)", path)
+def world(work) -> dict:
+    """Everything a refused command must leave as it was: in every cluster, the stream entries,
+    gateway lists and cluster ACE, and every topic's (start, end) offsets."""
     clusters = Clusters(str(work))
+    state = {}
     try:
-        store = clusters.store(match.group(1))
-        doc = store.catalog_get(STREAM_KIND, match.group(2))
-        if doc is None:
-            return None
-        topics = store.topics(doc["uuid"])
-        offsets = {t: [store.offsets(doc["uuid"], t, p) for p in range(n)] for t, n in topics.items()}
-        return doc, offsets
+        for info in clusters.list():
+            store = clusters.store(info.name)
+            streams = store.catalog_list(STREAM_KIND)
+            offsets = {doc["uuid"]: {t: [store.offsets(doc["uuid"], t, p) for p in range(n)]
+                                     for t, n in store.topics(doc["uuid"]).items()} for doc in streams.values()}
+            state[info.name] = (streams, store.catalog_list(GATEWAYS_KIND), store.catalog_list(CLUSTER_KIND), offsets)
     finally:
         clusters.close()
+    return state
 
 
 def default_cluster(work) -> str | None:
@@ -240,9 +241,9 @@ def invalid_metadata(work) -> list[str]:
 
 def test_no_command_line_breaks_the_cli(fuzz_home):
     work, pristine, scratch = fuzz_home
-    seen = {"ran": 0, "ok": 0, "user": 0, "usage": 0, "refused": 0}
-    before = {p: snapshot(work, p) for p in (SF, NY, BOBS, PUBLIC)}  # every example starts from this
-    assert all(before.values())
+    seen = {"ran": 0, "ok": 0, "user": 0, "usage": 0, "refused": 0, "refused on a cluster": 0}
+    before_world = world(work)  # every example starts from this
+    assert sum(len(streams) for streams, *_ in before_world.values()) == 4
 
     @settings(max_examples=MAX_EXAMPLES, derandomize=not os.environ.get("STREAMREP_FUZZ_RANDOM"), database=None, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -272,11 +273,11 @@ def test_no_command_line_breaks_the_cli(fuzz_home):
         if status != 0:
             assert message.startswith("streamrep: error: ") and message.count("\n") == 1, (argv, user, message)
             assert "Traceback" not in message
-        refused = re.search(r"does not have \w+ on stream (/mapr/\S+)", message)
+        refused = re.search(r"user \S+ (does not have|has none of|would not have) .* on (stream|cluster) ", message)
         if status == 1 and refused:
             seen["refused"] += 1
-            path = refused.group(1)
-            assert snapshot(work, path) == before[path], (argv, user, message)
+            seen["refused on a cluster"] += refused.group(2) == "cluster"
+            assert world(work) == before_world, (argv, user, message)
         if status == 0:
             assert invalid_metadata(work) == [], argv
             sets_default = argv[:2] == ["cluster", "default"] or argv[:2] == ["cluster", "add"]
@@ -289,3 +290,4 @@ def test_no_command_line_breaks_the_cli(fuzz_home):
     # The grammar-driven lines reach every outcome, permission refusals included.
     print(seen)
     assert seen["ran"] > MAX_EXAMPLES // 2 and all(seen[k] > 20 for k in ("ok", "user", "usage", "refused")), seen
+    assert seen["refused on a cluster"] > 0, seen

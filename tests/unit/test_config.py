@@ -25,7 +25,7 @@ def test_first_cluster_is_default(empty_home):
     assert empty_home.default == "sanfrancisco"
 
 
-def test_add_creates_embedded_file_under_home(empty_home):
+def test_add_createsembedded_file_under_home(empty_home):
     info = empty_home.add("sanfrancisco")
     path = os.path.join(empty_home.home, "clusters", "sanfrancisco.db")
     assert info.url == "embedded:" + path

@@ -59,7 +59,8 @@ def test_links_record_the_uuids_and_upstream_list_reports_them(agreed):
     admin = agreed
     sf, ny = admin.entry(SF), admin.entry(NY)
     assert sf.replicas[0].uuid == ny.uuid and ny.upstreams[0].uuid == sf.uuid
-    assert admin.list_upstreams(NY) == [{"cluster": "sanfrancisco", "stream": SF, "idx": 0, "uuid": sf.uuid}]
+    assert admin.list_upstreams(NY) == [{"cluster": "sanfrancisco", "stream": "/activity", "upstreamPath": SF, "idx": 1,
+                                          "uuid": sf.uuid}]
 
 
 def test_a_stream_recreated_at_the_replica_path_receives_nothing(agreed, bob):

@@ -58,6 +58,7 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
     "stream replica pause": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica resume": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica remove": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
+    "stream replica acknowledge": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica autosetup": (["-path", SF, "-replica", "/mapr/newyork/auto", "-engine", "local"], {"owner"}),
     "stream upstream add": (["-path", SPARE, "-upstream", SF], {"owner", "adminperm"}),
     "stream upstream list": (["-path", NY], ALL),
@@ -169,6 +170,18 @@ def readme_table() -> dict[str, dict[str, bool]]:
         cells = [c.strip() for c in row.strip("|").split("|")]
         table[cells[0].strip("`")] = {col: cells[i] == "yes" for i, col in enumerate(columns) if col in ROLES}
     return table
+
+
+# Commands on this machine's cluster registry only (no stream or cluster data), and help.
+REGISTRY_ONLY = {"cluster add", "cluster list", "cluster remove", "cluster default"}
+
+
+def test_every_command_is_in_the_matrix():
+    """A new command cannot slip past the matrix (and so past the README's table)."""
+    from streamrep.cli.main import COMMANDS
+
+    covered = {name.split(" (")[0] for name in MATRIX}
+    assert {" ".join(cmd.words) for cmd in COMMANDS} - REGISTRY_ONLY == covered
 
 
 def test_the_readme_table_is_this_table():

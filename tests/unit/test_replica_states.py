@@ -4,6 +4,7 @@ retention; MapR's field names. Real embedded clusters and the in-process gateway
 from __future__ import annotations
 
 import io
+import os
 import json
 import logging
 import time
@@ -18,7 +19,7 @@ from streamrep.model.replication import loss_key, position_key
 from streamrep.replication.apply import plan_apply
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
-from streamrep.replication.status import replica_status
+from streamrep.replication.status import acknowledge_loss, replica_status
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
@@ -171,11 +172,11 @@ def test_retention_loss_is_shown_logged_and_kept_until_acknowledged(linked, bob,
     assert row_of(linked)["errors"] == row["errors"]  # recorded once, not counted again
 
     with pytest.raises(PermissionDenied, match="adminperm"):
-        bob.acknowledge_loss(SF, NY)
-    assert linked.acknowledge_loss(SF, NY) == {"replicaPath": NY, "acknowledged": 3, "ranges": "t/0:1-3"}
+        acknowledge_loss(bob, SF, NY)
+    assert acknowledge_loss(linked, SF, NY) == {"replicaPath": NY, "acknowledged": 3, "ranges": "t/0:1-3"}
     row = row_of(linked)
     assert (row["replicaState"], row["errors"], row["isUptodate"]) == (REPLICATING, None, True)
-    assert linked.acknowledge_loss(SF, NY)["acknowledged"] == 0  # a retry finds it done
+    assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 0  # a retry finds it done
 
 
 def test_loss_is_recorded_even_when_nothing_is_left_to_replicate(linked):
@@ -184,7 +185,7 @@ def test_loss_is_recorded_even_when_nothing_is_left_to_replicate(linked):
     gateway.run_once()  # the source holds nothing now: the position still moves past the loss
     row = row_of(linked)
     assert row["replicaState"] == UNEXPECTED and "offsets 1-3" in row["errors"]
-    assert linked.acknowledge_loss(SF, NY)["acknowledged"] == 3
+    assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 3
     assert row_of(linked)["isUptodate"] is True
 
 
@@ -252,4 +253,50 @@ def test_the_spark_gateways_writer_records_the_loss_too(linked, caplog):
     assert values(linked, NY) == ["a", "e"]
     row = row_of(linked)
     assert row["replicaState"] == UNEXPECTED and "t/0 offsets 1-3 (3)" in row["errors"]
-    assert linked.acknowledge_loss(SF, NY)["ranges"] == "t/0:1-3"
+    assert acknowledge_loss(linked, SF, NY)["ranges"] == "t/0:1-3"
+
+
+def test_an_unreadable_replica_cluster_marks_only_its_own_row(linked):
+    """One replica whose cluster's store is gone reads UNEXPECTED with the reason; the other
+    replicas of the same source are still listed with their real state."""
+    linked.clusters.add("tokyo")
+    linked.create_stream("/mapr/tokyo/activity", copymetafrom=SF)
+    linked.add_replica(SF, "/mapr/tokyo/activity", paused=True)
+    linked.clusters.close()
+    path = linked.clusters.get("tokyo").url.removeprefix("embedded:")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    rows = {row["replicaPath"]: row for row in replica_status(linked, SF)}
+    assert rows[NY]["replicaState"] == WAITING_FOR_GATEWAY and "tokyo" not in rows[NY]["errors"]
+    tokyo = rows["/mapr/tokyo/activity"]
+    assert tokyo["replicaState"] == UNEXPECTED and "tokyo" in tokyo["errors"] and not tokyo["isUptodate"]
+
+
+def test_a_copy_that_stops_says_so_and_a_rerun_clears_it(linked):
+    """A failed copy into a replica does not keep claiming COPY_IN_PROGRESS: the link records
+    why it stopped; a copy that runs to the end leaves it for the gateways again."""
+    from streamrep.errors import Unavailable
+    from streamrep.replication.copy import copying, plan_copy
+
+    produce(linked, b"a", b"b")
+    linked.pause_replica(SF, NY)
+    with pytest.raises(Unavailable):
+        with copying(linked, plan_copy(linked, SF, NY)):
+            assert linked.entry(SF).replicas[0].state == "REPLICA_STATE_COPY_IN_PROGRESS"
+            raise Unavailable("cluster newyork: disk full")
+    [link] = linked.entry(SF).replicas
+    assert link.state == UNEXPECTED and "copystream stopped before it finished: cluster newyork: disk full" in link.error
+    assert row_of(linked)["replicaState"] == UNEXPECTED and not row_of(linked)["isUptodate"]
+    copy_stream(linked, SF, NY)
+    [link] = linked.entry(SF).replicas
+    assert (link.state, link.error) == (WAITING_FOR_GATEWAY, None)
+
+
+def test_the_end_of_a_copy_keeps_a_state_a_gateway_recorded_meanwhile(linked):
+    from streamrep.model.replication import ReplicaState
+    from streamrep.replication.copy import copying, plan_copy
+
+    with copying(linked, plan_copy(linked, SF, NY)):
+        linked.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
+    assert linked.entry(SF).replicas[0].state == ReplicaState.SYNC_FALLBACK.value

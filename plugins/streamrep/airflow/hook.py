@@ -230,10 +230,10 @@ class StreamrepHook(BaseHook):
                 names = [c.name for c in clusters.list()]
                 return True, f"registry {clusters.registry_path} lists {len(names)} clusters: {' '.join(names) or '-'}"
             url = url_of(conn)
-            path = url[len(EMBEDDED_SCHEME):]
+            name = conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX)
+            path = Clusters(self.settings["home"]).embedded_file(name, url)  # as the tasks resolve it
             if not os.path.isfile(path):  # opening would create an empty store: say so instead
                 return False, f"no cluster store at {path}; create it with 'streamrep cluster add -url {url}'"
-            name = conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX)
             store = EmbeddedStore(name, path)
             try:
                 streams = store.catalog_list(STREAM_KIND)

@@ -118,14 +118,19 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
             stream: dict[str, Any] = {"path": path, "name": entry.path, "uuid": entry.uuid,
                                       "topics": 0, "partitions": 0, "messages": 0,
                                       "upstreams": [u.path for u in entry.upstreams], "error": None}
+            # Two reads, each failing on its own: topic counts need a read right on the stream,
+            # the replica list needs none, so a stream the page may not count still shows its links.
             try:
                 topics = admin.list_topics(path)
                 stream.update(topics=len(topics), partitions=sum(t["partitions"] for t in topics),
                               messages=sum(t["messages"] for t in topics))
+            except StreamrepError as err:
+                stream["error"] = str(err)
+            try:
                 for row in replica_status(admin, path):
                     out["links"].append({"kind": "replica", "source": path, "replica": row["replicaPath"], **row})
             except StreamrepError as err:
-                stream["error"] = str(err)
+                stream["error"] = stream["error"] or str(err)
             cluster["streams"].append(stream)
         try:  # upstreams whose source does not list this replica: half of an agreement
             _, blocked = flows_into(admin, info.name)
@@ -154,8 +159,7 @@ GATEWAY_COLORS = {"live": "#16a34a", "expired": "#d97706", "down": "#dc2626"}
 
 
 def short_state(link: dict[str, Any]) -> str:
-    if link.get("paused"):
-        return "PAUSED"
+    """The state without MapR's prefix: ``replicaState`` already ranks an error above a pause."""
     return str(link.get("replicaState") or "").removeprefix(STATE_PREFIX)
 
 

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
-from streamrep.replication.copy import mark_copy_state, plan_copy, summary
+from streamrep.replication.copy import copy_ended, plan_copy, summary
 from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
 from streamrep.spark.submit import LOG_JAVA_OPTIONS, application, master_url, stop_job, submit_env, tether
@@ -176,7 +176,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
             self.log.info("copystream %s -> %s: %d messages to copy", plan.source, plan.destination, pending)
             self._plan = plan
             return None
-        mark_copy_state(admin, plan, False)
+        copy_ended(admin, plan)  # a retry after a copy whose end was never recorded
         self.log.info("copystream %s -> %s: the destination already holds every message: nothing to copy",
                       plan.source, plan.destination)
         return summary(plan, 0)

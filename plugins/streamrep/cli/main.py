@@ -24,7 +24,7 @@ from streamrep.model.stream import PERMISSIONS
 from streamrep.replication.copy import copy_stream, plan_copy
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.setup import autosetup
-from streamrep.replication.status import replica_status
+from streamrep.replication.status import acknowledge_loss, replica_status
 from streamrep.replication.translate import translate_cursors
 
 EXIT_USER_ERROR = 1
@@ -184,7 +184,7 @@ def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
 
 
 def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
-    return [ctx.admin.acknowledge_loss(path, replica)]
+    return [acknowledge_loss(ctx.admin, path, replica)]
 
 
 def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool = False,

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any, Callable
 
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
@@ -27,7 +27,6 @@ from streamrep.store.base import Store
 # What the replication layer finds for one replica, given (source path, source entry, replica path,
 # replica entry): (error, why no gateway is live), None where all is well.
 ReplicaHealth = Callable[[StreamPath, StreamEntry, StreamPath, StreamEntry], tuple[str | None, str | None]]
-ACKNOWLEDGE_RETRIES = 20  # a gateway recording the same loss meanwhile makes acknowledge read again
 # Any one of these lets a caller see a stream's topics with their offsets and message counts.
 TOPIC_READ_PERMS = ("consumeperm", "produceperm", "topicperm")
 
@@ -316,13 +315,20 @@ class StreamAdmin:
         """``stream replica remove``: stop replicating to ``replica`` for good."""
         self._change_replica(path, replica, lambda link: None)
 
-    def set_replica_state(self, path: str, replica: str, state: ReplicaState, error: str | None = None) -> None:
+    def set_replica_state(self, path: str, replica: str, state: ReplicaState, error: str | None = None,
+                          only_from: ReplicaState | None = None) -> None:
         """Record a replica's state (used by the replication layer; no ACE check: gateways have
-        implicit authority)."""
+        implicit authority).
+
+        :param only_from: change it only while the link is in this state (in the same atomic
+            update), so a state someone else set meanwhile is kept.
+        """
         src, dst = self.path(path), self.path(replica)
 
         def apply(entry: StreamEntry) -> StreamEntry:
             link = rules.require_link(entry.replicas, dst, src, "replica")
+            if only_from is not None and link.state != only_from.value:
+                return entry
             new = link.with_changes(state=state.value, error=error)
             return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
 
@@ -359,13 +365,15 @@ class StreamAdmin:
         return list(self.entry(path).upstreams)
 
     def list_upstreams(self, path: str) -> list[dict[str, Any]]:
-        """``stream upstream list``: each upstream's ``cluster``, ``stream`` (its path),
-        ``idx`` (its place in the list) and ``uuid`` (the stream agreed to; None for a link
-        written before links recorded UUIDs), as MapR reports them."""
+        """``stream upstream list``: each upstream's ``cluster``, ``stream`` (its path in that
+        cluster), ``idx`` (its place in the list, from 1) and ``uuid`` (the stream agreed to; None
+        for a link written before links recorded UUIDs), as MapR reports them, with
+        ``upstreamPath`` (the full path), as ``replica list`` has ``replicaPath``."""
         rows = []
-        for idx, link in enumerate(self.entry(path).upstreams):
+        for idx, link in enumerate(self.entry(path).upstreams, 1):
             up = self.path(link.path)
-            rows.append({"cluster": up.cluster, "stream": str(up), "idx": idx, "uuid": link.uuid})
+            rows.append({"cluster": up.cluster, "stream": up.path, "upstreamPath": link.path, "idx": idx,
+                         "uuid": link.uuid})
         return rows
 
     def remove_upstream(self, path: str, upstream: str) -> None:
@@ -400,7 +408,7 @@ class StreamAdmin:
                 replica_entry = self.entry(dst)
                 found = rules.agreement(src, source_entry, dst, replica_entry)
                 agreed, error = found.agreed, found.reason if found.broken else None
-            except NotFound as err:
+            except StreamrepError as err:  # gone, or its cluster unreadable: only this row says so
                 agreed, error = False, str(err)
             if health is not None and replica_entry is not None and error is None:
                 error, no_gateway = health(src, source_entry, dst, replica_entry)
@@ -417,48 +425,6 @@ class StreamAdmin:
                 "errors": error,
             })
         return result
-
-    def acknowledge_loss(self, path: str, replica: str) -> dict[str, Any]:
-        """``stream replica acknowledge``: accept that the messages the source's retention removed
-        before they reached ``replica`` are gone, so the replica can read as up to date again.
-        Needs adminperm on the source, as every ``stream replica`` change. Safe to retry: with
-        nothing (left) to acknowledge it reports 0 messages."""
-        src, dst = self.path(path), self.path(replica)
-        source_entry = self.entry(src)
-        self.require(source_entry, src, "adminperm")
-        rules.require_link(source_entry.replicas, dst, src, "replica")
-        replica_entry = self.entry(dst)
-        source_store, store = self.store(src), self.store(dst)
-        done: list[tuple[str, int, int, int]] = []  # (topic, partition, first, last) acknowledged
-        for _ in range(ACKNOWLEDGE_RETRIES):
-            marks = store.marks(replica_entry.uuid)
-            try:
-                # Losses no gateway has recorded yet (the position is below the source's first
-                # offset): move the position past them, if no gateway moved it meanwhile.
-                for topic, count in source_store.topics(source_entry.uuid).items():
-                    for partition in range(count):
-                        pkey = rules.position_key(source_entry.uuid, topic, partition)
-                        start = source_store.offsets(source_entry.uuid, topic, partition)[0]
-                        gone = rules.retention_loss(marks.get(pkey), start)
-                        if gone is not None:
-                            store.apply(replica_entry.uuid, topic, partition, [], {pkey: start}, {pkey: gone[0]})
-                            done.append((topic, partition, gone[0], start - 1))
-            except Conflict:
-                continue  # a gateway recorded it meanwhile: acknowledge its record instead
-            lost = {}
-            for key, end in marks.items():
-                parsed = rules.parse_loss_key(key)
-                if parsed is not None and parsed[0] == source_entry.uuid:
-                    lost[key] = end
-                    done.append((parsed[1], parsed[2], parsed[3], end - 1))
-            store.drop_marks(replica_entry.uuid, lost)
-            break
-        ranges = sorted(done)
-        return {
-            "replicaPath": str(dst),
-            "acknowledged": sum(last - first + 1 for _, _, first, last in ranges),
-            "ranges": ", ".join(f"{topic}/{partition}:{first}-{last}" for topic, partition, first, last in ranges),
-        }
 
     # -- clusters: who administers each one (kept in the cluster itself) -------------
     def add_cluster(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:

@@ -142,7 +142,7 @@ class Clusters:
         real = os.path.realpath(store.path)
         for other, entry in sorted(data["clusters"].items()):
             try:
-                path = self._embedded_file(other, entry["url"])
+                path = self.embedded_file(other, entry["url"])
                 same = os.path.realpath(path) == real or self._read_store_id(other, path) == store_id
             except Unavailable:
                 same = False  # an unreadable cluster cannot be compared; its own commands say why
@@ -180,7 +180,7 @@ class Clusters:
         return ClusterInfo(name, entry["url"])
 
     # -- stores --------------------------------------------------------------------
-    def _embedded_file(self, name: str, url: str) -> str:
+    def embedded_file(self, name: str, url: str) -> str:
         """The file of an ``embedded:`` url from the registry; a relative one is taken from
         the registry's folder (never the current directory)."""
         if not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
@@ -196,7 +196,7 @@ class Clusters:
             info = self.get(name)
             registered = self._read()["clusters"].get(name)
             create = not (registered and registered["url"] == info.url)  # e.g. an Airflow connection's
-            store = EmbeddedStore(name, self._embedded_file(name, info.url), create=create)
+            store = EmbeddedStore(name, self.embedded_file(name, info.url), create=create)
             self._stores[name] = store
         return store
 

@@ -7,10 +7,12 @@ messages, so running it again, resuming after a crash, or handing over to the ga
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import InvalidArgument, NotFound
+from streamrep.errors import InvalidArgument, NotFound, StreamrepError
 from streamrep.model.catalog import StreamEntry
 from streamrep.model import replication as rules
 from streamrep.model.paths import StreamPath
@@ -104,24 +106,45 @@ def copy_partition(source_store: Store, dest_store: Store, plan: CopyPlan, unit:
         written += apply_batch(dest_store, plan.destination_uuid, unit, batch, start_held)
 
 
-def mark_copy_state(admin: StreamAdmin, plan: CopyPlan, copying: bool) -> None:
-    """Show COPY_IN_PROGRESS on the replica link while a copy runs, if the destination is a
-    registered replica of the source."""
+def _is_its_replica(admin: StreamAdmin, plan: CopyPlan) -> bool:
+    """Whether the destination is the registered replica of the source (by identity)."""
     link = rules.find_link(admin.entry(plan.source).replicas, plan.destination)
-    if link is None or link.uuid not in (None, plan.destination_uuid):
-        return  # not a replica, or a link to the stream that was at this path before
-    state = ReplicaState.COPY_IN_PROGRESS if copying else ReplicaState.WAITING_FOR_GATEWAY
-    admin.set_replica_state(str(plan.source), str(plan.destination), state)
+    return link is not None and rules.binds(link, plan.destination_uuid, admin.entry(plan.destination).created)
+
+
+def copy_ended(admin: StreamAdmin, plan: CopyPlan, error: str | None = None) -> None:
+    """A copy into a registered replica is over: WAITING_FOR_GATEWAY, or UNEXPECTED with
+    ``error`` if it stopped before finishing. Only a link still showing COPY_IN_PROGRESS changes,
+    so a state a gateway recorded meanwhile (an error, a fallback) is kept."""
+    if _is_its_replica(admin, plan):
+        state = ReplicaState.UNEXPECTED if error else ReplicaState.WAITING_FOR_GATEWAY
+        admin.set_replica_state(str(plan.source), str(plan.destination), state, error,
+                                only_from=ReplicaState.COPY_IN_PROGRESS)
+
+
+@contextmanager
+def copying(admin: StreamAdmin, plan: CopyPlan) -> Iterator[None]:
+    """Show COPY_IN_PROGRESS on the replica link while the copy runs (if the destination is a
+    registered replica of the source), and say how it ended. Only a killed process leaves
+    COPY_IN_PROGRESS behind; running the copy again ends it."""
+    if _is_its_replica(admin, plan):
+        admin.set_replica_state(str(plan.source), str(plan.destination), ReplicaState.COPY_IN_PROGRESS)
+    try:
+        yield
+    except BaseException as err:
+        reason = f": {err}" if isinstance(err, StreamrepError) else f" ({type(err).__name__})"
+        copy_ended(admin, plan, f"copystream stopped before it finished{reason}; run it again")
+        raise
+    copy_ended(admin, plan)
 
 
 def copy_stream(admin: StreamAdmin, source: str, destination: str, batch_size: int = COPY_BATCH) -> dict:
     """Copy ``source`` into ``destination`` in this process. Returns a summary with the
     source positions reached."""
     plan = plan_copy(admin, source, destination)
-    mark_copy_state(admin, plan, True)
     source_store, dest_store = admin.store(plan.source), admin.store(plan.destination)
-    written = sum(copy_partition(source_store, dest_store, plan, unit, batch_size) for unit in sorted(plan.ends))
-    mark_copy_state(admin, plan, False)
+    with copying(admin, plan):
+        written = sum(copy_partition(source_store, dest_store, plan, unit, batch_size) for unit in sorted(plan.ends))
     return summary(plan, written)
 
 

@@ -61,13 +61,6 @@ def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Block
     return flows, blocked
 
 
-def agreed_flow(source: StreamPath, source_entry: StreamEntry, replica: StreamPath,
-                replica_entry: StreamEntry) -> Flow | None:
-    """The flow from ``source`` to ``replica`` if both sides agree on both identities, else None."""
-    found = rules.agreement(source, source_entry, replica, replica_entry)
-    return flow_of(source, source_entry, replica, replica_entry, found.link) if found.agreed else None
-
-
 def flow_of(source: StreamPath, source_entry: StreamEntry, replica: StreamPath, replica_entry: StreamEntry,
             link: rules.ReplicaLink) -> Flow:
     return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous,

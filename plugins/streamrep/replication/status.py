@@ -7,11 +7,11 @@ from functools import partial
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import StreamrepError
+from streamrep.errors import Conflict, StreamrepError
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, retention_loss
+from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import gateway_outage
 
@@ -56,25 +56,73 @@ def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
     return {"pendingMessages": messages, "bytesPending": size, "minPendingTS": oldest, "maxPendingTS": newest}
 
 
+def _losses(marks: dict[str, int], source_store, src_uuid: str) -> tuple[dict[str, int], list[tuple[str, int, int, int]]]:
+    """The replica's losses from one source: the loss marks a gateway recorded (key -> end),
+    and ``(topic, partition, first, end)`` of those not recorded yet (the replica's position is
+    below the source's first offset)."""
+    recorded = {key: end for key, end in marks.items()
+                if (parsed := parse_loss_key(key)) is not None and parsed[0] == src_uuid}
+    unrecorded = []
+    for topic, count in source_store.topics(src_uuid).items():
+        for partition in range(count):
+            start, _ = source_store.offsets(src_uuid, topic, partition)
+            lost = retention_loss(marks.get(position_key(src_uuid, topic, partition)), start)
+            if lost is not None:
+                unrecorded.append((topic, partition, *lost))
+    return recorded, unrecorded
+
+
+def _recorded_range(key: str, end: int) -> tuple[str, int, int, int]:
+    _, topic, partition, first = parse_loss_key(key)
+    return topic, partition, first, end - 1
+
+
 def lost_ranges(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath,
                 dst_entry: StreamEntry) -> list[tuple[str, int, int, int]]:
     """``(topic, partition, first, last)`` of every source offset range that the source's retention
     removed before it reached the replica and that no admin has acknowledged: those a gateway
     recorded, and those it will record (the replica's position is below the source's first offset)."""
-    source_store, replica_store = admin.store(src), admin.store(dst)
-    marks = replica_store.marks(dst_entry.uuid)
-    ranges = []
-    for key, end in marks.items():
-        parsed = parse_loss_key(key)
-        if parsed is not None and parsed[0] == src_entry.uuid:
-            ranges.append((parsed[1], parsed[2], parsed[3], end - 1))
-    for topic, count in source_store.topics(src_entry.uuid).items():
-        for partition in range(count):
-            start, _ = source_store.offsets(src_entry.uuid, topic, partition)
-            lost = retention_loss(marks.get(position_key(src_entry.uuid, topic, partition)), start)
-            if lost is not None:
-                ranges.append((topic, partition, lost[0], lost[1] - 1))
-    return sorted(ranges)
+    recorded, unrecorded = _losses(admin.store(dst).marks(dst_entry.uuid), admin.store(src), src_entry.uuid)
+    ranges = [_recorded_range(key, end) for key, end in recorded.items()]
+    return sorted(ranges + [(topic, partition, first, end - 1) for topic, partition, first, end in unrecorded])
+
+
+ACKNOWLEDGE_RETRIES = 20  # a gateway recording the same loss meanwhile makes acknowledge read again
+
+
+def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
+    """``stream replica acknowledge``: accept that the messages the source's retention removed
+    before they reached ``replica`` are gone, so the replica can read as up to date again.
+    Needs adminperm on the source, as every ``stream replica`` change. Safe to retry: with
+    nothing (left) to acknowledge it reports 0 messages."""
+    src, dst = admin.path(path), admin.path(replica)
+    src_entry = admin.entry(src)
+    admin.require(src_entry, src, "adminperm")
+    require_link(src_entry.replicas, dst, src, "replica")
+    dst_entry = admin.entry(dst)
+    source_store, store = admin.store(src), admin.store(dst)
+    done: list[tuple[str, int, int, int]] = []  # (topic, partition, first, last) acknowledged
+    for _ in range(ACKNOWLEDGE_RETRIES):
+        recorded, unrecorded = _losses(store.marks(dst_entry.uuid), source_store, src_entry.uuid)
+        try:
+            # Not recorded yet: move the position past the loss, unless a gateway moved it meanwhile.
+            for topic, partition, first, end in unrecorded:
+                pkey = position_key(src_entry.uuid, topic, partition)
+                store.apply(dst_entry.uuid, topic, partition, [], {pkey: end}, {pkey: first})
+                done.append((topic, partition, first, end - 1))
+        except Conflict:
+            continue  # a gateway recorded it meanwhile: acknowledge its record instead
+        store.drop_marks(dst_entry.uuid, recorded)
+        done += [_recorded_range(key, end) for key, end in recorded.items()]
+        break
+    else:
+        raise Conflict(f"the losses of replica {dst} kept changing while being acknowledged; run it again")
+    ranges = sorted(done)
+    return {
+        "replicaPath": str(dst),
+        "acknowledged": sum(last - first + 1 for _, _, first, last in ranges),
+        "ranges": ", ".join(f"{topic}/{partition}:{first}-{last}" for topic, partition, first, last in ranges),
+    }
 
 
 def loss_error(ranges: list[tuple[str, int, int, int]]) -> str | None:

@@ -19,7 +19,7 @@ from typing import Mapping
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
-from streamrep.replication.copy import mark_copy_state, plan_copy, summary
+from streamrep.replication.copy import copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
@@ -62,29 +62,28 @@ def copy_stream(spark, admin: StreamAdmin, source: str, destination: str, home: 
     Returns ``copy.summary`` of the copy."""
     home = resolve_home(home or admin.clusters.home)
     plan = plan_copy(admin, source, destination)
-    mark_copy_state(admin, plan, True)
     fd, report = tempfile.mkstemp(prefix="streamrep-copy-", suffix=".json")
     os.close(fd)
     try:
-        df = (spark.read.format(FORMAT)
-              .option("home", home)
-              .option("copyfrom", str(plan.source))
-              .option("copyto", str(plan.destination))
-              .option("ends", encode_ends(plan))
-              .load())
-        (df.write.format(FORMAT)
-         .option("home", home)
-         .option("mode", "copy")
-         .option("copyto", str(plan.destination))
-         .option("report", report)
-         .mode("append")
-         .save())
+        with copying(admin, plan):
+            df = (spark.read.format(FORMAT)
+                  .option("home", home)
+                  .option("copyfrom", str(plan.source))
+                  .option("copyto", str(plan.destination))
+                  .option("ends", encode_ends(plan))
+                  .load())
+            (df.write.format(FORMAT)
+             .option("home", home)
+             .option("mode", "copy")
+             .option("copyto", str(plan.destination))
+             .option("report", report)
+             .mode("append")
+             .save())
         with open(report, encoding="utf-8") as f:
             text = f.read()
         written = json.loads(text)["written"] if text else 0
     finally:
         os.unlink(report)
-    mark_copy_state(admin, plan, False)
     return summary(plan, written)
 
 
@@ -245,7 +244,9 @@ def error_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
-USER_ERROR_EXIT = 3  # the exit status of an app stopped by a user error: a retry cannot help
+# The exit status of an app stopped by a user error: a retry cannot help. sysexits' EX_DATAERR,
+# distinct from spark-submit's own failures (1) and from the CLI's internal error (3).
+USER_ERROR_EXIT = 65
 
 
 def is_user_error(err: BaseException) -> bool:

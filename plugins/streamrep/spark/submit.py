@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
+from streamrep.client.identity import current_identity
 
 
 class Terminated(StreamrepError):
@@ -66,6 +67,11 @@ def spark_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     merged = dict(DEFAULT_CONF)
     merged["spark.pyspark.python"] = sys.executable
     merged["spark.pyspark.driver.python"] = sys.executable
+    # Executors check permissions too (each copy task, each gateway): as the launching caller,
+    # not as whatever OS user a cluster's workers run as.
+    identity = current_identity()
+    merged["spark.executorEnv.STREAMREP_USER"] = identity.user
+    merged["spark.executorEnv.STREAMREP_GROUPS"] = " ".join(sorted(identity.groups))
     merged.update(conf or {})
     return merged
 

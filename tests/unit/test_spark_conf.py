@@ -1,0 +1,20 @@
+"""What every Spark job is given, whatever its master: the caller's identity for the executors."""
+
+from __future__ import annotations
+
+from streamrep.spark.submit import application, spark_conf
+
+
+def test_executors_check_permissions_as_the_launching_caller(monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    monkeypatch.setenv("STREAMREP_GROUPS", "eng,ops")
+    conf = spark_conf()
+    assert conf["spark.executorEnv.STREAMREP_USER"] == "alice"
+    assert conf["spark.executorEnv.STREAMREP_GROUPS"] == "eng ops"
+    _, _, app_conf = application("gateway", ["--cluster", "newyork"])
+    assert app_conf["spark.executorEnv.STREAMREP_USER"] == "alice"
+
+
+def test_a_users_own_conf_still_wins(monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    assert spark_conf({"spark.executorEnv.STREAMREP_USER": "svc"})["spark.executorEnv.STREAMREP_USER"] == "svc"
