@@ -171,7 +171,7 @@ def autosetup_dag():
     return bag.dags["stream_replica_autosetup"]
 
 
-def run_dag(dag, conf: dict, before: Mapping[str, Callable[[], None]] = {}) -> dict[str, str]:
+def run_dag(dag, conf: dict, before: Mapping[str, Callable[[], None]] | None = None) -> dict[str, str]:
     """One run of ``dag`` triggered with ``conf``, in process: its tasks in topological order,
     each rendered from the params and executed as a worker would, following the trigger rules
     the DAG uses. A task that fails ends in ``failed`` (standing for a task whose tries are all
@@ -198,7 +198,7 @@ def run_dag(dag, conf: dict, before: Mapping[str, Callable[[], None]] = {}) -> d
         ti = task.prepare_for_execution()
         ti.render_template_fields(context, jinja_env=dag.get_template_env())
         try:
-            if task.task_id in before:
+            if before and task.task_id in before:
                 before[task.task_id]()
             ti.execute(context)
             states[task.task_id] = "success"
