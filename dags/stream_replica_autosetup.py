@@ -32,7 +32,9 @@ as a DAG, one task a step:
 5. `copystream` — copy what the source holds, as a Spark job.
 6. `add_reverse_replica`, `add_reverse_upstream` — only with `multimaster`: the replica
    replicates back to the source (skipped otherwise).
-7. `resume_replica` (and `resume_reverse_replica` with `multimaster`) — replication starts.
+7. `resume_reverse_replica` (only with `multimaster`), then `resume_replica` — replication
+   starts. `resume_replica` comes last because it finishes the autosetup (the replica is no
+   longer marked as this autosetup's), as in `stream replica autosetup`.
 
 **Params**: `path` (source stream), `replica` (replica stream to create), `multimaster`,
 `synchronous`. **A failed run is completed by triggering the DAG again with the same params.**
@@ -71,8 +73,9 @@ with DAG(
         ReplicaAddOperator(task_id="add_reverse_replica", path=replica, replica=source, paused=True,
                            synchronous=synchronous, only_if=multimaster),
         UpstreamAddOperator(task_id="add_reverse_upstream", path=source, upstream=replica, only_if=multimaster),
-        ReplicaResumeOperator(task_id="resume_replica", path=source, replica=replica,
-                              trigger_rule=TriggerRule.NONE_FAILED),
         ReplicaResumeOperator(task_id="resume_reverse_replica", path=replica, replica=source,
                               only_if=multimaster, trigger_rule=TriggerRule.NONE_FAILED),
+        # last: it finishes the autosetup, so a rerun after any earlier failure is still accepted
+        ReplicaResumeOperator(task_id="resume_replica", path=source, replica=replica,
+                              trigger_rule=TriggerRule.NONE_FAILED),
     )

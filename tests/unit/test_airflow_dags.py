@@ -100,7 +100,9 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     order = chain_of(dag)
     assert [t.task_id for t in order] == [
         "check", "create_replica", "add_replica_paused", "add_upstream", "copystream",
-        "add_reverse_replica", "add_reverse_upstream", "resume_replica", "resume_reverse_replica"]
+        "add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica", "resume_replica"]
+    # as in the core's autosetup: resume_replica finishes the autosetup (clears the replica's
+    # mark), so it comes last and a rerun after any earlier failure is still accepted
     tasks = dag.task_dict
     assert isinstance(tasks["check"], AutosetupCheckOperator) and tasks["check"].retries == 0
     for reverse in ("add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica"):
@@ -108,7 +110,9 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     assert (tasks["add_reverse_replica"].path, tasks["add_reverse_replica"].replica) == (
         "{{ params.replica }}", "{{ params.path }}")
     assert tasks["add_replica_paused"].synchronous == "{{ params.synchronous }}"
-    assert tasks["resume_replica"].trigger_rule == TriggerRule.NONE_FAILED
+    assert tasks["resume_replica"].trigger_rule == TriggerRule.NONE_FAILED  # runs when the reverse steps skip
+    assert (tasks["resume_reverse_replica"].path, tasks["resume_reverse_replica"].replica) == (
+        "{{ params.replica }}", "{{ params.path }}")
     assert set(dag.params) == {"path", "replica", "multimaster", "synchronous"}
     assert dag.render_template_as_native_obj
 

@@ -179,9 +179,33 @@ def test_replica_add_paused_success_and_retry(admin, source):
 
 def test_replica_add_fails_when_registered_with_other_settings(admin, source):
     admin.create_stream(DST, copymetafrom=SRC)
-    admin.add_replica(SRC, DST, paused=False)
-    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused="True"),
-               f"{DST} is already a replica of {SRC} with paused=false synchronous=false, not paused=true")
+    admin.add_replica(SRC, DST, paused=True)
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused="False"),
+               f"{DST} is already a replica of {SRC} with paused=true synchronous=false, not paused=false")
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True, synchronous=True),
+               "with paused=true synchronous=false, not paused=true synchronous=true")
+
+
+def test_replica_add_paused_accepts_the_link_resumed_since(admin, source):
+    """A rerun of a setup DAG meets the link its earlier run added paused and then resumed."""
+    admin.create_stream(DST, copymetafrom=SRC)
+    admin.add_replica(SRC, DST, paused=True)
+    admin.resume_replica(SRC, DST)
+    link = ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True).execute(ctx())
+    assert link["path"] == DST and link["paused"] is False
+    assert len(admin.entry(SRC).replicas) == 1
+
+
+def test_replica_add_retry_fails_for_a_replica_deleted_and_recreated(admin, source):
+    """The link an earlier try added names the stream then at DST; one recreated there is not it."""
+    admin.create_stream(DST, copymetafrom=SRC)
+    op = ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True)
+    op.execute(ctx())
+    admin.delete_stream(DST)
+    admin.create_stream(DST, copymetafrom=SRC)
+    message = fails_with(op, "it was deleted and recreated", try_number=2)
+    assert admin.entry(DST).uuid in message and f"remove the replica from {SRC} and add it again" in message
+    assert admin.entry(SRC).replicas[0].uuid != admin.entry(DST).uuid  # left as it was
 
 
 def test_replica_add_fails_for_a_missing_replica_and_without_permission(admin, source, monkeypatch):
@@ -207,11 +231,30 @@ def test_replica_verify_fails_when_the_replica_is_missing(admin, source):
 
 
 # -- steps 4 and 5: upstream add and verify ----------------------------------------------------
+def upstream_rows(rows: list[dict]) -> list[tuple]:
+    """The ``upstream list`` fields that name each upstream stream: its cluster and UUID."""
+    return [(r["cluster"], r["uuid"]) for r in rows]
+
+
 def test_upstream_add_success_and_retry(admin, source):
     admin.create_stream(DST, copymetafrom=SRC)
     op = UpstreamAddOperator(task_id="upstream", path=DST, upstream=SRC)
-    assert [u["path"] for u in op.execute(ctx())] == [SRC]
-    assert [u["path"] for u in op.execute(ctx(2))] == [SRC]
+    rows = op.execute(ctx())
+    assert upstream_rows(rows) == [("sanfrancisco", admin.entry(SRC).uuid)]
+    assert rows == admin.list_upstreams(DST) and set(rows[0]) == {"cluster", "stream", "idx", "uuid"}
+    assert op.execute(ctx(2)) == rows
+
+
+def test_upstream_add_retry_fails_for_an_upstream_deleted_and_recreated(admin, source):
+    admin.create_stream(DST, copymetafrom=SRC)
+    op = UpstreamAddOperator(task_id="upstream", path=DST, upstream=SRC)
+    agreed = admin.entry(SRC).uuid
+    op.execute(ctx())
+    admin.delete_stream(SRC)
+    admin.create_stream(SRC)
+    message = fails_with(op, "it was deleted and recreated", try_number=2)
+    assert admin.entry(SRC).uuid in message and f"remove the upstream from {DST} and add it again" in message
+    assert upstream_rows(admin.list_upstreams(DST)) == [("sanfrancisco", agreed)]  # left as it was
 
 
 def test_upstream_add_fails_on_a_topic_name_conflict(admin, source):
@@ -224,7 +267,7 @@ def test_upstream_add_fails_on_a_topic_name_conflict(admin, source):
 
 def test_upstream_verify(replicated, admin):
     rows = UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx())
-    assert [r["path"] for r in rows] == [SRC]
+    assert upstream_rows(rows) == [("sanfrancisco", admin.entry(SRC).uuid)] and rows == admin.list_upstreams(DST)
     assert UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx(2)) == rows
     admin.remove_upstream(DST, SRC)
     fails_with(UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC), f"{SRC} is not an upstream of {DST}")

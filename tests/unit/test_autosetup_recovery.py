@@ -1,9 +1,10 @@
 """A failed autosetup is completed by running the same command again (core, CLI after kill -9,
-and the autosetup DAG's operators); a finished replica, or one made any other way, is still
+and the real autosetup DAG's tasks); a finished replica, or one made any other way, is still
 refused. Real embedded clusters, real processes, real Spark for the DAG's copy task."""
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import subprocess
@@ -11,8 +12,10 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Callable, Mapping
 
 import pytest
+from airflow_support import ctx
 from streamrep.client import Producer, StreamAdmin
 from streamrep.errors import AlreadyExists, PermissionDenied, Unavailable
 from streamrep.replication import setup
@@ -21,6 +24,7 @@ from streamrep.replication.copy import copy_partition, copy_stream, plan_copy
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
+DAGS = Path(__file__).resolve().parents[2] / "dags"
 
 
 def produce(admin: StreamAdmin, stream: str, n: int, tag: str = "m") -> list[str]:
@@ -157,43 +161,106 @@ def test_the_cli_after_kill_9_mid_copy_is_completed_by_the_same_command(source, 
     )
 
 
-@pytest.mark.slow
-def test_the_autosetup_dag_operators_rerun_completes_a_failed_run(source, monkeypatch):
-    from airflow_support import ctx
-    from streamrep.airflow.operators import (
-        AutosetupCheckOperator,
-        ReplicaAddOperator,
-        ReplicaResumeOperator,
-        StreamCreateOperator,
-        UpstreamAddOperator,
-    )
-    from streamrep.airflow.spark_operators import StreamCopyOperator
+@pytest.fixture(scope="module")
+def autosetup_dag():
+    """The real ``stream_replica_autosetup`` DAG, loaded from the repository's dags/ folder."""
+    from airflow.dag_processing.dagbag import DagBag
 
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags["stream_replica_autosetup"]
+
+
+def run_dag(dag, conf: dict, before: Mapping[str, Callable[[], None]] | None = None) -> dict[str, str]:
+    """One run of ``dag`` triggered with ``conf``, in process: its tasks in topological order,
+    each rendered from the params and executed as a worker would, following the trigger rules
+    the DAG uses. A task that fails ends in ``failed`` (standing for a task whose tries are all
+    used up). ``before[task_id]`` runs just before that task, as part of it.
+
+    :return: each task's final state, by task id.
+    """
+    from airflow.sdk import TriggerRule
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    params = copy.deepcopy(dag.params)
+    params.update(conf)
+    context = {**ctx(), "params": params.validate()}
+    states: dict[str, str] = {}
+    for task in dag.task_group.topological_sort():
+        assert task.trigger_rule in (TriggerRule.ALL_SUCCESS, TriggerRule.NONE_FAILED), task.trigger_rule
+        upstream = {states[t] for t in task.upstream_task_ids}
+        if upstream & {"failed", "upstream_failed"}:
+            states[task.task_id] = "upstream_failed"
+            continue
+        if task.trigger_rule == TriggerRule.ALL_SUCCESS and "skipped" in upstream:
+            states[task.task_id] = "skipped"
+            continue
+        ti = task.prepare_for_execution()
+        ti.render_template_fields(context, jinja_env=dag.get_template_env())
+        try:
+            if before and task.task_id in before:
+                before[task.task_id]()
+            ti.execute(context)
+            states[task.task_id] = "success"
+        except AirflowSkipException:
+            states[task.task_id] = "skipped"
+        except Exception:  # noqa: BLE001 - the task failed; the run goes on as Airflow's would
+            states[task.task_id] = "failed"
+    return states
+
+
+def failed(states: dict[str, str]) -> list[str]:
+    return [task for task, state in states.items() if state == "failed"]
+
+
+@pytest.fixture
+def as_alice(monkeypatch):
+    """Operators act as alice (group eng), like the ``admin`` fixture, with no Spark connection."""
     monkeypatch.setenv("STREAMREP_USER", "alice")
     monkeypatch.setenv("STREAMREP_GROUPS", "eng")
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+
+
+@pytest.mark.slow
+def test_a_rerun_of_the_autosetup_dag_completes_a_run_that_died_at_copystream(source, as_alice, autosetup_dag):
     admin = source
     sent = produce(admin, SF, 100)
+    conf = {"path": SF, "replica": NY}
 
-    def run_tasks(upto: int | None = None) -> None:
-        """The DAG's tasks (primary-secondary), in order; a run that died stops after ``upto``."""
-        tasks = [
-            AutosetupCheckOperator(task_id="check", path=SF, replica=NY),
-            StreamCreateOperator(task_id="create_replica", path=NY, copymetafrom=SF),
-            ReplicaAddOperator(task_id="add_replica_paused", path=SF, replica=NY, paused=True, synchronous=False),
-            UpstreamAddOperator(task_id="add_upstream", path=NY, upstream=SF),
-            StreamCopyOperator(task_id="copystream", source=SF, destination=NY),
-            ReplicaResumeOperator(task_id="resume_replica", path=SF, replica=NY),
-        ]
-        for task in tasks[:upto]:
-            task.execute(ctx())
+    def worker_lost() -> None:
+        raise Unavailable("the worker running copystream was lost")
 
-    run_tasks(upto=4)  # the run failed at its copystream task
+    states = run_dag(autosetup_dag, conf, before={"copystream": worker_lost})
+    assert failed(states) == ["copystream"] and states["resume_replica"] == "upstream_failed"
     assert admin.entry(NY).autosetup_from == admin.entry(SF).uuid and admin.entry(SF).replicas[0].paused
-    run_tasks()  # a new run of the DAG with the same params
+    states = run_dag(autosetup_dag, conf)  # a new run of the DAG with the same params: copies on Spark
+    assert failed(states) == [] and states["resume_replica"] == "success"
+    assert states["add_reverse_replica"] == "skipped"
     assert_complete(admin, sent)
-    with pytest.raises(Exception, match=f"replica stream {NY} already exists"):
-        AutosetupCheckOperator(task_id="check", path=SF, replica=NY).execute(ctx())
+    assert failed(run_dag(autosetup_dag, conf)) == ["check"]  # finished: a new autosetup is refused
+
+
+@pytest.mark.parametrize("failing, stream", [("resume_reverse_replica", NY), ("resume_replica", SF)])
+def test_a_rerun_of_the_multimaster_autosetup_dag_completes_a_failed_resume(source, bob, as_alice, autosetup_dag,
+                                                                            failing, stream):
+    """Either resume of a multi-master autosetup fails (alice lost adminperm on the stream it
+    changes); once that is fixed, triggering the DAG again completes the setup. The source is
+    empty, so copystream finds nothing to copy and starts no Spark job."""
+    admin = source
+    conf = {"path": SF, "replica": NY, "multimaster": True}
+    adminperm = admin.entry(SF).meta.adminperm
+
+    def revoke() -> None:
+        admin.edit_stream(stream, adminperm="u:bob")
+
+    states = run_dag(autosetup_dag, conf, before={failing: revoke})
+    assert failed(states) == [failing]
+    assert admin.entry(NY).autosetup_from == admin.entry(SF).uuid  # not finished: a rerun is accepted
+    bob.edit_stream(stream, adminperm=adminperm)
+    states = run_dag(autosetup_dag, conf)
+    assert failed(states) == [] and states["resume_reverse_replica"] == states["resume_replica"] == "success"
+    assert_complete(admin, [], multimaster=True)
+    assert failed(run_dag(autosetup_dag, conf)) == ["check"]
 
 
 def test_copy_stream_alone_does_not_finish_an_autosetup(source):

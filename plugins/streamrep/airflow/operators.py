@@ -6,8 +6,8 @@ Each operator is one maprcli step and a thin call into ``streamrep.client`` /
 Every operator is safe to retry. A retry finds the state it wanted and succeeds:
 
 - ``stream create -copymetafrom``: the stream exists with the same metadata;
-- ``replica add``: the replica is registered with the same ``paused``/``synchronous`` settings;
-- ``upstream add``: the upstream is registered;
+- ``replica add``: the same replica stream (by UUID) is registered with the same settings;
+- ``upstream add``: the same upstream stream (by UUID) is registered;
 - ``replica pause/resume``: already paused/resumed;
 - ``replica remove``: on a retry, the replica is no longer registered.
 
@@ -18,7 +18,7 @@ reached fails and is retried.
 
 from __future__ import annotations
 
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Sequence
 
 from airflow.sdk import BaseOperator
@@ -32,11 +32,13 @@ from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import default_gateway_id
-from streamrep.replication.setup import begin_autosetup
+from streamrep.replication.setup import begin_autosetup, ensure_replica, ensure_upstream
 from streamrep.replication.status import replica_status
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+UPSTREAM_COLUMNS = ("cluster", "stream", "idx", "uuid")  # the ``stream upstream list`` fields
 
 
 def is_retry(context: Any) -> bool:
@@ -125,8 +127,10 @@ class StreamCreateOperator(StreamrepOperator):
 class ReplicaAddOperator(StreamrepOperator):
     """``maprcli stream replica add -path <source> -replica <replica> [-paused] [-synchronous]``.
 
-    Succeeds on a retry when the replica is already registered with the same ``paused`` and
-    ``synchronous`` settings; fails if it is registered with other settings.
+    Succeeds on a retry (or a rerun of the DAG) when the link is already there to the same
+    replica stream, by UUID, with the same settings (``setup.ensure_replica``: a link registered
+    paused may have been resumed since); fails if it names a stream deleted and recreated at
+    ``replica``, or has other settings.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream; it must exist. (templated)
@@ -147,21 +151,12 @@ class ReplicaAddOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         src, dst = admin.path(self.path), admin.path(self.replica)
         paused, synchronous = as_bool(self.paused), as_bool(self.synchronous)
-        try:
-            link = admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous)
+        link, added = ensure_replica(admin, src, dst, paused=paused, synchronous=synchronous)
+        if added:
             self.log.info("stream replica add -path %s -replica %s -paused %s -synchronous %s: registered",
                           src, dst, str(paused).lower(), str(synchronous).lower())
-        except AlreadyExists:
-            link = rules.find_link(admin.entry(src).replicas, dst)
-            if link is None:
-                raise
-            if (link.paused, link.synchronous) != (paused, synchronous):
-                raise AlreadyExists(
-                    f"{dst} is already a replica of {src} with paused={str(link.paused).lower()} "
-                    f"synchronous={str(link.synchronous).lower()}, not paused={str(paused).lower()} "
-                    f"synchronous={str(synchronous).lower()}"
-                ) from None
-            self.log.info("%s is already a replica of %s with the same settings: nothing to do", dst, src)
+        else:
+            self.log.info("%s is already a replica of %s (the same stream and settings): nothing to do", dst, src)
         return {"source": str(src), **link.to_dict()}
 
 
@@ -192,11 +187,13 @@ class ReplicaVerifyOperator(StreamrepOperator):
 
 class UpstreamAddOperator(StreamrepOperator):
     """``maprcli stream upstream add -path <replica> -upstream <source>``: the replica's side of
-    the two-way agreement. Succeeds on a retry when the upstream is already registered.
+    the two-way agreement. Succeeds on a retry (or a rerun of the DAG) when the link is already
+    there to the same upstream stream, by UUID (``setup.ensure_upstream``); fails if it names a
+    stream deleted and recreated at ``upstream``.
 
     :param path: the replica stream. (templated)
     :param upstream: the source stream it accepts updates from. (templated)
-    :return: (XCom) the ``upstream list`` of the replica.
+    :return: (XCom) the ``upstream list`` rows of the replica: ``cluster``, ``stream``, ``idx``, ``uuid``.
     """
 
     template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
@@ -208,14 +205,14 @@ class UpstreamAddOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         dst, src = admin.path(self.path), admin.path(self.upstream)
-        try:
-            admin.add_upstream(str(dst), str(src))
+        _, added = ensure_upstream(admin, dst, src)
+        if added:
             self.log.info("stream upstream add -path %s -upstream %s: registered", dst, src)
-        except AlreadyExists:
-            if rules.find_link(admin.entry(dst).upstreams, src) is None:
-                raise
-            self.log.info("%s is already an upstream of %s: nothing to do", src, dst)
-        return [asdict(u) for u in admin.upstream_links(str(dst))]
+        else:
+            self.log.info("%s is already an upstream of %s (the same stream): nothing to do", src, dst)
+        rows = admin.list_upstreams(str(dst))
+        log_rows(self.log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
+        return rows
 
 
 class UpstreamVerifyOperator(StreamrepOperator):
@@ -223,7 +220,7 @@ class UpstreamVerifyOperator(StreamrepOperator):
 
     :param path: the replica stream. (templated)
     :param upstream: the upstream expected in the list. (templated)
-    :return: (XCom) the ``upstream list`` rows.
+    :return: (XCom) the ``upstream list`` rows: ``cluster``, ``stream``, ``idx``, ``uuid``.
     """
 
     template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
@@ -235,8 +232,8 @@ class UpstreamVerifyOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         dst, src = admin.path(self.path), admin.path(self.upstream)
-        rows = [asdict(u) for u in admin.upstream_links(str(dst))]
-        log_rows(self.log, f"stream upstream list -path {dst}", rows, ("path", "added"))
+        rows = admin.list_upstreams(str(dst))
+        log_rows(self.log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
         rules.require_link(admin.entry(dst).upstreams, src, dst, "upstream")
         self.log.info("verified: %s is an upstream of %s", src, dst)
         return rows

@@ -18,6 +18,7 @@ from streamrep.errors import AlreadyExists, NotFound
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
+from streamrep.model.replication import ReplicaLink, UpstreamLink
 from streamrep.replication.copy import copy_stream
 
 Copier = Callable[[StreamAdmin, str, str], dict]
@@ -56,27 +57,69 @@ def begin_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[Stream
     return src, dst
 
 
-def _ensure_replica(admin: StreamAdmin, src: StreamPath, dst: StreamPath, synchronous: bool) -> None:
-    """``replica add -paused true``, or the link an earlier run added (it may be resumed already)."""
+def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | StreamPath, paused: bool = True,
+                   synchronous: bool = False) -> tuple[ReplicaLink, bool]:
+    """``stream replica add``, or the link an earlier run (or try) added: safe to retry.
+
+    An existing link is accepted only if it names the stream now at ``replica`` (its UUID) and
+    has the same ``synchronous`` setting. A link asked for paused may have been resumed since
+    (a later step of the earlier run resumes it); one asked for running must be running.
+
+    :param path: the source stream.
+    :param replica: the replica stream; it must exist.
+    :param paused: register it paused, so replication waits for ``replica resume``.
+    :param synchronous: synchronous replication.
+    :return: the link, and whether this call added it.
+    :raises AlreadyExists: the link names a stream since deleted and recreated at ``replica``,
+        or has other settings.
+    """
+    src, dst = admin.path(path), admin.path(replica)
     try:
-        admin.add_replica(str(src), str(dst), paused=True, synchronous=synchronous)
+        return admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous), True
     except AlreadyExists:
         link = rules.find_link(admin.entry(src).replicas, dst)
-        if link is None or link.synchronous != synchronous or not _binds(link, admin.entry(dst)):
+        if link is None:
             raise
+    dst_entry = admin.entry(dst)
+    if not _binds(link, dst_entry):
+        raise AlreadyExists(f"{dst} is already a replica of {src}, but of an earlier stream at that path, not "
+                            f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
+                            f"remove the replica from {src} and add it again")
+    if link.synchronous != synchronous or (link.paused and not paused):
+        raise AlreadyExists(
+            f"{dst} is already a replica of {src} with paused={str(link.paused).lower()} "
+            f"synchronous={str(link.synchronous).lower()}, not paused={str(paused).lower()} "
+            f"synchronous={str(synchronous).lower()}"
+        )
+    return link, False
 
 
-def _ensure_upstream(admin: StreamAdmin, dst: StreamPath, src: StreamPath) -> None:
-    """``upstream add``, or the link an earlier run added."""
+def ensure_upstream(admin: StreamAdmin, path: str | StreamPath, upstream: str | StreamPath) -> tuple[UpstreamLink, bool]:
+    """``stream upstream add``, or the link an earlier run (or try) added: safe to retry.
+
+    An existing link is accepted only if it names the stream now at ``upstream`` (its UUID).
+
+    :param path: the replica stream.
+    :param upstream: the source stream it accepts updates from.
+    :return: the link, and whether this call added it.
+    :raises AlreadyExists: the link names a stream since deleted and recreated at ``upstream``.
+    """
+    dst, src = admin.path(path), admin.path(upstream)
     try:
-        admin.add_upstream(str(dst), str(src))
+        return admin.add_upstream(str(dst), str(src)), True
     except AlreadyExists:
         link = rules.find_link(admin.entry(dst).upstreams, src)
-        if link is None or not _binds(link, admin.entry(src)):
+        if link is None:
             raise
+    src_entry = admin.entry(src)
+    if not _binds(link, src_entry):
+        raise AlreadyExists(f"{src} is already an upstream of {dst}, but of an earlier stream at that path, not "
+                            f"stream {src_entry.uuid} now there: it was deleted and recreated; "
+                            f"remove the upstream from {dst} and add it again")
+    return link, False
 
 
-def _binds(link: Any, entry: StreamEntry) -> bool:
+def _binds(link: ReplicaLink | UpstreamLink, entry: StreamEntry) -> bool:
     return rules.binds(link, entry.uuid, entry.created)
 
 
@@ -90,15 +133,15 @@ def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = F
     """
     src, dst = begin_autosetup(admin, path, replica)
     steps = ["create"]
-    _ensure_replica(admin, src, dst, synchronous)
+    ensure_replica(admin, src, dst, synchronous=synchronous)
     steps.append("replica add -paused true")
-    _ensure_upstream(admin, dst, src)
+    ensure_upstream(admin, dst, src)
     steps.append("upstream add")
     copied = copier(admin, str(src), str(dst))
     steps.append("copystream")
     if multimaster:
-        _ensure_replica(admin, dst, src, synchronous)
-        _ensure_upstream(admin, src, dst)
+        ensure_replica(admin, dst, src, synchronous=synchronous)
+        ensure_upstream(admin, src, dst)
         steps.append("reverse replica add + upstream add")
         admin.resume_replica(str(dst), str(src))
     admin.resume_replica(str(src), str(dst))  # last: it finishes the autosetup
