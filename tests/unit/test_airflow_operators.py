@@ -241,7 +241,7 @@ def test_upstream_add_success_and_retry(admin, source):
     op = UpstreamAddOperator(task_id="upstream", path=DST, upstream=SRC)
     rows = op.execute(ctx())
     assert upstream_rows(rows) == [("sanfrancisco", admin.entry(SRC).uuid)]
-    assert rows == admin.list_upstreams(DST) and set(rows[0]) == {"cluster", "stream", "idx", "uuid"}
+    assert rows == admin.list_upstreams(DST) and set(rows[0]) == {"cluster", "stream", "upstreamPath", "idx", "uuid"}
     assert op.execute(ctx(2)) == rows
 
 
