@@ -255,9 +255,9 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
     states = []
     original = admin.set_replica_state
 
-    def spy(path, rep, state, error=None):
+    def spy(path, rep, state, error=None, **kwargs):
         states.append(state.value)
-        return original(path, rep, state, error)
+        return original(path, rep, state, error, **kwargs)
 
     admin.set_replica_state = spy
     summary = jobs.copy_stream(spark, admin, source, replica)
