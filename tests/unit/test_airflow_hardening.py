@@ -16,17 +16,15 @@ from pathlib import Path
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, ParamValidationError
-from airflow_support import DST, SRC, ctx
+from airflow_support import DST, SRC, ctx, running_replica
 from streamrep.airflow.hook import StreamrepHook
 from streamrep.airflow.operators import ReplicaRemoveOperator
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger
-from streamrep.client import Producer
 from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.replication import ReplicaState
-from streamrep.replication.copy import copy_stream
 from streamrep.replication.status import replica_status
 from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_user_error
 from streamrep.spark.submit import LOG_JAVA_OPTIONS
@@ -51,17 +49,7 @@ def dagbag():
 @pytest.fixture
 def running(admin):
     """sanfrancisco/activity -> newyork/activity, resumed, with 5 messages not replicated yet."""
-    admin.create_stream(SRC, defaultpartitions=2)
-    admin.create_topic(SRC, "clicks")
-    admin.create_stream(DST, copymetafrom=SRC)
-    admin.add_replica(SRC, DST, paused=True)
-    admin.add_upstream(DST, SRC)
-    copy_stream(admin, SRC, DST)
-    admin.resume_replica(SRC, DST)
-    with Producer(admin) as producer:
-        for i in range(5):
-            producer.send(f"{SRC}:clicks", b"pending", key=str(i).encode())
-    return admin
+    return running_replica(admin)
 
 
 def first_event(trigger: ReplicaUpToDateTrigger):

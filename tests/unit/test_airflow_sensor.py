@@ -12,11 +12,10 @@ from airflow.sdk.exceptions import (
     AirflowSensorTimeout,
     TaskDeferred,
 )
-from airflow_support import DST, SRC, ctx
+from airflow_support import DST, SRC, ctx, running_replica
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger
-from streamrep.client import Clusters, Producer, StreamAdmin
-from streamrep.replication.copy import copy_stream
+from streamrep.client import Clusters, StreamAdmin
 from streamrep.replication.gateway import Gateway
 
 
@@ -29,20 +28,7 @@ def as_alice(empty_home, monkeypatch):
 @pytest.fixture
 def running(admin):
     """A resumed replica holding a copy of the source's 5 messages, and 5 more pending."""
-    admin.create_stream(SRC, defaultpartitions=2)
-    admin.create_topic(SRC, "clicks")
-    with Producer(admin) as producer:
-        for i in range(5):
-            producer.send(f"{SRC}:clicks", b"before", key=str(i).encode())
-    admin.create_stream(DST, copymetafrom=SRC)
-    admin.add_replica(SRC, DST, paused=True)
-    admin.add_upstream(DST, SRC)
-    copy_stream(admin, SRC, DST)
-    admin.resume_replica(SRC, DST)
-    with Producer(admin) as producer:
-        for i in range(5):
-            producer.send(f"{SRC}:clicks", b"after", key=str(i).encode())
-    return admin
+    return running_replica(admin, copied=5)
 
 
 def replicate_later(admin, delay: float = 0.5) -> threading.Thread:

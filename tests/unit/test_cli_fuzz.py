@@ -47,7 +47,7 @@ STREAM_PATHS = [SF, NY, BOBS, PUBLIC, "activity", "/activity", "mapr/sanfrancisc
                 "/mapr//x", "/mapr/sanfrancisco", "", " ", "/mapr/sanfrancisco/with space", f"{SF}:clicks",
                 "/mapr/Bad Cluster/x", "/" + "x" * 1100]
 TOPIC_PATHS = [f"{SF}:clicks", f"{SF}:orders", f"{NY}:clicks", f"{BOBS}:clicks", f"{PUBLIC}:t", "activity:clicks",
-               f"{SF}:nope", f"{SF}:", f"{SF}:a:b", SF, ":clicks", f"/mapr/atlantis/x:t", f"{SF}:bad topic"]
+               f"{SF}:nope", f"{SF}:", f"{SF}:a:b", SF, ":clicks", "/mapr/atlantis/x:t", f"{SF}:bad topic"]
 CLUSTERS = ["sanfrancisco", "newyork", "atlantis", "bad name", "", "-x", "x" * 200, "new1"]
 NUMBERS = ["0", "1", "2", "3", "-1", "nan", "inf", "-inf", "1e308", "9223372036854775807", "9223372036854775808",
            "99999999999999999999999", "0x10", "1.5", "", "abc", " 2 ", "1_0", "4097", "-0"]
