@@ -251,7 +251,7 @@ def test_a_deleted_store_is_an_error_never_a_new_empty_store(cli, stream, home):
     assert not os.path.exists(path)
 
 
-@pytest.mark.parametrize("url", ["http://x/odd.db", "odd.db", "kafka://h:1", "embedded:"])
+@pytest.mark.parametrize("url", ["http://x/odd.db", "odd.db", "embedded:"])
 def test_registry_urls_that_are_notembedded_files(cli, home, tmp_path, monkeypatch, url):
     monkeypatch.chdir(tmp_path)
     registry = json.loads(open(home.registry_path).read())

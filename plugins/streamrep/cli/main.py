@@ -17,8 +17,10 @@ from typing import Any, TextIO
 
 from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.client import Consumer, Producer, StreamAdmin
+from streamrep.client.config import read_client_settings
 from streamrep.cli.grammar import Command, Option, split_words, wants_help, wants_json
 from streamrep.cli.output import print_error_json, print_messages, print_rows
+from streamrep.model.naming import NAMING_HELP
 from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
 from streamrep.replication.copy import copy_stream, plan_copy
@@ -77,8 +79,10 @@ Rows = list[dict[str, Any]]
 
 
 # -- cluster -------------------------------------------------------------------------
-def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool = False) -> Rows:
-    info = ctx.admin.add_cluster(name, url, default)
+def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool = False,
+                configfile: str | None = None) -> Rows:
+    settings = read_client_settings(configfile) if configfile is not None else None
+    info = ctx.admin.add_cluster(name, url, default, settings)
     return [{"name": info.name, "kind": info.kind, "url": info.url, "default": ctx.admin.clusters.default == name}]
 
 
@@ -125,8 +129,9 @@ def gateway_delete(ctx: Context, dstcluster: str, cluster: str | None = None) ->
 
 
 # -- stream --------------------------------------------------------------------------
-def stream_create(ctx: Context, path: str, copymetafrom: str | None = None, **settings: Any) -> Rows:
-    ctx.admin.create_stream(path, copymetafrom, **settings)
+def stream_create(ctx: Context, path: str, copymetafrom: str | None = None, topicnaming: str | None = None,
+                  **settings: Any) -> Rows:
+    ctx.admin.create_stream(path, copymetafrom, topicnaming=topicnaming, **settings)
     return [ctx.admin.stream_info(path)]
 
 
@@ -364,8 +369,11 @@ def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool =
 
 COMMANDS: tuple[Command, ...] = (
     Command(("cluster", "add"), cluster_add,
-            (CLUSTER_NAME, Option("url", help="embedded:<file>; a relative file is taken from the current directory"),
-             Option("default", bool, help="make it the default cluster")),
+            (CLUSTER_NAME, Option("url", help="embedded:<file> (a relative file is taken from the current directory) "
+                                                 "or kafka://host:port[,host:port...]"),
+             Option("default", bool, help="make it the default cluster"),
+             Option("configfile", help="a Kafka cluster's client settings (key=value lines: security.protocol, "
+                                       "sasl.*, ssl.*, ...), passed to the Kafka client unchanged")),
             "register a cluster (no -url: an embedded cluster)"),
     Command(("cluster", "list"), cluster_list, (), "list registered clusters"),
     Command(("cluster", "remove"), cluster_remove, (CLUSTER_NAME,), "forget a cluster (its data file is kept)"),
@@ -386,7 +394,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("cluster", "gateway", "delete"), gateway_delete, (DSTCLUSTER, SOURCE_CLUSTER),
             "forget the gateways of a destination cluster"),
     Command(("stream", "create"), stream_create,
-            (PATH, Option("copymetafrom", help="copy the settings of this stream"), *STREAM_SETTINGS),
+            (PATH, Option("copymetafrom", help="copy the settings of this stream"),
+             Option("topicnaming", help=f"Kafka clusters only: how topics are named there ({NAMING_HELP})"),
+             *STREAM_SETTINGS),
             "create a stream"),
     Command(("stream", "edit"), stream_edit, (PATH, *STREAM_SETTINGS), "change a stream's settings"),
     Command(("stream", "info"), stream_info, (PATH,), "show a stream"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import replication as rules
@@ -110,9 +110,13 @@ class StreamAdmin:
 
     # -- streams -------------------------------------------------------------------
     def create_stream(self, path: str, copymetafrom: str | None = None, autosetup_from: str | None = None,
-                      **settings: Any) -> StreamEntry:
+                      topicnaming: str | None = None, **settings: Any) -> StreamEntry:
         """``stream create``. With ``copymetafrom`` the metadata (settings and ACEs) is copied
-        from that stream, on any cluster; explicit ``settings`` still win.
+        from that stream, on any cluster; explicit ``settings`` still win. The topic naming is
+        not copied: it belongs to the cluster the stream is in.
+
+        :param topicnaming: on a Kafka cluster, how the stream's topics are named there
+            (``model/naming.py``); refused on an embedded cluster.
 
         :param autosetup_from: the source's UUID when an autosetup creates this stream (it marks
             the stream as that autosetup's until it finishes; see ``replication.setup``).
@@ -124,15 +128,18 @@ class StreamAdmin:
             meta = StreamMeta.for_creator(self.identity.user, **settings)
         entry = StreamEntry(
             uuid=str(uuid.uuid4()), path=sp.path, creator=self.identity.user, created=now_ms(), meta=meta,
-            autosetup_from=autosetup_from,
+            autosetup_from=autosetup_from, naming=topicnaming or None,
         )
+        store = self.store(sp)
+        others = {path: doc.get("naming") for path, doc in store.catalog_list(STREAM_KIND).items()}
+        store.check_naming(sp.path, entry.naming, others)
 
         def create(doc: dict | None) -> dict:
             if doc is not None:
                 raise AlreadyExists(f"stream {sp} already exists")
             return entry.to_dict()
 
-        self.store(sp).catalog_update(STREAM_KIND, sp.path, create)
+        store.catalog_update(STREAM_KIND, sp.path, create)
         return entry
 
     def edit_stream(self, path: str, **settings: Any) -> StreamEntry:
@@ -427,12 +434,13 @@ class StreamAdmin:
         return result
 
     # -- clusters: who administers each one (kept in the cluster itself) -------------
-    def add_cluster(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:
+    def add_cluster(self, name: str, url: str | None = None, default: bool = False,
+                    settings: Mapping[str, Any] | None = None) -> ClusterInfo:
         """``cluster add``: register a cluster. A new (empty) cluster is administered by its
         creator. Registering an existing cluster changes nothing in it: it keeps its ACE, or,
         holding streams but no ACE (made before cluster ACEs), stays without one, so that
         registering someone's cluster never makes the caller its administrator."""
-        info = self.clusters.add(name, url, default)
+        info = self.clusters.add(name, url, default, settings)
         store = self.clusters.store(name)
         ace = ClusterAce(adminperm=f"u:{self.identity.user}", creator=self.identity.user, created=now_ms())
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from streamrep.model.paths import validate_cluster_name
@@ -30,16 +31,58 @@ def default_home() -> str:
     return os.environ.get("STREAMREP_HOME") or os.path.join(os.path.expanduser("~"), ".streamrep")
 
 
+BOOTSTRAP_SERVER = re.compile(r"^[A-Za-z0-9._-]+:[0-9]{1,5}$")
+
+
 @dataclass(frozen=True)
 class ClusterInfo:
-    """A registered cluster. ``url`` is ``embedded:<file>`` or ``kafka://host:port,...``."""
+    """A registered cluster. ``url`` is ``embedded:<file>`` or ``kafka://host:port,...``;
+    ``settings`` are a Kafka cluster's client settings (passed to confluent-kafka unchanged)."""
 
     name: str
     url: str
+    settings: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def kind(self) -> str:
         return "kafka" if self.url.startswith(KAFKA_SCHEME) else "embedded"
+
+
+def kafka_bootstrap(url: str) -> str:
+    """The bootstrap servers of a ``kafka://host:port[,host:port...]`` url."""
+    servers = url[len(KAFKA_SCHEME):].strip().rstrip("/")
+    if not servers or not all(BOOTSTRAP_SERVER.fullmatch(s) and 0 < int(s.rsplit(":", 1)[1]) < 65536
+                              for s in servers.split(",")):
+        raise InvalidArgument(f"invalid cluster url {url!r}: expected kafka://host:port[,host:port...]")
+    return servers
+
+
+def read_client_settings(path: str) -> dict[str, str]:
+    """Kafka client settings from a properties file (``key=value`` lines, ``#`` comments), as
+    Kafka's own tools take with ``--command-config``."""
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidArgument(f"cannot read client settings {path}: {getattr(err, 'strerror', None) or err}") from None
+    settings = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise InvalidArgument(f"{path} line {number}: expected key=value")
+        settings[key.strip()] = value.strip()
+    return settings
+
+
+def open_store(info: ClusterInfo, embedded_file: str, create: bool = True) -> Store:
+    """The store of a cluster, by its url's scheme."""
+    if info.kind == "kafka":
+        from streamrep.store.kafka import KafkaStore  # confluent-kafka only where a Kafka cluster is used
+        return KafkaStore(info.name, kafka_bootstrap(info.url), info.settings)
+    return EmbeddedStore(info.name, embedded_file, create=create)
 
 
 class Clusters:
@@ -93,7 +136,7 @@ class Clusters:
     # -- registry ------------------------------------------------------------------
     def list(self) -> list[ClusterInfo]:
         data = self._read()
-        return [ClusterInfo(n, c["url"]) for n, c in sorted(data["clusters"].items())]
+        return [ClusterInfo(n, c["url"], c.get("settings") or {}) for n, c in sorted(data["clusters"].items())]
 
     @property
     def default(self) -> str | None:
@@ -104,55 +147,65 @@ class Clusters:
         entry = self._read()["clusters"].get(name)
         if entry is None:
             raise NotFound(f"cluster {name} is not known; add it with 'streamrep cluster add -name {name}'")
-        return ClusterInfo(name, entry["url"])
+        return ClusterInfo(name, entry["url"], entry.get("settings") or {})
 
-    def add(self, name: str, url: str | None = None, default: bool = False) -> ClusterInfo:
+    def add(self, name: str, url: str | None = None, default: bool = False,
+            settings: Mapping[str, Any] | None = None) -> ClusterInfo:
         """Register a cluster; without ``url`` it is an embedded cluster under ``home``.
         A relative ``embedded:`` file is taken from the current directory and stored absolute.
-        The first cluster added becomes the default. A store already registered under
-        another name (by any path to it) is refused."""
+        A ``kafka://`` cluster must be reachable; ``settings`` are its client settings. The first
+        cluster added becomes the default. A store already registered under another name (by
+        any path to it, or by its store id) is refused."""
         validate_cluster_name(name)
         url = url or f"{EMBEDDED_SCHEME}{os.path.join(self.home, 'clusters', name + '.db')}"
         if url.startswith(KAFKA_SCHEME):
-            raise InvalidArgument("kafka:// clusters are not supported in this release; omit -url for an embedded cluster")
-        if not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
-            raise InvalidArgument(f"invalid cluster url {url!r}: expected embedded:<file path>")
-        url = EMBEDDED_SCHEME + os.path.abspath(os.path.expanduser(url[len(EMBEDDED_SCHEME):]))
+            url = KAFKA_SCHEME + kafka_bootstrap(url)
+        elif settings:
+            raise InvalidArgument("client settings apply only to kafka:// clusters")
+        elif not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
+            raise InvalidArgument(f"invalid cluster url {url!r}: expected embedded:<file path> or kafka://host:port")
+        else:
+            url = EMBEDDED_SCHEME + os.path.abspath(os.path.expanduser(url[len(EMBEDDED_SCHEME):]))
+        info = ClusterInfo(name, url, dict(settings or {}))
         with self._editing() as data:
             if name in data["clusters"]:
                 raise AlreadyExists(f"cluster {name} already exists")
-            # Open (creating) the embedded file before registering, so a bad location fails
-            # here and leaves nothing registered.
-            store = EmbeddedStore(name, url[len(EMBEDDED_SCHEME):])
-            store_id = store.store_id()
+            # Open (creating) the store before registering, so a bad location or a Kafka cluster
+            # that cannot be reached fails here and leaves nothing registered.
+            store = open_store(info, url[len(EMBEDDED_SCHEME):])
             try:
+                store_id = store.store_id()
                 self._refuse_registered(data, store, store_id)
-            except AlreadyExists:
+            except (AlreadyExists, Unavailable):
                 store.close()
                 raise
-            data["clusters"][name] = {"url": url}
+            data["clusters"][name] = {"url": url, **({"settings": info.settings} if info.settings else {})}
             if default or not data.get("default"):
                 data["default"] = name
         self._stores[name] = store
-        return ClusterInfo(name, url)
+        return info
 
-    def _refuse_registered(self, data: dict, store: EmbeddedStore, store_id: str) -> None:
+    def _refuse_registered(self, data: dict, store: Store, store_id: str) -> None:
         """AlreadyExists if ``store`` is the store of a registered cluster: the same file by
         another path, or the same store id."""
-        real = os.path.realpath(store.path)
+        real = os.path.realpath(store.path) if isinstance(store, EmbeddedStore) else None
         for other, entry in sorted(data["clusters"].items()):
+            info = ClusterInfo(other, entry["url"], entry.get("settings") or {})
+            if (info.kind == "kafka") != (real is None):
+                continue  # a Kafka cluster and an embedded file are never the same store
             try:
-                path = self.embedded_file(other, entry["url"])
-                same = os.path.realpath(path) == real or self._read_store_id(other, path) == store_id
+                path = self.embedded_file(other, entry["url"]) if real else ""
+                same = (real is not None and os.path.realpath(path) == real) or \
+                    self._read_store_id(info, path) == store_id
             except Unavailable:
                 same = False  # an unreadable cluster cannot be compared; its own commands say why
             if same:
                 raise AlreadyExists(f"this store is already registered as cluster {other} (store id {store_id})")
 
     @staticmethod
-    def _read_store_id(name: str, path: str) -> str:
+    def _read_store_id(info: ClusterInfo, path: str) -> str:
         """The id kept in a registered store (the store is the one place it is kept)."""
-        store = EmbeddedStore(name, path, create=False)
+        store = open_store(info, path, create=False)
         try:
             return store.store_id()
         finally:
@@ -196,7 +249,8 @@ class Clusters:
             info = self.get(name)
             registered = self._read()["clusters"].get(name)
             create = not (registered and registered["url"] == info.url)  # e.g. an Airflow connection's
-            store = EmbeddedStore(name, self.embedded_file(name, info.url), create=create)
+            path = self.embedded_file(name, info.url) if info.kind == "embedded" else ""
+            store = open_store(info, path, create=create)
             self._stores[name] = store
         return store
 

@@ -29,6 +29,8 @@ class StreamEntry:
     # While an autosetup that created this stream is unfinished: the UUID of its source, so a
     # rerun of the same autosetup may complete it. None otherwise.
     autosetup_from: str | None = None
+    # How a Kafka cluster names the stream's topics (``model/naming.py``); None: the default.
+    naming: str | None = None
 
     def with_changes(self, **changes: Any) -> "StreamEntry":
         return replace(self, **changes)
@@ -43,6 +45,7 @@ class StreamEntry:
             "replicas": [r.to_dict() for r in self.replicas],
             "upstreams": [u.to_dict() for u in self.upstreams],
             "autosetup_from": self.autosetup_from,
+            "naming": self.naming,
         }
 
     @classmethod
@@ -56,6 +59,7 @@ class StreamEntry:
             replicas=tuple(ReplicaLink.from_dict(r) for r in data.get("replicas", ())),
             upstreams=tuple(UpstreamLink.from_dict(u) for u in data.get("upstreams", ())),
             autosetup_from=data.get("autosetup_from"),
+            naming=data.get("naming"),
         )
 
 

@@ -165,6 +165,13 @@ def loss_key(source_uuid: str, topic: str, partition: int, first: int) -> str:
     return f"l|{source_uuid}|{topic}|{partition}|{first}"
 
 
+def mark_partition(key: str) -> tuple[str, int]:
+    """``(topic, partition)`` of the replica partition a position, origin or loss mark belongs to:
+    the mark is written with that partition's messages."""
+    parts = key.split("|")
+    return parts[2], int(parts[3])
+
+
 def retention_loss(position: int | None, source_start: int) -> tuple[int, int] | None:
     """Source offsets ``[first, end)`` lost to the source's retention: those between a replica's
     stored position and the oldest offset the source still holds. A replica with no position yet

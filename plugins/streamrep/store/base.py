@@ -10,6 +10,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Mapping, Sequence
 
+from streamrep.errors import InvalidArgument
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 
@@ -49,6 +50,13 @@ class Store(ABC):
         ``change`` may raise to abort with nothing written. It may be called more than once
         (optimistic backends retry on a concurrent write), so it must be pure.
         """
+
+    def check_naming(self, path: str, spec: str | None, others: Mapping[str, str | None]) -> None:
+        """Refuse a stream at ``path`` with topic naming ``spec`` (``stream create -topicnaming``)
+        if this store cannot name topics that way, or if they would overlap those of ``others``
+        (path -> spec of the other streams). Only Kafka clusters name topics."""
+        if spec:
+            raise InvalidArgument(f"-topicnaming applies only to kafka:// clusters; cluster {self.cluster} is embedded")
 
     # -- topics --------------------------------------------------------------------
     @abstractmethod

@@ -1,0 +1,760 @@
+"""The Kafka store: a Kafka-API cluster (Apache Kafka, HPE Data Fabric's Kafka API, Redpanda) behind
+the store interface, over confluent-kafka.
+
+- **Topics.** Each stream's topics are Kafka topics named by the stream's naming policy
+  (``model/naming.py``), so existing topics can be adopted as they are.
+- **Catalog, marks, offset syncs** live in the cluster, in three single-partition compacted topics
+  ``_streamrep[.<namespace>].catalog|marks|syncs``. Every store object folds them into memory and
+  catches up to the last stable offset before it answers, reading committed data only.
+- **Compare-and-set by fencing.** Every write that must not be lost to a concurrent writer uses a
+  Kafka transaction whose transactional id names the thing written: one per catalog document, and
+  one per replica partition for the transactional apply (the marks of a partition are written only
+  with its messages). ``init_transactions`` fences any other writer of that id, so the current state
+  read after it cannot change until this writer commits, and a zombie's commit fails. Two admins
+  editing one catalog entry, or two gateways applying to one partition, therefore never overwrite
+  each other: the loser retries from the new state.
+- **Offsets are Kafka's.** The end of a partition is its last stable offset (read_committed), and
+  offsets may have gaps (transaction markers): ``read_span`` says where the next read starts.
+- Messages keep keys, headers, timestamps and partitions; consumer-group cursors are Kafka's own
+  committed group offsets (group ``<namespace>.<group>`` under a namespace).
+
+Client settings (security.protocol, SASL, SSL files) pass through to confluent-kafka unchanged;
+``streamrep.namespace`` is streamrep's own: it lets several installations share one Kafka cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections import OrderedDict
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from streamrep.errors import (AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound, PermissionDenied,
+                              StreamrepError, Unavailable)
+from streamrep.model.catalog import STREAM_KIND
+from streamrep.model.message import Message
+from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
+from streamrep.model.replication import mark_partition
+from streamrep.store.base import CatalogDoc, Store
+
+NAMESPACE_SETTING = "streamrep.namespace"
+TIMEOUT_SECONDS = 15.0  # one admin call, flush or commit; a cluster that is down fails within it
+CATALOG_RETRIES = 30
+MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
+MAX_READERS = 16
+_STORE_KIND = "store"
+CLIENT_LOG = logging.getLogger("streamrep.kafka.client")
+if CLIENT_LOG.level == logging.NOTSET:
+    CLIENT_LOG.setLevel(logging.CRITICAL)  # fencing and coordinator retries are routine; real failures raise
+
+_USER_ERRORS = {
+    KafkaError.INVALID_TIMESTAMP: InvalidArgument,
+    KafkaError.MSG_SIZE_TOO_LARGE: LimitExceeded,
+    KafkaError.POLICY_VIOLATION: InvalidArgument,
+    KafkaError.TOPIC_EXCEPTION: InvalidArgument,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: PermissionDenied,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: PermissionDenied,
+    KafkaError.GROUP_AUTHORIZATION_FAILED: PermissionDenied,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: PermissionDenied,
+}
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
+_TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
+              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.NOT_COORDINATOR,
+              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT}
+
+
+def _kafka_error(err: Any) -> KafkaError | None:
+    if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
+        return err.args[0]
+    return err if isinstance(err, KafkaError) else None
+
+
+class KafkaStore(Store):
+    """A Kafka-API cluster.
+
+    :param cluster: the cluster's name (used in messages).
+    :param bootstrap: ``host:port[,host:port...]``.
+    :param settings: confluent-kafka client settings, passed through; ``streamrep.namespace`` is ours.
+    """
+
+    def __init__(self, cluster: str, bootstrap: str, settings: Mapping[str, Any] | None = None):
+        super().__init__(cluster)
+        client = {str(k): v for k, v in (settings or {}).items()}
+        self.namespace = str(client.pop(NAMESPACE_SETTING, "") or "")
+        self.bootstrap = bootstrap
+        self._settings = client
+        # librdkafka's own log lines go through logging (errors only, unless configured otherwise).
+        self._client = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOG, **client}
+        internal = f"{INTERNAL_PREFIX}.{self.namespace}." if self.namespace else f"{INTERNAL_PREFIX}."
+        self._internal = internal
+        self._topics = {name: internal + name for name in ("catalog", "marks", "syncs")}
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._admin_client: AdminClient | None = None
+        self._plain_producer: Producer | None = None
+        self._meta_consumer: Consumer | None = None
+        self._txns: OrderedDict[str, Producer] = OrderedDict()
+        self._readers: OrderedDict[tuple[str, int], list] = OrderedDict()  # (kafka topic, partition) -> [consumer, next]
+        self._folds: dict[str, _Fold] = {}
+        self._internal_ready = False
+        self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
+
+    def _fresh(self) -> None:
+        if self._pid != os.getpid():  # librdkafka handles do not survive a fork
+            self._reset()
+
+    # -- clients -------------------------------------------------------------------
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Kafka's errors as streamrep's one-line errors."""
+        try:
+            yield
+        except KafkaException as exc:
+            raise self._translate(exc, what) from None
+
+    def _translate(self, exc: Any, what: str) -> StreamrepError:
+        err = _kafka_error(exc)
+        if err is None:
+            return Unavailable(f"cluster {self.cluster}: {what}: {exc}")
+        kind = _USER_ERRORS.get(err.code())
+        if kind is not None:
+            return kind(f"cluster {self.cluster}: {what}: {err.str()}")
+        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
+            return Unavailable(f"cluster {self.cluster}: Kafka at {self.bootstrap} is unreachable ({what}: {err.str()})")
+        return Unavailable(f"cluster {self.cluster}: {what}: {err.str()}")
+
+    def _admin(self) -> AdminClient:
+        self._fresh()
+        if self._admin_client is None:
+            self._admin_client = AdminClient(dict(self._client))
+        return self._admin_client
+
+    def _consumer(self, **extra: Any) -> Consumer:
+        return Consumer({**self._client, "group.id": f"{self._internal}reader", "enable.auto.commit": False,
+                         "enable.auto.offset.store": False, "isolation.level": "read_committed",
+                         "fetch.wait.max.ms": 20, **extra})
+
+    def _meta(self) -> Consumer:
+        self._fresh()
+        if self._meta_consumer is None:
+            self._meta_consumer = self._consumer()
+        return self._meta_consumer
+
+    def _producer(self) -> Producer:
+        self._fresh()
+        if self._plain_producer is None:
+            self._plain_producer = Producer({**self._client, "enable.idempotence": True, "linger.ms": 2})
+        return self._plain_producer
+
+    def _txn(self, txid: str) -> Producer:
+        """The transactional producer of ``txid``, initialised (which fences every older one)."""
+        self._fresh()
+        producer = self._txns.get(txid)
+        if producer is not None:
+            self._txns.move_to_end(txid)
+            return producer
+        producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
+                             "transaction.timeout.ms": 60000})
+        with self._errors("cannot start a transaction"):
+            producer.init_transactions(TIMEOUT_SECONDS)
+        self._txns[txid] = producer
+        while len(self._txns) > MAX_TRANSACTIONAL_PRODUCERS:
+            self._txns.popitem(last=False)[1].flush(0)
+        return producer
+
+    def _txid(self, *parts: str) -> str:
+        """A transactional id naming what it writes (hashed: ids are kept by the coordinator)."""
+        digest = hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:20]
+        return f"{self._internal}{parts[0]}.{digest}"
+
+    @contextmanager
+    def _transaction(self, txid: str) -> Iterator["_Transaction"]:
+        """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
+        It returns once its internal records are readable: Kafka writes commit markers after the commit
+        returns, and the next read (by this process or another) must see what was just written."""
+        producer = self._txn(txid)
+        txn = _Transaction(self, producer)
+        try:
+            producer.begin_transaction()
+            yield txn
+            producer.flush(TIMEOUT_SECONDS)  # serves the delivery reports that give the offsets
+            producer.commit_transaction(TIMEOUT_SECONDS)
+            self._await_visible(txn.last_offsets)
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is not None and (err.code() in _FENCED or err.fatal()):
+                self._txns.pop(txid, None)
+                raise Conflict(f"cluster {self.cluster}: another writer took over ({err.str()}); retry") from None
+            try:
+                producer.abort_transaction(TIMEOUT_SECONDS)
+            except KafkaException:
+                self._txns.pop(txid, None)
+            raise self._translate(exc, "transaction failed") from None
+        except BaseException:
+            try:
+                producer.abort_transaction(TIMEOUT_SECONDS)
+            except KafkaException:
+                self._txns.pop(txid, None)
+            raise
+
+    def _await_visible(self, last_offsets: Mapping[str, int]) -> None:
+        """Wait until each internal topic's last stable offset is past the given record."""
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        for name, offset in last_offsets.items():
+            while self._watermarks(name, 0, name)[1] <= offset:
+                if time.monotonic() > deadline:
+                    raise Unavailable(f"cluster {self.cluster}: a committed write to {name} did not become readable "
+                                      f"within {TIMEOUT_SECONDS:.0f} s")
+                time.sleep(0.002)
+
+    # -- internal topics -----------------------------------------------------------
+    def _ensure_internal(self) -> None:
+        if self._internal_ready:
+            return
+        with self._errors("cannot read topics"):
+            existing = self._admin().list_topics(timeout=TIMEOUT_SECONDS).topics
+        missing = [NewTopic(name, 1, config={"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
+                   for name in self._topics.values() if name not in existing]
+        if missing:
+            for name, future in self._admin().create_topics(missing, request_timeout=TIMEOUT_SECONDS).items():
+                try:
+                    future.result()
+                except KafkaException as exc:
+                    err = _kafka_error(exc)
+                    if err is None or err.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise self._translate(exc, f"cannot create internal topic {name}") from None
+            self._await_topics(t.topic for t in missing)
+        self._internal_ready = True
+
+    def _await_topics(self, names: Any, present: bool = True) -> None:
+        """Wait until metadata shows the topics (created) or not (deleted), so the next call sees them."""
+        names = set(names)
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while time.monotonic() < deadline:
+            with self._errors("cannot read topics"):
+                topics = self._admin().list_topics(timeout=TIMEOUT_SECONDS).topics
+            if all((n in topics and not topics[n].error) == present for n in names):
+                return
+            time.sleep(0.05)
+
+    def _fold(self, name: str) -> "_Fold":
+        self._fresh()
+        fold = self._folds.get(name)
+        if fold is None:
+            self._ensure_internal()
+            fold = self._folds[name] = _Fold(self, self._topics[name])
+        return fold
+
+    # -- identity and catalog ------------------------------------------------------
+    def store_id(self) -> str:
+        doc = self.catalog_get(_STORE_KIND, "id")
+        if doc is None:
+            doc = self.catalog_update(_STORE_KIND, "id", lambda cur: cur or {"store_id": str(uuid.uuid4())})
+        return doc["store_id"]
+
+    def _catalog(self) -> dict[tuple[str, str], CatalogDoc]:
+        fold = self._fold("catalog")
+        fold.catch_up()
+        return fold.state
+
+    def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
+        doc = self._catalog().get((kind, key))
+        return json.loads(json.dumps(doc)) if doc is not None else None
+
+    def catalog_list(self, kind: str) -> dict[str, CatalogDoc]:
+        return {k: json.loads(json.dumps(doc)) for (kd, k), doc in sorted(self._catalog().items()) if kd == kind}
+
+    def catalog_update(
+        self, kind: str, key: str, change: Callable[[CatalogDoc | None], CatalogDoc | None]
+    ) -> CatalogDoc | None:
+        txid = self._txid("catalog", kind, key)
+        for _ in range(CATALOG_RETRIES):
+            try:
+                with self._transaction(txid) as txn:
+                    new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
+                    txn.internal("catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8"))
+                return new
+            except Conflict:
+                continue
+        raise Conflict(f"cluster {self.cluster}: catalog entry {kind} {key} kept changing; try again")
+
+    def _naming(self, stream: str) -> TopicNaming:
+        naming = self._namings.get(stream)
+        if naming is None:
+            self._catalog()  # the fold records every stream's naming
+            naming = self._namings.get(stream)
+        if naming is None:
+            raise NotFound(f"cluster {self.cluster}: no stream with uuid {stream}")
+        return naming
+
+    def _learn(self, doc: CatalogDoc) -> None:
+        try:
+            self._namings[doc["uuid"]] = naming_for(doc.get("naming"), doc["path"], self.namespace)
+        except (StreamrepError, KeyError, TypeError):
+            pass  # a stream whose naming cannot be used has no topics here
+
+    def check_naming(self, path: str, spec: str | None, others: Mapping[str, str | None]) -> None:
+        naming = naming_for(spec, path, self.namespace)
+        for other_path, other_spec in sorted(others.items()):
+            try:
+                other = naming_for(other_spec, other_path, self.namespace)
+            except StreamrepError:
+                continue
+            if other_path != path and naming.overlaps(other):
+                raise Conflict(f"the Kafka topics of {path} ({naming.spec}) would overlap those of stream "
+                               f"{other_path} ({other.spec}); choose another -topicnaming")
+
+    # -- topics --------------------------------------------------------------------
+    def _kafka_topics(self) -> dict[str, int]:
+        with self._errors("cannot read topics"):
+            metadata = self._admin().list_topics(timeout=TIMEOUT_SECONDS)
+        return {name: len(t.partitions) for name, t in metadata.topics.items() if not t.error}
+
+    def topics(self, stream: str) -> dict[str, int]:
+        naming = self._naming(stream)
+        found = {}
+        for name, count in self._kafka_topics().items():
+            topic = naming.topic_of(name)
+            if topic is not None:
+                found[topic] = count
+        return dict(sorted(found.items()))
+
+    def create_topic(self, stream: str, topic: str, partitions: int) -> None:
+        name = self._naming(stream).kafka_topic(topic)
+        future = self._admin().create_topics([NewTopic(name, partitions)], request_timeout=TIMEOUT_SECONDS)[name]
+        try:
+            future.result()
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is not None and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                raise AlreadyExists(f"topic {topic} already exists") from None
+            raise self._translate(exc, f"cannot create Kafka topic {name}") from None
+        self._await_topics([name])
+
+    def add_partitions(self, stream: str, topic: str, partitions: int) -> None:
+        name = self._naming(stream).kafka_topic(topic)
+        count = self._kafka_topics().get(name)
+        if count is None:
+            raise NotFound(f"topic {topic} does not exist")
+        if partitions < count:
+            raise InvalidArgument(f"topic {topic} has {count} partitions; partitions can only be added")
+        if partitions == count:
+            return
+        future = self._admin().create_partitions([NewPartitions(name, partitions)],
+                                                 request_timeout=TIMEOUT_SECONDS)[name]
+        with self._errors(f"cannot add partitions to Kafka topic {name}"):
+            future.result()
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while self._kafka_topics().get(name, 0) < partitions and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def delete_topic(self, stream: str, topic: str) -> None:
+        self._delete_kafka_topics([self._naming(stream).kafka_topic(topic)], topic)
+
+    def _delete_kafka_topics(self, names: list[str], topic: str | None = None) -> None:
+        if not names:
+            return
+        futures = self._admin().delete_topics(names, request_timeout=TIMEOUT_SECONDS)
+        for name, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    if topic is not None:
+                        raise NotFound(f"topic {topic} does not exist") from None
+                    continue
+                raise self._translate(exc, f"cannot delete Kafka topic {name}") from None
+        self._forget_readers(names)
+        self._await_topics(names, present=False)
+
+    def drop_stream(self, stream: str) -> None:
+        naming = self._naming(stream)
+        self._delete_kafka_topics([n for n in self._kafka_topics() if naming.topic_of(n) is not None])
+        marks = self._fold("marks")
+        syncs = self._fold("syncs")
+        marks.catch_up()
+        syncs.catch_up()
+        producer = self._producer()
+        for key in list(marks.state.get(stream, {})):
+            producer.produce(self._topics["marks"], key=f"{stream}\x1f{key}".encode("utf-8"), value=None)
+        for source, runs in syncs.state.get(stream, {}).items():
+            for source_offset in runs:
+                producer.produce(self._topics["syncs"], key=f"{stream}\x1f{source}\x1f{source_offset}".encode("utf-8"),
+                                 value=None)
+        self._flush(producer, "cannot drop the stream's replication marks")
+
+    # -- data ----------------------------------------------------------------------
+    def _flush(self, producer: Producer, what: str) -> None:
+        with self._errors(what):
+            left = producer.flush(TIMEOUT_SECONDS)
+        if left:
+            raise Unavailable(f"cluster {self.cluster}: {what}: {left} messages not acknowledged within "
+                              f"{TIMEOUT_SECONDS:.0f} s (is Kafka at {self.bootstrap} up?)")
+
+    def _produce_all(self, producer: Producer, name: str, partition: int, messages: Sequence[Message],
+                     offsets: list[int], errors: list) -> None:
+        """Produce ``messages``; each delivery stores its offset in ``offsets`` (by index) or an error."""
+        def delivered(index: int) -> Callable:
+            def report(err: KafkaError | None, msg: Any) -> None:
+                if err is not None:
+                    errors.append(err)
+                else:
+                    offsets[index] = msg.offset()
+            return report
+
+        for index, (value, key, headers, timestamp, _, _, _) in enumerate(messages):
+            while True:
+                try:
+                    producer.produce(name, value=value, key=key, partition=partition, headers=list(headers) or None,
+                                     timestamp=timestamp or 0, on_delivery=delivered(index))
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.05)
+                except KafkaException as exc:
+                    raise self._translate(exc, f"cannot write to {name}") from None
+
+    def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
+        name = self._naming(stream).kafka_topic(topic)
+        producer = self._producer()
+        results: dict[int, list[int]] = {}
+        errors: list = []
+        for partition, messages in batches.items():
+            results[partition] = [-1] * len(messages)
+            self._produce_all(producer, name, partition, messages, results[partition], errors)
+        self._flush(producer, f"cannot write to {name}")
+        if errors:
+            raise self._translate(errors[0], f"cannot write to {name}")
+        return {partition: min(offsets) for partition, offsets in results.items() if offsets}
+
+    def _reader(self, name: str, partition: int, start: int) -> Consumer:
+        """A consumer positioned at ``start`` of one partition; kept, so sequential reads keep their prefetch."""
+        self._fresh()
+        key = (name, partition)
+        entry = self._readers.get(key)
+        if entry is None:
+            entry = self._readers[key] = [self._consumer(), None]
+            while len(self._readers) > MAX_READERS:
+                self._readers.popitem(last=False)[1][0].close()
+        self._readers.move_to_end(key)
+        if entry[1] != start:
+            entry[0].assign([TopicPartition(name, partition, start)])
+            entry[1] = start
+        return entry[0]
+
+    def _forget_readers(self, names: Sequence[str]) -> None:
+        for key in [k for k in self._readers if k[0] in set(names)]:
+            self._readers.pop(key)[0].close()
+
+    def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
+        return self.read_span(stream, topic, partition, start, max_messages)[0]
+
+    def read_span(self, stream: str, topic: str, partition: int, start: int,
+                  max_messages: int) -> tuple[list[Message], int]:
+        name = self._naming(stream).kafka_topic(topic)
+        first, end = self._watermarks(name, partition, topic)
+        start = max(start, first)
+        if start >= end or max_messages <= 0:
+            return [], start
+        consumer = self._reader(name, partition, start)
+        out: list[Message] = []
+        position = start
+        overshoot = False  # a message at or past ``end`` was consumed: the reader must seek next time
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        new = tuple.__new__
+        while len(out) < max_messages and position < end and not overshoot and time.monotonic() < deadline:
+            with self._errors(f"cannot read {name}"):
+                batch = consumer.consume(min(max_messages - len(out), 10000), timeout=0.05)
+            for msg in batch:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise self._translate(err, f"cannot read {name}")
+                offset = msg.offset()
+                if offset >= end:
+                    overshoot = True
+                    continue
+                headers = msg.headers()
+                out.append(new(Message, (msg.value() or b"", msg.key(),
+                                         tuple((k, v or b"") for k, v in headers) if headers else (),
+                                         msg.timestamp()[1], partition, offset, topic)))
+                position = offset + 1
+            if not overshoot and len(out) < max_messages:
+                with self._errors(f"cannot read {name}"):
+                    at = consumer.position([TopicPartition(name, partition)])[0].offset
+                position = max(position, at)  # past transaction markers
+        nxt = out[-1].offset + 1 if len(out) >= max_messages else min(position, end)
+        self._readers[(name, partition)][1] = nxt if not overshoot and position == nxt else None
+        return out, nxt
+
+    def _watermarks(self, name: str, partition: int, topic: str) -> tuple[int, int]:
+        """``(first offset held, last stable offset)`` of a Kafka partition."""
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while True:
+            try:
+                return watermarks(self._meta(), name, partition)
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                code = err.code() if err is not None else None
+                if code in _TRANSIENT and time.monotonic() < deadline:
+                    if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
+                                KafkaError.UNKNOWN_TOPIC_OR_PART) and self._kafka_topics().get(name, 0) <= partition:
+                        raise NotFound(f"topic {topic} has no partition {partition}") from None
+                    time.sleep(0.05)
+                    continue
+                raise self._translate(exc, f"cannot read offsets of {name}") from None
+
+    def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
+        return self._watermarks(self._naming(stream).kafka_topic(topic), partition, topic)
+
+    def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
+        name = self._naming(stream).kafka_topic(topic)
+        count = self._kafka_topics().get(name, 0)
+        wanted = []
+        dropped = 0
+        for partition in range(count):
+            first, end = self._watermarks(name, partition, topic)
+            with self._errors(f"cannot read offsets of {name}"):
+                found = self._meta().offsets_for_times([TopicPartition(name, partition, timestamp)],
+                                                       timeout=TIMEOUT_SECONDS)[0].offset
+            new_start = end if found < 0 else min(found, end)
+            if new_start > first:
+                wanted.append(TopicPartition(name, partition, new_start))
+                dropped += new_start - first
+        if wanted:
+            with self._errors(f"cannot delete expired messages of {name}"):
+                for future in self._admin().delete_records(wanted, request_timeout=TIMEOUT_SECONDS).values():
+                    future.result()
+        return dropped
+
+    def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+        count = size = 0
+        oldest = newest = None
+        position = start
+        while True:
+            batch, position = self.read_span(stream, topic, partition, position, 10000)
+            if not batch:
+                break
+            count += len(batch)
+            size += sum(len(m.value) for m in batch)
+            oldest = min([oldest or batch[0].timestamp] + [m.timestamp for m in batch])
+            newest = max([newest or 0] + [m.timestamp for m in batch])
+        return count, size, oldest, newest
+
+    # -- cursors -------------------------------------------------------------------
+    def _group(self, group: str) -> str:
+        return f"{self.namespace}.{group}" if self.namespace else group
+
+    def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        name = self._naming(stream).kafka_topic(topic)
+        request = ConsumerGroupTopicPartitions(self._group(group),
+                                               [TopicPartition(name, p, o) for p, o in sorted(cursors.items())])
+        with self._errors(f"cannot commit cursors of group {group}"):
+            for future in self._admin().alter_consumer_group_offsets([request],
+                                                                     request_timeout=TIMEOUT_SECONDS).values():
+                future.result()
+
+    def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        name = self._naming(stream).kafka_topic(topic)
+        count = self._kafka_topics().get(name, 0)
+        if not count:
+            return {}
+        request = ConsumerGroupTopicPartitions(self._group(group), [TopicPartition(name, p) for p in range(count)])
+        with self._errors(f"cannot read cursors of group {group}"):
+            result = list(self._admin().list_consumer_group_offsets([request],
+                                                                    request_timeout=TIMEOUT_SECONDS).values())[0].result()
+        return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+    # -- replication marks ---------------------------------------------------------
+    def marks(self, stream: str) -> dict[str, int]:
+        fold = self._fold("marks")
+        fold.catch_up()
+        return dict(fold.state.get(stream, {}))
+
+    def apply(
+        self,
+        stream: str,
+        topic: str,
+        partition: int,
+        messages: Sequence[Message],
+        marks: Mapping[str, int],
+        expect: Mapping[str, int | None],
+        source: str = "",
+        syncs: Sequence[tuple[int, int]] = (),
+    ) -> int:
+        name = self._naming(stream).kafka_topic(topic)
+        with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+            producer = txn.producer
+            current = self.marks(stream)  # read after this writer fenced every other of the partition
+            for key, expected in expect.items():
+                if current.get(key) != expected:
+                    raise Conflict(f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
+                                   "another gateway applied this batch")
+            offsets = [-1] * len(messages)
+            errors: list = []
+            if messages:
+                self._produce_all(producer, name, partition, messages, offsets, errors)
+                self._flush(producer, f"cannot write to {name}")  # the offsets are needed for the syncs
+                if errors:
+                    raise self._translate(errors[0], f"cannot write to {name}")
+            for key, value in marks.items():
+                txn.internal("marks", f"{stream}\x1f{key}", str(value).encode("ascii"))
+            for source_offset, replica_offset, count in _runs(syncs, offsets):
+                txn.internal("syncs", f"{stream}\x1f{source}\x1f{source_offset}",
+                             json.dumps([partition, replica_offset, count]).encode("ascii"))
+        if messages:
+            return offsets[0]
+        return self._watermarks(name, partition, topic)[1]
+
+    def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
+        by_partition: dict[tuple[str, int], dict[str, int]] = {}
+        for key, value in marks.items():
+            by_partition.setdefault(mark_partition(key), {})[key] = value
+        dropped = 0
+        for (topic, partition), wanted in sorted(by_partition.items()):
+            with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+                current = self.marks(stream)
+                gone = [key for key, value in wanted.items() if current.get(key) == value]
+                for key in gone:
+                    txn.internal("marks", f"{stream}\x1f{key}", None)
+            dropped += len(gone)
+        return dropped
+
+    def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
+        fold = self._fold("syncs")
+        fold.catch_up()
+        runs = fold.state.get(stream, {}).get(source, {})
+        return [(offset, *runs[offset]) for offset in sorted(runs)]
+
+    def close(self) -> None:
+        if self._pid == os.getpid():
+            for fold in self._folds.values():
+                fold.close()
+            for consumer, _ in self._readers.values():
+                consumer.close()
+            if self._meta_consumer is not None:
+                self._meta_consumer.close()
+            if self._plain_producer is not None:
+                self._plain_producer.flush(TIMEOUT_SECONDS)
+        self._reset()
+
+    def __getstate__(self) -> dict:
+        # Pickled into Spark tasks: clients are opened again where the store is used.
+        return {"cluster": self.cluster, "bootstrap": self.bootstrap,
+                "settings": {**self._settings, NAMESPACE_SETTING: self.namespace}}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["cluster"], state["bootstrap"], state["settings"])
+
+
+def watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:
+    """``(low watermark, last stable offset)``: a read_committed consumer's high mark is the LSO."""
+    return tuple(consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=TIMEOUT_SECONDS, cached=False))
+
+
+def _runs(syncs: Sequence[tuple[int, int]], offsets: Sequence[int]) -> Iterator[tuple[int, int, int]]:
+    """``(source offset, replica offset, count)`` runs: a sync's run of consecutive source offsets,
+    split wherever the replica offsets were not consecutive (another producer wrote in between)."""
+    bounds = [index for index, _ in syncs[1:]] + [len(offsets)]
+    for (index, source_offset), bound in zip(syncs, bounds):
+        run_start = index
+        for i in range(index + 1, bound + 1):
+            if i == bound or offsets[i] != offsets[i - 1] + 1:
+                yield source_offset + run_start - index, offsets[run_start], i - run_start
+                run_start = i
+
+
+class _Transaction:
+    """The records of one transaction; remembers the last offset written to each internal topic."""
+
+    def __init__(self, store: KafkaStore, producer: Producer):
+        self.store = store
+        self.producer = producer
+        self.last_offsets: dict[str, int] = {}
+
+    def internal(self, kind: str, key: str, value: bytes | None) -> None:
+        name = self.store._topics[kind]
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                self.last_offsets[name] = max(self.last_offsets.get(name, -1), msg.offset())
+
+        self.producer.produce(name, key=key.encode("utf-8"), value=value, on_delivery=delivered)
+
+
+class _Fold:
+    """The state of one internal compacted topic, folded from its committed records."""
+
+    def __init__(self, store: KafkaStore, name: str):
+        self.store = store
+        self.name = name
+        self.state: dict = {}
+        self.position = 0
+        self.consumer = store._consumer()
+        self.consumer.assign([TopicPartition(name, 0, 0)])
+
+    def catch_up(self) -> None:
+        """Read every record committed before now (up to the last stable offset)."""
+        store = self.store
+        _, end = store._watermarks(self.name, 0, self.name)
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while self.position < end:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"cluster {store.cluster}: reading {self.name} timed out at offset "
+                                  f"{self.position} of {end}")
+            with store._errors(f"cannot read {self.name}"):
+                batch = self.consumer.consume(10000, timeout=0.02)
+            for msg in batch:
+                if msg.error() is not None:
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise store._translate(msg.error(), f"cannot read {self.name}")
+                self._apply(msg.key().decode("utf-8"), msg.value())
+                self.position = msg.offset() + 1
+            with store._errors(f"cannot read {self.name}"):
+                at = self.consumer.position([TopicPartition(self.name, 0)])[0].offset
+            if at > self.position:
+                self.position = at  # past transaction markers
+
+    def _apply(self, key: str, value: bytes | None) -> None:
+        kind = self.name.rsplit(".", 1)[1]
+        if kind == "catalog":
+            doc_kind, doc_key = key.split("\x1f", 1)
+            if value is None:
+                self.state.pop((doc_kind, doc_key), None)
+            else:
+                doc = json.loads(value)
+                self.state[(doc_kind, doc_key)] = doc
+                if doc_kind == STREAM_KIND:
+                    self.store._learn(doc)
+        elif kind == "marks":
+            stream, mark = key.split("\x1f", 1)
+            marks = self.state.setdefault(stream, {})
+            if value is None:
+                marks.pop(mark, None)
+            else:
+                marks[mark] = int(value)
+        else:
+            stream, source, offset = key.split("\x1f", 2)
+            runs = self.state.setdefault(stream, {}).setdefault(source, {})
+            if value is None:
+                runs.pop(int(offset), None)
+            else:
+                runs[int(offset)] = tuple(json.loads(value))
+
+    def close(self) -> None:
+        self.consumer.close()
