@@ -7,10 +7,14 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +35,104 @@ CAROL = Identity(user="carol", groups=frozenset({"eng"}))
 _ISOLATED_ENV = ("STREAMREP_DEFAULT_CLUSTER", "STREAMREP_USER", "STREAMREP_GROUPS", "STREAMREP_SYNC")
 
 
+_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kafka_local.py"
+_spec = importlib.util.spec_from_file_location("kafka_local", _SCRIPT)
+kafka_local = importlib.util.module_from_spec(_spec)
+sys.modules["kafka_local"] = kafka_local
+_spec.loader.exec_module(kafka_local)
+
+BACKENDS = ("embedded", "kafka")
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out on loopback (held together, so they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory) -> str:
+    """The bootstrap address (``127.0.0.1:<port>``) of one real Apache Kafka broker for the whole
+    session (from ``scripts/kafka_local.py``, as ``./run kafka``), on free loopback ports in a
+    temporary folder. Killed at session end, and by the kernel if the session itself is killed.
+
+    Skips only when the install step could not get the jars; a broker that fails to start is an error.
+    """
+    missing = kafka_local.jars_missing_reason()
+    if missing:
+        pytest.skip(missing)
+    port, controller_port = _free_ports(2)
+    broker = kafka_local.Broker("test", port, controller_port, tmp_path_factory.mktemp("kafka"))
+    try:
+        kafka_local.start(broker, die_with_parent=True)
+        yield broker.bootstrap
+    finally:
+        kafka_local.stop(broker, timeout=10)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "backends(*names): run the test on each named cluster backend "
+                                       "(embedded, kafka); its clusters come from the home fixture")
+
+
+def pytest_generate_tests(metafunc):
+    """Tests marked ``backends(...)`` run once per backend: the ``backend`` fixture decides what
+    ``home`` registers. A Kafka run is also marked ``kafka``."""
+    marker = metafunc.definition.get_closest_marker("backends")
+    if marker is not None and "backend" in metafunc.fixturenames:
+        names = marker.args or BACKENDS
+        metafunc.parametrize("backend", [pytest.param(n, marks=[pytest.mark.kafka] if n == "kafka" else [])
+                                         for n in names])
+
+
+@pytest.fixture
+def backend() -> str:
+    """The backend of the clusters ``home`` registers: embedded unless the test is marked ``backends``."""
+    return "embedded"
+
+
+def delete_namespace(bootstrap: str, namespace: str) -> None:
+    """Delete every Kafka topic of a streamrep namespace (its streams' and its internal ones)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [n for n in admin.list_topics(timeout=30).topics
+             if n.startswith(f"{namespace}.") or n.startswith(f"_streamrep.{namespace}.")]
+    if names:
+        for future in admin.delete_topics(names, request_timeout=30).values():
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - best effort: the broker is discarded at session end anyway
+                pass
+
+
+@pytest.fixture
+def add_cluster(request, backend):
+    """``add_cluster(clusters, name)``: register cluster ``name`` on the test's backend. A Kafka
+    cluster is a namespace of its own on the session's broker, deleted after the test."""
+    namespaces = []
+
+    def add(clusters: Clusters, name: str, **kwargs):
+        if backend == "embedded":
+            return clusters.add(name, **kwargs)
+        bootstrap = request.getfixturevalue("kafka_broker")
+        namespace = f"t{uuid.uuid4().hex[:10]}-{name}"
+        namespaces.append((bootstrap, namespace))
+        return clusters.add(name, url=f"kafka://{bootstrap}", settings={"streamrep.namespace": namespace}, **kwargs)
+
+    yield add
+    for bootstrap, namespace in namespaces:
+        delete_namespace(bootstrap, namespace)
+
+
 @pytest.fixture
 def empty_home(tmp_path, monkeypatch) -> Clusters:
     """A fresh STREAMREP_HOME with no cluster registered."""
@@ -44,10 +146,11 @@ def empty_home(tmp_path, monkeypatch) -> Clusters:
 
 
 @pytest.fixture
-def home(empty_home) -> Clusters:
-    """STREAMREP_HOME with the embedded clusters ``sanfrancisco`` (the default) and ``newyork``."""
-    empty_home.add("sanfrancisco")
-    empty_home.add("newyork")
+def home(empty_home, add_cluster) -> Clusters:
+    """STREAMREP_HOME with the clusters ``sanfrancisco`` (the default) and ``newyork``: embedded,
+    or Kafka clusters on the session's broker for a test marked ``backends``."""
+    add_cluster(empty_home, "sanfrancisco")
+    add_cluster(empty_home, "newyork")
     return empty_home
 
 

@@ -64,7 +64,7 @@ BY_NAME = {
     "gateways": ["gw1", "gw1 gw2", "gw1 gw1", "", "bad/name", "gw1,gw2"],
     "keysep": ["=", "", ":", "-path", "\t"], "group": ["g1", "g2", "", " ", "x" * 300],
     "engine": ["local", "auto", "bogus", "LOCAL", ""], "id": ["gw1", "", "x y"],
-    "url": ["embedded:{work}/clusters/sanfrancisco.db", "embedded:{tmp}/new.db", "embedded:rel.db", "kafka://h:1",
+    "url": ["embedded:{work}/clusters/sanfrancisco.db", "embedded:{tmp}/new.db", "embedded:rel.db", "kafka://h",
             "http://x/y.db", "embedded:", "/abs/x.db", "embedded:{tmp}", "embedded:{work}/clusters.json"],
     **{perm: ACES for perm in ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")},
 }

@@ -87,10 +87,17 @@ def test_invalid_cluster_name(empty_home, name):
     assert empty_home.list() == []
 
 
-def test_kafka_url_refused_clearly(empty_home):
-    with pytest.raises(InvalidArgument, match="kafka:// clusters are not supported") as err:
-        empty_home.add("big", url="kafka://broker1:9092,broker2:9092")
-    assert "embedded" in str(err.value)
+@pytest.mark.parametrize("url", ["kafka://", "kafka://broker", "kafka://broker:0", "kafka://broker:99999",
+                                 "kafka://a:1,,b:2", "kafka://a b:1"])
+def test_malformed_kafka_url_refused_clearly(empty_home, url):
+    with pytest.raises(InvalidArgument, match=r"expected kafka://host:port\[,host:port...\]"):
+        empty_home.add("big", url=url)
+    assert empty_home.list() == []
+
+
+def test_client_settings_only_for_kafka(empty_home):
+    with pytest.raises(InvalidArgument, match="only to kafka:// clusters"):
+        empty_home.add("e", settings={"security.protocol": "SSL"})
     assert empty_home.list() == []
 
 

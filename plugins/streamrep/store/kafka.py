@@ -127,6 +127,8 @@ class KafkaStore(Store):
         err = _kafka_error(exc)
         if err is None:
             return Unavailable(f"cluster {self.cluster}: {what}: {exc}")
+        if err.code() in _FENCED:
+            return Conflict(f"cluster {self.cluster}: another writer took over ({what}: {err.str()}); retry")
         kind = _USER_ERRORS.get(err.code())
         if kind is not None:
             return kind(f"cluster {self.cluster}: {what}: {err.str()}")
@@ -190,23 +192,15 @@ class KafkaStore(Store):
             yield txn
             producer.flush(TIMEOUT_SECONDS)  # serves the delivery reports that give the offsets
             producer.commit_transaction(TIMEOUT_SECONDS)
-            self._await_visible(txn.last_offsets)
-        except KafkaException as exc:
-            err = _kafka_error(exc)
-            if err is not None and (err.code() in _FENCED or err.fatal()):
-                self._txns.pop(txid, None)
-                raise Conflict(f"cluster {self.cluster}: another writer took over ({err.str()}); retry") from None
+        except BaseException as exc:
             try:
                 producer.abort_transaction(TIMEOUT_SECONDS)
-            except KafkaException:
+            except KafkaException:  # fenced or otherwise fatal: the next transaction starts a new producer
                 self._txns.pop(txid, None)
-            raise self._translate(exc, "transaction failed") from None
-        except BaseException:
-            try:
-                producer.abort_transaction(TIMEOUT_SECONDS)
-            except KafkaException:
-                self._txns.pop(txid, None)
+            if isinstance(exc, KafkaException):
+                raise self._translate(exc, "transaction failed") from None
             raise
+        self._await_visible(txn.last_offsets)
 
     def _await_visible(self, last_offsets: Mapping[str, int]) -> None:
         """Wait until each internal topic's last stable offset is past the given record."""

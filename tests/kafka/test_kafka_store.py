@@ -1,0 +1,228 @@
+"""The Kafka store against a real Apache Kafka broker: what the store interface promises, on Kafka's terms."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from conftest import ALICE, delete_namespace
+from streamrep.client.admin import StreamAdmin
+from streamrep.client.config import Clusters
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
+from streamrep.model.message import Message
+from streamrep.store.kafka import KafkaStore
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def namespace(kafka_broker):
+    name = f"t{uuid.uuid4().hex[:10]}"
+    yield name
+    delete_namespace(kafka_broker, name)
+
+
+def store_for(kafka_broker: str, namespace: str) -> KafkaStore:
+    return KafkaStore("kc", kafka_broker, {"streamrep.namespace": namespace})
+
+
+@pytest.fixture
+def store(kafka_broker, namespace):
+    store = store_for(kafka_broker, namespace)
+    yield store
+    store.close()
+
+
+def add_stream(store: KafkaStore, path: str = "/s", naming: str | None = None) -> str:
+    stream = str(uuid.uuid4())
+    store.catalog_update("stream", path, lambda _: {"uuid": stream, "path": path, "naming": naming})
+    return stream
+
+
+def test_catalog_updates_from_two_writers_are_never_lost(kafka_broker, namespace):
+    stores = [store_for(kafka_broker, namespace) for _ in range(2)]
+    per_writer = 15
+
+    def increment(store):
+        for _ in range(per_writer):
+            store.catalog_update("counter", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+
+    threads = [threading.Thread(target=increment, args=(s,)) for s in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fresh = store_for(kafka_broker, namespace)
+    assert fresh.catalog_get("counter", "c") == {"n": 2 * per_writer}
+    for s in (*stores, fresh):
+        s.close()
+
+
+def test_two_admins_creating_one_stream_one_wins(home_kafka_admins):
+    first, second = home_kafka_admins
+    results = []
+
+    def create(admin):
+        try:
+            results.append(admin.create_stream("/mapr/kc/race").uuid)
+        except AlreadyExists as err:
+            results.append(err)
+
+    threads = [threading.Thread(target=create, args=(a,)) for a in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [r for r in results if isinstance(r, str)]
+    assert len(winners) == 1 and sum(isinstance(r, AlreadyExists) for r in results) == 1
+    assert first.entry("/mapr/kc/race").uuid == second.entry("/mapr/kc/race").uuid == winners[0]
+
+
+@pytest.fixture
+def home_kafka_admins(empty_home, kafka_broker, namespace):
+    empty_home.add("kc", url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": namespace})
+    admins = [StreamAdmin(Clusters(empty_home.home), ALICE) for _ in range(2)]
+    yield admins
+    for admin in admins:
+        admin.clusters.close()
+
+
+def test_messages_keep_keys_headers_timestamps_and_partitions(store):
+    stream = add_stream(store)
+    store.create_topic(stream, "t", 3)
+    with pytest.raises(AlreadyExists):
+        store.create_topic(stream, "t", 3)
+    assert store.topics(stream) == {"t": 3}
+    sent = {p: [Message(b"v%d-%d" % (p, i), b"k%d" % i, (("h", b"x"), ("h", b"y"), ("e", b"")), 1_700_000_000_000 + i)
+                for i in range(4)] for p in range(3)}
+    firsts = store.append(stream, "t", sent)
+    assert firsts == {0: 0, 1: 0, 2: 0}
+    for p in range(3):
+        got = store.read(stream, "t", p, 0, 100)
+        assert [(m.value, m.key, m.headers, m.timestamp, m.partition, m.offset, m.topic) for m in got] == \
+            [(m.value, m.key, m.headers, m.timestamp, p, i, "t") for i, m in enumerate(sent[p])]
+        assert store.offsets(stream, "t", p) == (0, 4)
+    with pytest.raises(NotFound):
+        store.offsets(stream, "t", 7)
+    store.add_partitions(stream, "t", 5)
+    assert store.topics(stream) == {"t": 5}
+    with pytest.raises(InvalidArgument):
+        store.add_partitions(stream, "t", 2)
+    store.delete_topic(stream, "t")
+    assert store.topics(stream) == {}
+    with pytest.raises(NotFound):
+        store.delete_topic(stream, "t")
+
+
+def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
+    stream = add_stream(store)
+    store.create_topic(stream, "t", 1)
+    batch = [Message(b"a%d" % i, timestamp=1_700_000_000_000) for i in range(3)]
+    first = store.apply(stream, "t", 0, batch, {"p|src|t|0": 3}, {"p|src|t|0": None}, source="p|src|t|0",
+                        syncs=[(0, 0)])
+    second = store.apply(stream, "t", 0, batch, {"p|src|t|0": 6}, {"p|src|t|0": 3}, source="p|src|t|0",
+                         syncs=[(0, 3)])
+    assert (first, second) == (0, 4)  # the commit marker of the first transaction took offset 3
+    assert store.marks(stream) == {"p|src|t|0": 6}
+    messages, next_offset = store.read_span(stream, "t", 0, 0, 100)
+    assert [m.offset for m in messages] == [0, 1, 2, 4, 5, 6]
+    assert next_offset == store.offsets(stream, "t", 0)[1] == 8  # past the last marker: caught up
+    assert store.read_span(stream, "t", 0, next_offset, 100) == ([], 8)
+    assert store.offset_syncs(stream, "p|src|t|0") == [(0, 0, 0, 3), (3, 0, 4, 3)]
+    with pytest.raises(Conflict):  # a stale expectation writes nothing
+        store.apply(stream, "t", 0, batch, {"p|src|t|0": 9}, {"p|src|t|0": 3})
+    assert store.offsets(stream, "t", 0)[1] == 8 and store.marks(stream) == {"p|src|t|0": 6}
+
+
+def test_a_zombie_gateway_is_fenced(kafka_broker, namespace):
+    """The successor takes the partition over after the zombie read the marks and before it
+    commits (the worst timing): the zombie's transaction cannot commit, and nothing is doubled."""
+    zombie, successor = store_for(kafka_broker, namespace), store_for(kafka_broker, namespace)
+    stream = add_stream(zombie)
+    zombie.create_topic(stream, "t", 1)
+    key = "p|src|t|0"
+    zombie.apply(stream, "t", 0, [Message(b"1")], {key: 1}, {key: None})
+    read_marks = zombie.marks
+
+    def marks_then_lose_the_partition(s):
+        current = read_marks(s)
+        zombie.marks = read_marks
+        successor.apply(stream, "t", 0, [Message(b"2")], {key: 2}, {key: 1})
+        return current
+
+    zombie.marks = marks_then_lose_the_partition
+    with pytest.raises(Conflict, match="another writer took over"):
+        zombie.apply(stream, "t", 0, [Message(b"2")], {key: 2}, {key: 1})
+    reader = store_for(kafka_broker, namespace)
+    assert [m.value for m in reader.read(stream, "t", 0, 0, 10)] == [b"1", b"2"]
+    assert reader.marks(stream) == {key: 2}
+    # Having lost, the zombie starts over from the stored marks: a replay is refused, not duplicated.
+    with pytest.raises(Conflict, match="moved"):
+        zombie.apply(stream, "t", 0, [Message(b"2")], {key: 2}, {key: 1})
+    assert [m.value for m in reader.read(stream, "t", 0, 0, 10)] == [b"1", b"2"]
+    for s in (zombie, successor, reader):
+        s.close()
+
+
+def test_drop_marks_only_those_unchanged(store):
+    stream = add_stream(store)
+    store.create_topic(stream, "t", 1)
+    store.apply(stream, "t", 0, [], {"l|src|t|0|5": 9, "p|src|t|0": 9}, {})
+    assert store.drop_marks(stream, {"l|src|t|0|5": 9, "p|src|t|0": 8}) == 1
+    assert store.marks(stream) == {"p|src|t|0": 9}
+
+
+def test_cursors_are_kafka_group_offsets(store, kafka_broker, namespace):
+    stream = add_stream(store)
+    store.create_topic(stream, "t", 2)
+    store.append(stream, "t", {0: [Message(b"x")] * 3, 1: [Message(b"y")]})
+    store.commit_cursors("readers", stream, "t", {0: 2, 1: 1})
+    assert store.cursors("readers", stream, "t") == {0: 2, 1: 1}
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    groups = {g.group_id for g in admin.list_consumer_groups().result().valid}
+    assert f"{namespace}.readers" in groups  # visible to Kafka's own tools
+
+
+def test_retention_deletes_records_before_a_time(store):
+    stream = add_stream(store)
+    store.create_topic(stream, "t", 1)
+    now = int(time.time() * 1000)
+    store.append(stream, "t", {0: [Message(b"old", timestamp=now - 60_000)] * 2 + [Message(b"new", timestamp=now)]})
+    assert store.purge_before(stream, "t", now - 1000) == 2
+    assert store.offsets(stream, "t", 0) == (2, 3)
+    assert [m.value for m in store.read(stream, "t", 0, 0, 10)] == [b"new"]
+
+
+def test_existing_topics_are_adopted_by_prefix(store, kafka_broker, namespace):
+    admin = AdminClient({"bootstrap.servers": kafka_broker})
+    names = [f"{namespace}.orders.eu", f"{namespace}.orders.us", f"{namespace}.other"]
+    for future in admin.create_topics([NewTopic(n, 2) for n in names]).values():
+        future.result()
+    producer = Producer({"bootstrap.servers": kafka_broker})
+    producer.produce(f"{namespace}.orders.eu", value=b"existing", key=b"k", partition=1)
+    producer.flush(30)
+    store.check_naming("/orders", f"prefix:{namespace}.orders.", {})
+    stream = add_stream(store, "/orders", f"prefix:{namespace}.orders.")
+    assert store.topics(stream) == {"eu": 2, "us": 2}
+    assert [(m.value, m.key) for m in store.read(stream, "eu", 1, 0, 10)] == [(b"existing", b"k")]
+    with pytest.raises(Conflict, match="overlap"):
+        store.check_naming("/eu", f"prefix:{namespace}.orders.eu", {"/orders": f"prefix:{namespace}.orders."})
+
+
+def test_hpe_naming_is_refused_by_apache_kafka_in_one_line(store):
+    stream = add_stream(store, "/apps/s", "hpe")
+    with pytest.raises(InvalidArgument) as err:
+        store.create_topic(stream, "t", 1)
+    assert "/apps/s:t" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_cluster_that_is_down_is_refused_in_one_line(empty_home):
+    with pytest.raises(Unavailable, match="unreachable") as err:
+        empty_home.add("down", url="kafka://127.0.0.1:1")
+    assert "\n" not in str(err.value)
+    assert empty_home.list() == []
