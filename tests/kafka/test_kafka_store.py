@@ -46,7 +46,7 @@ def add_stream(store: KafkaStore, path: str = "/s", naming: str | None = None) -
 
 def test_catalog_updates_from_two_writers_are_never_lost(kafka_broker, namespace):
     stores = [store_for(kafka_broker, namespace) for _ in range(2)]
-    per_writer = 15
+    per_writer = 10
 
     def increment(store):
         for _ in range(per_writer):

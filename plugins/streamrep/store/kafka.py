@@ -51,6 +51,10 @@ CATALOG_RETRIES = 30
 MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
 MAX_READERS = 16
 _STORE_KIND = "store"
+# Compacted, with small segments: the cleaner only compacts closed segments, and every new store object
+# reads these topics from the start, so they must stay near the size of their live keys.
+INTERNAL_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "600000", "segment.bytes": str(16 << 20),
+                         "min.cleanable.dirty.ratio": "0.1"}
 CLIENT_LOG = logging.getLogger("streamrep.kafka.client")
 if CLIENT_LOG.level == logging.NOTSET:
     CLIENT_LOG.setLevel(logging.CRITICAL)  # fencing and coordinator retries are routine; real failures raise
@@ -218,8 +222,7 @@ class KafkaStore(Store):
             return
         with self._errors("cannot read topics"):
             existing = self._admin().list_topics(timeout=TIMEOUT_SECONDS).topics
-        missing = [NewTopic(name, 1, config={"cleanup.policy": "compact", "min.compaction.lag.ms": "3600000"})
-                   for name in self._topics.values() if name not in existing]
+        missing = [NewTopic(name, 1, config=INTERNAL_TOPIC_CONFIG) for name in self._topics.values() if name not in existing]
         if missing:
             for name, future in self._admin().create_topics(missing, request_timeout=TIMEOUT_SECONDS).items():
                 try:
