@@ -17,7 +17,7 @@ from streamrep.model.catalog import StreamEntry
 from streamrep.model import replication as rules
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_source
 from streamrep.store.base import Store
 
 COPY_BATCH = 10_000
@@ -99,11 +99,10 @@ def copy_partition(source_store: Store, dest_store: Store, plan: CopyPlan, unit:
         position = next_position(dest_store, plan.destination_uuid, unit, start_held)
         if position >= end:
             return written
-        batch = source_store.read(unit.source_uuid, unit.topic, unit.partition, position,
-                                  min(batch_size, end - position))
-        if not batch:
-            return written
-        written += apply_batch(dest_store, plan.destination_uuid, unit, batch, start_held)
+        read = read_source(source_store, unit, position, batch_size, end)
+        if read.span[1] <= position:
+            return written  # nothing left to read before the end
+        written += apply_batch(dest_store, plan.destination_uuid, unit, read.messages, read.source_start, read.span)
 
 
 def _is_its_replica(admin: StreamAdmin, plan: CopyPlan) -> bool:
