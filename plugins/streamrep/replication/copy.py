@@ -94,11 +94,13 @@ def copy_partition(source_store: Store, dest_store: Store, plan: CopyPlan, unit:
     """Copy one source partition up to its planned end; returns messages written."""
     end = plan.ends[unit]
     written = 0
+    previous = None
     while True:
         start_held = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
         position = next_position(dest_store, plan.destination_uuid, unit, start_held)
-        if position >= end:
-            return written
+        if position >= end or position == previous:
+            return written  # done, or (never with a correct store) stuck: stop rather than spin
+        previous = position
         read = read_source(source_store, unit, position, batch_size, end)
         if read.span[1] <= position:
             return written  # nothing left to read before the end
