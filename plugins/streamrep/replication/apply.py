@@ -4,9 +4,10 @@ to store with it in the same destination transaction.
 Two kinds of marks, both kept in the replica's cluster:
 
 - **position** ``p|<source uuid>|<topic>|<partition>``: the next source offset to apply from
-  that source partition. A replayed or overlapping batch is skipped below it; a batch that
-  starts above it is a gap and is refused. The stored position is the truth: a Spark
-  checkpoint is only a cache of it.
+  that source partition. A replayed or overlapping batch is skipped below it; a batch whose
+  read span starts above it is a gap and is refused. A batch moves it to the end of its read
+  span, past offsets that hold no message (Kafka's transaction markers), so it reaches the
+  source's end offset. The stored position is the truth: a Spark checkpoint is only a cache of it.
 - **loss mark** ``l|<source uuid>|<topic>|<partition>|<first>`` = end: source offsets
   ``first`` to ``end - 1`` were removed by the source's retention before this replica got
   them. Recorded in the same transaction that moves the position past them, so no loss is
