@@ -51,6 +51,7 @@ class GappedStore(Store):
         # per (stream, topic, partition): [(inner first, outer first, count)] and the outer end
         self.runs: dict[tuple[str, str, int], list[tuple[int, int, int]]] = {}
         self.ends: dict[tuple[str, str, int], int] = {}
+        self.before_read = None  # called once at the next read_span: what happens meanwhile at the source
 
     # -- offsets: outer (Kafka-like) <-> inner (gap-free) -------------------------------
     def _outer(self, key, inner: int) -> int:
@@ -89,6 +90,9 @@ class GappedStore(Store):
         return [m._replace(offset=self._outer(key, m.offset)) for m in messages]
 
     def read_span(self, stream, topic, partition, start, max_messages):
+        if self.before_read is not None:
+            hook, self.before_read = self.before_read, None
+            hook()
         key = (stream, topic, partition)
         inner_start = self._inner(key, start)
         messages = self.read(stream, topic, partition, start, max_messages)
@@ -412,3 +416,26 @@ def test_the_spark_copy_writer_applies_read_spans_exactly_once(gapped, rows_per_
     assert positions(admin) == ends and replica_values(admin, 1) == sent[1]
     [row] = replica_status(admin, SF)
     assert row["isUptodate"] and row["pendingMessages"] == 0
+
+
+# -- retention at the source while a span is read -------------------------------------------------------------
+def test_messages_removed_by_retention_just_before_a_read_are_recorded_as_lost(gapped):
+    """A span starting at the position says nothing about messages retention removed after the
+    gateway looked at the source's offsets and before it read: the source's first offset, read
+    after the read, records them as lost instead of skipping them silently."""
+    admin, source = gapped
+    with Producer(admin) as producer:
+        for i in range(6):
+            producer.send(f"{SF}:{TOPIC}", f"m{i}", partition=0, timestamp=1000 + i)
+    gateway = Gateway(admin, "newyork", "gw1")
+    units = gateway.assignment().units
+    unit = unit_of(admin, 0)
+    gateway.replicate(unit, units[unit], max_messages=2)
+    assert positions(admin)[0] == 2
+    uuid = admin.entry(SF).uuid
+    source.before_read = lambda: source.purge_before(uuid, TOPIC, 1004)  # drops offsets 0-3
+    gateway.run_once()
+    assert replica_values(admin, 0) == ["m0", "m1", "m4", "m5"]
+    assert positions(admin)[0] == source.offsets(uuid, TOPIC, 0)[1] == 7
+    [row] = replica_status(admin, SF)
+    assert not row["isUptodate"] and "t/0 offsets 2-3 (2)" in row["errors"]
