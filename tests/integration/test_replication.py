@@ -727,12 +727,12 @@ def test_stale_overlapping_batches_apply_once(api3):
     sent = produce(api, f"{SF}:t", tagged("m", 300))
     g1, g2 = Gateway(api, "newyork", "g1"), Gateway(api, "newyork", "g2")
     [(unit, flows)] = g1.assignment().units.items()
-    batch1, start1 = g1.read(unit, flows, 100)
-    batch2, start2 = g2.read(unit, flows, 150)  # both read from the same position
+    batch1, span1, start1 = g1.read(unit, flows, 100)
+    batch2, span2, start2 = g2.read(unit, flows, 150)  # both read from the same position
     assert batch1[0].offset == batch2[0].offset == 0
-    assert g1.apply(unit, flows, batch1, start1)[0] == {flows[0]: 100}
-    assert g2.apply(unit, flows, batch2, start2)[0] == {flows[0]: 50}  # only what g1 did not write
-    assert g1.apply(unit, flows, batch1, start1)[0] == {flows[0]: 0}  # a replay writes nothing
+    assert g1.apply(unit, flows, batch1, start1, span1)[0] == {flows[0]: 100}
+    assert g2.apply(unit, flows, batch2, start2, span2)[0] == {flows[0]: 50}  # only what g1 did not write
+    assert g1.apply(unit, flows, batch1, start1, span1)[0] == {flows[0]: 0}  # a replay writes nothing
     assert count(api, NY) == 150
     drain(g1)
     assert_exactly_once(api, NY, sent)
@@ -788,12 +788,12 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
         try:
             while True:
                 start.wait(timeout=30)
-                batch, source_start = gw.read(unit, flows, rng.randint(50, 400))
+                batch, span, source_start = gw.read(unit, flows, rng.randint(50, 400))
                 start.wait(timeout=30)  # all read from the same position before anyone writes
                 if not batch:
                     return
                 local.gated = False
-                done, failed = gw.apply(unit, flows, batch, source_start)
+                done, failed = gw.apply(unit, flows, batch, source_start, span)
                 assert not failed, failed
                 written[i] += done[flows[0]]
         except BaseException as err:  # noqa: BLE001 - reported by the test thread

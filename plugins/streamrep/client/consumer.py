@@ -65,10 +65,11 @@ class Consumer:
             for p in order:
                 if len(out) >= max_messages:
                     break
-                batch = self.store.read(self.entry.uuid, self.topic.topic, p, self.positions[p], max_messages - len(out))
-                if batch:
-                    self.positions[p] = batch[-1].offset + 1
-                    out.extend(batch)
+                # The next position comes from the store: offsets may hold no message (Kafka's
+                # transaction markers), and a consumer must still reach the partition's end.
+                batch, self.positions[p] = self.store.read_span(self.entry.uuid, self.topic.topic, p,
+                                                                self.positions[p], max_messages - len(out))
+                out.extend(batch)
             self._next_partition = (self._next_partition + 1) % len(self.positions)
             if out or time.monotonic() >= deadline:
                 return out

@@ -4,9 +4,10 @@ to store with it in the same destination transaction.
 Two kinds of marks, both kept in the replica's cluster:
 
 - **position** ``p|<source uuid>|<topic>|<partition>``: the next source offset to apply from
-  that source partition. A replayed or overlapping batch is skipped below it; a batch that
-  starts above it is a gap and is refused. The stored position is the truth: a Spark
-  checkpoint is only a cache of it.
+  that source partition. A replayed or overlapping batch is skipped below it; a batch whose
+  read span starts above it is a gap and is refused. A batch moves it to the end of its read
+  span, past offsets that hold no message (Kafka's transaction markers), so it reaches the
+  source's end offset. The stored position is the truth: a Spark checkpoint is only a cache of it.
 - **loss mark** ``l|<source uuid>|<topic>|<partition>|<first>`` = end: source offsets
   ``first`` to ``end - 1`` were removed by the source's retention before this replica got
   them. Recorded in the same transaction that moves the position past them, so no loss is
@@ -26,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from streamrep.errors import Conflict
+from streamrep.errors import Conflict, InvalidArgument
 from streamrep.model.message import Message
 from streamrep.model.replication import loss_key, origin_key, position_key, retention_loss
 
@@ -60,48 +61,61 @@ def plan_apply(
     batch: Sequence[Message],
     marks: Mapping[str, int],
     source_start: int = 0,
+    span: tuple[int, int] | None = None,
 ) -> ApplyPlan:
-    """Plan the apply of ``batch`` (consecutive messages of one source partition, in offset
+    """Plan the apply of ``batch`` (the messages of one source partition in ``span``, in offset
     order) to a replica whose stored marks are ``marks``.
 
-    :param source_start: the oldest offset the source still holds. A stored position below it
-        means messages were lost to the source's retention: the plan records the loss (``lost``
-        and a loss mark) and moves the position to ``source_start``, even with an empty batch.
+    :param source_start: the oldest offset the source still holds, read after ``batch`` was. A
+        stored position below it means messages were lost to the source's retention: the plan
+        records the loss (``lost`` and a loss mark) and moves the position to ``source_start``,
+        even with an empty batch.
+    :param span: ``(read_from, read_next)``: the source offsets the read covered; every message
+        of the partition in ``[read_from, read_next)`` is in ``batch`` (offsets holding none, such
+        as Kafka's transaction markers, are skipped). The position moves to ``read_next``, also
+        with an empty batch. None: ``(batch[0].offset, batch[-1].offset + 1)``, a gap-free read.
     """
     plan = ApplyPlan()
+    if span is None:
+        span = (batch[0].offset, batch[-1].offset + 1) if batch else None
+    else:
+        _check_span(span, batch, topic, partition)
     pkey = position_key(source_uuid, topic, partition)
-    position = marks.get(pkey, source_start)
     # What the batch holds is not lost, even if retention removed it at the source since the read.
     held_from = min(source_start, batch[0].offset) if batch else source_start
-    lost = retention_loss(marks.get(pkey), held_from)
+    stored = marks.get(pkey)
+    position = held_from if stored is None else stored
+    lost = retention_loss(stored, held_from)
     if lost is not None:
         plan.lost = lost
         plan.marks[loss_key(source_uuid, topic, partition, lost[0])] = lost[1]
         plan.marks[pkey] = position = held_from
-    if not batch:
+    if span is None:
         return plan
-    first = batch[0].offset
-    if first > max(position, source_start):
+    read_from, read_next = span
+    if read_from > max(position, source_start):
         raise Conflict(
             f"replication gap: {topic}/{partition} of source {source_uuid} is at {position} "
-            f"but the batch starts at {first}"
+            f"but the batch starts at {read_from}"
         )
+    if read_next > position:
+        plan.marks[pkey] = read_next
+    if not batch:
+        return plan  # offsets holding no message (transaction markers): only the position moves
     # Messages first produced in the source (no origin header) are the common case: their
     # origin key is the same for the whole batch, so it is computed once.
     own_key = origin_key(source_uuid, topic, partition)
     own_prefix = f"{source_uuid}/{partition}/".encode("ascii")
-    last = batch[-1].offset
+    first, last = batch[0].offset, batch[-1].offset
     if last - first + 1 == len(batch) and not any(m[2] for m in batch):
-        return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), pkey, own_key,
-                                  own_prefix, position)
+        return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), own_key, own_prefix)
     next_needed: dict[str, int] = {}
     out, syncs = plan.messages, plan.syncs
-    follows = False  # whether the previous source message was written (the run goes on)
+    follows = -1  # the source offset a message must have to continue the current sync run
     for message in batch:
         value, key, headers, timestamp, _, offset, _ = message
         if offset < position:
             plan.skipped += 1
-            follows = False
             continue
         raw = None
         for name, header_value in headers:
@@ -118,23 +132,32 @@ def plan_apply(
             needed = marks.get(okey, 0)
         if origin_uuid == replica_uuid or origin_offset < needed:
             plan.skipped += 1
-            follows = False
             continue
-        if not follows:
+        if offset != follows:  # a skipped message or a gap in the source's offsets ends a run
             syncs.append((len(out), offset))
         out.append(_new_tuple(Message, (value, key, headers, timestamp, -1, -1, topic)))
         next_needed[okey] = origin_offset + 1
-        follows = True
-    if last + 1 > position:
-        plan.marks[pkey] = last + 1
+        follows = offset + 1
     plan.marks.update(next_needed)
     return plan
 
 
-def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, needed: int, pkey: str,
-                       own_key: str, own_prefix: bytes, position: int) -> ApplyPlan:
-    """``plan_apply`` for consecutive messages with no headers, all first produced in the
-    source: what to write is a suffix of the batch, one run, with no per-message decisions."""
+def _check_span(span: tuple[int, int], batch: Sequence[Message], topic: str, partition: int) -> None:
+    """A span must hold its batch: a caller's mistake here could move a position past messages."""
+    read_from, read_next = span
+    if batch:
+        if not read_from <= batch[0].offset <= batch[-1].offset < read_next:
+            raise InvalidArgument(f"the read span [{read_from}, {read_next}) of {topic}/{partition} does not hold "
+                                  f"its batch (offsets {batch[0].offset}-{batch[-1].offset})")
+    elif read_from > read_next:
+        raise InvalidArgument(f"the read span [{read_from}, {read_next}) of {topic}/{partition} is reversed")
+
+
+def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, needed: int,
+                       own_key: str, own_prefix: bytes) -> ApplyPlan:
+    """``plan_apply`` for messages with consecutive offsets and no headers, all first produced
+    in the source: what to write is a suffix of the batch, one run, with no per-message decisions.
+    The position mark is already planned."""
     first, last = batch[0].offset, batch[-1].offset
     keep = batch[max(0, needed - first):]
     plan.skipped = len(batch) - len(keep)
@@ -145,6 +168,4 @@ def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, ne
             for value, key, _, timestamp, _, offset, _ in keep
         ]
         plan.marks[own_key] = last + 1
-    if last + 1 > position:
-        plan.marks[pkey] = last + 1
     return plan

@@ -17,7 +17,7 @@ from streamrep.model.catalog import StreamEntry
 from streamrep.model import replication as rules
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_source
 from streamrep.store.base import Store
 
 COPY_BATCH = 10_000
@@ -94,16 +94,17 @@ def copy_partition(source_store: Store, dest_store: Store, plan: CopyPlan, unit:
     """Copy one source partition up to its planned end; returns messages written."""
     end = plan.ends[unit]
     written = 0
+    previous = None
     while True:
         start_held = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
         position = next_position(dest_store, plan.destination_uuid, unit, start_held)
-        if position >= end:
-            return written
-        batch = source_store.read(unit.source_uuid, unit.topic, unit.partition, position,
-                                  min(batch_size, end - position))
-        if not batch:
-            return written
-        written += apply_batch(dest_store, plan.destination_uuid, unit, batch, start_held)
+        if position >= end or position == previous:
+            return written  # done, or (never with a correct store) stuck: stop rather than spin
+        previous = position
+        read = read_source(source_store, unit, position, batch_size, end)
+        if read.span[1] <= position:
+            return written  # nothing left to read before the end
+        written += apply_batch(dest_store, plan.destination_uuid, unit, read.messages, read.source_start, read.span)
 
 
 def _is_its_replica(admin: StreamAdmin, plan: CopyPlan) -> bool:

@@ -25,7 +25,8 @@ from streamrep.model.replication import ReplicaState
 from streamrep.store.base import Store
 from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, eligible, live_gateways, share_of
 from streamrep.replication.flows import Flow, flows_into
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
+from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_batch, ensure_topics, next_position,
+                                            read_source)
 
 HEARTBEAT_KIND = "gateway-heartbeat"
 DEFAULT_BATCH = 5000
@@ -162,44 +163,45 @@ class Gateway:
         return result
 
     def read(self, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH,
-             end: int | None = None) -> tuple[list[Message], int]:
+             end: int | None = None) -> SourceRead:
         """The next messages of one source partition for its flows, from the lowest stored
-        position, and the oldest offset the source holds (for ``apply``).
+        position, with the span they cover and the oldest offset the source holds (for ``apply``).
 
         :param end: read nothing at or beyond this source offset.
         """
         [progress] = self.progress({unit: flows}).values()
-        limit = max_messages if end is None else min(max_messages, end - progress.position)
-        if limit <= 0:
-            return [], progress.source_start
         source_store = self.admin.clusters.store(unit.source.cluster)
-        batch = source_store.read(unit.source_uuid, unit.topic, unit.partition, progress.position, limit)
-        return batch, progress.source_start
+        return read_source(source_store, unit, progress.position, max_messages, end)
 
     def apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message],
-              source_start: int) -> tuple[dict[Flow, int], dict[Flow, str]]:
-        """Apply ``batch`` (consecutive messages of ``unit``) to each flow's replica, exactly
-        once. A flow that fails is reported and the others still get the batch.
-        Returns the messages written and the errors, by flow."""
+              source_start: int, span: tuple[int, int] | None = None) -> tuple[dict[Flow, int], dict[Flow, str]]:
+        """Apply ``batch`` (the messages of ``unit`` in ``span``, as ``transfer.apply_batch``) to
+        each flow's replica, exactly once. A flow that fails is reported and the others still get
+        the batch. Returns the messages written and the errors, by flow."""
         written: dict[Flow, int] = {}
         errors: dict[Flow, str] = {}
         for flow in flows:
             try:
-                written[flow] = apply_batch(self.store, flow.replica_uuid, unit, batch, source_start)
+                written[flow] = apply_batch(self.store, flow.replica_uuid, unit, batch, source_start, span)
             except StreamrepError as err:
                 errors[flow] = f"{unit.topic}/{unit.partition}: {err}"
         return written, errors
 
     def replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH,
                   end: int | None = None) -> int:
-        """Move up to ``max_messages`` of one source partition into its replicas.
+        """Move up to ``max_messages`` of one source partition into its replicas; returns how
+        many source messages were read.
 
         :param end: move nothing at or beyond this source offset.
         """
-        batch, source_start = self.read(unit, flows, max_messages, end)
+        return len(self._replicate(unit, flows, max_messages, end).messages)
+
+    def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int,
+                   end: int | None) -> SourceRead:
+        read = self.read(unit, flows, max_messages, end)
         for flow in flows:
-            apply_batch(self.store, flow.replica_uuid, unit, batch, source_start)
-        return len(batch)
+            apply_batch(self.store, flow.replica_uuid, unit, read.messages, read.source_start, read.span)
+        return read
 
     def run_once(self, max_messages: int = DEFAULT_BATCH, whole: bool = False) -> int:
         """Heartbeat, then replicate everything available now from this gateway's share (all
@@ -215,9 +217,10 @@ class Gateway:
                 source_store = self.admin.clusters.store(unit.source.cluster)
                 end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[1]
                 while True:
-                    n = self.replicate(unit, flows, max_messages, end)
-                    moved += n
-                    if n < max_messages:
+                    read = self._replicate(unit, flows, max_messages, end)
+                    moved += len(read.messages)
+                    read_from, read_next = read.span
+                    if read_next >= end or read_next == read_from:
                         break
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)

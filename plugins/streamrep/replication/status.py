@@ -47,8 +47,8 @@ def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
             position = max(marks.get(position_key(src_entry.uuid, topic, partition), start), start)
             n, b, lo, hi = source_store.range_stats(src_entry.uuid, topic, partition, position)
             if 0 < n <= PRECISE_PENDING_MAX:
-                n, b, lo, hi = to_apply(source_store.read(src_entry.uuid, topic, partition, position, n),
-                                        dst_entry.uuid)
+                read, _ = source_store.read_span(src_entry.uuid, topic, partition, position, n)
+                n, b, lo, hi = to_apply(read, dst_entry.uuid)
             messages, size = messages + n, size + b
             if n:
                 oldest = lo if oldest is None else min(oldest, lo)

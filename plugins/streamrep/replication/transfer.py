@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from streamrep.errors import AlreadyExists, Conflict, StreamrepError
 from streamrep.model.message import Message
@@ -54,9 +54,45 @@ def ensure_topics(source_store: Store, source_uuid: str, replica_store: Store, r
     return source_topics
 
 
+class SourceRead(NamedTuple):
+    """One read of a source partition: its messages, the span of source offsets it covered
+    (``plan_apply``'s ``span``), and the oldest offset the source held after the read."""
+
+    messages: list[Message]
+    span: tuple[int, int]
+    source_start: int
+
+
+def read_until(source_store: Store, unit: SourcePartition, start: int, max_messages: int,
+               end: int | None = None) -> tuple[list[Message], int]:
+    """``Store.read_span`` of ``unit``, stopping at source offset ``end`` (None: no end): the
+    messages and the offset to read next, never beyond ``end``."""
+    if end is not None:
+        max_messages = min(max_messages, end - start)  # the range holds at most this many messages
+    if max_messages <= 0:
+        return [], start
+    messages, read_next = source_store.read_span(unit.source_uuid, unit.topic, unit.partition, start, max_messages)
+    if end is not None and read_next > end:
+        # The read went past the end (offsets holding no message were within it): every
+        # message of [start, end) is still in it.
+        if messages and messages[-1].offset >= end:
+            messages = [m for m in messages if m.offset < end]
+        read_next = end
+    return messages, read_next
+
+
+def read_source(source_store: Store, unit: SourcePartition, start: int, max_messages: int,
+                end: int | None = None) -> SourceRead:
+    """``read_until``, with the oldest offset the source holds read afterwards: messages that
+    retention removed before the read are then recorded as lost by the apply, not skipped."""
+    messages, read_next = read_until(source_store, unit, start, max_messages, end)
+    source_start = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
+    return SourceRead(messages, (start, read_next), source_start)
+
+
 def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, batch: Sequence[Message],
-                source_start: int = 0) -> int:
-    """Apply ``batch`` (consecutive messages of ``unit``) to one replica, exactly once.
+                source_start: int = 0, span: tuple[int, int] | None = None) -> int:
+    """Apply ``batch`` (the messages of ``unit`` in ``span``) to one replica, exactly once.
 
     The marks are read, the plan made, and the apply committed only if the marks did not
     move meanwhile; if another gateway moved them, the plan is made again from the new marks.
@@ -64,11 +100,14 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
     (``plan_apply``) and logged as a WARNING; the replica's own retention runs afterwards.
     Returns how many messages were written.
 
-    :param source_start: the oldest offset the source holds, read before ``batch`` was.
+    :param source_start: the oldest offset the source holds, read after ``batch`` was.
+    :param span: ``(read_from, read_next)``, the source offsets the read covered (``plan_apply``);
+        None for a gap-free read of exactly ``batch``.
     """
     for _ in range(CONFLICT_RETRIES):
         marks = replica_store.marks(replica_uuid)
-        plan = plan_apply(replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks, source_start)
+        plan = plan_apply(replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks, source_start,
+                          span)
         if plan.empty:
             return 0
         expect = {key: marks.get(key) for key in plan.marks}

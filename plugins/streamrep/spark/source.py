@@ -19,7 +19,9 @@ Writers (``format("streamrep")``):
 
 Exactly-once is the destination's transactional apply (``transfer.apply_batch``), never the
 Spark checkpoint: readers resume from the stored positions, writers skip what is already
-applied and refuse gaps. Read and write run in one task with no shuffle, and each input
+applied and refuse gaps. The copy and gateway readers' rows carry the span of source offsets
+each covers (``SPAN_SCHEMA``), so offsets holding no message (Kafka's transaction markers) move
+the positions too. Read and write run in one task with no shuffle, and each input
 partition is one source partition, so a write task sees one source partition in offset order.
 
 Nothing open (store, connection, lock) is kept on the pickled objects: stores are opened
@@ -65,7 +67,7 @@ from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.replication.copy import check_copy, plan_copy
 from streamrep.replication.gateway import Gateway, default_gateway_id
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_until
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +87,18 @@ SCHEMA = StructType([
     StructField("headers", ArrayType(HEADER, False), False),
     StructField("timestamp", LongType(), False),  # ms since the epoch
 ])
+# The copy and gateway readers add the span of source offsets each row covers: its reader read
+# [span_from, span_next) and found this row's message the only one there. A row with offset
+# NO_MESSAGE carries only a span (offsets that hold no message, such as Kafka's transaction
+# markers), so the writers move the positions past them. Per row, so that the writer's runs,
+# however Spark re-batches the rows, know their spans exactly.
+SPAN_SCHEMA = StructType(SCHEMA.fields + [
+    StructField("span_from", LongType(), False),
+    StructField("span_next", LongType(), False),
+])
+NO_MESSAGE = -1
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")  # exactly what Spark checks batches against
+SPAN_ARROW_SCHEMA = to_arrow_schema(SPAN_SCHEMA, timezone="UTC")
 _HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 _new_tuple = tuple.__new__
 
@@ -162,8 +175,10 @@ def default_limit(options: Mapping[str, str]):
 
 
 # -- rows <-> messages ---------------------------------------------------------------------
-def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message]) -> pa.RecordBatch:
-    """Messages of one source partition as an Arrow batch of SCHEMA."""
+def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message],
+             spans: tuple[Sequence[int], Sequence[int]] | None = None) -> pa.RecordBatch:
+    """Messages of one source partition as an Arrow batch of SCHEMA, or of SPAN_SCHEMA with
+    ``spans`` (each row's ``span_from`` and ``span_next``)."""
     n = len(messages)
     values, keys, headers, timestamps, _, offsets, _ = zip(*messages)
     if any(headers):
@@ -171,7 +186,7 @@ def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message]) ->
     else:
         empty = pa.array([], _HEADERS_TYPE.value_type)
         header_array = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), empty, type=_HEADERS_TYPE)
-    return pa.RecordBatch.from_arrays([
+    columns = [
         pa.array([source] * n, pa.string()),
         pa.array([unit.source_uuid] * n, pa.string()),
         pa.array([unit.topic] * n, pa.string()),
@@ -181,33 +196,52 @@ def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message]) ->
         pa.array(values, pa.binary()),
         header_array,
         pa.array(timestamps, pa.int64()),
-    ], schema=ARROW_SCHEMA)
+    ]
+    if spans is None:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    columns += [pa.array(spans[0], pa.int64()), pa.array(spans[1], pa.int64())]
+    return pa.RecordBatch.from_arrays(columns, schema=SPAN_ARROW_SCHEMA)
 
 
-def read_range(source_store, unit: SourcePartition, start: int, end: int) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of ``unit``'s messages from ``start`` up to ``end`` (exclusive)."""
+def read_range(source_store, unit: SourcePartition, start: int, end: int,
+               spans: bool = False) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of ``unit``'s messages from ``start`` up to ``end`` (exclusive).
+
+    :param spans: batches of SPAN_SCHEMA, with a span-only row (offset NO_MESSAGE) for a read
+        that found offsets but no message, so that a writer's positions reach ``end``.
+    """
     source = str(unit.source)
     position = start
     while position < end:
-        messages = source_store.read(unit.source_uuid, unit.topic, unit.partition, position,
-                                     min(READ_CHUNK, end - position))
-        if not messages:
-            return
-        if messages[-1].offset >= end:
-            messages = [m for m in messages if m.offset < end]
-        yield to_batch(source, unit, messages)
-        position = messages[-1].offset + 1
+        messages, read_next = read_until(source_store, unit, position, READ_CHUNK, end)
+        if read_next <= position:
+            return  # nothing more before the end
+        if not spans:
+            if messages:
+                yield to_batch(source, unit, messages)
+        elif messages:
+            offsets = [m.offset for m in messages]
+            nexts = [o + 1 for o in offsets[:-1]] + [read_next]
+            yield to_batch(source, unit, messages, ([position] + nexts[:-1], nexts))
+        else:
+            span_only = Message(None, offset=NO_MESSAGE, partition=unit.partition, topic=unit.topic)
+            yield to_batch(source, unit, [span_only], ([position], [read_next]))
+        position = read_next
 
 
 def _single(column: pa.ChunkedArray | pa.Array) -> bool:
     return len(pc.unique(column)) == 1
 
 
-def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Message]]]:
+def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Message], tuple[int, int] | None]]:
     """The rows of an Arrow batch as messages, in runs of one source partition each
-    (``offset`` is the source offset)."""
+    (``offset`` is the source offset), with the span each run covers: None for a batch
+    without span columns; with them, a run also ends where the spans are not contiguous."""
     if batch.num_rows == 0:
         return
+    spanned = batch.schema.get_field_index("span_next") >= 0
+    froms = batch.column("span_from").to_pylist() if spanned else None
+    nexts = batch.column("span_next").to_pylist() if spanned else None
     sources = batch.column("source")
     uuids, topics, partitions = batch.column("source_uuid"), batch.column("topic"), batch.column("partition")
     values = batch.column("value").to_pylist()
@@ -219,13 +253,14 @@ def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Me
         headers = [tuple((h["key"], h["value"]) for h in row) for row in header_column.to_pylist()]
     else:
         headers = [()] * batch.num_rows
-    if _single(uuids) and _single(topics) and _single(partitions) and _single(sources):
+    contiguous = not spanned or froms[1:] == nexts[:-1]
+    if contiguous and _single(uuids) and _single(topics) and _single(partitions) and _single(sources):
         bounds = [(0, batch.num_rows)]
     else:
         idents = list(zip(uuids.to_pylist(), topics.to_pylist(), partitions.to_pylist(), sources.to_pylist()))
         bounds, first = [], 0
         for i in range(1, len(idents) + 1):
-            if i == len(idents) or idents[i] != idents[first]:
+            if i == len(idents) or idents[i] != idents[first] or (spanned and froms[i] != nexts[i - 1]):
                 bounds.append((first, i))
                 first = i
     for lo, hi in bounds:
@@ -233,9 +268,9 @@ def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Me
         unit = SourcePartition(uuid, topic, partition, parse_stream_path(sources[lo].as_py(), None))
         messages = [
             _new_tuple(Message, (values[i], keys[i], headers[i], timestamps[i], partition, offsets[i], topic))
-            for i in range(lo, hi)
+            for i in range(lo, hi) if offsets[i] != NO_MESSAGE
         ]
-        yield unit, messages
+        yield unit, messages, (froms[lo], nexts[hi - 1]) if spanned else None
 
 
 # -- input partitions ------------------------------------------------------------------------
@@ -433,7 +468,7 @@ class CopyReader(DataSourceReader):
         dest_store = admin.store(parse_stream_path(partition.destination, None))
         first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
         start = next_position(dest_store, partition.destination_uuid, unit, first)
-        yield from read_range(source_store, unit, start, partition.end)
+        yield from read_range(source_store, unit, start, partition.end, spans=True)
 
 
 # -- reader (b): a gateway's share -------------------------------------------------------------
@@ -521,7 +556,7 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
         marks = {r: dest_store.marks(r) for r in set(partition.replica_uuids)}
         start = min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
-        yield from read_range(source_store, unit, start, partition.end)
+        yield from read_range(source_store, unit, start, partition.end, spans=True)
 
 
 # -- writers -----------------------------------------------------------------------------------
@@ -551,6 +586,12 @@ def totals(messages: Iterable[ApplyCommit | None]) -> ApplyCommit:
     return total
 
 
+def source_start(source_store, unit: SourcePartition) -> int:
+    """The oldest offset the source holds, read when rows are applied, after their read (as
+    ``transfer.read_source``): what retention removed before the read is recorded as lost."""
+    return source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
+
+
 def _write_copy(home: str | None, destination: str, batches: Iterator[pa.RecordBatch]) -> ApplyCommit:
     """Apply rows into one destination stream; raises on the first error (a batch job fails)."""
     admin = admin_for(home)
@@ -558,15 +599,15 @@ def _write_copy(home: str | None, destination: str, batches: Iterator[pa.RecordB
     dst_entry = admin.entry(dst)
     dest_store = admin.store(dst)
     commit = ApplyCommit()
-    starts: dict[SourcePartition, int] = {}
+    prepared: set[SourcePartition] = set()
     for batch in batches:
-        for unit, messages in batch_runs(batch):
-            if unit not in starts:
+        for unit, messages, span in batch_runs(batch):
+            source_store = admin.store(unit.source)
+            if unit not in prepared:
                 check_copy(admin, unit.source, dst)  # the rights every copy needs, per source
-                source_store = admin.store(unit.source)
                 ensure_topics(source_store, unit.source_uuid, dest_store, dst_entry.uuid, only=[unit.topic])
-                starts[unit] = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
-            written = apply_batch(dest_store, dst_entry.uuid, unit, messages, starts[unit])
+                prepared.add(unit)
+            written = apply_batch(dest_store, dst_entry.uuid, unit, messages, source_start(source_store, unit), span)
             commit.rows += len(messages)
             key = flow_key(unit.source_uuid, dst_entry.uuid)
             commit.written[key] = commit.written.get(key, 0) + written
@@ -579,18 +620,15 @@ def _write_replicate(home: str | None, cluster: str, gateway_id: str,
     that fails is reported and skipped for the rest of the task; the others go on."""
     gateway = gateway_for(home, cluster, gateway_id)
     by_source = None
-    starts: dict[SourcePartition, int] = {}
     failed: set[tuple[SourcePartition, str]] = set()
     commit = ApplyCommit()
     for batch in batches:
-        for unit, messages in batch_runs(batch):
+        for unit, messages, span in batch_runs(batch):
             if by_source is None:
                 by_source = gateway.active_flows()
             flows = [f for f in by_source.get(unit.source_uuid, ()) if (unit, f.replica_uuid) not in failed]
-            if unit not in starts:
-                source_store = gateway.admin.store(unit.source)
-                starts[unit] = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
-            written, errors = gateway.apply(unit, flows, messages, starts[unit])
+            start = source_start(gateway.admin.store(unit.source), unit)
+            written, errors = gateway.apply(unit, flows, messages, start, span)
             commit.rows += len(messages)
             for flow, n in written.items():
                 key = flow_key(flow.source_uuid, flow.replica_uuid)
@@ -679,20 +717,27 @@ class StreamrepDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> StructType:
-        return SCHEMA
+        # The copy and gateway readers feed this source's writers: their rows carry spans.
+        return SPAN_SCHEMA if self._read_mode() in ("copy", "gateway") else SCHEMA
 
     def _opt(self, name: str) -> str | None:
         value = self.options.get(name)
         return value if value not in (None, "") else None
 
-    def _mode(self) -> str:
+    def _read_mode(self) -> str | None:
         if self._opt("copyfrom"):
             return "copy"
         if self._opt("gateway") is not None or (self._opt("cluster") and not self._opt("path")):
             return "gateway"
         if self._opt("path"):
             return "stream"
-        raise InvalidArgument("the streamrep source needs option path, gateway (with cluster) or copyfrom")
+        return None
+
+    def _mode(self) -> str:
+        mode = self._read_mode()
+        if mode is None:
+            raise InvalidArgument("the streamrep source needs option path, gateway (with cluster) or copyfrom")
+        return mode
 
     def _gateway_options(self) -> tuple[str, str]:
         cluster = self._opt("cluster")

@@ -92,6 +92,19 @@ class Store(ABC):
     def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
         """Up to ``max_messages`` messages from offset ``start`` on, in offset order."""
 
+    def read_span(self, stream: str, topic: str, partition: int, start: int,
+                  max_messages: int) -> tuple[list[Message], int]:
+        """Up to ``max_messages`` messages from offset ``start`` on, and the offset to read next:
+        every message of the partition in ``[start, next)`` is in the list (offsets in between
+        that hold no message, such as Kafka's transaction markers, are skipped).
+
+        This default is for gap-free offsets: ``next`` follows the last message read, or, with
+        none read, is ``start`` clamped to the oldest offset held (never past a message)."""
+        messages = self.read(stream, topic, partition, start, max_messages)
+        if messages:
+            return messages, messages[-1].offset + 1
+        return messages, max(start, self.offsets(stream, topic, partition)[0])
+
     @abstractmethod
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
         """``(start, end)``: the first offset still held and the next offset to be assigned."""
