@@ -241,6 +241,7 @@ class StreamAdmin:
                 "topic": topic,
                 "partitions": count,
                 "messages": sum(end - start for start, end in bounds),
+                **store.location(entry.uuid, topic),
             })
         return result
 
@@ -259,7 +260,7 @@ class StreamAdmin:
         for p in range(count):
             start, end = store.offsets(entry.uuid, topic, p)
             info.append({"topic": topic, "partitionid": p, "minoffset": start, "maxoffset": end - 1,
-                         "messages": end - start})
+                         "messages": end - start, **store.location(entry.uuid, topic)})
         return info
 
     # -- replicas (kept on the source) ---------------------------------------------

@@ -58,6 +58,11 @@ class Store(ABC):
         if spec:
             raise InvalidArgument(f"-topicnaming applies only to kafka:// clusters; cluster {self.cluster} is embedded")
 
+    def location(self, stream: str, topic: str) -> dict[str, str]:
+        """Where ``topic`` is kept under the cluster's own names, for users of its native tools
+        (``kafkaTopic`` on Kafka); empty on the embedded store."""
+        return {}
+
     # -- topics --------------------------------------------------------------------
     @abstractmethod
     def create_topic(self, stream: str, topic: str, partitions: int) -> None:

@@ -312,6 +312,9 @@ class KafkaStore(Store):
                 raise Conflict(f"the Kafka topics of {path} ({naming.spec}) would overlap those of stream "
                                f"{other_path} ({other.spec}); choose another -topicnaming")
 
+    def location(self, stream: str, topic: str) -> dict[str, str]:
+        return {"kafkaTopic": self._naming(stream).kafka_topic(topic)}
+
     # -- topics --------------------------------------------------------------------
     def _kafka_topics(self) -> dict[str, int]:
         with self._errors("cannot read topics"):
