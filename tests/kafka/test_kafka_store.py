@@ -212,6 +212,12 @@ def test_existing_topics_are_adopted_by_prefix(store, kafka_broker, namespace):
     assert [(m.value, m.key) for m in store.read(stream, "eu", 1, 0, 10)] == [(b"existing", b"k")]
     with pytest.raises(Conflict, match="overlap"):
         store.check_naming("/eu", f"prefix:{namespace}.orders.eu", {"/orders": f"prefix:{namespace}.orders."})
+    store.drop_stream(stream)  # forgetting an adopting stream leaves the Kafka topics it adopted
+    assert set(names) <= set(admin.list_topics(timeout=30).topics)
+    owned = add_stream(store, "/mine")
+    store.create_topic(owned, "t", 1)
+    store.drop_stream(owned)  # a stream's own topics go with it
+    assert f"{namespace}.mine__t" not in admin.list_topics(timeout=30).topics
 
 
 def test_hpe_naming_is_refused_by_apache_kafka_in_one_line(store):

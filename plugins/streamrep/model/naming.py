@@ -41,6 +41,12 @@ class TopicNaming(ABC):
 
     spec: str
 
+    @property
+    def adopts(self) -> bool:
+        """Whether the stream adopted Kafka topics that exist without it (``prefix:``, ``cluster``):
+        deleting such a stream forgets them but leaves them in Kafka."""
+        return False
+
     @abstractmethod
     def kafka_topic(self, topic: str) -> str:
         """The Kafka topic that holds the stream's ``topic``."""
@@ -60,6 +66,10 @@ class PrefixNaming(TopicNaming):
 
     prefix: str
     spec: str
+
+    @property
+    def adopts(self) -> bool:
+        return self.spec != DEFAULT_NAMING
 
     def kafka_topic(self, topic: str) -> str:
         return self.prefix + topic

@@ -82,7 +82,8 @@ class Store(ABC):
 
     @abstractmethod
     def drop_stream(self, stream: str) -> None:
-        """Delete every topic, message and cursor of ``stream``."""
+        """Delete every topic, message and cursor of ``stream`` (on Kafka, a stream that adopted
+        existing topics leaves them in place; see ``model/naming.py``)."""
 
     # -- data ----------------------------------------------------------------------
     @abstractmethod

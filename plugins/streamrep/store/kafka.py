@@ -381,7 +381,8 @@ class KafkaStore(Store):
 
     def drop_stream(self, stream: str) -> None:
         naming = self._naming(stream)
-        self._delete_kafka_topics([n for n in self._kafka_topics() if naming.topic_of(n) is not None])
+        if not naming.adopts:  # adopted topics were there before the stream: they stay in Kafka
+            self._delete_kafka_topics([n for n in self._kafka_topics() if naming.topic_of(n) is not None])
         marks = self._fold("marks")
         syncs = self._fold("syncs")
         marks.catch_up()
