@@ -13,6 +13,7 @@ last run's topics and consumer groups, and only those of a ``demo-`` namespace.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def brokers() -> None:
             started[name] = (broker, kafka_local.launch(broker))
     for name, (broker, process) in started.items():
         kafka_local.wait_ready(broker, process)
-        print(f"kafka {name}: started on {broker.bootstrap} (data and logs in .kafka-local/{name}/)")
+        print(f"kafka {name}: started on {broker.bootstrap} (data and logs in {os.path.relpath(broker.home)}/)")
 
 
 def clean(home: str) -> None:
