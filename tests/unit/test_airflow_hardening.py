@@ -280,6 +280,21 @@ def test_a_malformed_kafka_connection_is_one_line_error(empty_home, monkeypatch,
         ReplicaRemoveOperator(task_id="remove", path="/mapr/tokyo/a", replica=DST, confirmed=True).execute(ctx())
 
 
+def test_the_page_hides_the_kafka_bootstrap_servers_from_who_may_not_read_connections():
+    from streamrep.airflow.page import HIDDEN, hide_locations
+
+    url = "kafka://k1.example:9092,k2.example:9093"
+    topo = {"clusters": [{"name": "tokyo", "kind": "kafka", "url": url,
+                          "error": "cluster tokyo: Kafka at k1.example:9092,k2.example:9093 is unreachable "
+                                   "(cannot read topics: Failed to get metadata: Local: Broker transport failure)",
+                          "streams": [{"path": "/mapr/tokyo/a", "error": "k2.example:9093/2: Connect to ipv4#10.0.0.2 failed"}]}],
+            "links": [{"source": "/mapr/tokyo/a", "replica": DST, "errors": "cannot read k1.example:9092"}]}
+    hidden = json.dumps(hide_locations(topo, "/var/lib/streamrep"))
+    for where in ("k1.example", "k2.example", "kafka://", "10.0.0.2"):
+        assert where not in hidden, hidden
+    assert f"cluster tokyo: Kafka at {HIDDEN} is unreachable" in hidden
+
+
 # -- gateways: named map indexes, backoff, user errors not retried -----------------------------
 def test_gateway_tasks_are_labelled_and_back_off(dagbag):
     gateway = dagbag.dags["stream_gateways"].task_dict["gateway"]
