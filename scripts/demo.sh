@@ -1,15 +1,36 @@
 #!/usr/bin/env bash
-# The main job on embedded clusters: two clusters, a stream with topics, messages in and out,
-# and the replica registered the MapR way. Every step is a real `streamrep` command.
+# The main job: two clusters, a stream with topics, messages in and out, and the replica
+# registered the MapR way. Every step is a real `streamrep` command.
+#   scripts/demo.sh          on embedded clusters (no servers)
+#   scripts/demo.sh kafka    on the two local Kafka clusters of `./run kafka` (started if not running)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export STREAMREP_HOME="${STREAMREP_HOME:-$PWD/.streamrep-demo}"
-rm -rf "$STREAMREP_HOME"
+BACKEND="${1:-embedded}"
+case "$BACKEND" in
+  embedded) export STREAMREP_HOME="${STREAMREP_HOME:-$PWD/.streamrep-demo}" ;;
+  kafka) export STREAMREP_HOME="${STREAMREP_HOME:-$PWD/.streamrep-demo-kafka}" ;;
+  *) echo "usage: ./run demo [kafka]" >&2; exit 2 ;;
+esac
 S=.venv/bin/streamrep
 step() { printf '\n$ streamrep %s\n' "$*"; "$S" "$@"; }
 
-step cluster add -name sanfrancisco
-step cluster add -name newyork
+if [ "$BACKEND" = kafka ]; then
+  .venv/bin/python scripts/demo_kafka.py brokers
+  .venv/bin/python scripts/demo_kafka.py clean "$STREAMREP_HOME"   # the last demo run's topics
+  rm -rf "$STREAMREP_HOME"
+  mkdir -p "$STREAMREP_HOME"
+  # A namespace of this run's own: its topics are <namespace>.<stream>__<topic> on both clusters.
+  CLIENT="$STREAMREP_HOME/kafka-client.properties"
+  printf 'streamrep.namespace=demo-%s\n' "$(date -u +%Y%m%d-%H%M%S)" >"$CLIENT"
+  printf '\n$ cat %s\n' "$CLIENT"; cat "$CLIENT"
+  # The clusters of ./run kafka (scripts/kafka_local.py).
+  step cluster add -name sanfrancisco -url kafka://127.0.0.1:19092 -configfile "$CLIENT"
+  step cluster add -name newyork -url kafka://127.0.0.1:29092 -configfile "$CLIENT"
+else
+  rm -rf "$STREAMREP_HOME"
+  step cluster add -name sanfrancisco
+  step cluster add -name newyork
+fi
 step stream create -path /mapr/sanfrancisco/activity -defaultpartitions 3
 step stream topic create -path /mapr/sanfrancisco/activity -topic clicks
 step stream topic create -path /mapr/sanfrancisco/activity -topic orders -partitions 2

@@ -144,8 +144,10 @@ def test_connection_test_reports_a_problem_in_one_line_and_creates_nothing(home,
     sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
     ok, message = tested(host=f"embedded:{foreign}")
     assert not ok and "not a streamrep store" in message and "\n" not in message
-    ok, message = tested(host="kafka://broker:9092")
-    assert not ok and message.startswith("connection streamrep_tokyo: cluster url 'kafka://broker:9092' is not")
+    assert tested(host="kafka://broker") == (
+        False, "connection streamrep_tokyo: invalid cluster url 'kafka://broker': expected kafka://host:port[,host:port...]")
+    ok, message = tested(host="tokyo.example:9092")
+    assert not ok and message.startswith("connection streamrep_tokyo: cluster url 'tokyo.example:9092' is not supported")
 
 
 def test_connection_test_of_the_common_settings_reads_the_registry(home, monkeypatch):
@@ -161,6 +163,136 @@ def test_connection_test_of_the_common_settings_reads_the_registry(home, monkeyp
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", conn.as_json())
     ok, message = conn.test_connection()
     assert not ok and message.startswith(f"cannot read cluster registry {broken}/clusters.json")
+
+
+# -- Kafka clusters through connections: URL, client settings, test button ---------------------
+def kafka_connections(home, monkeypatch, tmp_path) -> None:
+    """Connections ``streamrep_sanfrancisco`` and ``streamrep_newyork`` for the Kafka clusters of
+    ``home`` (URL and client settings, the namespace among them), and a STREAMREP_HOME with no
+    registry: the tasks find the clusters through the connections only."""
+    for name in ("sanfrancisco", "newyork"):
+        info = home.get(name)
+        monkeypatch.setenv(f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps(
+            {"conn_type": "streamrep", "host": info.url, "extra": {"kafka": dict(info.settings)}}))
+    monkeypatch.setenv("STREAMREP_HOME", str(tmp_path / "no-registry"))
+
+
+@pytest.mark.backends("kafka")
+def test_kafka_connections_run_the_setup_tasks_on_kafka_with_their_settings(home, admin, tmp_path, monkeypatch):
+    from streamrep.airflow.operators import ReplicaAddOperator, StreamCreateOperator, UpstreamAddOperator
+
+    admin.create_stream(SRC, defaultpartitions=2, ttl=3600)
+    kafka_connections(home, monkeypatch, tmp_path)
+    hook = StreamrepHook()
+    assert hook.clusters.get("newyork").settings == home.get("newyork").settings  # the namespace among them
+    hook.close()
+    StreamCreateOperator(task_id="create_replica", path=DST, copymetafrom=SRC).execute(ctx())
+    ReplicaAddOperator(task_id="add_replica_paused", path=SRC, replica=DST, paused=True).execute(ctx())
+    UpstreamAddOperator(task_id="add_upstream", path=DST, upstream=SRC).execute(ctx())
+    # what the tasks wrote is in the clusters' namespaces on Kafka, as the CLI's registry sees them
+    assert admin.entry(DST).meta == admin.entry(SRC).meta
+    assert [(r["replicaPath"], r["paused"]) for r in admin.list_replicas(SRC)] == [(DST, True)]
+    assert [u.path for u in admin.upstream_links(DST)] == [SRC]
+    assert not os.path.exists(tmp_path / "no-registry" / "clusters.json")
+
+
+@pytest.mark.backends("kafka")
+def test_spark_apps_and_triggers_get_the_kafka_settings_of_the_connections(home, admin, tmp_path, monkeypatch):
+    running_replica(admin)
+    kafka_connections(home, monkeypatch, tmp_path)
+    hook = StreamrepHook()
+    hook.clusters.get("sanfrancisco"), hook.clusters.get("newyork")
+    derived = Path(hook.registry_home())  # the STREAMREP_HOME of spark-submit
+    registry = json.loads((derived / "clusters.json").read_text())
+    for name in ("sanfrancisco", "newyork"):
+        info = home.get(name)
+        assert registry["clusters"][name] == {"url": info.url, "settings": dict(info.settings)}
+    assert (derived / "clusters.json").stat().st_mode & 0o077 == 0  # settings may hold credentials
+    hook.close()
+    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, deferrable=True, poke_interval=1)
+    from airflow.exceptions import TaskDeferred
+
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(ctx())
+    _, kwargs = deferred.value.trigger.serialize()
+    row = ReplicaUpToDateTrigger(**json.loads(json.dumps(kwargs))).check()  # as the triggerer rebuilds it
+    assert (row["replicaPath"], row["pendingMessages"]) == (DST, 5)
+
+
+@pytest.mark.backends("kafka")
+def test_connection_test_reaches_a_kafka_cluster_and_counts_its_streams(home, admin, monkeypatch):
+    from airflow.models.connection import Connection
+
+    admin.create_stream("/mapr/newyork/one")
+    admin.create_stream("/mapr/newyork/two")
+    info = home.get("newyork")
+    conn = Connection(conn_id="streamrep_newyork", conn_type="streamrep",
+                      extra=json.dumps({"url": info.url, "kafka": dict(info.settings)}))
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_NEWYORK", conn.as_json())
+    namespace = info.settings["streamrep.namespace"]
+    assert conn.test_connection() == (
+        True, f"cluster newyork at {info.url} (namespace {namespace}): Kafka reached, 2 streams")
+
+
+def test_connection_test_of_a_kafka_cluster_that_cannot_be_reached_says_why_in_one_line(monkeypatch):
+    from airflow.models.connection import Connection
+
+    def tested(**fields) -> tuple[bool, str]:
+        conn = Connection(conn_id="streamrep_tokyo", conn_type="streamrep", **fields)
+        monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", conn.as_json())
+        return conn.test_connection()
+
+    port = _unused_port()
+    ok, message = tested(host=f"kafka://127.0.0.1:{port}")
+    assert not ok and message.startswith(f"cluster tokyo: Kafka at 127.0.0.1:{port} is unreachable"), message
+    assert "\n" not in message
+    # client settings reach confluent-kafka unchanged: a bad one is the client's own one-line complaint
+    ok, message = tested(host=f"kafka://127.0.0.1:{port}", extra=json.dumps({"kafka": {"security.protocol": "carrier-pigeon"}}))
+    assert not ok and "carrier-pigeon" in message and "security.protocol" in message and "\n" not in message, message
+
+
+def _unused_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("fields, error", [
+    ({"host": "embedded:/tmp/x.db", "extra": {"kafka": {"security.protocol": "SSL"}}},
+     "connection streamrep_tokyo: extra.kafka applies only to kafka:// clusters"),
+    ({"host": "kafka://127.0.0.1:9092", "extra": {"kafka": ["security.protocol=SSL"]}},
+     'connection streamrep_tokyo: extra.kafka must be an object of Kafka client settings, '
+     'e.g. {"security.protocol": "SASL_SSL"}'),
+    ({"host": "kafka://127.0.0.1:9092", "extra": {"kafka": {"ssl": {"ca": "x"}}}},
+     'connection streamrep_tokyo: extra.kafka must be an object of Kafka client settings, '
+     'e.g. {"security.protocol": "SASL_SSL"}'),
+    ({"host": "kafka://127.0.0.1:9092,", "extra": {}},
+     "connection streamrep_tokyo: invalid cluster url 'kafka://127.0.0.1:9092,': expected kafka://host:port[,host:port...]"),
+])
+def test_a_malformed_kafka_connection_is_one_line_error(empty_home, monkeypatch, fields, error):
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", json.dumps({"conn_type": "streamrep", **fields}))
+    with pytest.raises(InvalidArgument) as raised:
+        StreamrepHook().clusters.get("tokyo")
+    assert str(raised.value) == error
+    with pytest.raises(AirflowFailException, match="^streamrep: connection streamrep_tokyo: "):
+        ReplicaRemoveOperator(task_id="remove", path="/mapr/tokyo/a", replica=DST, confirmed=True).execute(ctx())
+
+
+def test_the_page_hides_the_kafka_bootstrap_servers_from_who_may_not_read_connections():
+    from streamrep.airflow.page import HIDDEN, hide_locations
+
+    url = "kafka://k1.example:9092,k2.example:9093"
+    topo = {"clusters": [{"name": "tokyo", "kind": "kafka", "url": url,
+                          "error": "cluster tokyo: Kafka at k1.example:9092,k2.example:9093 is unreachable "
+                                   "(cannot read topics: Failed to get metadata: Local: Broker transport failure)",
+                          "streams": [{"path": "/mapr/tokyo/a", "error": "k2.example:9093/2: Connect to ipv4#10.0.0.2 failed"}]}],
+            "links": [{"source": "/mapr/tokyo/a", "replica": DST, "errors": "cannot read k1.example:9092"}]}
+    hidden = json.dumps(hide_locations(topo, "/var/lib/streamrep"))
+    for where in ("k1.example", "k2.example", "kafka://", "10.0.0.2"):
+        assert where not in hidden, hidden
+    assert f"cluster tokyo: Kafka at {HIDDEN} is unreachable" in hidden
 
 
 # -- gateways: named map indexes, backoff, user errors not retried -----------------------------

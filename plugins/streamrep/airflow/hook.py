@@ -2,10 +2,15 @@
 registry (``STREAMREP_HOME``) as the fallback.
 
 A cluster ``newyork`` is looked up as the connection ``streamrep_newyork`` (connection type
-``streamrep``) whose ``host``, or ``extra.url``, is the cluster URL, e.g.
-``embedded:/data/streamrep/newyork.db``::
+``streamrep``) whose ``host``, or ``extra.url``, is the cluster URL: ``embedded:<file>`` or
+``kafka://host:port[,host:port...]``. A Kafka cluster's client settings are the object
+``extra.kafka``, passed to confluent-kafka unchanged (``streamrep.namespace`` among them is
+streamrep's own), as ``streamrep cluster add -configfile`` takes them::
 
     AIRFLOW_CONN_STREAMREP_NEWYORK='{"conn_type": "streamrep", "host": "embedded:/data/newyork.db"}'
+    AIRFLOW_CONN_STREAMREP_BOSTON='{"conn_type": "streamrep", "host": "kafka://kafka1:9092,kafka2:9092",
+        "extra": {"kafka": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                            "sasl.username": "streamrep", "sasl.password": "...", "streamrep.namespace": "prod"}}}'
 
 A cluster with no such connection is taken from the registry the ``streamrep`` CLI uses
 (``$STREAMREP_HOME/clusters.json``), so DAGs run on embedded clusters with no set-up at all.
@@ -30,7 +35,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 
 from streamrep.airflow.provider import CONN_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 from streamrep.client.admin import StreamAdmin
-from streamrep.client.config import EMBEDDED_SCHEME, ClusterInfo, Clusters, default_home
+from streamrep.client.config import (EMBEDDED_SCHEME, KAFKA_SCHEME, ClusterInfo, Clusters, default_home,
+                                     kafka_bootstrap, open_store)
 from streamrep.client.identity import current_identity
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 from streamrep.model.ace import Identity
@@ -39,6 +45,7 @@ from streamrep.model.paths import validate_cluster_name
 from streamrep.store.embedded import EmbeddedStore
 
 CLUSTER_CONN_PREFIX = "streamrep_"
+KAFKA_SETTINGS_EXTRA = "kafka"  # extra.kafka: a Kafka cluster's client settings
 
 
 def cluster_conn_id(cluster: str) -> str:
@@ -48,50 +55,89 @@ def cluster_conn_id(cluster: str) -> str:
 
 def url_of(conn: Any) -> str:
     """The cluster URL a streamrep connection carries: ``extra.url``, else ``host``."""
-    url = (conn.extra_dejson or {}).get("url") or conn.host or ""
+    url = ((conn.extra_dejson or {}).get("url") or conn.host or "").strip()
+    if url.startswith(KAFKA_SCHEME):
+        try:
+            return KAFKA_SCHEME + kafka_bootstrap(url)
+        except InvalidArgument as err:
+            raise InvalidArgument(f"connection {conn.conn_id}: {err}") from None
     if not url.startswith(EMBEDDED_SCHEME) or len(url) == len(EMBEDDED_SCHEME):
         raise InvalidArgument(
             f"connection {conn.conn_id}: cluster url {url!r} is not supported; "
-            f"set host or extra.url to {EMBEDDED_SCHEME}<file path>"
+            f"set host or extra.url to {EMBEDDED_SCHEME}<file path> or {KAFKA_SCHEME}host:port[,host:port...]"
         )
     return url
+
+
+def cluster_of(conn: Any, name: str) -> ClusterInfo:
+    """The cluster a streamrep connection defines: its URL and, for Kafka, the client settings
+    of ``extra.kafka`` (an object of setting names to strings, numbers or booleans)."""
+    url = url_of(conn)
+    settings = (conn.extra_dejson or {}).get(KAFKA_SETTINGS_EXTRA)
+    if settings is None:
+        return ClusterInfo(name, url)
+    if not url.startswith(KAFKA_SCHEME):
+        raise InvalidArgument(f"connection {conn.conn_id}: extra.{KAFKA_SETTINGS_EXTRA} applies only to "
+                              f"{KAFKA_SCHEME} clusters")
+    if not isinstance(settings, dict) or not all(
+            isinstance(value, (str, int, float, bool)) for value in settings.values()):
+        raise InvalidArgument(f"connection {conn.conn_id}: extra.{KAFKA_SETTINGS_EXTRA} must be an object of "
+                              "Kafka client settings, e.g. {\"security.protocol\": \"SASL_SSL\"}")
+    return ClusterInfo(name, url, dict(settings))
+
+
+def registry_entry(info: ClusterInfo) -> dict[str, Any]:
+    """A cluster as the registry (``clusters.json``) holds it."""
+    return {"url": info.url, **({"settings": dict(info.settings)} if info.settings else {})}
 
 
 class ConnectionClusters(Clusters):
     """The cluster registry with Airflow connections in front of it.
 
     :param home: the registry folder used for clusters with no connection.
-    :param lookup: returns the URL of a cluster from its connection, or None if it has none.
+    :param lookup: returns a cluster as its connection defines it, or None if it has none.
     """
 
-    def __init__(self, home: str | None, lookup: Callable[[str], str | None]):
+    def __init__(self, home: str | None, lookup: Callable[[str], ClusterInfo | None]):
         super().__init__(home)
         self._lookup = lookup
-        self._from_connections: dict[str, str] = {}
+        self._from_connections: dict[str, ClusterInfo] = {}
         self._without_connection: set[str] = set()  # looked up once, not found
 
     def get(self, name: str) -> ClusterInfo:
-        url = self._from_connections.get(name)
-        if url is None and name not in self._without_connection:
-            url = self._lookup(validate_cluster_name(name))
-            if url is None:
+        info = self._from_connections.get(name)
+        if info is None and name not in self._without_connection:
+            info = self._lookup(validate_cluster_name(name))
+            if info is None:
                 self._without_connection.add(name)
             else:
-                self._from_connections[name] = url
-        if url is not None:
-            return ClusterInfo(name, url)
+                self._from_connections[name] = info
+        if info is not None:
+            return info
         return super().get(name)
 
     def list(self) -> list[ClusterInfo]:
         """Registered clusters, and those resolved through connections so far."""
         found = {c.name: c for c in super().list()}
-        found.update({n: ClusterInfo(n, u) for n, u in self._from_connections.items()})
+        found.update(self._from_connections)
         return [found[n] for n in sorted(found)]
 
     @property
-    def overridden(self) -> dict[str, str]:
-        """Clusters whose location came from a connection, by name."""
-        return dict(self._from_connections)
+    def overridden(self) -> dict[str, dict[str, Any]]:
+        """Clusters that came from a connection, by name, as registry entries (JSON-ready)."""
+        return {name: registry_entry(info) for name, info in self._from_connections.items()}
+
+    @staticmethod
+    def lookup_in(entries: dict[str, Any]) -> Callable[[str], ClusterInfo | None]:
+        """A lookup over registry entries such as :attr:`overridden` (a trigger's serialized clusters)."""
+        def lookup(name: str) -> ClusterInfo | None:
+            entry = entries.get(name)
+            if entry is None:
+                return None
+            if isinstance(entry, str):  # serialized by an older version: the URL only
+                return ClusterInfo(name, entry)
+            return ClusterInfo(name, entry["url"], entry.get("settings") or {})
+        return lookup
 
 
 class StreamrepHook(BaseHook):
@@ -134,8 +180,8 @@ class StreamrepHook(BaseHook):
             "groups": groups,
         }
 
-    def cluster_url(self, cluster: str) -> str | None:
-        """The URL of ``cluster`` from its ``streamrep_<cluster>`` connection, or None."""
+    def cluster_from_connection(self, cluster: str) -> ClusterInfo | None:
+        """``cluster`` as its ``streamrep_<cluster>`` connection defines it, or None."""
         conn_id = cluster_conn_id(cluster)
         conn = self._connection(conn_id)
         if conn is None:
@@ -146,12 +192,12 @@ class StreamrepHook(BaseHook):
             return None
         if conn_id == self.streamrep_conn_id and not ((conn.extra_dejson or {}).get("url") or conn.host):
             return None  # the common-settings connection, not a cluster (a cluster named "default")
-        return url_of(conn)
+        return cluster_of(conn, cluster)
 
     # -- the core objects ------------------------------------------------------------
     @cached_property
     def clusters(self) -> ConnectionClusters:
-        return ConnectionClusters(self.settings["home"], self.cluster_url)
+        return ConnectionClusters(self.settings["home"], self.cluster_from_connection)
 
     @cached_property
     def identity(self) -> Identity:
@@ -186,15 +232,16 @@ class StreamrepHook(BaseHook):
         """A registry folder that resolves every cluster the way this hook does.
 
         That is the hook's home unless connections override clusters; then it is a derived
-        folder holding the registry with the connection URLs applied (named by a hash of its
-        content, so the same configuration always yields the same folder).
+        folder holding the registry with the connections' clusters applied (named by a hash of its
+        content, so the same configuration always yields the same folder). The file is readable by
+        its owner only: a Kafka cluster's settings may hold credentials.
         """
         home = self.clusters.home
         overridden = self.clusters.overridden
         if not overridden:
             return home
         data = self.clusters._read()
-        data["clusters"].update({n: {"url": u} for n, u in overridden.items()})
+        data["clusters"].update(overridden)
         text = json.dumps(data, indent=2, sort_keys=True)
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         derived = os.path.join(tempfile.gettempdir(), "streamrep-airflow", digest)
@@ -218,8 +265,11 @@ class StreamrepHook(BaseHook):
         }
 
     def test_connection(self) -> tuple[bool, str]:
-        """Airflow's "Test" button: whether this connection's cluster store opens and its catalog
-        reads (a connection without a cluster URL: whether its registry reads). Never raises.
+        """Airflow's "Test" button: whether this connection's cluster can be read. An embedded
+        cluster: its store file opens and its catalog reads (nothing is created). A Kafka cluster:
+        the brokers answer and its catalog reads (under the connection's namespace; a cluster that
+        streamrep has not used yet gets its empty internal topics, as the first task would). A connection
+        without a cluster URL: whether its registry reads. Never raises.
 
         :return: ``(True, what was found)`` or ``(False, one-line reason)``.
         """
@@ -229,22 +279,38 @@ class StreamrepHook(BaseHook):
                 clusters = Clusters(self.settings["home"])
                 names = [c.name for c in clusters.list()]
                 return True, f"registry {clusters.registry_path} lists {len(names)} clusters: {' '.join(names) or '-'}"
-            url = url_of(conn)
-            name = conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX)
-            path = Clusters(self.settings["home"]).embedded_file(name, url)  # as the tasks resolve it
+            info = cluster_of(conn, conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX))
+            if info.kind == "kafka":
+                return True, self._test_kafka(info)
+            path = Clusters(self.settings["home"]).embedded_file(info.name, info.url)  # as the tasks resolve it
             if not os.path.isfile(path):  # opening would create an empty store: say so instead
-                return False, f"no cluster store at {path}; create it with 'streamrep cluster add -url {url}'"
-            store = EmbeddedStore(name, path)
+                return False, f"no cluster store at {path}; create it with 'streamrep cluster add -url {info.url}'"
+            store = EmbeddedStore(info.name, path)
             try:
                 streams = store.catalog_list(STREAM_KIND)
             finally:
                 store.close()
-            return True, f"cluster {name} at {url}: store opened, {len(streams)} streams"
+            return True, f"cluster {info.name} at {info.url}: store opened, {len(streams)} streams"
         except StreamrepError as err:
             return False, str(err)
         except Exception as err:  # noqa: BLE001 - the test button reports, it never raises
             first = (str(err).strip().splitlines() or [""])[0]
             return False, f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+    @staticmethod
+    def _test_kafka(info: ClusterInfo) -> str:
+        """What the test button found in a Kafka cluster; a cluster that cannot be reached raises
+        ``Unavailable`` within the store's timeout."""
+        from streamrep.store.kafka import NAMESPACE_SETTING  # confluent-kafka only where Kafka is used
+
+        store = open_store(info, "")
+        try:
+            streams = store.catalog_list(STREAM_KIND)
+        finally:
+            store.close()
+        namespace = info.settings.get(NAMESPACE_SETTING)
+        where = f"{info.url} (namespace {namespace})" if namespace else info.url
+        return f"cluster {info.name} at {where}: Kafka reached, {len(streams)} streams"
 
 
 @contextmanager

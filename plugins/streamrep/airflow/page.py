@@ -32,6 +32,7 @@ from starlette.requests import Request
 
 from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, StreamrepHook
 from streamrep.client.admin import StreamAdmin
+from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
 from streamrep.model.paths import StreamPath
 from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS
@@ -369,6 +370,8 @@ PAGE_RESOURCE = "Stream replication"  # the custom view an auth manager grants f
 HIDDEN = "(hidden)"
 # An absolute file path in a message (a stream path, /mapr/..., is not one).
 _FILE_PATH = re.compile(r"(?<![\w/.])/(?!mapr/)[^\s'\",;:]+")
+# A broker address librdkafka resolved (``ipv4#10.0.0.2:9092``), which no cluster URL names.
+_RESOLVED_ADDRESS = re.compile(r"\bipv[46]#[^\s'\",;]+")
 
 
 @dataclass(frozen=True)
@@ -401,11 +404,15 @@ async def airflow_access(request: Request) -> PageAccess:
 
 def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
     """``topo`` without where the clusters are: no URL, and no file path in any error (the
-    cluster files, the registry folder ``home``, and any other absolute path)."""
+    cluster files, the registry folder ``home``, and any other absolute path), nor a Kafka
+    cluster's bootstrap servers or the broker addresses Kafka's client resolved."""
     secrets = {home}
     for cluster in topo["clusters"]:
         url = cluster.get("url") or ""
         secrets.update({url, url.split(":", 1)[-1]})
+        if url.startswith(KAFKA_SCHEME):  # Kafka's errors name the bootstrap servers, one by one too
+            servers = url[len(KAFKA_SCHEME):]
+            secrets.update({servers, *servers.split(",")})
     secrets = sorted((s for s in secrets if s), key=len, reverse=True)
 
     def scrub(text: Any) -> Any:
@@ -413,7 +420,7 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
             return text
         for secret in secrets:
             text = text.replace(secret, HIDDEN)
-        return _FILE_PATH.sub(HIDDEN, text)
+        return _RESOLVED_ADDRESS.sub(HIDDEN, _FILE_PATH.sub(HIDDEN, text))
 
     clusters = [{**c, "url": None, "error": scrub(c["error"]),
                  "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]]} for c in topo["clusters"]]

@@ -21,15 +21,19 @@ CONN_TYPE = "streamrep"
 HOOK_CLASS_NAME = "streamrep.airflow.hook.StreamrepHook"
 HOOK_NAME = "Streamrep cluster"
 
-# The form of a streamrep connection: host is the cluster URL, login the identity the tasks act
-# as; port, schema and password mean nothing to a streamrep cluster.
+# The form of a streamrep connection: host is the cluster URL (embedded:<file> or
+# kafka://host:port,...), login the identity the tasks act as; a Kafka cluster's client settings
+# (security, SASL, SSL, streamrep.namespace) are the object extra.kafka, passed to confluent-kafka
+# unchanged. Port, schema and password mean nothing to a streamrep cluster.
 UI_FIELD_BEHAVIOUR: dict[str, Any] = {
     "hidden-fields": ["port", "schema", "password"],
     "relabeling": {"host": "Cluster URL", "login": "Act as user"},
     "placeholders": {
-        "host": "embedded:/var/lib/streamrep/clusters/newyork.db",
+        "host": "embedded:/var/lib/streamrep/clusters/newyork.db or kafka://kafka1:9092,kafka2:9092",
         "login": "the streamrep user the tasks act as (default: the worker's OS user)",
-        "extra": '{"url": "embedded:/path/to/cluster.db", "groups": "eng ops", "home": "/var/lib/streamrep"}',
+        "extra": '{"kafka": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "streamrep", '
+                 '"sasl.password": "...", "streamrep.namespace": "prod"}, "groups": "eng ops", '
+                 '"home": "/var/lib/streamrep"}',
     },
 }
 

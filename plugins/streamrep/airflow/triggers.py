@@ -54,12 +54,12 @@ class ReplicaUpToDateTrigger(BaseTrigger):
     :param path: the source stream.
     :param replica: the replica stream.
     :param home: the cluster registry folder.
-    :param clusters: cluster URLs that override the registry (resolved from connections by the
-        task before deferring), by name.
+    :param clusters: clusters that override the registry (resolved from connections by the task
+        before deferring), by name, as registry entries (``{"url": ..., "settings": {...}}``).
     :param poll_interval: seconds between two status checks.
     """
 
-    def __init__(self, path: str, replica: str, home: str, clusters: dict[str, str] | None = None,
+    def __init__(self, path: str, replica: str, home: str, clusters: dict[str, Any] | None = None,
                  poll_interval: float = 10.0):
         super().__init__()
         self.path = path
@@ -77,7 +77,7 @@ class ReplicaUpToDateTrigger(BaseTrigger):
 
     def check(self) -> dict[str, Any]:
         """One status check, with its own connections (it runs in a worker thread)."""
-        clusters = ConnectionClusters(self.home, self.clusters.get)
+        clusters = ConnectionClusters(self.home, ConnectionClusters.lookup_in(self.clusters))
         try:
             return replica_row(StreamAdmin(clusters, current_identity()), self.path, self.replica)
         finally:
