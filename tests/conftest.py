@@ -115,6 +115,22 @@ def delete_namespace(bootstrap: str, namespace: str) -> None:
 
 
 @pytest.fixture
+def kafka_namespace(kafka_broker):
+    """``kafka_namespace() -> name``: a fresh streamrep namespace on the session broker, whose
+    topics are deleted after the test. (Test modules cannot import this conftest by name: the
+    integration folder has a conftest of its own.)"""
+    made = []
+
+    def new() -> str:
+        made.append(f"t{uuid.uuid4().hex[:10]}")
+        return made[-1]
+
+    yield new
+    for namespace in made:
+        delete_namespace(kafka_broker, namespace)
+
+
+@pytest.fixture
 def add_cluster(request, backend):
     """``add_cluster(clusters, name)``: register cluster ``name`` on the test's backend. A Kafka
     cluster is a namespace of its own on the session's broker, deleted after the test."""

@@ -4,13 +4,12 @@ consumer cursors translated for a move from one to the other (the migration path
 
 from __future__ import annotations
 
-import uuid
 from collections import Counter
 
 import pytest
 
-from conftest import ALICE, delete_namespace
 from streamrep.client import Consumer, Producer, StreamAdmin
+from streamrep.model.ace import Identity
 from streamrep.replication import setup
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import Gateway
@@ -24,15 +23,11 @@ KAF = "/mapr/kaf/activity"
 
 
 @pytest.fixture
-def mixed(empty_home, kafka_broker):
+def mixed(empty_home, kafka_broker, kafka_namespace):
     """An embedded cluster ``emb`` and a Kafka cluster ``kaf`` (a namespace on the session broker)."""
-    namespace = f"t{uuid.uuid4().hex[:10]}"
     empty_home.add("emb")
-    empty_home.add("kaf", url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": namespace})
-    api = StreamAdmin(empty_home, ALICE)
-    yield api
-    empty_home.close()
-    delete_namespace(kafka_broker, namespace)
+    empty_home.add("kaf", url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": kafka_namespace()})
+    return StreamAdmin(empty_home, Identity(user="alice", groups=frozenset({"eng"})))
 
 
 def send(api: StreamAdmin, topic: str, tag: str, n: int) -> list[tuple]:

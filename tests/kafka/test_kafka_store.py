@@ -10,21 +10,22 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from conftest import ALICE, delete_namespace
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
+from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
 
 pytestmark = pytest.mark.kafka
 
 
+ALICE = Identity(user="alice", groups=frozenset({"eng"}))
+
+
 @pytest.fixture
-def namespace(kafka_broker):
-    name = f"t{uuid.uuid4().hex[:10]}"
-    yield name
-    delete_namespace(kafka_broker, name)
+def namespace(kafka_namespace):
+    return kafka_namespace()
 
 
 def store_for(kafka_broker: str, namespace: str) -> KafkaStore:
