@@ -169,6 +169,8 @@ class KafkaStore(Store):
         producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
                              "transaction.timeout.ms": 60000})
         with self._errors("cannot start a transaction"):
+            # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer.
+            producer.list_topics(timeout=TIMEOUT_SECONDS)
             producer.init_transactions(TIMEOUT_SECONDS)
         self._txns[txid] = producer
         while len(self._txns) > MAX_TRANSACTIONAL_PRODUCERS:
@@ -274,12 +276,19 @@ class KafkaStore(Store):
     ) -> CatalogDoc | None:
         txid = self._txid("catalog", kind, key)
         for _ in range(CATALOG_RETRIES):
+            refused: Conflict | None = None
             try:
                 with self._transaction(txid) as txn:
-                    new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
+                    try:
+                        new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
+                    except Conflict as exc:  # the change's own refusal, not a fenced writer: never retried
+                        refused = exc
+                        raise
                     txn.internal("catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8"))
                 return new
-            except Conflict:
+            except Conflict as exc:
+                if exc is refused:
+                    raise
                 continue
         raise Conflict(f"cluster {self.cluster}: catalog entry {kind} {key} kept changing; try again")
 

@@ -1,0 +1,41 @@
+"""Kafka-only behaviour found while running the behavioural tests on Kafka clusters: the fixes
+each comes with, against the real broker."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from conftest import delete_namespace
+from streamrep.errors import Conflict
+from streamrep.store.kafka import KafkaStore
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def store(kafka_broker):
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+    store = KafkaStore("kc", kafka_broker, {"streamrep.namespace": namespace})
+    yield store
+    store.close()
+    delete_namespace(kafka_broker, namespace)
+
+
+def test_a_conflict_raised_by_the_change_is_the_callers_answer_not_a_retry(store):
+    """``catalog_update`` retries when another writer fenced it; a Conflict the change itself
+    raises (a topic-name conflict between upstreams, say) is a refusal: raised at once, as it
+    is, and nothing is written."""
+    store.catalog_update("doc", "d", lambda _: {"v": 1})
+    calls = []
+
+    def refuse(doc):
+        calls.append(doc)
+        raise Conflict("topic name conflict: clicks")
+
+    with pytest.raises(Conflict, match="^topic name conflict: clicks$"):
+        store.catalog_update("doc", "d", refuse)
+    assert calls == [{"v": 1}]
+    assert store.catalog_get("doc", "d") == {"v": 1}
+    assert store.catalog_update("doc", "d", lambda doc: {"v": doc["v"] + 1}) == {"v": 2}  # the writer still works
