@@ -9,6 +9,7 @@ import pytest
 
 from conftest import delete_namespace
 from streamrep.errors import Conflict
+from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
 
 pytestmark = pytest.mark.kafka
@@ -39,3 +40,22 @@ def test_a_conflict_raised_by_the_change_is_the_callers_answer_not_a_retry(store
     assert calls == [{"v": 1}]
     assert store.catalog_get("doc", "d") == {"v": 1}
     assert store.catalog_update("doc", "d", lambda doc: {"v": doc["v"] + 1}) == {"v": 2}  # the writer still works
+
+
+def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(kafka_broker, store):
+    """Two store objects (an acknowledging CLI and a gateway, say) write one replica partition:
+    each fences the other's transactional producer. ``drop_marks`` has no Conflict in its
+    contract (the embedded store never raises one), so the fenced store reads again and drops."""
+    other = KafkaStore("kc", kafka_broker, {"streamrep.namespace": store.namespace})
+    try:
+        stream = str(uuid.uuid4())
+        store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
+        store.create_topic(stream, "t", 1)
+        key = "l|source|t|0|1"
+        store.apply(stream, "t", 0, [Message(b"a")], {key: 3}, {key: None})
+        other.apply(stream, "t", 0, [Message(b"b")], {key: 4}, {key: 3})  # fences the first store's producer
+        assert store.drop_marks(stream, {key: 3}) == 0  # changed meanwhile: kept
+        assert store.drop_marks(stream, {key: 4}) == 1
+        assert other.marks(stream) == {}
+    finally:
+        other.close()

@@ -629,11 +629,17 @@ class KafkaStore(Store):
             by_partition.setdefault(mark_partition(key), {})[key] = value
         dropped = 0
         for (topic, partition), wanted in sorted(by_partition.items()):
-            with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
-                current = self.marks(stream)
-                gone = [key for key, value in wanted.items() if current.get(key) == value]
-                for key in gone:
-                    txn.internal("marks", f"{stream}\x1f{key}", None)
+            for attempt in range(CATALOG_RETRIES):
+                try:
+                    with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+                        current = self.marks(stream)
+                        gone = [key for key, value in wanted.items() if current.get(key) == value]
+                        for key in gone:
+                            txn.internal("marks", f"{stream}\x1f{key}", None)
+                    break
+                except Conflict:  # fenced (by a gateway, or another store object, since): read again
+                    if attempt == CATALOG_RETRIES - 1:
+                        raise
             dropped += len(gone)
         return dropped
 
