@@ -14,6 +14,8 @@ from streamrep.errors import (
 from streamrep.model.ace import Identity
 from streamrep.model.replication import ReplicaState
 
+pytestmark = pytest.mark.backends("embedded", "kafka")
+
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 

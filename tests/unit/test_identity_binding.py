@@ -14,6 +14,8 @@ from streamrep.replication.copy import copy_stream
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
 
+pytestmark = pytest.mark.backends("embedded", "kafka")
+
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 

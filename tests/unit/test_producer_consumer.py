@@ -13,6 +13,8 @@ from streamrep.model.message import Message
 from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import parse_topic_path
 
+pytestmark = pytest.mark.backends("embedded", "kafka")
+
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 HOUR_MS = 3600 * 1000

@@ -21,6 +21,8 @@ from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
 from streamrep.replication.status import acknowledge_loss, replica_status
 
+pytestmark = pytest.mark.backends("embedded", "kafka")
+
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 HOUR_MS = 3600 * 1000
@@ -256,6 +258,7 @@ def test_the_spark_gateways_writer_records_the_loss_too(linked, caplog):
     assert acknowledge_loss(linked, SF, NY)["ranges"] == "t/0:1-3"
 
 
+@pytest.mark.backends("embedded")  # removes a cluster's SQLite files
 def test_an_unreadable_replica_cluster_marks_only_its_own_row(linked):
     """One replica whose cluster's store is gone reads UNEXPECTED with the reason; the other
     replicas of the same source are still listed with their real state."""
