@@ -3,6 +3,7 @@ each comes with, against the real broker."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -57,5 +58,61 @@ def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(kafka_
         assert store.drop_marks(stream, {key: 3}) == 0  # changed meanwhile: kept
         assert store.drop_marks(stream, {key: 4}) == 1
         assert other.marks(stream) == {}
+    finally:
+        other.close()
+
+
+def test_one_store_object_serves_several_threads(store):
+    """Gateways in threads of one process share a store object (as on embedded clusters): each
+    thread's reads are whole and in order, and its transactions (one producer per partition)
+    do not interleave with another's."""
+    stream = str(uuid.uuid4())
+    store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
+    store.create_topic(stream, "t", 1)
+    store.append(stream, "t", {0: [Message(b"%d" % i) for i in range(2000)]})
+    errors, reads = [], []
+
+    def reader():
+        try:
+            for _ in range(5):
+                batch = store.read(stream, "t", 0, 0, 2000)
+                reads.append([m.offset for m in batch])
+        except Exception as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    def writer(n):
+        try:
+            for i in range(5):
+                key = f"p|w{n}|t|0"
+                store.apply(stream, "t", 0, [Message(b"w")], {key: i + 1}, {key: i or None})
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(3)] + \
+        [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(reads) == 15 and all(offsets == list(range(2000)) for offsets in reads)
+    assert store.marks(stream) == {"p|w0|t|0": 5, "p|w1|t|0": 5}
+
+
+def test_a_store_writes_to_partitions_another_store_added(kafka_broker, store):
+    """A producer's metadata is cached for minutes: partitions added meanwhile (by another store
+    object, process or admin) are written to, by append and by the transactional apply."""
+    other = KafkaStore("kc", kafka_broker, {"streamrep.namespace": store.namespace})
+    try:
+        stream = str(uuid.uuid4())
+        store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
+        store.create_topic(stream, "t", 1)
+        store.append(stream, "t", {0: [Message(b"a")]})
+        store.apply(stream, "t", 0, [Message(b"b")], {"p|s|t|0": 1}, {"p|s|t|0": None})
+        other.add_partitions(stream, "t", 3)
+        assert store.append(stream, "t", {2: [Message(b"c")]}) == {2: 0}
+        store.apply(stream, "t", 1, [Message(b"d")], {"p|s|t|1": 1}, {"p|s|t|1": None})
+        assert [m.value for m in other.read(stream, "t", 2, 0, 10)] == [b"c"]
+        assert [m.value for m in other.read(stream, "t", 1, 0, 10)] == [b"d"]
     finally:
         other.close()
