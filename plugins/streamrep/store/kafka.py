@@ -24,10 +24,12 @@ Client settings (security.protocol, SASL, SSL files) pass through to confluent-k
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -65,9 +67,6 @@ _USER_ERRORS = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: PermissionDenied,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: PermissionDenied,
 }
-# A stream's ttl is enforced by ``retain()`` on message timestamps; Kafka's default retention (7 days,
-# also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
-_STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
@@ -100,6 +99,7 @@ class KafkaStore(Store):
         internal = f"{INTERNAL_PREFIX}.{self.namespace}." if self.namespace else f"{INTERNAL_PREFIX}."
         self._internal = internal
         self._topics = {name: internal + name for name in ("catalog", "marks", "syncs")}
+        self._lock = threading.RLock()
         self._reset()
 
     def _reset(self) -> None:
@@ -338,8 +338,7 @@ class KafkaStore(Store):
 
     def create_topic(self, stream: str, topic: str, partitions: int) -> None:
         name = self._naming(stream).kafka_topic(topic)
-        future = self._admin().create_topics([NewTopic(name, partitions, config=_STREAM_TOPIC_CONFIG)],
-                                             request_timeout=TIMEOUT_SECONDS)[name]
+        future = self._admin().create_topics([NewTopic(name, partitions)], request_timeout=TIMEOUT_SECONDS)[name]
         try:
             future.result()
         except KafkaException as exc:
@@ -421,6 +420,7 @@ class KafkaStore(Store):
                     offsets[index] = msg.offset()
             return report
 
+        refreshed = False
         for index, (value, key, headers, timestamp, _, _, _) in enumerate(messages):
             while True:
                 try:
@@ -430,6 +430,13 @@ class KafkaStore(Store):
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
                 except KafkaException as exc:
+                    err = _kafka_error(exc)
+                    if not refreshed and err is not None and err.code() == KafkaError._UNKNOWN_PARTITION:
+                        # Partitions added since this producer last read metadata: read it again, once.
+                        with self._errors(f"cannot read metadata of {name}"):
+                            producer.list_topics(name, timeout=TIMEOUT_SECONDS)
+                        refreshed = True
+                        continue
                     raise self._translate(exc, f"cannot write to {name}") from None
 
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
@@ -672,6 +679,24 @@ class KafkaStore(Store):
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["cluster"], state["bootstrap"], state["settings"])
+
+
+def _serialized(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def call(self: KafkaStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
+
+
+# One thread at a time per store object, as the embedded store's SQLite transactions serialise
+# threads: its readers, folds and transactional producers hold positions and open transactions
+# that two threads must not share mid-call (gateways in threads of one process share a store).
+for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
+              "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
+              "purge_before", "range_stats", "commit_cursors", "cursors", "marks", "apply", "drop_marks",
+              "offset_syncs", "close"):
+    setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
 
 def watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:
