@@ -116,3 +116,20 @@ def test_a_store_writes_to_partitions_another_store_added(kafka_broker, store):
         assert [m.value for m in other.read(stream, "t", 1, 0, 10)] == [b"d"]
     finally:
         other.close()
+
+
+def test_a_store_reads_partitions_another_store_added(kafka_broker, store):
+    """Offsets and reads of partitions added after the store's clients read metadata (a gateway
+    picking up a source's new partitions) are answered at once, not after a 15 s timeout."""
+    other = KafkaStore("kc", kafka_broker, {"streamrep.namespace": store.namespace})
+    try:
+        stream = str(uuid.uuid4())
+        store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
+        store.create_topic(stream, "t", 1)
+        assert store.offsets(stream, "t", 0) == (0, 0)
+        other.add_partitions(stream, "t", 3)
+        other.append(stream, "t", {2: [Message(b"c")]})
+        assert store.offsets(stream, "t", 2) == (0, 1)
+        assert [m.value for m in store.read(stream, "t", 2, 0, 10)] == [b"c"]
+    finally:
+        other.close()

@@ -524,8 +524,11 @@ class KafkaStore(Store):
                 code = err.code() if err is not None else None
                 if code in _TRANSIENT and time.monotonic() < deadline:
                     if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
-                                KafkaError.UNKNOWN_TOPIC_OR_PART) and self._kafka_topics().get(name, 0) <= partition:
-                        raise NotFound(f"topic {topic} has no partition {partition}") from None
+                                KafkaError.UNKNOWN_TOPIC_OR_PART):
+                        if self._kafka_topics().get(name, 0) <= partition:
+                            raise NotFound(f"topic {topic} has no partition {partition}") from None
+                        with self._errors(f"cannot read metadata of {name}"):  # added since the client last looked
+                            self._meta().list_topics(name, timeout=TIMEOUT_SECONDS)
                     time.sleep(0.05)
                     continue
                 raise self._translate(exc, f"cannot read offsets of {name}") from None
