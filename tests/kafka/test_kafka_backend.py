@@ -8,21 +8,18 @@ import uuid
 
 import pytest
 
-from conftest import delete_namespace
 from streamrep.errors import Conflict
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
 
-pytestmark = pytest.mark.kafka
+pytestmark = pytest.mark.backends("kafka")
 
 
 @pytest.fixture
-def store(kafka_broker):
-    namespace = f"t{uuid.uuid4().hex[:10]}"
-    store = KafkaStore("kc", kafka_broker, {"streamrep.namespace": namespace})
-    yield store
-    store.close()
-    delete_namespace(kafka_broker, namespace)
+def store(empty_home, add_cluster) -> KafkaStore:
+    """The store of a Kafka cluster of its own (a namespace on the session's broker, deleted after the test)."""
+    add_cluster(empty_home, "kc")
+    return empty_home.store("kc")
 
 
 def test_a_conflict_raised_by_the_change_is_the_callers_answer_not_a_retry(store):
@@ -43,11 +40,11 @@ def test_a_conflict_raised_by_the_change_is_the_callers_answer_not_a_retry(store
     assert store.catalog_update("doc", "d", lambda doc: {"v": doc["v"] + 1}) == {"v": 2}  # the writer still works
 
 
-def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(kafka_broker, store):
+def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(store):
     """Two store objects (an acknowledging CLI and a gateway, say) write one replica partition:
     each fences the other's transactional producer. ``drop_marks`` has no Conflict in its
     contract (the embedded store never raises one), so the fenced store reads again and drops."""
-    other = KafkaStore("kc", kafka_broker, {"streamrep.namespace": store.namespace})
+    other = KafkaStore("kc", store.bootstrap, {"streamrep.namespace": store.namespace})
     try:
         stream = str(uuid.uuid4())
         store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
@@ -99,10 +96,10 @@ def test_one_store_object_serves_several_threads(store):
     assert store.marks(stream) == {"p|w0|t|0": 5, "p|w1|t|0": 5}
 
 
-def test_a_store_writes_to_partitions_another_store_added(kafka_broker, store):
+def test_a_store_writes_to_partitions_another_store_added(store):
     """A producer's metadata is cached for minutes: partitions added meanwhile (by another store
     object, process or admin) are written to, by append and by the transactional apply."""
-    other = KafkaStore("kc", kafka_broker, {"streamrep.namespace": store.namespace})
+    other = KafkaStore("kc", store.bootstrap, {"streamrep.namespace": store.namespace})
     try:
         stream = str(uuid.uuid4())
         store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
@@ -118,10 +115,10 @@ def test_a_store_writes_to_partitions_another_store_added(kafka_broker, store):
         other.close()
 
 
-def test_a_store_reads_partitions_another_store_added(kafka_broker, store):
+def test_a_store_reads_partitions_another_store_added(store):
     """Offsets and reads of partitions added after the store's clients read metadata (a gateway
     picking up a source's new partitions) are answered at once, not after a 15 s timeout."""
-    other = KafkaStore("kc", kafka_broker, {"streamrep.namespace": store.namespace})
+    other = KafkaStore("kc", store.bootstrap, {"streamrep.namespace": store.namespace})
     try:
         stream = str(uuid.uuid4())
         store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})

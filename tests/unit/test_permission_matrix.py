@@ -16,9 +16,9 @@ import re
 import shutil
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pytest
-from conftest import delete_namespace
 from streamrep.cli.main import run
 from streamrep.client import Clusters, Consumer, Producer, StreamAdmin
 from streamrep.model.ace import Identity
@@ -90,17 +90,15 @@ def ace_for(right: str) -> str:
     return f"u:alice | u:{USERS[right]}"
 
 
-def build_world(home: Path, kafka_broker: str | None = None) -> list[str]:
-    """Build the world in ``home`` as alice: on embedded clusters, or on Kafka clusters (a
-    namespace each on ``kafka_broker``). Returns the Kafka namespaces it made."""
+def build_world(home: Path, add: Callable[[Clusters, str], object] | None = None) -> None:
+    """Build the world in ``home`` as alice, on embedded clusters or on those ``add(clusters, name)``
+    registers (the ``add_cluster`` fixture)."""
     alice = StreamAdmin(Clusters(str(home)), Identity("alice"))
-    namespaces = []
     for cluster in ("sanfrancisco", "newyork"):
-        if kafka_broker is None:
+        if add is None:
             alice.add_cluster(cluster)
         else:
-            namespaces.append(f"t{uuid.uuid4().hex[:10]}-{cluster}")
-            alice.add_cluster(cluster, f"kafka://{kafka_broker}", settings={"streamrep.namespace": namespaces[-1]})
+            add(alice.clusters, cluster)  # with no cluster ACE yet: alice may set one
         alice.set_cluster_ace(f"u:alice | u:{USERS['cluster admin']}", cluster)
     acls = {perm: ace_for(perm) for perm in PERMISSIONS}
     alice.create_stream(SF, defaultpartitions=2, ttl=0, **acls)
@@ -120,7 +118,6 @@ def build_world(home: Path, kafka_broker: str | None = None) -> list[str]:
     gateway.stop()
     alice.set_gateways("newyork", "gw1", cluster="sanfrancisco")
     alice.clusters.close()
-    return namespaces
 
 
 @pytest.fixture(scope="module")
@@ -188,27 +185,24 @@ READ_ONLY = {"stream info", "stream list", "stream topic list", "stream topic in
 
 @pytest.fixture(scope="module")
 def kafka_world(tmp_path_factory, kafka_broker) -> Path:
-    """The world on Kafka clusters, shared by the cases that change nothing."""
+    """The world on Kafka clusters, shared by the cases that change nothing. Its namespaces stay
+    on the session's broker, which is discarded at the end of the session."""
     home = tmp_path_factory.mktemp("kafka-world")
-    namespaces = build_world(home, kafka_broker)
-    yield home
-    for namespace in namespaces:
-        delete_namespace(kafka_broker, namespace)
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    build_world(home, lambda clusters, name: clusters.add(
+        name, url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": f"{prefix}-{name}"}))
+    return home
 
 
-@pytest.mark.kafka
+@pytest.mark.backends("kafka")
 @pytest.mark.parametrize("command, role", KAFKA_CASES)
-def test_command_allowed_or_refused_on_kafka(request, kafka_broker, tmp_path, monkeypatch, command, role):
+def test_command_allowed_or_refused_on_kafka(request, add_cluster, tmp_path, monkeypatch, command, role):
     if role not in MATRIX[command][1] or command in READ_ONLY:
         check_case(request.getfixturevalue("kafka_world"), monkeypatch, command, role)
         return
     home = tmp_path / "home"
-    namespaces = build_world(home, kafka_broker)
-    try:
-        check_case(home, monkeypatch, command, role)
-    finally:
-        for namespace in namespaces:
-            delete_namespace(kafka_broker, namespace)
+    build_world(home, add_cluster)  # namespaces of this test's own
+    check_case(home, monkeypatch, command, role)
 
 
 def family(command: str) -> str:
