@@ -1,4 +1,5 @@
-"""Offsets under concurrent producers in several processes (property-based).
+"""Offsets under concurrent producers in several processes (property-based), on embedded and Kafka
+clusters.
 
 Hypothesis picks how many processes, how many messages each, the batch size, the partition
 count and how messages are spread; real child processes then append to one topic at once.
@@ -18,6 +19,7 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from streamrep.client import Clusters, StreamAdmin
@@ -85,21 +87,38 @@ def run_producers(home: Path, procs: int, count: int, batch: int, spread: str, p
                 child.wait()
 
 
-@settings(max_examples=5, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow])
-@example(procs=4, count=150, batch=1, spread="roundrobin", partitions=3)
-@given(
+CASES = dict(
     procs=st.integers(2, 4),
     count=st.integers(1, 200),
     batch=st.integers(1, 40),
     spread=st.sampled_from(["roundrobin", "keyed", "explicit"]),
     partitions=st.integers(1, 3),
 )
-def test_offsets_under_concurrent_producers(procs, count, batch, spread, partitions):
+# add_cluster is function-scoped: each example registers a cluster of its own in its own home.
+SETTINGS = dict(deadline=None, database=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+
+@settings(max_examples=5, **SETTINGS)
+@example(procs=4, count=150, batch=1, spread="roundrobin", partitions=3)
+@given(**CASES)
+def test_offsets_under_concurrent_producers(add_cluster, procs, count, batch, spread, partitions):
+    check_concurrent_producers(add_cluster, procs, count, batch, spread, partitions)
+
+
+@pytest.mark.backends("kafka")
+@settings(max_examples=1, **SETTINGS)  # each example costs seconds of Kafka set-up
+@example(procs=4, count=150, batch=1, spread="roundrobin", partitions=3)
+@given(**CASES)
+def test_offsets_under_concurrent_producers_on_kafka(add_cluster, procs, count, batch, spread, partitions):
+    check_concurrent_producers(add_cluster, procs, count, batch, spread, partitions)
+
+
+def check_concurrent_producers(add_cluster, procs: int, count: int, batch: int, spread: str, partitions: int) -> None:
     with tempfile.TemporaryDirectory(prefix="streamrep-concurrent-") as tmp:
         home = Path(tmp)
         admin = StreamAdmin(Clusters(str(home)), Identity("alice"))
-        admin.clusters.add("sanfrancisco")
+        add_cluster(admin.clusters, "sanfrancisco")  # on Kafka, a namespace of its own for each example
         admin.create_stream(STREAM, ttl=0)
         admin.create_topic(STREAM, "events", partitions)
         admin.clusters.close()

@@ -33,11 +33,16 @@ from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.status import replica_status
 from streamrep.replication.translate import translate_cursors
-from streamrep.store.embedded import EmbeddedStore
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 TK = "/mapr/tokyo/activity"
+
+# Tests that also run on Kafka clusters (three namespaces on the session's broker): the agreement,
+# gateways, copystream, autosetup, multi-master, cursor translation and status. The largest
+# topologies (64 replicas, a mesh of three, CLI refusals with 64 replicas) stay on embedded clusters.
+ON_BOTH = pytest.mark.backends("embedded", "kafka")
+NEEDS_SPANS = "needs read spans (branch span)"
 
 REPLICATING = ReplicaState.REPLICATING.value
 WAITING_FOR_UPSTREAM = ReplicaState.WAITING_FOR_UPSTREAM.value
@@ -45,10 +50,10 @@ FELL_BACK = ReplicaState.SYNC_FALLBACK.value
 
 
 @pytest.fixture
-def api3(api):
-    """Three embedded clusters: sanfrancisco (the default), newyork and tokyo."""
+def api3(api, add_cluster):
+    """Three clusters on the test's backend: sanfrancisco (the default), newyork and tokyo."""
     for name in ("sanfrancisco", "newyork", "tokyo"):
-        api.clusters.add(name)
+        add_cluster(api.clusters, name)
     return api
 
 
@@ -103,7 +108,8 @@ def assert_origin_order(admin, stream: str) -> None:
 
 
 # -- 1. the manual seven steps, through the CLI ------------------------------------------------
-def test_manual_seven_steps_through_the_cli(cli, api3):
+@ON_BOTH
+def test_manual_seven_steps_through_the_cli(cli, api3, backend):
     api = api3
     source_with_topics(api, SF, clicks=3, views=2)
     api.edit_stream(SF, defaultpartitions=3)
@@ -165,10 +171,13 @@ def test_manual_seven_steps_through_the_cli(cli, api3):
 
     assert_exactly_once(api, NY, before + between + after)
     # keys, headers, timestamps, partitions and the order within each partition are kept;
-    # with one upstream and no local producer, even the offsets are the source's
+    # with one upstream and no local producer, even the offsets are the source's (not on Kafka,
+    # where each apply's transaction marker takes an offset of the replica)
     assert_same_partitions(api, SF, NY)
     src, dst = contents(api, SF), contents(api, NY)
-    assert {k: [m.offset for m in v] for k, v in src.items()} == {k: [m.offset for m in v] for k, v in dst.items()}
+    if backend == "embedded":
+        assert {k: [m.offset for m in v] for k, v in src.items()} == \
+            {k: [m.offset for m in v] for k, v in dst.items()}
     assert any(m.key is not None and m.header("bin") == b"\x00\xff" for m in dst[("clicks", 0)])
 
     [row] = json_rows(cli("stream", "replica", "list", "-path", SF, "-json"))
@@ -226,6 +235,7 @@ def test_autosetup_refuses_an_existing_replica_stream(cli, api3):
 
 
 @pytest.mark.parametrize("synchronous", [False, True])
+@ON_BOTH
 def test_autosetup_multimaster(api3, synchronous):
     api = api3
     source_with_topics(api, SF, sf_events=2)
@@ -256,6 +266,7 @@ def test_autosetup_multimaster(api3, synchronous):
     assert drain(g_sf, g_ny) == 0  # no loops
 
 
+@ON_BOTH
 def test_multimaster_status_leaves_out_what_came_from_the_replica(api3):
     """The reverse link of a fresh multi-master setup holds only copies of the replica's own
     messages: nothing is pending, although the other gateway has not passed over them yet."""
@@ -272,6 +283,7 @@ def test_multimaster_status_leaves_out_what_came_from_the_replica(api3):
 
 
 # -- 3. the two-way agreement ---------------------------------------------------------------
+@ON_BOTH
 def test_replica_without_upstream_flows_nothing(api3):
     api = api3
     source_with_topics(api, SF, t=2)
@@ -308,6 +320,7 @@ def test_upstream_without_replica_listing_flows_nothing(api3):
     assert_exactly_once(api, NY, sent)
 
 
+@ON_BOTH
 def test_paused_flows_nothing_until_resumed(api3):
     api = api3
     source_with_topics(api, SF, t=2)
@@ -323,6 +336,7 @@ def test_paused_flows_nothing_until_resumed(api3):
     assert_exactly_once(api, NY, sent)
 
 
+@ON_BOTH
 def test_pause_midway_stops_at_a_clean_position_and_resume_continues(api3):
     api = api3
     linked_pair(api, t=3)
@@ -392,6 +406,7 @@ def test_replica_remove_stops_it_for_good(api3):
     assert_exactly_once(api, SF, first + later)  # the source has them; they just do not flow
 
 
+@ON_BOTH
 def test_upstream_remove_stops_flow(api3):
     api = api3
     linked_pair(api, t=2)
@@ -410,7 +425,10 @@ def test_upstream_remove_stops_flow(api3):
 
 
 # -- 4. topologies ---------------------------------------------------------------------------
-def test_multimaster_between_two_streams_converges_without_loops(api3):
+@ON_BOTH
+def test_multimaster_between_two_streams_converges_without_loops(api3, backend, request):
+    if backend == "kafka":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NEEDS_SPANS))
     api = api3
     rng = random.Random(7)
     source_with_topics(api, SF, sf_events=2, shared=2)
@@ -494,6 +512,7 @@ def test_topic_name_conflict_between_upstreams_is_refused(api3):
     assert [u.path for u in api.upstream_links(TK)] == [SF]
 
 
+@ON_BOTH
 def test_chain_keeps_the_origin(api3):
     api = api3
     source_with_topics(api, SF, t=2)
@@ -561,6 +580,7 @@ def test_fan_out_to_64_replicas(api3):
     assert all(row["isUptodate"] for row in replica_status(api, SF))
 
 
+@ON_BOTH
 def test_fan_in_from_several_upstreams(api3):
     api = api3
     upstreams = {"/mapr/sanfrancisco/a": "ta", "/mapr/sanfrancisco/b": "tb", "/mapr/tokyo/c": "tc"}
@@ -609,6 +629,7 @@ def test_intracluster_replication_both_ways(api3):
 
 
 # -- 5. new topics and partitions -------------------------------------------------------------
+@ON_BOTH
 def test_new_topics_and_partitions_are_picked_up_without_restart(api3):
     api = api3
     linked_pair(api, t=2)
@@ -655,7 +676,12 @@ def test_a_gateway_pass_ends_even_while_producers_stay_ahead(api3, monkeypatch):
     assert_exactly_once(api, NY, sent + [v for values in chased for v in values])
 
 
-def test_a_topic_deleted_and_created_again_on_the_source_still_replicates(api3):
+@ON_BOTH
+def test_a_topic_deleted_and_created_again_on_the_source_still_replicates(api3, backend, request):
+    if backend == "kafka":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "Kafka starts a recreated topic at offset 0 again: the replica's stored position (10) makes the "
+            "gateway skip the new topic's first messages; positions do not yet tell topic incarnations apart")))
     api = api3
     linked_pair(api, t=1)
     gw = Gateway(api, "newyork", "g1")
@@ -669,14 +695,16 @@ def test_a_topic_deleted_and_created_again_on_the_source_still_replicates(api3):
 
 
 # -- 6. gateways of one cluster: shares, takeover, listing -------------------------------------
-def test_two_gateways_share_and_take_over(api3):
+@ON_BOTH
+def test_two_gateways_share_and_take_over(api3, backend):
     api = api3
+    expiry = 1.0 if backend == "embedded" else 3.0  # Kafka's transactions make each step slower
     source_with_topics(api, SF, t=5, u=3)
     api.create_stream(NY, copymetafrom=SF)
     link(api, SF, NY)
     api.set_gateways("newyork", "g1 g2", cluster="sanfrancisco")
-    g1 = Gateway(api, "newyork", "g1", expiry=1.0)
-    g2 = Gateway(api, "newyork", "g2", expiry=1.0)
+    g1 = Gateway(api, "newyork", "g1", expiry=expiry)
+    g2 = Gateway(api, "newyork", "g2", expiry=expiry)
     g1.heartbeat()
     g2.heartbeat()
     s1, s2 = set(g1.assignment().units), set(g2.assignment().units)
@@ -693,6 +721,7 @@ def test_two_gateways_share_and_take_over(api3):
     # g1 applies part of each of its partitions, then dies; g2 does its own share
     for unit, flows in g1.assignment().units.items():
         g1.replicate(unit, flows, max_messages=7)
+    g1.heartbeat()  # still alive when g2 runs
     g2.run_once(max_messages=10)
     assert 0 < count(api, NY) < len(sent)
     g1.stop()  # its heartbeat is withdrawn: g2 takes over at once
@@ -706,7 +735,7 @@ def test_two_gateways_share_and_take_over(api3):
     g2.heartbeat()
     assert set(g2.assignment().units) == s2
     more = produce(api, f"{SF}:t", tagged("more", 50))
-    time.sleep(1.05)
+    time.sleep(expiry + 0.05)
     g2.heartbeat()
     assert set(g2.assignment().units) == s1 | s2
     g2.run_once()
@@ -721,6 +750,7 @@ def test_two_gateways_share_and_take_over(api3):
 
 
 # -- 7. overlapping gateways never duplicate ---------------------------------------------------
+@ON_BOTH
 def test_stale_overlapping_batches_apply_once(api3):
     api = api3
     linked_pair(api, t=1)
@@ -747,6 +777,7 @@ def test_stale_overlapping_batches_apply_once(api3):
     assert (count(api, NY), store.marks(uuid)[key]) == before
 
 
+@ON_BOTH
 def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch):
     """Four gateways apply overlapping batches of one source partition at the same moment:
     all plan from the same marks before any commits, so all but one hit the store's
@@ -758,7 +789,8 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
     start, planned = threading.Barrier(workers), threading.Barrier(workers)
     local = threading.local()
     conflicts = Counter()
-    real_plan, real_apply = transfer.plan_apply, EmbeddedStore.apply
+    replica_store_class = type(api.store(api.path(NY)))
+    real_plan, real_apply = transfer.plan_apply, replica_store_class.apply
 
     def gated_plan(*args, **kwargs):
         plan = real_plan(*args, **kwargs)
@@ -775,7 +807,7 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
             raise
 
     monkeypatch.setattr(transfer, "plan_apply", gated_plan)
-    monkeypatch.setattr(EmbeddedStore, "apply", counting_apply)
+    monkeypatch.setattr(replica_store_class, "apply", counting_apply)
     probe = Gateway(api, "newyork", "probe")
     [(unit, flows)] = probe.assignment().units.items()
     probe.stop()
@@ -830,6 +862,7 @@ def test_once_drains_the_share_of_a_gateway_that_just_died(api3, cli):
     assert status(api, SF, NY)["isUptodate"] is True
 
 
+@ON_BOTH
 def test_all_gateways_down_then_one_starts(api3):
     api = api3
     linked_pair(api, t=3)
@@ -908,6 +941,7 @@ def test_refusals_through_the_cli(cli, api3):
 
 
 # -- 10. synchronous replicas -------------------------------------------------------------------
+@ON_BOTH
 def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     api = api3
     source_with_topics(api, SF, t=2)
@@ -1001,6 +1035,7 @@ def consume_part(admin, topic: str, group: str, n: int) -> list:
     return got
 
 
+@ON_BOTH
 def test_cursor_translation_with_fan_in(cli, api3):
     """The replica's partitions interleave two upstreams' messages, so replica offsets differ
     from source offsets; translated cursors still resume exactly where the group stopped."""
@@ -1040,10 +1075,13 @@ def test_cursor_translation_with_fan_in(cli, api3):
     assert Counter(resumed) == Counter(remaining)
 
 
-def test_cursor_translation_after_multimaster_skips(api3):
+@ON_BOTH
+def test_cursor_translation_after_multimaster_skips(api3, backend, request):
     """SF:t/0 holds SF's own messages around a stretch that came back from NY (skipped when
     replicating to NY). Every source cursor maps to the NY offset of the first SF message at or
     after it, and a cursor past the skipped stretch resumes with exactly the rest."""
+    if backend == "kafka":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=NEEDS_SPANS))
     api = api3
     for path in (SF, NY):
         source_with_topics(api, path, t=1)
@@ -1082,6 +1120,7 @@ def test_cursor_translation_after_multimaster_skips(api3):
 
 
 # -- 12. status -----------------------------------------------------------------------------------
+@ON_BOTH
 def test_status_counts_are_exact_before_and_zero_after(api3):
     api = api3
     source_with_topics(api, SF, t=2, u=1)

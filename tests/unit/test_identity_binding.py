@@ -1,5 +1,5 @@
 """The two-way agreement binds stream identities (UUIDs), not paths; a stream reached through
-two cluster names is one stream; copystream checks the destination. Real embedded clusters."""
+two cluster names is one stream; copystream checks the destination. Real embedded (and Kafka) clusters."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from streamrep.model.catalog import STREAM_KIND
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
+
+# On Kafka clusters too: what flows (or not) and what copystream may write, by identity; the
+# link formats and the Spark reader's use of the same check are backend-neutral.
+ON_BOTH = pytest.mark.backends("embedded", "kafka")
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
@@ -63,6 +67,7 @@ def test_links_record_the_uuids_and_upstream_list_reports_them(agreed):
                                           "uuid": sf.uuid}]
 
 
+@ON_BOTH
 def test_a_stream_recreated_at_the_replica_path_receives_nothing(agreed, bob):
     admin = agreed
     agreed_uuid = admin.entry(NY).uuid
@@ -79,6 +84,7 @@ def test_a_stream_recreated_at_the_replica_path_receives_nothing(agreed, bob):
     assert NY in row["errors"] and agreed_uuid in row["errors"] and stranger in row["errors"]
 
 
+@ON_BOTH
 def test_a_strangers_stream_at_the_old_upstream_path_feeds_nothing(agreed, bob):
     admin = agreed
     agreed_uuid = admin.entry(SF).uuid
@@ -100,6 +106,7 @@ def test_a_strangers_stream_at_the_old_upstream_path_feeds_nothing(agreed, bob):
     assert drain(admin) == 1 and held(admin, NY) == ["spam"]
 
 
+@ON_BOTH
 def test_the_agreed_pair_still_flows(agreed):
     assert drain(agreed) == 3 and sorted(held(agreed, NY)) == ["a", "b", "c"]
 
@@ -145,6 +152,7 @@ def _alias(admin: StreamAdmin, alias: str, of: str) -> None:
         json.dump(data, f)
 
 
+@ON_BOTH
 def test_a_stream_under_another_cluster_name_is_itself(admin):
     admin.create_stream(SF)
     admin.create_topic(SF, "clicks")
@@ -170,6 +178,7 @@ def source(admin):
     return admin
 
 
+@ON_BOTH
 def test_copy_into_an_existing_stream_needs_produceperm(source, bob):
     admin = source
     admin.create_stream(NY)  # alice's: bob may neither produce to it nor administer it
@@ -180,6 +189,7 @@ def test_copy_into_an_existing_stream_needs_produceperm(source, bob):
     assert copy_stream(bob, SF, NY)["messages"] == 2 and sorted(held(admin, NY)) == ["a", "b"]
 
 
+@ON_BOTH
 def test_a_copy_that_created_its_destination_resumes_into_it(source, bob):
     admin = source
     admin.edit_stream(SF, adminperm="u:alice | u:bob")  # bob: copyperm and adminperm, not produceperm
@@ -189,6 +199,7 @@ def test_a_copy_that_created_its_destination_resumes_into_it(source, bob):
     assert sorted(held(admin, NY)) == ["a", "b", "c"]
 
 
+@ON_BOTH
 def test_copy_creating_the_destination_needs_the_adminperm_it_would_have(source, bob, home):
     admin = source
     with pytest.raises(PermissionDenied, match=f"user bob would not have adminperm on stream {NY}"):
@@ -207,6 +218,7 @@ def test_copy_needs_copyperm_on_the_source(source, home):
     assert held(carol, NY) == []
 
 
+@ON_BOTH
 def test_gateways_publish_into_a_replica_nobody_may_produce_to(agreed, bob):
     admin = agreed
     admin.edit_stream(NY, produceperm="")
@@ -240,6 +252,7 @@ def test_links_from_older_or_newer_catalogs_load():
     assert binds(newer, "u1", 10**15) and not binds(newer, "u2", 0)
 
 
+@ON_BOTH
 def test_a_producer_does_not_wait_for_a_synchronous_replica_recreated_at_its_path(admin):
     """The synchronous wait uses the same identity rule as the gateways: a replica deleted and
     recreated at the linked path gets nothing applied, so the producer neither waits for it nor

@@ -1,4 +1,5 @@
-"""Tests for streamrep.client.producer and streamrep.client.consumer on embedded clusters."""
+"""Tests for streamrep.client.producer and streamrep.client.consumer on embedded clusters, and on
+Kafka clusters where marked."""
 
 import time
 from collections import Counter
@@ -12,6 +13,10 @@ from streamrep.errors import InvalidArgument, NotFound, PermissionDenied
 from streamrep.model.message import Message
 from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import parse_topic_path
+
+# On Kafka clusters too: partitioning, autocreate, permissions, message fields, flush offsets,
+# groups, seeks and retention; argument checks made before any store call stay embedded-only.
+ON_BOTH = pytest.mark.backends("embedded", "kafka")
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
@@ -30,6 +35,7 @@ def consume_all(admin, topic, **kw):
 # --- partitioning -------------------------------------------------------------------
 
 
+@ON_BOTH
 def test_key_hash_partitioning_matches_kafka(admin):
     admin.create_stream(SF, defaultpartitions=5)
     keys = [f"user-{i}" for i in range(40)]
@@ -44,6 +50,7 @@ def test_key_hash_partitioning_matches_kafka(admin):
     assert len({m.partition for m in got}) > 1
 
 
+@ON_BOTH
 def test_same_key_keeps_order_in_one_partition(admin):
     admin.create_stream(SF, defaultpartitions=4)
     with Producer(admin) as p:
@@ -75,6 +82,7 @@ def test_bad_partition(admin, partition):
     assert consume_all(admin, SF + ":t") == []
 
 
+@ON_BOTH
 def test_round_robin_spreads_keyless_messages(admin):
     admin.create_stream(SF, defaultpartitions=4)
     with Producer(admin) as p:
@@ -87,6 +95,7 @@ def test_round_robin_spreads_keyless_messages(admin):
 # --- topics and permissions ------------------------------------------------------------
 
 
+@ON_BOTH
 def test_autocreate_uses_defaultpartitions(admin):
     admin.create_stream(SF, defaultpartitions=3)
     with Producer(admin) as p:
@@ -100,6 +109,7 @@ def test_existing_topic_keeps_its_partitions(admin, sf):
     assert p.partitions(parse_topic_path(SF + ":t", None)) == 2
 
 
+@ON_BOTH
 def test_autocreate_false_is_not_found(admin):
     admin.create_stream(SF, autocreate=False)
     with pytest.raises(NotFound, match="does not autocreate topics"):
@@ -115,6 +125,7 @@ def test_autocreate_false_existing_topic_works(admin):
     assert len(consume_all(admin, SF + ":t")) == 1
 
 
+@ON_BOTH
 def test_topic_created_after_producer_start_is_seen(admin):
     admin.create_stream(SF, autocreate=False)
     admin.create_topic(SF, "a")
@@ -133,6 +144,7 @@ def test_unknown_stream(admin):
         Consumer(SF + ":t", admin=admin)
 
 
+@ON_BOTH
 def test_produceperm_denied(admin, bob, sf):
     with pytest.raises(PermissionDenied, match="user bob does not have produceperm"):
         Producer(bob).send(SF + ":t", "v")
@@ -143,6 +155,7 @@ def test_produceperm_denied(admin, bob, sf):
     assert len(consume_all(admin, SF + ":t")) == 1
 
 
+@ON_BOTH
 def test_consumeperm_denied(admin, bob, sf):
     admin.create_topic(SF, "t")
     with pytest.raises(PermissionDenied, match="user bob does not have consumeperm"):
@@ -166,6 +179,7 @@ def test_bad_topic_path(admin, sf):
 # --- messages --------------------------------------------------------------------------
 
 
+@ON_BOTH
 def test_headers_and_timestamps_preserved(admin):
     admin.create_stream(SF, ttl=0)
     ts_recent = now_ms() - 5000
@@ -189,6 +203,7 @@ def test_default_timestamp_is_now(admin, sf):
     assert before <= m.timestamp <= now_ms()
 
 
+@ON_BOTH
 def test_flush_returns_offsets_and_unflushed_is_invisible(admin):
     admin.create_stream(SF, defaultpartitions=2)
     p = Producer(admin)
@@ -224,6 +239,7 @@ def test_context_manager_does_not_flush_on_error(admin, sf):
     assert consume_all(admin, SF + ":t") == []
 
 
+@ON_BOTH
 def test_multiple_streams_in_one_producer(admin, sf):
     admin.create_stream(NY)
     with Producer(admin) as p:
@@ -251,6 +267,7 @@ def test_multiple_streams_flush_reports_each(admin, sf):
 # --- consumer ---------------------------------------------------------------------------
 
 
+@ON_BOTH
 def test_latest_by_default_from_start_on_request(admin, sf):
     with Producer(admin) as p:
         p.send(SF + ":t", "old1")
@@ -265,6 +282,7 @@ def test_latest_by_default_from_start_on_request(admin, sf):
     ]
 
 
+@ON_BOTH
 def test_consumer_group_commit_and_resume(admin, sf):
     with Producer(admin) as p:
         for i in range(5):
@@ -300,6 +318,7 @@ def test_consumer_unknown_topic(admin, sf):
         Consumer(SF + ":nope", admin=admin)
 
 
+@ON_BOTH
 def test_seek_and_lag(admin, sf):
     with Producer(admin) as p:
         for i in range(4):
@@ -313,6 +332,7 @@ def test_seek_and_lag(admin, sf):
         c.seek(7, 0)
 
 
+@ON_BOTH
 def test_poll_serves_every_partition(admin):
     admin.create_stream(SF, defaultpartitions=2)
     with Producer(admin) as p:
@@ -369,6 +389,7 @@ def _old_then_fresh(admin, old=3, fresh=2):
     admin.edit_stream(SF, ttl=3600)
 
 
+@ON_BOTH
 def test_ttl_expired_messages_are_not_returned(admin):
     _old_then_fresh(admin)
     assert admin.topic_info(SF, "t")[0]["minoffset"] == 3  # retention runs before topic info reports
@@ -384,6 +405,7 @@ def test_ttl_expired_messages_skipped_even_when_a_poll_is_all_expired(admin):
     assert [m.value for m in c.poll(max_messages=4)] == [b"fresh0", b"fresh1"]
 
 
+@ON_BOTH
 def test_ttl_purges_on_a_later_produce(admin):
     _old_then_fresh(admin)
     with Producer(admin) as p:
@@ -405,6 +427,7 @@ def test_ttl_zero_keeps_everything(admin):
     assert admin.topic_info(SF, "t")[0]["minoffset"] == 0
 
 
+@ON_BOTH
 def test_ttl_messages_stored_old_are_purged(admin, sf):
     # A message produced already older than the ttl is never returned.
     store = admin.store(admin.path(SF))

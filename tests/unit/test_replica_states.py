@@ -1,5 +1,5 @@
 """``stream replica list`` tells the truth: paused, no live gateway, messages lost to the source's
-retention; MapR's field names. Real embedded clusters and the in-process gateway."""
+retention; MapR's field names. Real embedded (and Kafka) clusters and the in-process gateway."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ from streamrep.replication.apply import plan_apply
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
 from streamrep.replication.status import acknowledge_loss, replica_status
+
+# On Kafka clusters too: states read from gateways, positions and retention; the CLI spellings
+# and the catalog-only copy states are the same code on both backends.
+ON_BOTH = pytest.mark.backends("embedded", "kafka")
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
@@ -67,6 +71,7 @@ def values(admin, path):
 
 
 # -- item 6: MapR's field names ------------------------------------------------------------------
+@ON_BOTH
 def test_replica_list_uses_maprs_field_names(linked):
     gateway = Gateway(linked, "newyork", "gw1")
     produce(linked, "a")
@@ -90,6 +95,7 @@ def test_cli_replica_list_accepts_refreshnow(linked, monkeypatch):
 
 
 # -- item 1: paused ----------------------------------------------------------------------------------
+@ON_BOTH
 def test_a_paused_replica_reads_paused_not_replicating(linked):
     gateway = Gateway(linked, "newyork", "gw1")
     produce(linked, "a")
@@ -107,6 +113,7 @@ def test_a_paused_replica_reads_paused_not_replicating(linked):
 
 
 # -- item 2: no live gateway ----------------------------------------------------------------------
+@ON_BOTH
 def test_every_listed_gateway_dead_reads_waiting_for_gateway_naming_them(linked):
     linked.set_gateways("newyork", "gw1 gw2")
     gw1 = Gateway(linked, "newyork", "gw1")
@@ -148,6 +155,7 @@ def lose_three(admin, gateway):
     admin.topic_info(SF, "t")  # retention runs: every message of SF is past its ttl
 
 
+@ON_BOTH
 def test_retention_loss_is_shown_logged_and_kept_until_acknowledged(linked, bob, caplog):
     gateway = Gateway(linked, "newyork", "gw1")
     lose_three(linked, gateway)
@@ -179,6 +187,7 @@ def test_retention_loss_is_shown_logged_and_kept_until_acknowledged(linked, bob,
     assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 0  # a retry finds it done
 
 
+@ON_BOTH
 def test_loss_is_recorded_even_when_nothing_is_left_to_replicate(linked):
     gateway = Gateway(linked, "newyork", "gw1")
     lose_three(linked, gateway)
@@ -198,6 +207,7 @@ def test_cli_acknowledge(linked, monkeypatch):
     assert json.loads(out.getvalue())["data"] == [{"replicaPath": NY, "acknowledged": 3, "ranges": "t/0:1-3"}]
 
 
+@ON_BOTH
 def test_copystream_after_retention_removed_messages_records_the_loss(admin):
     admin.create_stream(SF, ttl=0)
     admin.create_topic(SF, "t", 1)
@@ -214,6 +224,7 @@ def test_copystream_after_retention_removed_messages_records_the_loss(admin):
     assert "t/0 offsets 2-3 (2)" in row_of(admin)["errors"]
 
 
+@ON_BOTH
 def test_a_replica_with_no_position_yet_has_lost_nothing(linked):
     # messages that expired before replication was ever set up are not a loss
     store = linked.store(linked.path(SF))
@@ -235,6 +246,7 @@ def test_plan_never_counts_as_lost_what_the_batch_holds():
     assert plan.marks[loss_key("source", "t", 0, 1)] == 3
 
 
+@ON_BOTH
 def test_the_spark_gateways_writer_records_the_loss_too(linked, caplog):
     # The code a Spark gateway's write task runs (ReplicateStreamWriter.write), fed Arrow batches
     # by the reader's read_range, in this process: no Spark session needed to prove the path.

@@ -24,10 +24,12 @@ Client settings (security.protocol, SASL, SSL files) pass through to confluent-k
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -101,6 +103,7 @@ class KafkaStore(Store):
         internal = f"{INTERNAL_PREFIX}.{self.namespace}." if self.namespace else f"{INTERNAL_PREFIX}."
         self._internal = internal
         self._topics = {name: internal + name for name in ("catalog", "marks", "syncs")}
+        self._lock = threading.RLock()
         self._reset()
 
     def _reset(self) -> None:
@@ -173,6 +176,8 @@ class KafkaStore(Store):
         producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
                              "transaction.timeout.ms": 60000})
         with self._errors("cannot start a transaction"):
+            # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer.
+            producer.list_topics(timeout=TIMEOUT_SECONDS)
             producer.init_transactions(TIMEOUT_SECONDS)
         self._txns[txid] = producer
         while len(self._txns) > MAX_TRANSACTIONAL_PRODUCERS:
@@ -277,12 +282,19 @@ class KafkaStore(Store):
     ) -> CatalogDoc | None:
         txid = self._txid("catalog", kind, key)
         for _ in range(CATALOG_RETRIES):
+            refused: Conflict | None = None
             try:
                 with self._transaction(txid) as txn:
-                    new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
+                    try:
+                        new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
+                    except Conflict as exc:  # the change's own refusal, not a fenced writer: never retried
+                        refused = exc
+                        raise
                     txn.internal("catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8"))
                 return new
-            except Conflict:
+            except Conflict as exc:
+                if exc is refused:
+                    raise
                 continue
         raise Conflict(f"cluster {self.cluster}: catalog entry {kind} {key} kept changing; try again")
 
@@ -415,6 +427,7 @@ class KafkaStore(Store):
                     offsets[index] = msg.offset()
             return report
 
+        refreshed = False
         for index, (value, key, headers, timestamp, _, _, _) in enumerate(messages):
             while True:
                 try:
@@ -424,6 +437,13 @@ class KafkaStore(Store):
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
                 except KafkaException as exc:
+                    err = _kafka_error(exc)
+                    if not refreshed and err is not None and err.code() == KafkaError._UNKNOWN_PARTITION:
+                        # Partitions added since this producer last read metadata: read it again, once.
+                        with self._errors(f"cannot read metadata of {name}"):
+                            producer.list_topics(name, timeout=TIMEOUT_SECONDS)
+                        refreshed = True
+                        continue
                     raise self._translate(exc, f"cannot write to {name}") from None
 
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
@@ -511,8 +531,11 @@ class KafkaStore(Store):
                 code = err.code() if err is not None else None
                 if code in _TRANSIENT and time.monotonic() < deadline:
                     if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
-                                KafkaError.UNKNOWN_TOPIC_OR_PART) and self._kafka_topics().get(name, 0) <= partition:
-                        raise NotFound(f"topic {topic} has no partition {partition}") from None
+                                KafkaError.UNKNOWN_TOPIC_OR_PART):
+                        if self._kafka_topics().get(name, 0) <= partition:
+                            raise NotFound(f"topic {topic} has no partition {partition}") from None
+                        with self._errors(f"cannot read metadata of {name}"):  # added since the client last looked
+                            self._meta().list_topics(name, timeout=TIMEOUT_SECONDS)
                     time.sleep(0.05)
                     continue
                 raise self._translate(exc, f"cannot read offsets of {name}") from None
@@ -627,11 +650,17 @@ class KafkaStore(Store):
             by_partition.setdefault(mark_partition(key), {})[key] = value
         dropped = 0
         for (topic, partition), wanted in sorted(by_partition.items()):
-            with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
-                current = self.marks(stream)
-                gone = [key for key, value in wanted.items() if current.get(key) == value]
-                for key in gone:
-                    txn.internal("marks", f"{stream}\x1f{key}", None)
+            for attempt in range(CATALOG_RETRIES):
+                try:
+                    with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+                        current = self.marks(stream)
+                        gone = [key for key, value in wanted.items() if current.get(key) == value]
+                        for key in gone:
+                            txn.internal("marks", f"{stream}\x1f{key}", None)
+                    break
+                except Conflict:  # fenced (by a gateway, or another store object, since): read again
+                    if attempt == CATALOG_RETRIES - 1:
+                        raise
             dropped += len(gone)
         return dropped
 
@@ -660,6 +689,24 @@ class KafkaStore(Store):
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["cluster"], state["bootstrap"], state["settings"])
+
+
+def _serialized(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def call(self: KafkaStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return call
+
+
+# One thread at a time per store object, as the embedded store's SQLite transactions serialise
+# threads: its readers, folds and transactional producers hold positions and open transactions
+# that two threads must not share mid-call (gateways in threads of one process share a store).
+for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
+              "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
+              "purge_before", "range_stats", "commit_cursors", "cursors", "marks", "apply", "drop_marks",
+              "offset_syncs", "close"):
+    setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
 
 def watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:
