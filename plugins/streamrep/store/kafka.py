@@ -705,7 +705,7 @@ def _serialized(method: Callable) -> Callable:
 for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
               "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
               "purge_before", "range_stats", "commit_cursors", "cursors", "marks", "apply", "drop_marks",
-              "offset_syncs", "close"):
+              "offset_syncs", "location", "close"):
     setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
 
