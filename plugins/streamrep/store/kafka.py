@@ -65,6 +65,9 @@ _USER_ERRORS = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: PermissionDenied,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: PermissionDenied,
 }
+# A stream's ttl is enforced by ``retain()`` on message timestamps; Kafka's default retention (7 days,
+# also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
+_STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
@@ -326,7 +329,8 @@ class KafkaStore(Store):
 
     def create_topic(self, stream: str, topic: str, partitions: int) -> None:
         name = self._naming(stream).kafka_topic(topic)
-        future = self._admin().create_topics([NewTopic(name, partitions)], request_timeout=TIMEOUT_SECONDS)[name]
+        future = self._admin().create_topics([NewTopic(name, partitions, config=_STREAM_TOPIC_CONFIG)],
+                                             request_timeout=TIMEOUT_SECONDS)[name]
         try:
             future.result()
         except KafkaException as exc:
