@@ -75,6 +75,20 @@ def fresh_home(bootstrap: str) -> tuple[str, StreamAdmin]:
     return home, StreamAdmin(reg, IDENTITY)
 
 
+def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
+    """Delete the run's Kafka topics (both namespaces, and ``topics``) and its STREAMREP_HOME."""
+    namespaces = [admin.clusters.store(name).namespace for name in ("sf", "ny")]
+    bootstrap = admin.clusters.store("sf").bootstrap
+    admin.clusters.close()
+    kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [t for t in kafka_admin.list_topics(timeout=30).topics
+             if t in topics or any(t.startswith(f"{ns}.") or t.startswith(f"_streamrep.{ns}.") for ns in namespaces)]
+    if names:
+        for future in kafka_admin.delete_topics(names, request_timeout=60).values():
+            future.result()
+    shutil.rmtree(home, ignore_errors=True)
+
+
 def kafka_topic(admin: StreamAdmin, path: str, topic: str = "t") -> str:
     sp = admin.path(path)
     entry = admin.entry(sp)
@@ -144,12 +158,14 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
     src = kafka_topic(admin, SOURCE)
     fill(bootstrap, src, count, size)
     kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+    baselines: list[str] = []
     n = [0]
 
     def base() -> float:
-        dst = f"{src}.baseline{n[0]}"
+        dst = f"baseline-{uuid.uuid4().hex}"  # outside the stream's topic names
         n[0] += 1
         kafka_admin.create_topics([NewTopic(dst, PARTITIONS)])[dst].result()
+        baselines.append(dst)
         time.sleep(0.5)  # leaders elected
         t = time.perf_counter()
         copied = baseline_copy(bootstrap, src, dst, count)
@@ -176,8 +192,7 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
     # Interleaved, so a change in machine load hits both sides alike; the median of each is kept.
     times = [(base(), ours()) for _ in range(repeats)]
     b, o = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
-    admin.clusters.close()
-    shutil.rmtree(home, ignore_errors=True)
+    drop(admin, home, baselines)
     return {"case": f"throughput {size}B", "messages": count, "baseline_rate": count / b, "gateway_rate": count / o,
             "ratio": b / o, "runs_s": times}
 
@@ -251,8 +266,7 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) ->
         result[f"{name}_applied_rate"] = len(lat) / seconds
         result[f"{name}_p50_ms"] = statistics.median(lat) if lat else None
         result[f"{name}_p99_ms"] = lat[max(0, int(len(lat) * 0.99) - 1)] if lat else None
-        admin.clusters.close()
-        shutil.rmtree(home, ignore_errors=True)
+        drop(admin, home)
     result["ratio"] = result["gateway_applied_rate"] / max(result["baseline_applied_rate"], 1e-9)
     return result
 

@@ -403,20 +403,24 @@ class KafkaStore(Store):
 
     def _produce_all(self, producer: Producer, name: str, partition: int, messages: Sequence[Message],
                      offsets: list[int], errors: list) -> None:
-        """Produce ``messages``; each delivery stores its offset in ``offsets`` (by index) or an error."""
-        def delivered(index: int) -> Callable:
-            def report(err: KafkaError | None, msg: Any) -> None:
-                if err is not None:
-                    errors.append(err)
-                else:
-                    offsets[index] = msg.offset()
-            return report
+        """Produce ``messages`` to one partition; each delivery stores its offset in ``offsets`` (by index)
+        or an error. One callback serves the whole call: an idempotent producer (every producer here)
+        reports one partition's deliveries in the order they were produced."""
+        slots = iter(range(len(messages)))
 
-        for index, (value, key, headers, timestamp, _, _, _) in enumerate(messages):
+        def report(err: KafkaError | None, msg: Any) -> None:
+            index = next(slots)
+            if err is not None:
+                errors.append(err)
+            else:
+                offsets[index] = msg.offset()
+
+        produce = producer.produce
+        for value, key, headers, timestamp, _, _, _ in messages:
             while True:
                 try:
-                    producer.produce(name, value=value, key=key, partition=partition, headers=list(headers) or None,
-                                     timestamp=timestamp or 0, on_delivery=delivered(index))
+                    produce(name, value, key, partition=partition, on_delivery=report, timestamp=timestamp or 0,
+                            headers=list(headers) if headers else None)
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
@@ -471,6 +475,7 @@ class KafkaStore(Store):
         overshoot = False  # a message at or past ``end`` was consumed: the reader must seek next time
         deadline = time.monotonic() + TIMEOUT_SECONDS
         new = tuple.__new__
+        append = out.append
         while len(out) < max_messages and position < end and not overshoot and time.monotonic() < deadline:
             with self._errors(f"cannot read {name}"):
                 batch = consumer.consume(min(max_messages - len(out), 10000), timeout=0.05)
@@ -485,10 +490,11 @@ class KafkaStore(Store):
                     overshoot = True
                     continue
                 headers = msg.headers()
-                out.append(new(Message, (msg.value() or b"", msg.key(),
-                                         tuple((k, v or b"") for k, v in headers) if headers else (),
-                                         msg.timestamp()[1], partition, offset, topic)))
-                position = offset + 1
+                append(new(Message, (msg.value() or b"", msg.key(),
+                                     tuple([(k, v or b"") for k, v in headers]) if headers else (),
+                                     msg.timestamp()[1], partition, offset, topic)))
+            if out:
+                position = max(position, out[-1].offset + 1)
             if not overshoot and len(out) < max_messages:
                 with self._errors(f"cannot read {name}"):
                     at = consumer.position([TopicPartition(name, partition)])[0].offset
