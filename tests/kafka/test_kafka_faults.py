@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 
@@ -28,9 +29,12 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from conftest import ALICE, _free_ports, delete_namespace, kafka_local
 from integration.replication_helpers import COPY_CHILD, GATEWAY_CHILD, Child, clean_env, json_rows, wait_until
 from streamrep.client import StreamAdmin
+from streamrep.errors import Conflict
+from streamrep.model.message import Message
 from streamrep.model.naming import naming_for
 from streamrep.model.replication import position_key
 from streamrep.replication.apply import ORIGIN_HEADER
+from streamrep.store.kafka import KafkaStore
 
 pytestmark = pytest.mark.backends("kafka")
 
@@ -73,6 +77,26 @@ FREEZING_GATEWAY_CHILD = textwrap.dedent("""
 """) + GATEWAY_CHILD
 
 
+# A store that dies inside an apply transaction on partition 1 of stream argv[3]: its records (a message
+# and a mark) are written, never committed. Says FROZEN once they are in the log.
+DEAD_WRITER_CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from confluent_kafka import Producer
+    import streamrep.store.kafka as kafka_store
+    from streamrep.model.message import Message
+
+    class Freezing(Producer):
+        def commit_transaction(self, *args):
+            print("FROZEN", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    kafka_store.Producer = Freezing
+    store = kafka_store.KafkaStore("dead", sys.argv[1], {"streamrep.namespace": sys.argv[2]})
+    print("READY", flush=True)
+    store.apply(sys.argv[3], "t", 1, [Message(b"dead")], {"dead": 1}, {"dead": None})
+""")
+
+
 def kafka_topic(api: StreamAdmin, stream: str, topic: str) -> str:
     """The Kafka topic that holds ``topic`` of ``stream`` (the stream's naming policy)."""
     sp = api.path(stream)
@@ -103,7 +127,8 @@ def produce_backlog(api: StreamAdmin, stream: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def committed(api: StreamAdmin, stream: str, isolation: str = "read_committed") -> dict[int, list]:
+def committed(api: StreamAdmin, stream: str, isolation: str = "read_committed",
+              partitions: int = PARTITIONS) -> dict[int, list]:
     """Every record of each partition of the stream's topic ``t``, as a plain Kafka consumer reads it
     (``read_committed``: to the last stable offset; ``read_uncommitted``: aborted records too)."""
     name = kafka_topic(api, stream, "t")
@@ -112,7 +137,7 @@ def committed(api: StreamAdmin, stream: str, isolation: str = "read_committed") 
                          "auto.offset.reset": "error"})
     try:
         held: dict[int, list] = {}
-        for partition in range(PARTITIONS):
+        for partition in range(partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=30, cached=False)
             consumer.assign([TopicPartition(name, partition, low)])
             records = held[partition] = []
@@ -192,6 +217,53 @@ def test_stream_topics_keep_old_messages(api):
     configs = kafka_admin.describe_configs([resource])[resource].result()
     assert configs["retention.ms"].value == "-1"
     assert configs["retention.bytes"].value == "-1"
+
+
+@pytest.mark.slow
+def test_a_new_writer_sees_the_last_commit_behind_a_dead_transaction(api, child_env):
+    """A writer killed inside a transaction holds the marks' last stable offset back until Kafka aborts
+    it. A gateway that takes a partition over in that time must still see the last commit of the
+    writer it fenced (its mark moved: Conflict), or it would apply the same batch again."""
+    api.create_stream(SF, ttl=0)
+    api.create_topic(SF, "t", 2)
+    store = api.store(api.path(SF))
+    stream = api.entry(SF).uuid
+    settings = {"streamrep.namespace": store.namespace}
+    first, second = KafkaStore("first", store.bootstrap, settings), KafkaStore("second", store.bootstrap, settings)
+    try:
+        first.apply(stream, "t", 0, [], {"ready": 1}, {"ready": None})  # holds partition 0's transactional id
+        dead = Child(DEAD_WRITER_CHILD, [store.bootstrap, store.namespace, stream], child_env)
+        try:
+            dead.wait_ready()
+            wait_until(lambda: "FROZEN" in dead.lines, 60, "the dead writer's transaction to open")
+        finally:
+            dead.kill9()
+        marks_topic = f"_streamrep.{store.namespace}.marks"
+        probe = Consumer({"bootstrap.servers": store.bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
+                          "isolation.level": "read_uncommitted"})  # its high mark is the high watermark
+        written = probe.get_watermark_offsets(TopicPartition(marks_topic, 0), timeout=30, cached=False)[1]
+        outcome: dict[str, object] = {}
+
+        def apply_first() -> None:  # commits, then waits for its write to be readable
+            try:
+                outcome["first"] = first.apply(stream, "t", 0, [Message(b"once")], {"pos": 1}, {"pos": None})
+            except Exception as exc:  # noqa: BLE001 - asserted below
+                outcome["first"] = exc
+
+        thread = threading.Thread(target=apply_first)
+        thread.start()
+        # its mark and commit marker are in the log, behind the dead writer's open transaction
+        wait_until(lambda: probe.get_watermark_offsets(TopicPartition(marks_topic, 0), timeout=30,
+                                                       cached=False)[1] >= written + 2, 60, "the first commit")
+        probe.close()
+        with pytest.raises(Conflict, match="moved"):
+            second.apply(stream, "t", 0, [Message(b"once")], {"pos": 1}, {"pos": None})
+        thread.join(timeout=120)
+        assert isinstance(outcome["first"], int), outcome
+    finally:
+        first.close()
+        second.close()
+    assert [m.value() for m in committed(api, SF, partitions=1)[0]] == [b"once"]
 
 
 @pytest.mark.slow

@@ -48,6 +48,11 @@ from streamrep.store.base import CatalogDoc, Store
 NAMESPACE_SETTING = "streamrep.namespace"
 TIMEOUT_SECONDS = 15.0  # one admin call, flush or commit; a cluster that is down fails within it
 CATALOG_RETRIES = 30
+# A writer killed inside a transaction holds back the last stable offset of every topic it wrote (every
+# reader of the catalog or marks) until Kafka aborts it: after this timeout, at the broker's next
+# check (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by default).
+TRANSACTION_TIMEOUT_MS = 10000
+VISIBLE_WITHIN_SECONDS = TRANSACTION_TIMEOUT_MS / 1000 + 10.0 + 10.0  # a committed write waits out a dead one
 MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
 MAX_READERS = 16
 _STORE_KIND = "store"
@@ -107,6 +112,7 @@ class KafkaStore(Store):
         self._admin_client: AdminClient | None = None
         self._plain_producer: Producer | None = None
         self._meta_consumer: Consumer | None = None
+        self._uncommitted_consumer: Consumer | None = None  # sees the high watermark, not the LSO
         self._txns: OrderedDict[str, Producer] = OrderedDict()
         self._readers: OrderedDict[tuple[str, int], list] = OrderedDict()  # (kafka topic, partition) -> [consumer, next]
         self._folds: dict[str, _Fold] = {}
@@ -156,23 +162,33 @@ class KafkaStore(Store):
             self._meta_consumer = self._consumer()
         return self._meta_consumer
 
+    def _uncommitted(self) -> Consumer:
+        self._fresh()
+        if self._uncommitted_consumer is None:
+            self._uncommitted_consumer = self._consumer(**{"isolation.level": "read_uncommitted"})
+        return self._uncommitted_consumer
+
     def _producer(self) -> Producer:
         self._fresh()
         if self._plain_producer is None:
             self._plain_producer = Producer({**self._client, "enable.idempotence": True, "linger.ms": 2})
         return self._plain_producer
 
-    def _txn(self, txid: str) -> Producer:
-        """The transactional producer of ``txid``, initialised (which fences every older one)."""
+    def _txn(self, txid: str, reads: str) -> Producer:
+        """The transactional producer of ``txid``, initialised (which fences every older one).
+
+        :param reads: the internal topic (``catalog``, ``marks``) whose state this id's writes are decided on.
+        """
         self._fresh()
         producer = self._txns.get(txid)
         if producer is not None:
             self._txns.move_to_end(txid)
             return producer
         producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
-                             "transaction.timeout.ms": 60000})
+                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
         with self._errors("cannot start a transaction"):
             producer.init_transactions(TIMEOUT_SECONDS)
+        self._await_decided(reads)
         self._txns[txid] = producer
         while len(self._txns) > MAX_TRANSACTIONAL_PRODUCERS:
             self._txns.popitem(last=False)[1].flush(0)
@@ -183,12 +199,29 @@ class KafkaStore(Store):
         digest = hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:20]
         return f"{self._internal}{parts[0]}.{digest}"
 
+    def _await_decided(self, kind: str) -> None:
+        """Wait until every record already in internal topic ``kind`` is committed or aborted (its last
+        stable offset reaches the high watermark read now). A new writer of an id reads the state after
+        fencing the previous one, and must see that writer's last commit; but any other open transaction
+        (one whose writer was killed inside it lasts until Kafka aborts it) holds the last stable offset,
+        and so every read_committed reader, below that commit."""
+        self._ensure_internal()
+        name = self._topics[kind]
+        with self._errors(f"cannot read offsets of {name}"):
+            high = watermarks(self._uncommitted(), name, 0)[1]
+        deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
+        while self._watermarks(name, 0, name)[1] < high:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"cluster {self.cluster}: a transaction on {name} stayed open for "
+                                  f"{VISIBLE_WITHIN_SECONDS:.0f} s; try again")
+            time.sleep(0.005)
+
     @contextmanager
-    def _transaction(self, txid: str) -> Iterator["_Transaction"]:
+    def _transaction(self, txid: str, reads: str) -> Iterator["_Transaction"]:
         """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
         It returns once its internal records are readable: Kafka writes commit markers after the commit
         returns, and the next read (by this process or another) must see what was just written."""
-        producer = self._txn(txid)
+        producer = self._txn(txid, reads)
         txn = _Transaction(self, producer)
         try:
             producer.begin_transaction()
@@ -207,12 +240,12 @@ class KafkaStore(Store):
 
     def _await_visible(self, last_offsets: Mapping[str, int]) -> None:
         """Wait until each internal topic's last stable offset is past the given record."""
-        deadline = time.monotonic() + TIMEOUT_SECONDS
+        deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
         for name, offset in last_offsets.items():
             while self._watermarks(name, 0, name)[1] <= offset:
                 if time.monotonic() > deadline:
                     raise Unavailable(f"cluster {self.cluster}: a committed write to {name} did not become readable "
-                                      f"within {TIMEOUT_SECONDS:.0f} s")
+                                      f"within {VISIBLE_WITHIN_SECONDS:.0f} s")
                 time.sleep(0.002)
 
     # -- internal topics -----------------------------------------------------------
@@ -278,7 +311,7 @@ class KafkaStore(Store):
         txid = self._txid("catalog", kind, key)
         for _ in range(CATALOG_RETRIES):
             try:
-                with self._transaction(txid) as txn:
+                with self._transaction(txid, "catalog") as txn:
                     new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
                     txn.internal("catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8"))
                 return new
@@ -601,7 +634,7 @@ class KafkaStore(Store):
         syncs: Sequence[tuple[int, int]] = (),
     ) -> int:
         name = self._naming(stream).kafka_topic(topic)
-        with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+        with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks") as txn:
             producer = txn.producer
             current = self.marks(stream)  # read after this writer fenced every other of the partition
             for key, expected in expect.items():
@@ -630,7 +663,7 @@ class KafkaStore(Store):
             by_partition.setdefault(mark_partition(key), {})[key] = value
         dropped = 0
         for (topic, partition), wanted in sorted(by_partition.items()):
-            with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+            with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks") as txn:
                 current = self.marks(stream)
                 gone = [key for key, value in wanted.items() if current.get(key) == value]
                 for key in gone:
@@ -652,6 +685,8 @@ class KafkaStore(Store):
                 consumer.close()
             if self._meta_consumer is not None:
                 self._meta_consumer.close()
+            if self._uncommitted_consumer is not None:
+                self._uncommitted_consumer.close()
             if self._plain_producer is not None:
                 self._plain_producer.flush(TIMEOUT_SECONDS)
         self._reset()
