@@ -1,6 +1,7 @@
 """Exactly-once between two Kafka clusters under faults, with real processes: gateways and copystream
 killed with SIGKILL at random moments, a gateway frozen inside its transaction while another takes
-over (the zombie is fenced), and a broker stopped and started again under a running gateway.
+over (the zombie is fenced), a writer killed inside a transaction while another takes its partition
+over, and a broker stopped and started again under a running gateway.
 
 Every check reads the replica as a Kafka consumer does (read_committed, to the last stable offset)
 and compares it with the source partition by partition: every source message once, in order, with
@@ -26,7 +27,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from conftest import ALICE, _free_ports, delete_namespace, kafka_local
+from conftest import ALICE, _free_ports, kafka_local
 from integration.replication_helpers import COPY_CHILD, GATEWAY_CHILD, Child, clean_env, json_rows, wait_until
 from streamrep.client import StreamAdmin
 from streamrep.errors import Conflict
