@@ -384,6 +384,7 @@ def on_own_broker(empty_home, own_broker) -> StreamAdmin:
 
 
 @pytest.mark.slow
+@pytest.mark.kafka  # on a broker of its own: no backend parameter to mark it
 def test_broker_restarted_under_a_running_gateway(on_own_broker, own_broker, empty_home):
     """The broker stops (a clean SIGTERM or a SIGKILL, by the seed) and starts again on the same data
     while a gateway runs: the gateway waits and retries, and the replica ends exact."""
