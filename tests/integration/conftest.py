@@ -6,7 +6,6 @@ Every test gets its own ``STREAMREP_HOME`` (a fresh ``tmp_path``) and runs as us
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,21 +15,9 @@ import pytest
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.ace import Identity
 
+from replication_helpers import USER, clean_env
+
 STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
-USER = "alice"
-# Variables of the caller's shell that would change what the CLI does.
-SCRUBBED = ("STREAMREP_DEFAULT_CLUSTER", "STREAMREP_GROUPS", "STREAMREP_DEBUG", "STREAMREP_SYNC", "STREAMREP_USER")
-
-
-def clean_env(home: Path, user: str = USER, **extra: str) -> dict[str, str]:
-    """The environment of a child process: ``STREAMREP_HOME=home`` and ``STREAMREP_USER=user``."""
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    env["STREAMREP_HOME"] = str(home)
-    env["STREAMREP_USER"] = user
-    env["STREAMREP_GROUPS"] = ""  # no OS groups: permissions depend on the user alone
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
 
 
 @pytest.fixture

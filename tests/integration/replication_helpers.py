@@ -1,11 +1,20 @@
 """Helpers for the replication tests: produce unique values, read back everything a stream
-holds, and check that a replica holds every expected message exactly once."""
+holds, check that a replica holds every expected message exactly once, and run gateways and
+copystream in child processes that a test kills."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
 from collections import Counter
-from typing import Iterable
+from pathlib import Path
+from typing import Callable, Iterable
 
 from streamrep.client import Producer, StreamAdmin
 from streamrep.model.message import Message
@@ -124,3 +133,105 @@ def one_line_error(result, *fragments: str, code: int = 1) -> str:
     for fragment in fragments:
         assert fragment.lower() in err.lower(), f"{fragment!r} not in {err!r}"
     return err
+
+
+USER = "alice"
+# Variables of the caller's shell that would change what the CLI does.
+SCRUBBED = ("STREAMREP_DEFAULT_CLUSTER", "STREAMREP_GROUPS", "STREAMREP_DEBUG", "STREAMREP_SYNC", "STREAMREP_USER")
+
+
+def clean_env(home: Path | str, user: str = USER, **extra: str) -> dict[str, str]:
+    """The environment of a child process: ``STREAMREP_HOME=home`` and ``STREAMREP_USER=user``."""
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env["STREAMREP_HOME"] = str(home)
+    env["STREAMREP_USER"] = user
+    env["STREAMREP_GROUPS"] = ""  # no OS groups: permissions depend on the user alone
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+# The in-process gateway, pass after pass, in small batches (many transactions to die in).
+GATEWAY_CHILD = textwrap.dedent("""
+    import sys, time
+    from streamrep.client import StreamAdmin
+    from streamrep.replication.gateway import Gateway
+
+    cluster, gid, batch, expiry = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    gateway = Gateway(StreamAdmin(), cluster, gid, expiry=expiry)
+    print("READY", flush=True)
+    while True:
+        if gateway.run_once(max_messages=batch) == 0:
+            time.sleep(0.005)
+""")
+
+COPY_CHILD = textwrap.dedent("""
+    import sys
+    from streamrep.client import StreamAdmin
+    from streamrep.replication.copy import copy_stream
+
+    src, dst, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    print("READY", flush=True)
+    print("COPIED", copy_stream(StreamAdmin(), src, dst, batch_size=batch)["messages"], flush=True)
+""")
+
+
+class Child:
+    """A child Python process (``python -c script args``); threads read its stdout and stderr
+    so that neither pipe fills. It prints READY once it is set up."""
+
+    def __init__(self, script: str, args: list, env: dict[str, str]):
+        self.proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self.ready = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.err_reader = threading.Thread(target=self._read_errors, daemon=True)
+        self.reader.start()
+        self.err_reader.start()
+        self.code: int | None = None
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if line.startswith("READY"):
+                self.ready.set()
+        self.ready.set()
+
+    def _read_errors(self) -> None:
+        for line in self.proc.stderr:
+            self.errors.append(line)
+
+    def stderr(self) -> str:
+        return "".join(self.errors)[-2000:]
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        assert self.ready.wait(timeout) and self.proc.poll() is None, f"child did not start: {self.stderr()}"
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` (SIGSTOP, SIGCONT) to the running child."""
+        assert self.proc.poll() is None, f"child exited with {self.proc.returncode}: {self.stderr()}"
+        os.kill(self.proc.pid, sig)
+
+    def kill9(self) -> int:
+        """SIGKILL the child (if still running); its exit status, which must be the kill's or 0."""
+        if self.code is not None:  # already reaped
+            return self.code
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.code = self.proc.wait(timeout=30)
+        self.reader.join(timeout=30)
+        self.err_reader.join(timeout=30)
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        assert self.code in (-signal.SIGKILL, 0), f"child failed with {self.code}: {self.stderr()}"
+        return self.code
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)

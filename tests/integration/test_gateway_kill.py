@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import textwrap
@@ -18,11 +17,15 @@ import time
 
 import pytest
 from replication_helpers import (
+    COPY_CHILD,
+    GATEWAY_CHILD,
+    Child,
     assert_exactly_once,
     contents,
     count,
     json_rows,
     user_view,
+    wait_until,
 )
 from streamrep.client import Producer
 from streamrep.model.replication import ReplicaState, position_key
@@ -37,31 +40,6 @@ NY = "/mapr/newyork/activity"
 BACKLOG = 100_000
 PARTITIONS = 4
 STREAMREP_EXE = os.path.join(os.path.dirname(sys.executable), "streamrep")
-
-# The in-process gateway, pass after pass, in small batches (many transactions to die in).
-GATEWAY_CHILD = textwrap.dedent("""
-    import sys, time
-    from streamrep.client import StreamAdmin
-    from streamrep.replication.gateway import Gateway
-
-    cluster, gid, batch, expiry = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    gateway = Gateway(StreamAdmin(), cluster, gid, expiry=expiry)
-    print("READY", flush=True)
-    while True:
-        if gateway.run_once(max_messages=batch) == 0:
-            time.sleep(0.005)
-""")
-
-COPY_CHILD = textwrap.dedent("""
-    import sys
-    from streamrep.client import StreamAdmin
-    from streamrep.replication.copy import copy_stream
-
-    src, dst, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    print("READY", flush=True)
-    print("COPIED", copy_stream(StreamAdmin(), src, dst, batch_size=batch)["messages"], flush=True)
-""")
-
 
 # Either job, stopped for good inside its first apply transaction: after the batch's messages
 # are written and before the replication marks that go with them. Says MIDWAY there.
@@ -89,42 +67,6 @@ HANG_CHILD = textwrap.dedent("""
         copy_stream(admin, sys.argv[3], sys.argv[4], batch_size=batch)
     print("FINISHED", flush=True)
 """)
-
-
-class Child:
-    """A child Python process; its stdout is read by a thread so the pipe never fills."""
-
-    def __init__(self, script: str, args: list[str], env: dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
-        self.lines: list[str] = []
-        self.ready = threading.Event()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if line.startswith("READY"):
-                self.ready.set()
-        self.ready.set()
-
-    def wait_ready(self, timeout: float = 30) -> None:
-        assert self.ready.wait(timeout) and self.proc.poll() is None, \
-            f"child did not start: {self.proc.stderr.read()[-2000:] if self.proc.poll() is not None else ''}"
-
-    def kill9(self) -> int:
-        """SIGKILL the child (if still running); its exit status."""
-        if self.proc.stderr.closed:  # already reaped
-            return self.proc.returncode
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        code = self.proc.wait(timeout=30)
-        self.reader.join(timeout=30)
-        err = self.proc.stderr.read()
-        self.proc.stderr.close()
-        assert code in (-signal.SIGKILL, 0), f"child failed with {code}: {err[-2000:]}"
-        return code
 
 
 class Writer(threading.Thread):
@@ -167,13 +109,6 @@ def backlog(admin, topic: str, n: int, tag: str = "backlog") -> list[str]:
         for value in values:
             producer.send(topic, value)
     return values
-
-
-def wait_until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what} (STREAMREP_TEST_SEED={SEED})"
-        time.sleep(0.005)
 
 
 def assert_same_partitions(admin, source: str, replica: str) -> None:

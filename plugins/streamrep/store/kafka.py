@@ -50,6 +50,11 @@ from streamrep.store.base import CatalogDoc, Store
 NAMESPACE_SETTING = "streamrep.namespace"
 TIMEOUT_SECONDS = 15.0  # one admin call, flush or commit; a cluster that is down fails within it
 CATALOG_RETRIES = 30
+# A writer killed inside a transaction holds back the last stable offset of every topic it wrote (every
+# reader of the catalog or marks) until Kafka aborts it: after this timeout, at the broker's next
+# check (transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s by default).
+TRANSACTION_TIMEOUT_MS = 10000
+VISIBLE_WITHIN_SECONDS = TRANSACTION_TIMEOUT_MS / 1000 + 10.0 + 10.0  # a committed write waits out a dead one
 MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
 MAX_READERS = 16
 _STORE_KIND = "store"
@@ -71,6 +76,9 @@ _USER_ERRORS = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: PermissionDenied,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: PermissionDenied,
 }
+# A stream's ttl is enforced by ``retain()`` on message timestamps; Kafka's default retention (7 days,
+# also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
+_STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
@@ -111,6 +119,7 @@ class KafkaStore(Store):
         self._admin_client: AdminClient | None = None
         self._plain_producer: Producer | None = None
         self._meta_consumer: Consumer | None = None
+        self._uncommitted_consumer: Consumer | None = None  # sees the high watermark, not the LSO
         self._txns: OrderedDict[str, Producer] = OrderedDict()
         self._readers: OrderedDict[tuple[str, int], list] = OrderedDict()  # (kafka topic, partition) -> [consumer, next]
         self._folds: dict[str, _Fold] = {}
@@ -160,25 +169,35 @@ class KafkaStore(Store):
             self._meta_consumer = self._consumer()
         return self._meta_consumer
 
+    def _uncommitted(self) -> Consumer:
+        self._fresh()
+        if self._uncommitted_consumer is None:
+            self._uncommitted_consumer = self._consumer(**{"isolation.level": "read_uncommitted"})
+        return self._uncommitted_consumer
+
     def _producer(self) -> Producer:
         self._fresh()
         if self._plain_producer is None:
             self._plain_producer = Producer({**self._client, "enable.idempotence": True, "linger.ms": 2})
         return self._plain_producer
 
-    def _txn(self, txid: str) -> Producer:
-        """The transactional producer of ``txid``, initialised (which fences every older one)."""
+    def _txn(self, txid: str, reads: str) -> Producer:
+        """The transactional producer of ``txid``, initialised (which fences every older one).
+
+        :param reads: the internal topic (``catalog``, ``marks``) whose state this id's writes are decided on.
+        """
         self._fresh()
         producer = self._txns.get(txid)
         if producer is not None:
             self._txns.move_to_end(txid)
             return producer
         producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
-                             "transaction.timeout.ms": 60000})
+                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
         with self._errors("cannot start a transaction"):
             # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer.
             producer.list_topics(timeout=TIMEOUT_SECONDS)
             producer.init_transactions(TIMEOUT_SECONDS)
+        self._await_decided(reads)
         self._txns[txid] = producer
         while len(self._txns) > MAX_TRANSACTIONAL_PRODUCERS:
             self._txns.popitem(last=False)[1].flush(0)
@@ -189,12 +208,29 @@ class KafkaStore(Store):
         digest = hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:20]
         return f"{self._internal}{parts[0]}.{digest}"
 
+    def _await_decided(self, kind: str) -> None:
+        """Wait until every record already in internal topic ``kind`` is committed or aborted (its last
+        stable offset reaches the high watermark read now). A new writer of an id reads the state after
+        fencing the previous one, and must see that writer's last commit; but any other open transaction
+        (one whose writer was killed inside it lasts until Kafka aborts it) holds the last stable offset,
+        and so every read_committed reader, below that commit."""
+        self._ensure_internal()
+        name = self._topics[kind]
+        with self._errors(f"cannot read offsets of {name}"):
+            high = watermarks(self._uncommitted(), name, 0)[1]
+        deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
+        while self._watermarks(name, 0, name)[1] < high:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"cluster {self.cluster}: a transaction on {name} stayed open for "
+                                  f"{VISIBLE_WITHIN_SECONDS:.0f} s; try again")
+            time.sleep(0.005)
+
     @contextmanager
-    def _transaction(self, txid: str) -> Iterator["_Transaction"]:
+    def _transaction(self, txid: str, reads: str) -> Iterator["_Transaction"]:
         """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
         It returns once its internal records are readable: Kafka writes commit markers after the commit
         returns, and the next read (by this process or another) must see what was just written."""
-        producer = self._txn(txid)
+        producer = self._txn(txid, reads)
         txn = _Transaction(self, producer)
         try:
             producer.begin_transaction()
@@ -213,12 +249,12 @@ class KafkaStore(Store):
 
     def _await_visible(self, last_offsets: Mapping[str, int]) -> None:
         """Wait until each internal topic's last stable offset is past the given record."""
-        deadline = time.monotonic() + TIMEOUT_SECONDS
+        deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
         for name, offset in last_offsets.items():
             while self._watermarks(name, 0, name)[1] <= offset:
                 if time.monotonic() > deadline:
                     raise Unavailable(f"cluster {self.cluster}: a committed write to {name} did not become readable "
-                                      f"within {TIMEOUT_SECONDS:.0f} s")
+                                      f"within {VISIBLE_WITHIN_SECONDS:.0f} s")
                 time.sleep(0.002)
 
     # -- internal topics -----------------------------------------------------------
@@ -284,7 +320,7 @@ class KafkaStore(Store):
         for _ in range(CATALOG_RETRIES):
             refused: Conflict | None = None
             try:
-                with self._transaction(txid) as txn:
+                with self._transaction(txid, "catalog") as txn:
                     try:
                         new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
                     except Conflict as exc:  # the change's own refusal, not a fenced writer: never retried
@@ -344,7 +380,8 @@ class KafkaStore(Store):
 
     def create_topic(self, stream: str, topic: str, partitions: int) -> None:
         name = self._naming(stream).kafka_topic(topic)
-        future = self._admin().create_topics([NewTopic(name, partitions)], request_timeout=TIMEOUT_SECONDS)[name]
+        future = self._admin().create_topics([NewTopic(name, partitions, config=_STREAM_TOPIC_CONFIG)],
+                                             request_timeout=TIMEOUT_SECONDS)[name]
         try:
             future.result()
         except KafkaException as exc:
@@ -418,21 +455,25 @@ class KafkaStore(Store):
 
     def _produce_all(self, producer: Producer, name: str, partition: int, messages: Sequence[Message],
                      offsets: list[int], errors: list) -> None:
-        """Produce ``messages``; each delivery stores its offset in ``offsets`` (by index) or an error."""
-        def delivered(index: int) -> Callable:
-            def report(err: KafkaError | None, msg: Any) -> None:
-                if err is not None:
-                    errors.append(err)
-                else:
-                    offsets[index] = msg.offset()
-            return report
+        """Produce ``messages`` to one partition; each delivery stores its offset in ``offsets`` (by index)
+        or an error. One callback serves the whole call: an idempotent producer (every producer here)
+        reports one partition's deliveries in the order they were produced."""
+        slots = iter(range(len(messages)))
 
+        def report(err: KafkaError | None, msg: Any) -> None:
+            index = next(slots)
+            if err is not None:
+                errors.append(err)
+            else:
+                offsets[index] = msg.offset()
+
+        produce = producer.produce
         refreshed = False
-        for index, (value, key, headers, timestamp, _, _, _) in enumerate(messages):
+        for value, key, headers, timestamp, _, _, _ in messages:
             while True:
                 try:
-                    producer.produce(name, value=value, key=key, partition=partition, headers=list(headers) or None,
-                                     timestamp=timestamp or 0, on_delivery=delivered(index))
+                    produce(name, value, key, partition=partition, on_delivery=report, timestamp=timestamp or 0,
+                            headers=list(headers) if headers else None)
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
@@ -494,6 +535,7 @@ class KafkaStore(Store):
         overshoot = False  # a message at or past ``end`` was consumed: the reader must seek next time
         deadline = time.monotonic() + TIMEOUT_SECONDS
         new = tuple.__new__
+        append = out.append
         while len(out) < max_messages and position < end and not overshoot and time.monotonic() < deadline:
             with self._errors(f"cannot read {name}"):
                 batch = consumer.consume(min(max_messages - len(out), 10000), timeout=0.05)
@@ -508,10 +550,11 @@ class KafkaStore(Store):
                     overshoot = True
                     continue
                 headers = msg.headers()
-                out.append(new(Message, (msg.value() or b"", msg.key(),
-                                         tuple((k, v or b"") for k, v in headers) if headers else (),
-                                         msg.timestamp()[1], partition, offset, topic)))
-                position = offset + 1
+                append(new(Message, (msg.value() or b"", msg.key(),
+                                     tuple([(k, v or b"") for k, v in headers]) if headers else (),
+                                     msg.timestamp()[1], partition, offset, topic)))
+            if out:
+                position = max(position, out[-1].offset + 1)
             if not overshoot and len(out) < max_messages:
                 with self._errors(f"cannot read {name}"):
                     at = consumer.position([TopicPartition(name, partition)])[0].offset
@@ -621,7 +664,7 @@ class KafkaStore(Store):
         syncs: Sequence[tuple[int, int]] = (),
     ) -> int:
         name = self._naming(stream).kafka_topic(topic)
-        with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+        with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks") as txn:
             producer = txn.producer
             current = self.marks(stream)  # read after this writer fenced every other of the partition
             for key, expected in expect.items():
@@ -652,7 +695,7 @@ class KafkaStore(Store):
         for (topic, partition), wanted in sorted(by_partition.items()):
             for attempt in range(CATALOG_RETRIES):
                 try:
-                    with self._transaction(self._txid("apply", stream, topic, str(partition))) as txn:
+                    with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks") as txn:
                         current = self.marks(stream)
                         gone = [key for key, value in wanted.items() if current.get(key) == value]
                         for key in gone:
@@ -678,6 +721,8 @@ class KafkaStore(Store):
                 consumer.close()
             if self._meta_consumer is not None:
                 self._meta_consumer.close()
+            if self._uncommitted_consumer is not None:
+                self._uncommitted_consumer.close()
             if self._plain_producer is not None:
                 self._plain_producer.flush(TIMEOUT_SECONDS)
         self._reset()

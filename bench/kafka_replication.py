@@ -1,0 +1,323 @@
+"""Kafka-to-Kafka replication benchmarks, each printed as a ratio to a baseline measured in the same run.
+
+The baseline is a plain confluent-kafka consume-and-produce loop with no transactions: a consumer
+reads the source topic's partitions, a producer writes each record to the same partition of a
+destination topic, then flushes. No positions, no origins, no exactly-once.
+
+Cases:
+
+* ``throughput``: N messages (``--messages``, 1M by default) of 100 B and of 1 KB, already in the
+  source topic, replicated by the in-process gateway (``Gateway.run_once`` until idle) into a fresh
+  replica, against the baseline copying them into a fresh topic. Median of ``--repeats`` interleaved
+  runs. Goal: 0.80x or better.
+* ``latency``: a producer process writes at ``--rate`` messages/s (5k by default) for ``--seconds``;
+  a running gateway process (or the baseline loop) replicates; the replica is read as it fills by a
+  read_committed consumer, and produce-to-readable latency is the time a record is read minus its
+  produce timestamp. Goal at 5k msg/s: p50 under 1 s, p99 under 2 s.
+
+Both sides use one broker (two streamrep namespaces), started here with ``scripts/kafka_local.py``
+unless ``--bootstrap`` names one. Run: ``.venv/bin/python bench/kafka_replication.py [--messages N]
+[--only throughput|latency] [--json]``. Always exits 0: it reports, it does not gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streamrep.client import Clusters, StreamAdmin
+from streamrep.model.ace import Identity
+from streamrep.model.naming import naming_for
+from streamrep.replication.gateway import Gateway
+
+PARTITIONS = 4
+IDENTITY = Identity(user="bench")
+SOURCE = "/mapr/sf/s"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _kafka_local():
+    spec = importlib.util.spec_from_file_location("kafka_local", REPO / "scripts" / "kafka_local.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kafka_local"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def fresh_home(bootstrap: str) -> tuple[str, StreamAdmin]:
+    """A STREAMREP_HOME with clusters ``sf`` and ``ny``: two new namespaces on ``bootstrap``."""
+    home = tempfile.mkdtemp(prefix="streamrep-kbench-")
+    os.environ["STREAMREP_HOME"] = home
+    reg = Clusters(home)
+    run = uuid.uuid4().hex[:8]
+    for name in ("sf", "ny"):
+        reg.add(name, url=f"kafka://{bootstrap}", settings={"streamrep.namespace": f"bench{run}-{name}"})
+    return home, StreamAdmin(reg, IDENTITY)
+
+
+def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
+    """Delete the run's Kafka topics (both namespaces, and ``topics``) and its STREAMREP_HOME."""
+    namespaces = [admin.clusters.store(name).namespace for name in ("sf", "ny")]
+    bootstrap = admin.clusters.store("sf").bootstrap
+    admin.clusters.close()
+    kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [t for t in kafka_admin.list_topics(timeout=30).topics
+             if t in topics or any(t.startswith(f"{ns}.") or t.startswith(f"_streamrep.{ns}.") for ns in namespaces)]
+    if names:
+        for future in kafka_admin.delete_topics(names, request_timeout=60).values():
+            future.result()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def kafka_topic(admin: StreamAdmin, path: str, topic: str = "t") -> str:
+    sp = admin.path(path)
+    entry = admin.entry(sp)
+    return naming_for(entry.naming, entry.path, admin.store(sp).namespace).kafka_topic(topic)
+
+
+def producer_for(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                     "batch.size": 1 << 20})
+
+
+def send(producer: Producer, name: str, partition: int, value: bytes, timestamp: int = 0) -> None:
+    while True:
+        try:
+            producer.produce(name, value=value, partition=partition, timestamp=timestamp)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def fill(bootstrap: str, name: str, count: int, size: int) -> None:
+    producer = producer_for(bootstrap)
+    value = os.urandom(size)
+    for i in range(count):
+        send(producer, name, i % PARTITIONS, value)
+    producer.flush(120)
+
+
+def new_replica(admin: StreamAdmin, path: str) -> None:
+    admin.create_stream(path, copymetafrom=SOURCE)
+    admin.add_replica(SOURCE, path)
+    admin.add_upstream(path, SOURCE)
+
+
+def baseline_copy(bootstrap: str, src: str, dst: str, count: int, stop_at: float | None = None) -> int:
+    """The plain loop: consume the source partitions, produce each record to the same partition of
+    ``dst``, flush. Stops after ``count`` records (or at ``stop_at``, a ``time.time()``)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 20})
+    consumer.assign([TopicPartition(src, p, 0) for p in range(PARTITIONS)])
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20})
+    copied = 0
+    try:
+        while copied < count and (stop_at is None or time.time() < stop_at):
+            for msg in consumer.consume(10000, timeout=0.05):
+                if msg.error() is not None:
+                    continue
+                while True:
+                    try:
+                        producer.produce(dst, value=msg.value(), key=msg.key(), partition=msg.partition(),
+                                         headers=msg.headers(), timestamp=msg.timestamp()[1])
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                copied += 1
+            producer.poll(0)
+        producer.flush(120)
+    finally:
+        consumer.close()
+    return copied
+
+
+def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dict:
+    home, admin = fresh_home(bootstrap)
+    admin.create_stream(SOURCE, defaultpartitions=PARTITIONS, ttl=0)
+    admin.create_topic(SOURCE, "t")
+    src = kafka_topic(admin, SOURCE)
+    fill(bootstrap, src, count, size)
+    kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+    baselines: list[str] = []
+    n = [0]
+
+    def base() -> float:
+        dst = f"baseline-{uuid.uuid4().hex}"  # outside the stream's topic names
+        n[0] += 1
+        kafka_admin.create_topics([NewTopic(dst, PARTITIONS)])[dst].result()
+        baselines.append(dst)
+        time.sleep(0.5)  # leaders elected
+        t = time.perf_counter()
+        copied = baseline_copy(bootstrap, src, dst, count)
+        elapsed = time.perf_counter() - t
+        assert copied == count, (copied, count)
+        return elapsed
+
+    def ours() -> float:
+        path = f"/mapr/ny/r{n[0]}"
+        n[0] += 1
+        for link in list(admin.entry(SOURCE).replicas):  # the gateway serves only the new replica
+            admin.remove_replica(SOURCE, link.path)
+        new_replica(admin, path)
+        gateway = Gateway(admin, "ny", "bench")
+        gateway.heartbeat()
+        t = time.perf_counter()
+        moved = 0
+        while (step := gateway.run_once(max_messages=10_000)):
+            moved += step
+        elapsed = time.perf_counter() - t
+        assert moved == count, (moved, count)
+        return elapsed
+
+    # Interleaved, so a change in machine load hits both sides alike; the median of each is kept.
+    times = [(base(), ours()) for _ in range(repeats)]
+    b, o = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+    drop(admin, home, baselines)
+    return {"case": f"throughput {size}B", "messages": count, "baseline_rate": count / b, "gateway_rate": count / o,
+            "ratio": b / o, "runs_s": times}
+
+
+def _produce_steadily(bootstrap: str, name: str, rate: int, seconds: float, size: int) -> None:
+    """A producer process writing ``rate`` messages/s for ``seconds``; timestamps are send times."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    value = b"x" * size
+    tick = 0.01
+    per_tick = max(1, int(rate * tick))
+    start = time.time()
+    sent = 0
+    while time.time() - start < seconds:
+        now = int(time.time() * 1000)
+        for _ in range(per_tick):
+            send(producer, name, sent % PARTITIONS, value, now)
+            sent += 1
+        producer.poll(0)
+        delay = start + sent / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+    producer.flush(60)
+
+
+def _gateway_loop(home: str, seconds: float, interval: float) -> None:
+    admin = StreamAdmin(Clusters(home), IDENTITY)
+    Gateway(admin, "ny", "bench").run(interval=interval, stop_after=seconds)
+
+
+def _baseline_loop(bootstrap: str, src: str, dst: str, seconds: float) -> None:
+    baseline_copy(bootstrap, src, dst, sys.maxsize, stop_at=time.time() + seconds)
+
+
+def replica_latencies(bootstrap: str, name: str, until: float) -> list[float]:
+    """Read ``name`` (read_committed) as it fills; latency (ms) = read time - produce timestamp."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
+    latencies: list[float] = []
+    try:
+        while time.time() < until:
+            batch = consumer.consume(10000, timeout=0.02)
+            now = time.time() * 1000
+            latencies.extend(now - m.timestamp()[1] for m in batch if m.error() is None)
+    finally:
+        consumer.close()
+    return latencies
+
+
+def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) -> dict:
+    """The gateway process and the baseline loop, each under the same steady produce rate."""
+    ctx = mp.get_context("spawn")
+    result = {"case": f"latency @ {rate}/s", "rate": rate, "seconds": seconds}
+    for name in ("baseline", "gateway"):
+        home, admin = fresh_home(bootstrap)
+        admin.create_stream(SOURCE, defaultpartitions=PARTITIONS, ttl=0)
+        admin.create_topic(SOURCE, "t")
+        new_replica(admin, "/mapr/ny/s")
+        admin.create_topic("/mapr/ny/s", "t")
+        src, dst = kafka_topic(admin, SOURCE), kafka_topic(admin, "/mapr/ny/s")
+        worker = (ctx.Process(target=_gateway_loop, args=(home, seconds + 5, 0.05)) if name == "gateway"
+                  else ctx.Process(target=_baseline_loop, args=(bootstrap, src, dst, seconds + 5)))
+        worker.start()
+        time.sleep(3.0)  # let the worker start (and the gateway take its share) before the clock
+        producer = ctx.Process(target=_produce_steadily, args=(bootstrap, src, rate, seconds, size))
+        producer.start()
+        lat = replica_latencies(bootstrap, dst, time.time() + seconds + 3)
+        producer.join()
+        worker.join()
+        lat.sort()
+        result[f"{name}_applied_rate"] = len(lat) / seconds
+        result[f"{name}_p50_ms"] = statistics.median(lat) if lat else None
+        result[f"{name}_p99_ms"] = lat[max(0, int(len(lat) * 0.99) - 1)] if lat else None
+        drop(admin, home)
+    result["ratio"] = result["gateway_applied_rate"] / max(result["baseline_applied_rate"], 1e-9)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000, help="messages per throughput case")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rate", type=int, default=5000, help="steady produce rate of the latency case, msg/s")
+    parser.add_argument("--seconds", type=float, default=20.0, help="duration of the latency case")
+    parser.add_argument("--bootstrap", help="use this Kafka cluster instead of starting one")
+    parser.add_argument("--only", choices=("throughput", "latency"))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    broker = None
+    results = []
+    try:
+        bootstrap = args.bootstrap
+        if bootstrap is None:
+            kafka_local = _kafka_local()
+            broker = kafka_local.Broker("bench", _free_port(), _free_port(), Path(tempfile.mkdtemp(prefix="kbench-")))
+            kafka_local.start(broker, die_with_parent=True)
+            bootstrap = broker.bootstrap
+        if args.only in (None, "throughput"):
+            for size in (100, 1000):
+                results.append(bench_throughput(bootstrap, args.messages, size, args.repeats))
+        if args.only in (None, "latency"):
+            results.append(bench_latency(bootstrap, args.rate, args.seconds))
+    except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
+        print(f"benchmark error: {type(err).__name__}: {err}", file=sys.stderr)
+    finally:
+        if broker is not None:
+            kafka_local.stop(broker, timeout=30)
+            shutil.rmtree(broker.home, ignore_errors=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    print(f"load average {os.getloadavg()[0]:.2f}; ratios are against the same-run baseline "
+          "(a plain consume-and-produce loop, no transactions)")
+    for r in results:
+        if r["case"].startswith("throughput"):
+            print(f"{r['case']:16} {r['messages']:>9,} msgs  baseline {r['baseline_rate']:>9,.0f}/s  "
+                  f"gateway {r['gateway_rate']:>9,.0f}/s  ratio {r['ratio']:.2f}x (goal >= 0.80x)")
+        else:
+            print(f"{r['case']:16} baseline loop: read {r['baseline_applied_rate']:,.0f}/s, "
+                  f"p50 {r['baseline_p50_ms']:.0f} ms, p99 {r['baseline_p99_ms']:.0f} ms")
+            print(f"{'':16} gateway: read {r['gateway_applied_rate']:,.0f}/s ratio {r['ratio']:.2f}x, "
+                  f"p50 {r['gateway_p50_ms']:.0f} ms, p99 {r['gateway_p99_ms']:.0f} ms "
+                  "(goal at 5k/s: p50 < 1000, p99 < 2000)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
