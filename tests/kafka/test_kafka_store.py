@@ -185,8 +185,11 @@ def test_cursors_are_kafka_group_offsets(store, kafka_broker, namespace):
     store.commit_cursors("readers", stream, "t", {0: 2, 1: 1})
     assert store.cursors("readers", stream, "t") == {0: 2, 1: 1}
     admin = AdminClient({"bootstrap.servers": kafka_broker})
-    groups = {g.group_id for g in admin.list_consumer_groups().result().valid}
-    assert f"{namespace}.readers" in groups  # visible to Kafka's own tools
+    deadline = time.monotonic() + 30  # the group listing is answered from the coordinator's cache
+    while f"{namespace}.readers" not in {g.group_id for g in admin.list_consumer_groups().result().valid}:
+        assert time.monotonic() < deadline, "the group never showed in Kafka's own listing"
+        time.sleep(0.2)
+    assert store_for(kafka_broker, namespace).cursors("readers", stream, "t") == {0: 2, 1: 1}  # another client
 
 
 def test_retention_deletes_records_before_a_time(store):
