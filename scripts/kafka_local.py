@@ -270,6 +270,20 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out on loopback (held together, so they differ): for brokers of tests."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def _accepts_clients(broker: Broker) -> bool:
     """True once the broker answers a metadata request from confluent-kafka's AdminClient."""
     if not _port_open(broker.port):  # no client logging "connection refused" while the JVM starts

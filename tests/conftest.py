@@ -10,7 +10,6 @@ import atexit
 import importlib.util
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import uuid
@@ -44,20 +43,6 @@ _spec.loader.exec_module(kafka_local)
 BACKENDS = ("embedded", "kafka")
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports the kernel just handed out on loopback (held together, so they differ)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
-
-
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory) -> str:
     """The bootstrap address (``127.0.0.1:<port>``) of one real Apache Kafka broker for the whole
@@ -69,7 +54,7 @@ def kafka_broker(tmp_path_factory) -> str:
     missing = kafka_local.jars_missing_reason()
     if missing:
         pytest.skip(missing)
-    port, controller_port = _free_ports(2)
+    port, controller_port = kafka_local.free_ports(2)
     broker = kafka_local.Broker("test", port, controller_port, tmp_path_factory.mktemp("kafka"))
     try:
         kafka_local.start(broker, die_with_parent=True)

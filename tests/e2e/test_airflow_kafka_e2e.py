@@ -12,9 +12,9 @@ then ``stream_replica_control`` pauses one replica.
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
-from conftest import VENV_BIN, Running  # tests/e2e/conftest.py: the session's machinery
 from streamrep.client import Producer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.replication.status import replica_status
@@ -35,9 +35,13 @@ def produce(admin: StreamAdmin, values_by_topic: dict[str, list[str]], stream: s
                 producer.send(f"{stream}:{topic}", value.encode(), key=value.split("-")[-1].encode())
 
 
-def dags_test(e2e, env: dict[str, str], dag_id: str, conf: dict, label: str) -> Running:
+def dags_test(e2e, env: dict[str, str], dag_id: str, conf: dict, label: str):
     """``airflow dags test`` started in the background with ``env``."""
-    return Running(e2e, [str(VENV_BIN / "airflow"), "dags", "test", dag_id, "-c", json.dumps(conf)], None, label, env)
+    # tests/e2e/conftest.py's machinery, reached through its fixture: a test module cannot import a
+    # conftest by name when several folders have one.
+    machinery = sys.modules[type(e2e).__module__]
+    airflow = str(machinery.VENV_BIN / "airflow")
+    return machinery.Running(e2e, [airflow, "dags", "test", dag_id, "-c", json.dumps(conf)], None, label, env)
 
 
 def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_cluster, tmp_path):

@@ -27,15 +27,18 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from conftest import ALICE, _free_ports, kafka_local
+import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 from integration.replication_helpers import COPY_CHILD, GATEWAY_CHILD, Child, clean_env, json_rows, wait_until
 from streamrep.client import StreamAdmin
 from streamrep.errors import Conflict
+from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.model.naming import naming_for
 from streamrep.model.replication import position_key
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.store.kafka import KafkaStore
+
+ALICE = Identity(user="alice", groups=frozenset({"eng"}))
 
 pytestmark = pytest.mark.backends("kafka")
 
@@ -365,7 +368,7 @@ def own_broker(tmp_path):
     missing = kafka_local.jars_missing_reason()
     if missing:
         pytest.skip(missing)
-    port, controller_port = _free_ports(2)
+    port, controller_port = kafka_local.free_ports(2)
     broker = kafka_local.Broker("faults", port, controller_port, tmp_path / "broker")
     try:
         kafka_local.start(broker, die_with_parent=True)
