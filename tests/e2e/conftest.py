@@ -96,9 +96,11 @@ class Session:
         return self.start(*args, stdin=stdin, label=label, airflow_home=airflow_home).wait(timeout)
 
     def start(self, *args: str, stdin: str | None = None, label: str | None = None,
-              airflow_home: Path | None = None) -> "Running":
-        """Start a command in the background; ``.wait()`` gives its Run."""
-        return Running(self, [str(a) for a in args], stdin, label, self.env_for(airflow_home))
+              airflow_home: Path | None = None, env: dict[str, str] | None = None) -> "Running":
+        """Start a command in the background; ``.wait()`` gives its Run.
+
+        :param env: the whole environment instead of the session's (e.g. other connections)."""
+        return Running(self, [str(a) for a in args], stdin, label, env if env is not None else self.env_for(airflow_home))
 
     def airflow(self, *args: str, **kwargs: Any) -> Run:
         return self.run(VENV_BIN / "airflow", *args, **kwargs)
@@ -108,10 +110,11 @@ class Session:
         assert run.returncode == 0, run.output
         return run
 
-    def dags_test(self, dag_id: str, conf: dict[str, Any], label: str, airflow_home: Path | None = None) -> "Running":
+    def dags_test(self, dag_id: str, conf: dict[str, Any], label: str, airflow_home: Path | None = None,
+                  env: dict[str, str] | None = None) -> "Running":
         """``airflow dags test`` started in the background."""
         return self.start(VENV_BIN / "airflow", "dags", "test", dag_id, "-c", json.dumps(conf), label=label,
-                          airflow_home=airflow_home)
+                          airflow_home=airflow_home, env=env)
 
 
 class Running:

@@ -12,7 +12,6 @@ then ``stream_replica_control`` pauses one replica.
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 from streamrep.client import Producer, StreamAdmin
@@ -33,15 +32,6 @@ def produce(admin: StreamAdmin, values_by_topic: dict[str, list[str]], stream: s
         for topic, values in values_by_topic.items():
             for value in values:
                 producer.send(f"{stream}:{topic}", value.encode(), key=value.split("-")[-1].encode())
-
-
-def dags_test(e2e, env: dict[str, str], dag_id: str, conf: dict, label: str):
-    """``airflow dags test`` started in the background with ``env``."""
-    # tests/e2e/conftest.py's machinery, reached through its fixture: a test module cannot import a
-    # conftest by name when several folders have one.
-    machinery = sys.modules[type(e2e).__module__]
-    airflow = str(machinery.VENV_BIN / "airflow")
-    return machinery.Running(e2e, [airflow, "dags", "test", dag_id, "-c", json.dumps(conf)], None, label, env)
 
 
 def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_cluster, tmp_path):
@@ -65,10 +55,10 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
 
     # two Airflow homes (copies of one migrated database), so the two setups run side by side
     other = {**env, "AIRFLOW_HOME": str(e2e.copy_airflow_home("airflow-home-kafka"))}
-    manual = dags_test(e2e, env, "stream_replica_manual_setup", {"path": SF, "replica": NY},
-                       "dags test stream_replica_manual_setup (kafka)")
-    auto = dags_test(e2e, other, "stream_replica_autosetup", {"path": SF_METRICS, "replica": NY_METRICS},
-                     "dags test stream_replica_autosetup (kafka)")
+    manual = e2e.dags_test("stream_replica_manual_setup", {"path": SF, "replica": NY},
+                           "dags test stream_replica_manual_setup (kafka)", env=env)
+    auto = e2e.dags_test("stream_replica_autosetup", {"path": SF_METRICS, "replica": NY_METRICS},
+                           "dags test stream_replica_autosetup (kafka)", env=other)
     manual, auto = manual.wait(), auto.wait()
     succeeded(manual, "stream_replica_manual_setup")
     succeeded(auto, "stream_replica_autosetup")
@@ -86,8 +76,8 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
     admin.set_gateways("newyork", "gw1", cluster="sanfrancisco")
     metrics_later = {"cpu": [f"late-cpu-{i}" for i in range(10)]}
     produce(admin, metrics_later, SF_METRICS)
-    gateways = dags_test(e2e, env, "stream_gateways", {"cluster": "newyork", "once": True},
-                         "dags test stream_gateways newyork (kafka, once)").wait()
+    gateways = e2e.dags_test("stream_gateways", {"cluster": "newyork", "once": True},
+                           "dags test stream_gateways newyork (kafka, once)", env=env).wait()
     succeeded(gateways, "stream_gateways")
     assert "Spark-Submit cmd: spark-submit" in gateways.output
     everything = {topic: sent[topic] + later[topic] for topic in sent}
@@ -97,8 +87,8 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
         (row,) = replica_status(admin, source)
         assert row["isUptodate"] and row["pendingMessages"] == 0, row
 
-    control = dags_test(e2e, env, "stream_replica_control", {"path": SF, "replica": NY, "action": "pause"},
-                        "dags test stream_replica_control pause (kafka)").wait()
+    control = e2e.dags_test("stream_replica_control", {"path": SF, "replica": NY, "action": "pause"},
+                           "dags test stream_replica_control pause (kafka)", env=env).wait()
     succeeded(control, "stream_replica_control")
     assert [r["paused"] for r in admin.list_replicas(SF)] == [True]
     # the Airflow processes found both clusters through their connections, never through a registry
