@@ -225,14 +225,21 @@ def test_delete_unknown_stream(admin):
 
 
 @ON_BOTH
+def located(admin, topic: str) -> dict:
+    """What the rows say of where ``topic`` is kept: nothing on embedded clusters, the Kafka topic on Kafka."""
+    location = admin.store(admin.path(SF)).location(admin.entry(SF).uuid, topic)
+    assert not location or location["kafkaTopic"].endswith(f"activity__{topic}")
+    return location
+
+
 def test_topic_create_list_info(admin, sf):
     assert admin.create_topic(SF, "clicks") == {"path": SF, "topic": "clicks", "partitions": 1}
     admin.create_topic(SF, "views", partitions=2)
     produce(admin, SF + ":views", "x", "y", "z")
     topics = admin.list_topics(SF)
     assert topics == [
-        {"topic": "clicks", "partitions": 1, "messages": 0},
-        {"topic": "views", "partitions": 2, "messages": 3},
+        {"topic": "clicks", "partitions": 1, "messages": 0, **located(admin, "clicks")},
+        {"topic": "views", "partitions": 2, "messages": 3, **located(admin, "views")},
     ]
     info = admin.topic_info(SF, "views")
     assert [row["partitionid"] for row in info] == [0, 1]
@@ -295,7 +302,7 @@ def test_topic_calls_need_topicperm(admin, bob, sf):
         bob.edit_topic(SF, "t", partitions=2)
     with pytest.raises(PermissionDenied, match="topicperm"):
         bob.delete_topic(SF, "t")
-    assert admin.list_topics(SF) == [{"topic": "t", "partitions": 1, "messages": 0}]
+    assert admin.list_topics(SF) == [{"topic": "t", "partitions": 1, "messages": 0, **located(admin, "t")}]
     admin.edit_stream(SF, topicperm="u:alice | u:bob")
     bob.create_topic(SF, "u")
     assert [t["topic"] for t in admin.list_topics(SF)] == ["t", "u"]

@@ -100,7 +100,8 @@ def test_autocreate_uses_defaultpartitions(admin):
     admin.create_stream(SF, defaultpartitions=3)
     with Producer(admin) as p:
         p.send(SF + ":new", "v")
-    assert admin.list_topics(SF) == [{"topic": "new", "partitions": 3, "messages": 1}]
+    location = admin.store(admin.path(SF)).location(admin.entry(SF).uuid, "new")  # the Kafka topic, on Kafka
+    assert admin.list_topics(SF) == [{"topic": "new", "partitions": 3, "messages": 1, **location}]
 
 
 def test_existing_topic_keeps_its_partitions(admin, sf):
