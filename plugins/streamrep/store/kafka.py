@@ -159,9 +159,13 @@ class KafkaStore(Store):
         return self._admin_client
 
     def _consumer(self, **extra: Any) -> Consumer:
+        # auto.offset.reset=earliest: librdkafka's default (latest) jumps over records when a position is
+        # out of range, e.g. while a restarted broker recovers its log. A fold that skipped its own last
+        # marks would compare-and-set against stale positions; from the earliest offset it only replays
+        # (folds are replay-safe, and readers skip what lies below a replica's position).
         return Consumer({**self._client, "group.id": f"{self._internal}reader", "enable.auto.commit": False,
                          "enable.auto.offset.store": False, "isolation.level": "read_committed",
-                         "fetch.wait.max.ms": 20, **extra})
+                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20, **extra})
 
     def _meta(self) -> Consumer:
         self._fresh()
@@ -216,8 +220,7 @@ class KafkaStore(Store):
         and so every read_committed reader, below that commit."""
         self._ensure_internal()
         name = self._topics[kind]
-        with self._errors(f"cannot read offsets of {name}"):
-            high = watermarks(self._uncommitted(), name, 0)[1]
+        high = self._watermarks(name, 0, name, self._uncommitted())[1]
         deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
         while self._watermarks(name, 0, name)[1] < high:
             if time.monotonic() > deadline:
@@ -563,12 +566,13 @@ class KafkaStore(Store):
         self._readers[(name, partition)][1] = nxt if not overshoot and position == nxt else None
         return out, nxt
 
-    def _watermarks(self, name: str, partition: int, topic: str) -> tuple[int, int]:
-        """``(first offset held, last stable offset)`` of a Kafka partition."""
+    def _watermarks(self, name: str, partition: int, topic: str, consumer: Consumer | None = None) -> tuple[int, int]:
+        """``(first offset held, last stable offset)`` of a Kafka partition (the high watermark instead,
+        with a read_uncommitted ``consumer``). A partition just created may have no leader yet: asked again."""
         deadline = time.monotonic() + TIMEOUT_SECONDS
         while True:
             try:
-                return watermarks(self._meta(), name, partition)
+                return watermarks(consumer or self._meta(), name, partition)
             except KafkaException as exc:
                 err = _kafka_error(exc)
                 code = err.code() if err is not None else None
