@@ -35,9 +35,8 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
 from streamrep.model.paths import StreamPath
-from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS
 from streamrep.replication.flows import flows_into
-from streamrep.replication.gateway import HEARTBEAT_KIND
+from streamrep.replication.service import all_gateways
 from streamrep.replication.status import replica_status
 
 STATE_PREFIX = "REPLICA_STATE_"
@@ -69,45 +68,18 @@ def discover_connection_clusters(hook: StreamrepHook) -> None:
                 continue
 
 
-def _gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, list[dict[str, Any]]]:
-    """Per destination cluster: the gateways listed for it and those heartbeating in it."""
-    listed: dict[str, dict[str, list[str]]] = {n: {} for n in names}
-    for source in names:
-        try:
-            lists = admin.gateways(source)
-        except StreamrepError:
-            continue
-        for dst, gateways in lists.items():
-            for gateway in gateways:
-                listed.setdefault(dst, {}).setdefault(gateway, []).append(source)
-    result: dict[str, list[dict[str, Any]]] = {}
-    for cluster in names:
-        try:
-            beats = admin.clusters.store(cluster).catalog_list(HEARTBEAT_KIND)
-        except StreamrepError:
-            beats = {}
-        rows = []
-        for gid in sorted(set(beats) | set(listed.get(cluster, {}))):
-            beat = beats.get(gid)
-            age = None if beat is None else max(0.0, now - float(beat.get("ts", 0)))
-            status = "down" if age is None else ("live" if age < HEARTBEAT_EXPIRY_SECONDS else "expired")
-            rows.append({"id": gid, "status": status, "heartbeatAgeSeconds": age,
-                         "host": beat.get("host") if beat else None, "pid": beat.get("pid") if beat else None,
-                         "listedBy": sorted(listed.get(cluster, {}).get(gid, []))})
-        result[cluster] = rows
-    return result
-
-
 def topology(admin: StreamAdmin) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data."""
     now = time.time()
     clusters = admin.clusters.list()
     names = [c.name for c in clusters]
-    gateways = _gateways(admin, names, now)
+    gateways = all_gateways(admin, names, now)
     out: dict[str, Any] = {"generated": now, "clusters": [], "links": []}
     for info in clusters:
+        service = gateways.get(info.name, {})
         cluster: dict[str, Any] = {"name": info.name, "kind": info.kind, "url": info.url, "error": None,
-                                   "streams": [], "gateways": gateways.get(info.name, [])}
+                                   "streams": [], "gateways": service.get("gateways", []),
+                                   "desired": service.get("desired")}
         out["clusters"].append(cluster)
         try:
             entries = sorted(admin.list_streams(info.name), key=lambda e: e.path)
@@ -156,7 +128,8 @@ COLORS = {
     "COPY_IN_PROGRESS": "#2563eb", "SYNC_FELL_BACK_TO_ASYNC": "#ea580c", "UNEXPECTED": "#dc2626",
     "PAUSED": "#6b7280", "UPSTREAM_ONLY": "#9ca3af",
 }
-GATEWAY_COLORS = {"live": "#16a34a", "expired": "#d97706", "down": "#dc2626"}
+GATEWAY_COLORS = {"live": "#16a34a", "stopping": "#2563eb", "expired": "#d97706", "down": "#dc2626"}
+DESIRED_COLORS = {"running": "#16a34a", "stopped": "#6b7280"}
 
 
 def short_state(link: dict[str, Any]) -> str:
@@ -312,6 +285,23 @@ def _pill(text: str, color: str) -> str:
     return f'<span class="pill" style="background:{color}">{_e(text)}</span>'
 
 
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s ago"
+
+
+def where(gw: dict[str, Any]) -> str:
+    """Where a gateway runs: host and pid, engine (and Spark application), Airflow task."""
+    if gw["host"] is None:
+        return "-"
+    parts = [f'{gw["host"]} (pid {gw["pid"]})']
+    if gw.get("engine"):
+        parts.append(gw["engine"] + (f' {gw["appId"]}' if gw.get("appId") else "")
+                     + (f' on {gw["master"]}' if gw.get("master") else ""))
+    if gw.get("airflow"):
+        parts.append(f'airflow {gw["airflow"]}')
+    return " · ".join(parts)
+
+
 def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
     """The whole HTML page."""
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(topo["generated"]))
@@ -329,11 +319,17 @@ def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
     gateways = []
     for cluster in topo["clusters"]:
         for gw in cluster["gateways"]:
-            age = "-" if gw["heartbeatAgeSeconds"] is None else f'{gw["heartbeatAgeSeconds"]:.1f} s ago'
-            where = "-" if gw["host"] is None else f'{gw["host"]} (pid {gw["pid"]})'
             gateways.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
                 _e(cluster["name"]), _e(gw["id"]), _pill(gw["status"], GATEWAY_COLORS.get(gw["status"], "#6b7280")),
-                _e(age), _e(where), _e(", ".join(gw["listedBy"]) or "-"))) + "</tr>")
+                _e(_age(gw["heartbeatAgeSeconds"])), _e(where(gw)),
+                f'<span title="{_e(" ".join(gw["share"]))}">{_e(gw["partitions"])}</span>',
+                _e(", ".join(gw["listedBy"]) or "-"))) + "</tr>")
+    services = "".join(
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            _e(c["name"]), _pill(c.get("desired") or "not managed", DESIRED_COLORS.get(c.get("desired"), "#9ca3af")),
+            _e(sum(gw["status"] == "live" for gw in c["gateways"])),
+            _e(sum(gw["partitions"] for gw in c["gateways"])))) + "</tr>"
+        for c in topo["clusters"])
     streams = []
     for cluster in topo["clusters"]:
         for s in cluster["streams"]:
@@ -357,8 +353,12 @@ updated {_e(generated)} (refreshes every {int(refresh_seconds)} s) · <a href="a
 <h2>Replicas</h2>
 <table id="replicas">{replica_header}{"".join(rows) or '<tr><td colspan="10" class="empty">no replicas</td></tr>'}</table>
 <h2>Gateways</h2>
-<table id="gateways"><tr><th>cluster</th><th>gateway</th><th>status</th><th>last heartbeat</th><th>where</th><th>listed by</th></tr>
-{"".join(gateways) or '<tr><td colspan="6" class="empty">no gateways listed or running</td></tr>'}</table>
+<table id="gateway-service"><tr><th>cluster</th><th>desired state</th><th>live gateways</th><th>partitions held</th></tr>
+{services or '<tr><td colspan="4" class="empty">no clusters</td></tr>'}</table>
+<p class="meta">Start or stop a cluster's gateways with <code>streamrep gateway start|stop -cluster C</code>, or trigger
+the <code>stream_gateway_service</code> DAG with <code>action</code> start or stop.</p>
+<table id="gateways"><tr><th>cluster</th><th>gateway</th><th>status</th><th>last heartbeat</th><th>where</th><th>partitions</th><th>listed by</th></tr>
+{"".join(gateways) or '<tr><td colspan="7" class="empty">no gateways listed or running</td></tr>'}</table>
 <h2>Streams</h2>
 <table id="streams"><tr><th>stream</th><th>topics</th><th>partitions</th><th>messages</th><th>upstreams</th><th>errors</th></tr>
 {"".join(streams) or '<tr><td colspan="6" class="empty">no streams</td></tr>'}</table>
@@ -423,7 +423,8 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
         return _RESOLVED_ADDRESS.sub(HIDDEN, _FILE_PATH.sub(HIDDEN, text))
 
     clusters = [{**c, "url": None, "error": scrub(c["error"]),
-                 "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]]} for c in topo["clusters"]]
+                 "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]],
+                 "gateways": [{**g, "master": None} for g in c.get("gateways", [])]} for c in topo["clusters"]]
     links = [{**link, "errors": scrub(link.get("errors"))} for link in topo["links"]]
     return {**topo, "clusters": clusters, "links": links}
 
