@@ -8,6 +8,7 @@ import io
 import json
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from streamrep.cli.main import run
@@ -234,3 +235,56 @@ def test_supervisor_needs_adminperm_to_launch(linked, bob):
     linked.set_cluster_ace("u:alice", "newyork")
     with pytest.raises(PermissionDenied):
         service.supervise(bob, "newyork")
+
+
+# -- the supervisor DAG -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def service_dag():
+    from pathlib import Path
+
+    from airflow.dag_processing.dagbag import DagBag
+
+    dags = Path(__file__).resolve().parents[2] / "dags"
+    bag = DagBag(dag_folder=str(dags / "stream_gateway_service.py"))
+    assert bag.import_errors == {}
+    return bag.dags["stream_gateway_service"]
+
+
+def test_the_supervisor_dag_runs_every_minute_one_at_a_time(service_dag):
+    from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+
+    assert service_dag.max_active_runs == 1 and service_dag.catchup is False
+    assert service_dag.schedule == timedelta(minutes=1)
+    assert service_dag.params["action"] == "supervise" and service_dag.params["cluster"] == ""
+    launch = service_dag.get_task("launch_gateways")
+    assert launch.operator_class is TriggerDagRunOperator or launch.operator_name == "TriggerDagRunOperator"
+    assert launch.partial_kwargs["trigger_dag_id"] == "stream_gateways"
+    assert launch.partial_kwargs["skip_when_already_exists"] is True
+    assert [t.task_id for t in service_dag.get_task("gateway_service").downstream_list] == ["launch_gateways"]
+
+
+def test_the_supervisor_operator_starts_launches_once_and_stops(linked, service_dag):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = service_dag.get_task("gateway_service")
+
+    def execute(action: str, cluster: str = "", run_state=None):
+        task = type(op)(task_id="gateway_service", action=action, cluster=cluster)
+        ti = None if run_state is None else type("TI", (), {"get_dagrun_state": staticmethod(run_state)})()
+        return task.execute({"ti": ti} if ti else {})
+
+    assert execute("supervise") == []  # nothing managed: nothing launched
+    [launch] = execute("start", "newyork")
+    assert launch["conf"] == {"cluster": "newyork", "once": False}
+    assert launch["trigger_run_id"].startswith("gateway_service__newyork__")
+    assert service.desired_state(linked.clusters.store("newyork")) == "running"
+    assert execute("supervise") == []  # launched a moment ago: in flight (backoff)
+    assert execute("supervise", run_state=lambda dag_id, run_id: "running") == []
+    Gateway(linked, "newyork", "g1").heartbeat()
+    assert execute("supervise") == []  # live
+    assert execute("stop", "newyork") == []
+    assert service.desired_state(linked.clusters.store("newyork")) == "stopped"
+    with pytest.raises(AirflowFailException, match="needs a cluster"):
+        execute("start")
+    with pytest.raises(AirflowFailException, match="cluster boston"):
+        execute("start", "boston")

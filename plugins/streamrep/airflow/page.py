@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
 
-from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, StreamrepHook
+from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, ConnectionClusters, StreamrepHook
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
@@ -44,9 +44,10 @@ NOT_CLUSTER_CONNS = {StreamrepHook.default_conn_name, "streamrep_spark_local"}
 
 
 # -- data ------------------------------------------------------------------------------
-def discover_connection_clusters(hook: StreamrepHook) -> None:
+def discover_connection_clusters(clusters: ConnectionClusters) -> None:
     """Resolve the clusters defined by ``streamrep_<cluster>`` connections (environment and,
-    in the API server, the metadata database), so that the page lists them too."""
+    in the API server, the metadata database), so that ``clusters.list()`` names them too
+    (``clusters``: a hook's ``clusters``)."""
     names: set[str] = set()
     for key in os.environ:
         if key.startswith("AIRFLOW_CONN_" + CLUSTER_CONN_PREFIX.upper()):
@@ -63,7 +64,7 @@ def discover_connection_clusters(hook: StreamrepHook) -> None:
     for conn_id in sorted(names - NOT_CLUSTER_CONNS):
         if conn_id.startswith(CLUSTER_CONN_PREFIX):
             try:
-                hook.clusters.get(conn_id[len(CLUSTER_CONN_PREFIX):])
+                clusters.get(conn_id[len(CLUSTER_CONN_PREFIX):])
             except (StreamrepError, ValueError):
                 continue
 
@@ -435,7 +436,7 @@ def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
     """The topology as ``access`` may see it (everything when None)."""
     hook = hook_factory()
     try:
-        discover_connection_clusters(hook)
+        discover_connection_clusters(hook.clusters)
         topo = topology(hook.admin)
         if access is not None and not access.sees_locations:
             topo = hide_locations(topo, hook.clusters.home)
