@@ -16,6 +16,14 @@ Airflow's auth manager itself, the way Airflow's own routes do):
   them (the simple auth manager: op and admin). Others see the topology with the URL left out
   and paths in errors replaced by ``(hidden)``.
 
+- starting and stopping a cluster's gateways (the page's buttons, ``POST
+  /api/gateways/<cluster>/start|stop``): only users whom the auth manager allows to trigger the
+  ``stream_gateway_service`` DAG (``is_authorized_dag`` POST on its runs; the simple auth
+  manager: user, op and admin, not viewer), since that DAG does the same. The change is made as
+  the hook's identity (the one the DAGs act as), so its cluster adminperm applies too. The
+  buttons post with the UI's session cookie, which Airflow sets ``SameSite=Lax``: another
+  site cannot make a browser post it.
+
 With login off (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True``) everyone is an admin.
 """
 
@@ -36,6 +44,7 @@ from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
 from streamrep.model.paths import StreamPath
 from streamrep.replication.flows import flows_into
+from streamrep.replication import service
 from streamrep.replication.service import all_gateways
 from streamrep.replication.status import replica_status
 
@@ -303,7 +312,24 @@ def where(gw: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
+def _control(cluster: dict[str, Any]) -> str:
+    """Start and stop buttons for a cluster's gateways (posting to this app, then reloading)."""
+    name = _e(cluster["name"])
+    return " ".join(
+        f'<button class="gw-{action}" data-cluster="{name}" onclick="gatewayControl(this, \'{action}\')">{action}</button>'
+        for action in ("start", "stop"))
+
+
+CONTROL_SCRIPT = """<script>
+function gatewayControl(button, action) {
+  button.disabled = true;
+  fetch('api/gateways/' + encodeURIComponent(button.dataset.cluster) + '/' + action, {method: 'POST'})
+    .then(r => r.json()).then(d => { if (d.error) alert(d.error); location.reload(); });
+}
+</script>"""
+
+
+def render_page(topo: dict[str, Any], refresh_seconds: int = 15, controls: bool = False) -> str:
     """The whole HTML page."""
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(topo["generated"]))
     rows = []
@@ -329,8 +355,9 @@ def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
         "<tr>" + "".join(f"<td>{c}</td>" for c in (
             _e(c["name"]), _pill(c.get("desired") or "not managed", DESIRED_COLORS.get(c.get("desired"), "#9ca3af")),
             _e(sum(gw["status"] == "live" for gw in c["gateways"])),
-            _e(sum(gw["partitions"] for gw in c["gateways"])))) + "</tr>"
+            _e(sum(gw["partitions"] for gw in c["gateways"])), *([_control(c)] if controls else []))) + "</tr>"
         for c in topo["clusters"])
+    control_head = "<th>gateways</th>" if controls else ""
     streams = []
     for cluster in topo["clusters"]:
         for s in cluster["streams"]:
@@ -354,8 +381,8 @@ updated {_e(generated)} (refreshes every {int(refresh_seconds)} s) · <a href="a
 <h2>Replicas</h2>
 <table id="replicas">{replica_header}{"".join(rows) or '<tr><td colspan="10" class="empty">no replicas</td></tr>'}</table>
 <h2>Gateways</h2>
-<table id="gateway-service"><tr><th>cluster</th><th>desired state</th><th>live gateways</th><th>partitions held</th></tr>
-{services or '<tr><td colspan="4" class="empty">no clusters</td></tr>'}</table>
+<table id="gateway-service"><tr><th>cluster</th><th>desired state</th><th>live gateways</th><th>partitions held</th>{control_head}</tr>
+{services or '<tr><td colspan="4" class="empty">no clusters</td></tr>'}</table>{CONTROL_SCRIPT if controls else ""}
 <p class="meta">Start or stop a cluster's gateways with <code>streamrep gateway start|stop -cluster C</code>, or trigger
 the <code>stream_gateway_service</code> DAG with <code>action</code> start or stop.</p>
 <table id="gateways"><tr><th>cluster</th><th>gateway</th><th>status</th><th>last heartbeat</th><th>where</th><th>partitions</th><th>listed by</th></tr>
@@ -381,10 +408,23 @@ class PageAccess:
 
     :param user: the caller's name.
     :param sees_locations: whether cluster URLs and file paths are shown too.
+    :param may_control: whether the caller may start and stop gateways (the page's buttons).
     """
 
     user: str
     sees_locations: bool
+    may_control: bool = False
+
+
+SERVICE_DAG_ID = "stream_gateway_service"  # starting/stopping gateways is triggering this DAG's work
+
+
+def allowed_to_control(manager: Any, user: Any) -> bool:
+    """Whether the auth manager lets ``user`` trigger runs of the gateway service DAG."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                     details=DagDetails(id=SERVICE_DAG_ID), user=user)
 
 
 async def airflow_access(request: Request) -> PageAccess:
@@ -400,7 +440,19 @@ async def airflow_access(request: Request) -> PageAccess:
     manager = get_auth_manager()
     if not manager.is_authorized_custom_view(method="GET", resource_name=PAGE_RESOURCE, user=user):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
-    return PageAccess(user.get_name(), manager.is_authorized_connection(method="GET", user=user))
+    return PageAccess(user.get_name(), manager.is_authorized_connection(method="GET", user=user),
+                      allowed_to_control(manager, user))
+
+
+async def airflow_control(request: Request) -> PageAccess:
+    """``airflow_access``, and 403 unless the caller may start and stop gateways."""
+    from fastapi import HTTPException, status
+
+    caller = await airflow_access(request)
+    if not caller.may_control:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: starting or stopping gateways needs the right "
+                                                       f"to trigger the {SERVICE_DAG_ID} DAG")
+    return caller
 
 
 def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
@@ -446,11 +498,14 @@ def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
 
 
 def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
-               access: Callable[..., Awaitable[PageAccess]] = airflow_access):
-    """The FastAPI app of the page: ``/replication`` (HTML) and ``/api/topology`` (JSON).
+               access: Callable[..., Awaitable[PageAccess]] = airflow_access,
+               control: Callable[..., Awaitable[PageAccess]] = airflow_control):
+    """The FastAPI app of the page: ``/replication`` (HTML), ``/api/topology`` (JSON) and
+    ``POST /api/gateways/<cluster>/start|stop`` (``gateway start|stop``; JSON).
 
     :param hook_factory: makes the hook that resolves the clusters.
     :param access: the FastAPI dependency that authenticates and authorizes the caller.
+    :param control: the same for starting and stopping gateways.
     """
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -463,11 +518,25 @@ def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
 
     @app.get("/replication", response_class=HTMLResponse)
     def replication_page(caller: PageAccess = Depends(access)) -> HTMLResponse:
-        return HTMLResponse(render_page(current_topology(hook_factory, caller)))
+        return HTMLResponse(render_page(current_topology(hook_factory, caller), controls=caller.may_control))
 
     @app.get("/api/topology")
     def replication_topology(caller: PageAccess = Depends(access)) -> JSONResponse:
         return JSONResponse(current_topology(hook_factory, caller))
+
+    @app.post("/api/gateways/{cluster}/{action}")
+    def gateway_control(cluster: str, action: str, caller: PageAccess = Depends(control)) -> JSONResponse:
+        if action not in ("start", "stop"):
+            return JSONResponse({"error": f"unknown action {action!r}: start or stop"}, status_code=404)
+        hook = hook_factory()
+        try:
+            discover_connection_clusters(hook.clusters)
+            row = service.request(hook.admin, cluster, service.RUNNING if action == "start" else service.STOPPED)
+        except StreamrepError as err:
+            return JSONResponse({"error": str(err)}, status_code=400)
+        finally:
+            hook.close()
+        return JSONResponse({**row, "requestedBy": caller.user})
 
     return app
 
