@@ -30,7 +30,11 @@ Trigger `start`/`stop` from the trigger form (params `action` and `cluster`), or
 **Why a scheduled supervisor DAG.** Airflow 3 has no long-running service primitive: a task
 is one attempt of a unit of work. Deferrable operators and triggers wait for events, but a
 trigger must not run work (it runs in the triggerer's event loop), so a gateway that pulls data
-cannot be one. So the pieces are: the gateways are ordinary long tasks of `stream_gateways`
+cannot be one. Airflow 3.3's resumable tasks (`ResumableJobMixin`, the task state store) let a
+retried task re-attach to an external job instead of submitting it again; a gateway needs no
+re-attaching: its Spark job is tied to its task process (it never outlives it), and its
+durable state, the replication positions, is already in the destination, so a new attempt
+resumes exactly where the last stopped. So the pieces are: the gateways are ordinary long tasks of `stream_gateways`
 (their own retries, with a doubling backoff from 10 s to 5 min, bring back a gateway process
 that dies), and this DAG, scheduled every minute with `max_active_runs=1` and `catchup=False`,
 is the supervisor: it keeps no state of its own (the desired state and the record of its
