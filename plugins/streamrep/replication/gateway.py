@@ -33,6 +33,7 @@ from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, 
 from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_batch, ensure_topics, next_position,
                                             read_source)
 
+# HEARTBEAT_KIND is defined with the other service documents in service.py; callers keep importing it from here.
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
 
