@@ -347,3 +347,18 @@ def test_a_spark_gateway_started_while_stopped_returns_at_once_with_one_line(lin
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gateway g1 not started: the gateways of cluster newyork are stopped")
     assert "g1" not in linked.clusters.store("newyork").catalog_list(HEARTBEAT_KIND)
+
+
+def test_a_cluster_the_supervisor_may_not_launch_does_not_keep_the_others_down(linked, service_dag, monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    op = type(service_dag.get_task("gateway_service"))
+    service.request(linked, "sanfrancisco", service.RUNNING)
+    service.request(linked, "newyork", service.RUNNING)
+    linked.set_cluster_ace("u:alice", "sanfrancisco")
+    monkeypatch.setenv("STREAMREP_USER", "bob")  # the hook's identity: no adminperm on sanfrancisco
+    monkeypatch.setenv("STREAMREP_GROUPS", "")
+    [launch] = op(task_id="gateway_service", action="supervise", cluster="").execute({})
+    assert launch["conf"]["cluster"] == "newyork"
+    with pytest.raises(AirflowFailException, match="adminperm on cluster sanfrancisco"):
+        op(task_id="gateway_service", action="supervise", cluster="sanfrancisco").execute({})

@@ -27,7 +27,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
@@ -471,12 +471,19 @@ class GatewayServiceOperator(StreamrepOperator):
         run_state = None
         if ti is not None and hasattr(ti, "get_dagrun_state"):
             run_state = lambda run_id: ti.get_dagrun_state(self.gateways_dag_id, run_id)  # noqa: E731
-        launches = []
+        launches, failed = [], []
         for name in names:
-            decision = service.supervise(admin, name, run_state)
+            try:
+                decision = service.supervise(admin, name, run_state)
+            except StreamrepError as err:  # one cluster down or refused must not keep the others down
+                self.log.error("%s: cannot supervise: %s", name, err)
+                failed.append(err)
+                continue
             self.log.info("%s", decision.reason)
             if decision.launch:
                 launches.append({"trigger_run_id": decision.run_id, "conf": {"cluster": name, "once": False}})
+        if failed and len(failed) == len(names):
+            raise failed[0]  # nothing could be supervised: the run says so
         return launches
 
 
