@@ -35,7 +35,7 @@ def linked(admin):
     return admin
 
 
-def cli(*argv: str, user: str = "alice", monkeypatch=None) -> tuple[int, str, str]:
+def cli(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     status = run(list(argv), out, err, io.StringIO())
     return status, out.getvalue(), err.getvalue()
