@@ -31,6 +31,7 @@ SF, NY = "sanfrancisco", "newyork"
 SOURCE, REPLICA = f"/mapr/{SF}/orders", f"/mapr/{NY}/orders"
 TOPICS = {"placed": 3, "shipped": 2}
 SPARK_TIMEOUT = 600  # one Spark app on a busy 2-core machine
+EXECUTOR = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,9 @@ def worker_python(tmp_path_factory) -> Path:
     """A Python for the executors with streamrep installed from a wheel: a venv whose other
     packages (pyarrow, pyspark, confluent-kafka) come from this venv's site-packages through a
     ``.pth`` line. A folder added that way is not a site directory, so this venv's own ``.pth``
-    files (its editable install of streamrep) are not read: streamrep comes from the wheel alone."""
+    files (its editable install of streamrep) are not read: streamrep comes from the wheel alone.
+    Each start of this Python appends its parent's command line to ``started.log`` beside the
+    venv, so the test can see that executors ran it."""
     uv = shutil.which("uv")
     if uv is None:
         pytest.skip("uv is not on PATH (./run installs it): it builds the streamrep wheel")
@@ -49,6 +52,10 @@ def worker_python(tmp_path_factory) -> Path:
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
     (site / "streamrep-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    started_log = root / "started.log"
+    (site / "streamrep-witness.pth").write_text(  # a .pth line that starts with "import" runs at every start
+        f"import os; open({str(started_log)!r}, 'a').write(open(f'/proc/{{os.getppid()}}/cmdline', 'rb')"
+        ".read().replace(b'\\0', b' ').decode(errors='replace') + '\\n')\n")
     built = subprocess.run([uv, "build", "--wheel", "--offline", "--out-dir", str(root / "dist"), str(REPO)],
                            capture_output=True, text=True)
     assert built.returncode == 0, built.stderr[-2000:]
@@ -60,6 +67,7 @@ def worker_python(tmp_path_factory) -> Path:
     where = subprocess.run([str(python), "-c", "import streamrep; print(streamrep.__file__)"],
                            env=env, cwd=root, capture_output=True, text=True, check=True).stdout.strip()
     assert Path(where).parent == site / "streamrep", where
+    assert started_log.is_file()
     return python
 
 
@@ -105,6 +113,7 @@ def applications(cluster) -> list[dict]:
     return status["activeapps"] + status["completedapps"]
 
 
+@pytest.mark.timeout(1200)  # the cluster's start and two apps; each app alone took 2-3 min on a busy machine
 def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_python, cli, api, streamrep_home):
     cluster = spark_cluster
     api.clusters.add(SF)
@@ -137,13 +146,13 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     assert assert_replica_exactly_once(api, SOURCE, REPLICA) == len(before) + len(after)
 
     # Both apps ran on the cluster: the master lists them as finished, the worker kept their
-    # executors' folders, and the executors ran the worker Python (its streamrep was imported
-    # there, leaving bytecode that installing the wheel did not write).
+    # executors' folders, and the executors started the worker Python.
     apps = {app["name"]: app for app in applications(cluster)}
-    assert {"streamrep-copystream", "streamrep-gateway"} <= set(apps)
-    assert all(apps[name]["state"] == "FINISHED" for name in ("streamrep-copystream", "streamrep-gateway"))
+    ours = ("streamrep-copystream", f"streamrep-gateway-{NY}")  # the names the apps give their sessions
+    assert set(ours) <= set(apps), sorted(apps)
+    assert [apps[name]["state"] for name in ours] == ["FINISHED", "FINISHED"]
     folders = {p.name for p in cluster.work_dir.iterdir()}
-    assert {apps["streamrep-copystream"]["id"], apps["streamrep-gateway"]["id"]} <= folders
-    site = worker_python.parents[1] / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    assert list((site / "streamrep" / "spark" / "__pycache__").glob("source.*.pyc"))
+    assert {apps[name]["id"] for name in ours} <= folders
+    parents = (worker_python.parents[2] / "started.log").read_text().splitlines()
+    assert sum(EXECUTOR in parent for parent in parents) >= 2, parents  # at least once for each app
 
