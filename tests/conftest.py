@@ -40,6 +40,12 @@ kafka_local = importlib.util.module_from_spec(_spec)
 sys.modules["kafka_local"] = kafka_local
 _spec.loader.exec_module(kafka_local)
 
+_SPARK_SCRIPT = _SCRIPT.with_name("spark_local.py")
+_spec = importlib.util.spec_from_file_location("spark_local", _SPARK_SCRIPT)
+spark_local = importlib.util.module_from_spec(_spec)
+sys.modules["spark_local"] = spark_local
+_spec.loader.exec_module(spark_local)
+
 BACKENDS = ("embedded", "kafka")
 
 
@@ -61,6 +67,25 @@ def kafka_broker(tmp_path_factory) -> str:
         yield broker.bootstrap
     finally:
         kafka_local.stop(broker, timeout=10)
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A Spark standalone cluster for the whole session: a master and one worker (2 cores) from
+    pyspark's own ``spark-class`` (``scripts/spark_local.py``, as ``./run spark``), on free loopback
+    ports in a temporary folder. The daemons' environment has no PYTHONPATH, so executors import
+    streamrep only from the Python they run. Killed at session end, and by the kernel if the session
+    itself is killed. Yields ``spark_local.Cluster`` (``master_url``, ``webui``, ``work_dir``).
+    """
+    if shutil.which("java") is None:
+        pytest.skip("java is not on PATH")
+    port, webui_port, worker_webui_port = kafka_local.free_ports(3)
+    cluster = spark_local.Cluster(port, webui_port, worker_webui_port, tmp_path_factory.mktemp("spark"))
+    try:
+        spark_local.start(cluster, die_with_parent=True)
+        yield cluster
+    finally:
+        spark_local.stop(cluster, timeout=10)
 
 
 def pytest_configure(config):

@@ -197,8 +197,9 @@ def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
 
 
 def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool = False,
-                      synchronous: bool = False, engine: str = "auto") -> Rows:
-    copier = lambda admin, src, dst: run_copy(admin, src, dst, engine)  # noqa: E731
+                      synchronous: bool = False, engine: str = "auto", master: str | None = None) -> Rows:
+    spark_master(master)
+    copier = lambda admin, src, dst: run_copy(admin, src, dst, engine, master=master)  # noqa: E731
     return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier)]
 
 
@@ -212,33 +213,48 @@ ENGINES = ("auto", "local", "spark")
 COPY_IN_PROCESS_MAX = 100_000
 COPY_ENGINE = Option("engine", help=f"auto: in this process up to {COPY_IN_PROCESS_MAX} messages, else Spark",
                      choices=ENGINES)
+SPARK_MASTER = Option("master", help="where Spark runs, as spark-submit's --master: local[N], spark://HOST:PORT, "
+                                     "yarn, k8s://... (default: $STREAMREP_SPARK_MASTER, else local[2])")
 
 
-def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numthreads: int | None = None) -> dict:
-    """copystream in this process, or as the Spark app through spark-submit."""
+def spark_master(master: str | None) -> None:
+    """A bad -master fails before any work, even when the engine turns out not to be Spark."""
+    if master is not None:
+        from streamrep.spark.submit import check_master  # Spark is only imported when used
+
+        check_master(master)
+
+
+def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numthreads: int | None = None,
+             master: str | None = None) -> dict:
+    """copystream in this process, or as the Spark app through spark-submit (on ``master``)."""
     if engine == "auto":
         engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
     if engine == "local":
         return copy_stream(admin, src, dst)
     from streamrep.spark.submit import run_copystream  # Spark is only imported when used
 
-    return run_copystream(src, dst, home=admin.clusters.home, numthreads=numthreads)
+    return run_copystream(src, dst, home=admin.clusters.home, numthreads=numthreads, master=master)
 
 
-def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, engine: str = "auto") -> Rows:
+def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, engine: str = "auto",
+               master: str | None = None) -> Rows:
     if numthreads is not None and numthreads < 1:
         raise InvalidArgument("option -numthreads must be 1 or more")
-    result = run_copy(ctx.admin, src, dst, engine, numthreads)
+    spark_master(master)
+    result = run_copy(ctx.admin, src, dst, engine, numthreads, master)
     return [{"source": result["source"], "destination": result["destination"], "messages": result["messages"]}]
 
 
 def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = False,
-                engine: str = "spark", interval: float = 0.5) -> Rows:
+                engine: str = "spark", interval: float = 0.5, master: str | None = None) -> Rows:
     """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
+    spark_master(master)
     if engine == "spark":
         from streamrep.spark.submit import run_gateway
 
-        run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval)
+        run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval,
+                    master=master)
         return []
     ctx.admin.clusters.get(cluster)
     gateway = Gateway(ctx.admin, cluster, id)
@@ -463,7 +479,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
     Command(("stream", "replica", "autosetup"), replica_autosetup,
             (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
-             COPY_ENGINE),
+             COPY_ENGINE, SPARK_MASTER),
             "create, register, copy and start a replica in one step"),
     Command(("stream", "cursor", "translate"), cursor_translate,
             (PATH, REPLICA, Option("group", required=True, help="consumer group"),
@@ -472,13 +488,14 @@ COMMANDS: tuple[Command, ...] = (
     Command(("copystream",), copystream,
             (Option("src", required=True, help="source stream path"),
              Option("dst", required=True, help="destination stream path (created if missing)"),
-             Option("numthreads", int, help="Spark parallelism"), COPY_ENGINE),
+             Option("numthreads", int, help="Spark parallelism"), COPY_ENGINE, SPARK_MASTER),
             "copy all messages of a stream into another stream"),
     Command(("gateway", "run"), gateway_run,
             (Option("cluster", required=True, help="the destination cluster"), Option("id", help="gateway id"),
              Option("once", bool, help="stop once everything is replicated"),
              Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
-             Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL)),
+             Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL),
+             SPARK_MASTER),
             "run a gateway of a destination cluster"),
     Command(("gateway", "start"), gateway_start, (Option("cluster", required=True, help="the destination cluster"),),
             "let a cluster's gateways run (the supervisor DAG starts and restarts them)"),

@@ -10,8 +10,9 @@ with everything it started. See "the job's lifetime" below for why these mechani
 
 The apps live in ``<repo>/spark_apps/<app>.py`` (``STREAMREP_SPARK_APPS`` overrides the
 folder). The master is ``local[2]`` unless ``STREAMREP_SPARK_MASTER`` or ``master`` says
-otherwise. Every Python process Spark starts runs this interpreter (the venv that has
-streamrep and pyarrow), and ``spark-submit`` is taken from this venv first.
+otherwise (``spark://host:port`` for a standalone cluster). Every Python process Spark starts runs
+this interpreter (the venv that has streamrep and pyarrow) unless ``STREAMREP_SPARK_PYTHON`` names
+the Python of the cluster's workers, and ``spark-submit`` is taken from this venv first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import ctypes
 import functools
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -42,6 +44,14 @@ APPS = ("copystream", "gateway")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
 LOG_JAVA_OPTIONS = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"  # the driver JVM's option for it
 DEFAULT_MASTER = "local[2]"
+# The masters spark-submit accepts (Spark 4 has no Mesos): local[N], local[*], local[N,F]
+# (F task failures allowed), local-cluster[W,C,M], spark://host:port[,host:port] (standby
+# masters), yarn, k8s://[http[s]://]host[:port].
+MASTER_FORMS = "local, local[N], local[*], spark://HOST:PORT, yarn or k8s://https://HOST:PORT"
+_HOST_PORT = r"[A-Za-z0-9._\-]+:\d{1,5}"
+_MASTER = re.compile(
+    r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]"
+    rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*|yarn|k8s://(https?://)?[A-Za-z0-9._\-]+(:\d{{1,5}})?(/\S*)?")
 DEFAULT_INTERVAL = 0.5
 JVM_NOISE = "WARNING: Using incubator modules"  # printed by every Java 17 start; says nothing  # seconds between gateway micro-batches
 
@@ -57,6 +67,12 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+def executor_python() -> str:
+    """The Python the executors run, on every worker: ``STREAMREP_SPARK_PYTHON``, else this
+    interpreter (on a cluster, the same path must then exist on the workers)."""
+    return os.environ.get("STREAMREP_SPARK_PYTHON") or sys.executable
+
+
 def python_env() -> dict[str, str]:
     """Environment every Spark process needs so that its Python workers import streamrep:
     this interpreter (the venv's, which has pyarrow and streamrep) for drivers and workers."""
@@ -65,7 +81,7 @@ def python_env() -> dict[str, str]:
 
 def spark_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     merged = dict(DEFAULT_CONF)
-    merged["spark.pyspark.python"] = sys.executable
+    merged["spark.pyspark.python"] = executor_python()
     merged["spark.pyspark.driver.python"] = sys.executable
     # Executors check permissions too (each copy task, each gateway): as the launching caller,
     # not as whatever OS user a cluster's workers run as.
@@ -76,8 +92,17 @@ def spark_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     return merged
 
 
+def check_master(master: str) -> str:
+    """``master`` if spark-submit would accept it as ``--master``, else InvalidArgument (before
+    Spark starts: spark-submit's own message is a JVM stack trace)."""
+    if not _MASTER.fullmatch(master):
+        raise InvalidArgument(f"bad Spark master {master!r}: expected {MASTER_FORMS}")
+    return master
+
+
 def master_url(master: str | None = None) -> str:
-    return master or os.environ.get("STREAMREP_SPARK_MASTER") or DEFAULT_MASTER
+    """The Spark master: ``master``, else ``STREAMREP_SPARK_MASTER``, else ``local[2]``; checked."""
+    return check_master(master or os.environ.get("STREAMREP_SPARK_MASTER") or DEFAULT_MASTER)
 
 
 def apps_dir() -> Path:
@@ -151,7 +176,7 @@ def spark_submit_command(app: str, args: Sequence[str] = (), master: str | None 
     if master is None and not run_env.get("STREAMREP_SPARK_MASTER"):
         threads = _numthreads(app, app_args)
         master = f"local[{threads}]" if threads else None
-    master = master or run_env.get("STREAMREP_SPARK_MASTER") or master_url(None)
+    master = check_master(master or run_env.get("STREAMREP_SPARK_MASTER") or DEFAULT_MASTER)
     exe = shutil.which("spark-submit", path=run_env["PATH"])
     if exe is None:
         raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment")
@@ -328,12 +353,15 @@ def _failure(app: str, result: AppResult) -> StreamrepError:
     return StreamrepError(f"{app} on Spark failed: {message}")
 
 
-def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int | None = None) -> dict:
-    """Run the copystream app through spark-submit; returns its summary (``copy.summary``)."""
+def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int | None = None,
+                   master: str | None = None) -> dict:
+    """Run the copystream app through spark-submit; returns its summary (``copy.summary``).
+
+    :param master: the Spark master (see ``spark_submit_command``)."""
     args = ["--src", src, "--dst", dst]
     args += ["--home", home] if home else []
     args += ["--numthreads", str(numthreads)] if numthreads else []
-    result = run_app("copystream", args)
+    result = run_app("copystream", args, master)
     if not result.ok:
         raise _failure("copystream", result)
     summary = [line for line in result.stdout.splitlines() if line.startswith("{")]
@@ -343,13 +371,15 @@ def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int 
 
 
 def run_gateway(cluster: str, gateway_id: str | None = None, once: bool = False, home: str | None = None,
-                interval: float = DEFAULT_INTERVAL) -> None:
-    """Run the gateway app through spark-submit in the foreground, its output passed through."""
+                interval: float = DEFAULT_INTERVAL, master: str | None = None) -> None:
+    """Run the gateway app through spark-submit in the foreground, its output passed through.
+
+    :param master: the Spark master (see ``spark_submit_command``)."""
     args = ["--cluster", cluster, "--interval", str(interval)]
     args += ["--id", gateway_id] if gateway_id else []
     args += ["--home", home] if home else []
     args += ["--once"] if once else []
-    argv, run_env = spark_submit_command("gateway", args)
+    argv, run_env = spark_submit_command("gateway", args, master)
     errors = []
     with foreground_job(argv, run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:  # passed through as it comes; the app's own error line is kept
