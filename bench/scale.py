@@ -9,8 +9,8 @@ Cases (``--only`` picks some):
 
 * ``spark``: copystream (``spark.submit.run_copystream``) and the Spark gateway
   (``spark.submit.run_gateway`` with ``once``) moving ``--spark-messages`` from a stream of
-  ``--spark-partitions`` partitions, on ``local[1]`` and ``local[2]``, and with ``--standalone``
-  on a Spark standalone cluster started here (pyspark's ``bin/spark-class``: a master, and a
+  ``--spark-partitions`` partitions, on ``local[1]`` and ``local[2]``, and with ``--masters
+  standalone`` on a Spark standalone cluster started here (pyspark's ``bin/spark-class``: a master, and a
   worker restarted with 1 and with 2 cores). Two times per run: the wall time (spark-submit to
   exit, Spark's start included) and the moving time (first to last message at the destination,
   polled every 50 ms), whose rate is what more executors can change.
@@ -27,7 +27,7 @@ Cases (``--only`` picks some):
   second cluster: ``stream info``, ``stream replica list`` and ``stream list`` through the CLI
   (in-process: ``cli.main.run``, no interpreter start), and a gateway's assignment and idle pass.
 
-Run: ``.venv/bin/python bench/scale.py [--only spark gateways ...] [--standalone] [--kafka] [--json]``.
+Run: ``.venv/bin/python bench/scale.py [--only spark gateways ...] [--masters local standalone] [--kafka] [--json]``.
 Always exits 0: it reports, it does not gate.
 """
 
@@ -244,19 +244,23 @@ def spark_run(home: str, admin: StreamAdmin, app: str, master: str, n: int, coun
         watch.join(timeout=5)
         watch.halt.set()
     assert held(admin, dst) == count, (app, master, held(admin, dst), count)
-    return wall, watch.moving()
+    moving = watch.moving()
+    # Each run as it ends (a Spark run takes minutes on a busy machine): partial figures survive.
+    print(f"  run: {app} on {master}: wall {wall:.1f} s, moving {moving or float('nan'):.2f} s", file=sys.stderr, flush=True)
+    return wall, moving
 
 
-def bench_spark(count: int, partitions: int, repeats: int, standalone: bool) -> list[dict]:
+def bench_spark(count: int, partitions: int, repeats: int, kinds: list[str]) -> list[dict]:
+    """:param kinds: ``local`` (local[1] and local[2]) and/or ``standalone`` (1 and 2 worker cores)."""
     home, admin = fresh_home(("sf", "ny"))
     new_stream(admin, "/mapr/sf/s", partitions)
     produce(admin, "/mapr/sf/s", count)
-    masters = ["local[1]", "local[2]"]
+    masters = ["local[1]", "local[2]"] if "local" in kinds else []
     cluster = None
     counter = [0]
     times: dict = {(app, m): [] for app in ("copystream", "gateway") for m in masters}
     try:
-        if standalone:
+        if "standalone" in kinds:
             cluster = Standalone()
             cluster.start_master()
             times.update({(app, f"standalone {c} core{'s' if c > 1 else ''}"): []
@@ -550,7 +554,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per point (the median is reported)")
     parser.add_argument("--spark-messages", type=int, default=200_000)
     parser.add_argument("--spark-partitions", type=int, default=4)
-    parser.add_argument("--standalone", action="store_true", help="also on a Spark standalone cluster started here")
+    parser.add_argument("--masters", nargs="+", choices=("local", "standalone"), default=["local"],
+                        help="local: local[1] and local[2]; standalone: a cluster started here, 1 and 2 worker cores")
     parser.add_argument("--messages", type=int, default=240_000, help="backlog the gateways drain")
     parser.add_argument("--gateway-partitions", type=int, default=12)
     parser.add_argument("--gateways", type=int, nargs="+", default=[1, 2, 3])
@@ -574,7 +579,7 @@ def main() -> int:
         "catalog": lambda: bench_catalog(args.streams, args.repeats),
         "gateways": lambda: bench_gateways(args.messages, args.gateway_partitions, args.gateways, args.repeats,
                                            "embedded"),
-        "spark": lambda: bench_spark(args.spark_messages, args.spark_partitions, args.repeats, args.standalone),
+        "spark": lambda: bench_spark(args.spark_messages, args.spark_partitions, args.repeats, args.masters),
     }
     for case in CASES:
         if case not in cases:
