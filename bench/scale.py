@@ -552,7 +552,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
     parser.add_argument("--repeats", type=int, default=3, help="runs per point (the median is reported)")
-    parser.add_argument("--spark-messages", type=int, default=200_000)
+    parser.add_argument("--spark-messages", type=int, default=50_000)
     parser.add_argument("--spark-partitions", type=int, default=4)
     parser.add_argument("--masters", nargs="+", choices=("local", "standalone"), default=["local"],
                         help="local: local[1] and local[2]; standalone: a cluster started here, 1 and 2 worker cores")
