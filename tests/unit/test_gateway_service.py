@@ -362,3 +362,25 @@ def test_a_cluster_the_supervisor_may_not_launch_does_not_keep_the_others_down(l
     assert launch["conf"]["cluster"] == "newyork"
     with pytest.raises(AirflowFailException, match="adminperm on cluster sanfrancisco"):
         op(task_id="gateway_service", action="supervise", cluster="sanfrancisco").execute({})
+
+
+def test_a_long_pass_keeps_the_heartbeat_fresh(linked, monkeypatch):
+    """A pass draining a backlog beats between batches, so its share does not expire and pass
+    to another gateway while it still works on it (each beat moves ``ts`` forward)."""
+    monkeypatch.setattr("streamrep.replication.gateway.HEARTBEAT_INTERVAL_SECONDS", 0.0)
+    produce(linked, 60)
+    gateway = Gateway(linked, "newyork", "g1")
+    store = linked.clusters.store("newyork")
+    beats: list[float] = []
+    real_update = store.catalog_update
+
+    def spy(kind, key, change):
+        real_update(kind, key, change)
+        if kind == HEARTBEAT_KIND and key == "g1":
+            beats.append(store.catalog_get(HEARTBEAT_KIND, "g1")["ts"])
+
+    monkeypatch.setattr(store, "catalog_update", spy)
+    assert gateway.run_once(max_messages=10) == 60
+    # one beat at the start of the pass, one after each of the batches that moved messages
+    assert len(beats) >= 1 + 60 // 10 and beats == sorted(beats)
+    assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(60))

@@ -26,7 +26,8 @@ from streamrep.errors import StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
 from streamrep.store.base import Store
-from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, eligible, live_gateways, share_of
+from streamrep.replication.assignment import (HEARTBEAT_EXPIRY_SECONDS, HEARTBEAT_INTERVAL_SECONDS, eligible,
+                                               live_gateways, share_of)
 from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
                                            stopped_line, withdraw)
@@ -99,6 +100,7 @@ class Gateway:
         self.store = admin.clusters.store(cluster)
         self.watch = StopWatch(self.store)
         self._share: list[str] | None = None  # the share last written to the heartbeat document
+        self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -108,6 +110,13 @@ class Gateway:
 
     def heartbeat(self) -> None:
         beat(self.store, self.id)
+        self._last_beat = time.monotonic()
+
+    def keep_alive(self) -> None:
+        """Heartbeat if one is due: a pass that drains a long backlog must not let its share
+        expire and pass to the other gateways while it is still working on it."""
+        if time.monotonic() - self._last_beat >= HEARTBEAT_INTERVAL_SECONDS:
+            self.heartbeat()
 
     def heartbeats(self) -> dict[str, float]:
         return heartbeats(self.store)
@@ -243,6 +252,7 @@ class Gateway:
                 while True:
                     read = self._replicate(unit, flows, max_messages, end)
                     moved += len(read.messages)
+                    self.keep_alive()
                     read_from, read_next = read.span
                     if read_next >= end or read_next == read_from:
                         break
