@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow_production import airflow_production, postgres  # noqa: F401 - fixtures (PostgreSQL, Airflow's services)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
