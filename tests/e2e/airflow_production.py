@@ -3,16 +3,21 @@
 four services started one by one (``airflow api-server``, ``scheduler`` with the LocalExecutor,
 ``dag-processor``, ``triggerer``), with login on (simple auth manager, JWT over REST).
 
-Every process started here is tethered to the pytest process (PR_SET_PDEATHSIG, as Spark jobs
-are: ``streamrep.spark.submit.tether``), so nothing survives a killed session, and stopped with
-every process below it at session end (Spark jobs run in sessions of their own, so the process
-tree is collected before anything is signalled).
+Nothing outlives the session, even a killed one. PostgreSQL is tethered to the pytest process
+(PR_SET_PDEATHSIG, as Spark jobs are: ``streamrep.spark.submit.tether``). Each Airflow service
+runs under a small supervisor (this file run as a script), itself tethered: SIGTERM to the
+supervisor stops the service's process group, and after a grace period kills everything still
+below it. A signal to the service alone is not enough: on SIGTERM the scheduler waits for its
+running tasks (a continuous gateway never ends), and its task processes and their Spark jobs
+(sessions of their own) would outlive it. The supervisor is a child subreaper, so orphans of
+the tree are reparented to it and found.
 
 The fixtures are registered by ``tests/e2e/conftest.py``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import json
 import os
@@ -21,7 +26,9 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,6 +42,8 @@ REPO = Path(__file__).resolve().parents[2]
 POSTGRES_USER = "postgres"  # the OS account the server runs as when we are root (postgres refuses root)
 DB_USER = DB_NAME = "airflow"
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+SERVICE_GRACE_SECONDS = 15  # for a service to stop by itself (the scheduler stops its tasks' Spark jobs)
+PR_SET_CHILD_SUBREAPER = 36
 
 # Intervals lowered so that a test sees the scheduler act within seconds (defaults in comments).
 FAST_AIRFLOW = {
@@ -93,6 +102,39 @@ def stop_tree(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float
             except (ProcessLookupError, PermissionError):
                 pass
     process.wait()
+
+
+def supervise(argv: list[str], grace: float = SERVICE_GRACE_SECONDS) -> int:
+    """Run ``argv`` in a process group of its own until it ends or this process gets SIGTERM or
+    SIGINT; then SIGTERM to that group, and SIGKILL to every process still below this one after
+    ``grace`` seconds. Returns the command's exit status."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    child = subprocess.Popen(argv, start_new_session=True)
+    while child.poll() is None and not stop.wait(0.5):
+        pass
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGTERM)
+            child.wait(grace)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    while below := job_processes(os.getpid())[1:]:
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.2)
+        while True:  # reap the orphans reparented here
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+    return child.wait()
 
 
 def _alive(pid: int) -> bool:
@@ -174,15 +216,16 @@ class Airflow:
         if service == "api-server":
             args += ["--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.logs / f"{service}.log", "ab") as log:
-            self.processes[service] = subprocess.Popen(args, env=self.env, cwd=REPO, stdin=subprocess.DEVNULL,
-                                                       stdout=log, stderr=subprocess.STDOUT, **tether())
+            self.processes[service] = subprocess.Popen([sys.executable, __file__, *args], env=self.env, cwd=REPO,
+                                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                       **tether())
 
     def stop(self, service: str) -> None:
         """Stop one service and everything it started (the scheduler: its task processes and their
         Spark jobs)."""
         process = self.processes.pop(service, None)
         if process is not None:
-            stop_tree(process)
+            stop_tree(process, grace=SERVICE_GRACE_SECONDS + 15)
 
     def stop_all(self) -> None:
         for service in reversed(list(self.processes)):
@@ -283,15 +326,14 @@ def postgres() -> Postgres:
 
 
 @pytest.fixture(scope="session")
-def airflow_production(e2e, postgres: Postgres) -> Airflow:
+def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
     """Airflow's four services on ``postgres`` with the LocalExecutor, login on, the repository's
-    dags and plugins, the session's STREAMREP_HOME and ``spark_default`` (e2e.env); healthy and
-    logged in as ``admin``. Stopped with every process below them at session end."""
-    home = e2e.root / "airflow-home-production"
+    dags and plugins, and ``e2e_homes``' environment (its own STREAMREP_HOME, ``spark_default``
+    local); healthy and logged in as ``admin``. Stopped with every process below them at session end."""
+    e2e = e2e_homes
     logs = e2e.root / "airflow-production-logs"
-    streamrep_home = e2e.root / "streamrep-home-production"  # clusters of its own: names may repeat other tests'
-    for folder in (home, logs, streamrep_home):
-        folder.mkdir()
+    logs.mkdir()
+    home = e2e.airflow_home
     password = secrets.token_urlsafe(12)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({"admin": password}))
@@ -300,7 +342,6 @@ def airflow_production(e2e, postgres: Postgres) -> Airflow:
         **e2e.env,
         **FAST_AIRFLOW,
         "AIRFLOW_HOME": str(home),
-        "STREAMREP_HOME": str(streamrep_home),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": postgres.url,
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
@@ -312,7 +353,7 @@ def airflow_production(e2e, postgres: Postgres) -> Airflow:
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
     }
-    env.pop("PORT", None)
+    env.pop("PORT", None)  # scripts/airflow-ui.sh's
     airflow = Airflow(env, logs)
     started = time.monotonic()
     migrate = subprocess.run([shutil.which("airflow", path=env["PATH"]), "db", "migrate"], env=env, cwd=REPO,
@@ -331,3 +372,7 @@ def airflow_production(e2e, postgres: Postgres) -> Airflow:
         airflow.stop_all()
         e2e.timings.update({f"production: {k}": v for k, v in airflow.timings.items()})
         e2e.timings["production: postgres initdb+start"] = getattr(postgres, "seconds_to_start", None)
+
+
+if __name__ == "__main__":  # the supervisor of one Airflow service (Airflow.start)
+    sys.exit(supervise(sys.argv[1:]))

@@ -157,6 +157,15 @@ def e2e(tmp_path_factory) -> Session:
     print("\ne2e timings (s):", json.dumps(session.timings, indent=1))
 
 
+@pytest.fixture(scope="session")
+def e2e_homes(tmp_path_factory) -> Session:
+    """A session like ``e2e`` (its own homes, the scrubbed child environment) whose Airflow home
+    has no database yet: for an Airflow on another database (``airflow_production``)."""
+    session = Session(tmp_path_factory.mktemp("e2e-homes"))
+    yield session
+    print("\ne2e (own homes) timings (s):", json.dumps(session.timings, indent=1))
+
+
 class AirflowUI:
     """Airflow started by scripts/airflow-ui.sh, reached over HTTP."""
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.model.ace import Identity
+from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS
 from streamrep.replication.gateway import HEARTBEAT_KIND
 from streamrep.replication.status import replica_status
 from test_airflow_e2e import USER, contents, expect
@@ -90,7 +91,7 @@ def gateway_tries(airflow, run_id: str) -> list[tuple[str, int]]:
             if t["task_id"] == "gateway"]
 
 
-def test_production_airflow_replicates_exactly_once_through_a_gateway_kill(airflow_production, e2e):
+def test_production_airflow_replicates_exactly_once_through_a_gateway_kill(airflow_production):
     airflow, timings = airflow_production, airflow_production.timings
     clusters = Clusters(str(airflow.streamrep_home))
     clusters.add("sanfrancisco")
@@ -136,6 +137,9 @@ def test_production_airflow_replicates_exactly_once_through_a_gateway_kill(airfl
     during = {"orders": [f"down-order-{i}" for i in range(80)], "refunds": [f"down-refund-{i}" for i in range(10)]}
     for topic, values in during.items():
         produce(admin, topic, values)
+    wait_for("the gateway's next try", lambda: any(t[1] >= 2 and t[0] == "running"
+                                                   for t in gateway_tries(airflow, gateways)), 400)
+    timings["kill -9 until the gateway task's next try runs"] = round(time.monotonic() - killed_at, 1)
     new_jvm = wait_for("a new gateway job", lambda: live_gateway_jvm(admin, since, not_jvm=jvm), 400)
     timings["kill -9 until a new gateway heartbeats"] = round(time.monotonic() - killed_at, 1)
     assert not alive(jvm)
@@ -156,7 +160,7 @@ def test_production_airflow_replicates_exactly_once_through_a_gateway_kill(airfl
     (row,) = replica_status(admin, SF)
     assert row["isUptodate"] and row["pendingMessages"] == 0, row
     assert airflow.run_state("stream_gateways", gateways) == "running"
-    assert live_gateway_jvm(admin, time.time() - 5) == new_jvm  # still the same job, heartbeating
+    assert live_gateway_jvm(admin, time.time() - HEARTBEAT_EXPIRY_SECONDS) == new_jvm  # the same job, live
 
     # (until the gateway service can stop gateways cleanly) end the run as failed: Airflow stops
     # the task, and the task its Spark job
