@@ -32,6 +32,11 @@ unknown cluster, a missing permission: the app exits with status 65) fails the t
 with streamrep's one-line message, and is not retried. Each mapped task is labelled with its
 gateway's name.
 
+**Stopping.** `streamrep gateway stop -cluster <cluster>` (or the `stream_gateway_service` DAG
+with `action: stop`) stops every gateway after its current micro-batch: each task succeeds and
+the run ends as success. Runs with `once: false` are also what the `stream_gateway_service`
+supervisor triggers for a cluster whose gateways should run and have no live heartbeat.
+
 **Params**: `cluster` (the destination cluster), `once` (replicate what is there now and finish,
 instead of running until the run is stopped), `gateways` (optional names).
 """

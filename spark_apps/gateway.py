@@ -5,8 +5,10 @@ replicas on ``--cluster``.
         [--checkpoint DIR] [--interval SECONDS] [--max-records N]
 
 ``--once`` replicates what is available now and exits; otherwise micro-batches run every
-``--interval`` seconds until the process is stopped (SIGTERM or SIGINT). The gateway's
-heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.run_gateway``.
+``--interval`` seconds until the cluster's gateways are asked to stop (``streamrep gateway stop``:
+the batch in progress finishes, exit status 0) or the process is stopped (SIGTERM or SIGINT).
+Started while its cluster's gateways are stopped, it exits at once with status 0 and one line.
+The gateway's heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.run_gateway``.
 """
 
 from __future__ import annotations

@@ -560,3 +560,20 @@ def test_the_ui_session_cookie_is_a_login_too(airflow_api, running):
     finally:
         client.cookies.clear()
     assert page.status_code == 200 and "<svg" in page.text
+
+
+@pytest.mark.slow
+def test_only_who_may_trigger_the_gateway_service_starts_or_stops_gateways_from_the_page(airflow_api, running):
+    from streamrep.replication import service
+
+    client, tokens = airflow_api
+    store = running.clusters.store("newyork")
+    assert client.post("/streamrep/api/gateways/newyork/stop").status_code == 401
+    viewer = client.post("/streamrep/api/gateways/newyork/stop", headers=as_user(tokens["vic"]))
+    assert viewer.status_code == 403 and service.desired_state(store) is None
+    assert "gatewayControl" not in client.get("/streamrep/replication", headers=as_user(tokens["vic"])).text
+    user = client.post("/streamrep/api/gateways/newyork/stop", headers=as_user(tokens["uma"]))
+    assert user.status_code == 200 and user.json()["desired"] == "stopped" and user.json()["requestedBy"] == "uma"
+    assert service.desired_state(store) == "stopped"
+    assert 'class="gw-start" data-cluster="newyork"' in client.get("/streamrep/replication",
+                                                                    headers=as_user(tokens["uma"])).text

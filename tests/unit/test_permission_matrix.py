@@ -83,6 +83,9 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
                         {"owner", "cluster admin"}),
     "gateway run": (["-cluster", "newyork", "-id", "gw1", "-engine", "local", "-once", "true"],
                     {"owner", "cluster admin"}),
+    "gateway start": (["-cluster", "newyork"], {"owner", "cluster admin"}),
+    "gateway stop": (["-cluster", "newyork"], {"owner", "cluster admin"}),
+    "gateway list": (["-cluster", "newyork"], ALL),
 }
 
 

@@ -79,10 +79,11 @@ def test_replica_list_uses_maprs_field_names(linked):
     row = row_of(linked)
     assert {"cluster", "stream", "replicaPath", "replicaState", "paused", "idx", "synchronous", "isUptodate",
             "uuid", "errors", "pendingMessages", "bytesPending", "minPendingTS", "maxPendingTS",
-            "replicationLagMillis"} == set(row)
+            "replicationLagMillis", "gateways"} == set(row)
     assert (row["cluster"], row["stream"], row["replicaPath"], row["idx"]) == ("newyork", "/activity", NY, 1)
     assert row["uuid"] == linked.entry(NY).uuid
     assert (row["replicaState"], row["isUptodate"], row["errors"]) == (REPLICATING, True, None)
+    assert row["gateways"] == ["gw1"]  # the live gateways serving the flow
 
 
 def test_cli_replica_list_accepts_refreshnow(linked, monkeypatch):

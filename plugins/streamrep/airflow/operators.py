@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from streamrep.airflow.hook import StreamrepHook, user_errors
+from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
+from streamrep.replication import service
 from streamrep.replication.gateway import default_gateway_id
 from streamrep.replication.setup import begin_autosetup, ensure_replica, ensure_upstream
 from streamrep.replication.status import replica_status
@@ -417,6 +418,84 @@ class GatewayPlanOperator(StreamrepOperator):
             self.log.info("no source cluster lists gateways for %s: running gateway %s", self.cluster,
                           next(iter(names)))
         return sorted(names)
+
+
+GATEWAYS_DAG_ID = "stream_gateways"
+SERVICE_ACTIONS = ("supervise", "start", "stop")
+
+
+class GatewayServiceOperator(StreamrepOperator):
+    """The gateways as a service (``streamrep.replication.service``): ``start`` or ``stop`` a
+    cluster's gateways (``gateway start|stop -cluster C``), or ``supervise``: for each cluster
+    whose gateways should run and have no live heartbeat and no launch in flight, plan a
+    ``stream_gateways`` run, with a deterministic run id and a doubling backoff between launches.
+    ``start`` also supervises its cluster, so the gateways start in this run.
+
+    :param action: ``supervise``, ``start`` or ``stop``. (templated)
+    :param cluster: the cluster to start or stop; for ``supervise``, only this cluster (default:
+        every cluster the hook knows). (templated)
+    :param gateways_dag_id: the DAG that runs a cluster's gateways.
+    :return: (XCom) the runs to trigger, as ``TriggerDagRunOperator`` kwargs:
+        ``trigger_run_id`` and ``conf`` (``cluster``, ``once: false``).
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "action", "cluster")
+
+    def __init__(self, *, action: str = "supervise", cluster: str | None = None,
+                 gateways_dag_id: str = GATEWAYS_DAG_ID, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.action = action
+        self.cluster = cluster
+        self.gateways_dag_id = gateways_dag_id
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        if self.action not in SERVICE_ACTIONS:
+            raise InvalidArgument(f"action must be one of {', '.join(SERVICE_ACTIONS)}, not {self.action!r}")
+        cluster = self.cluster or None
+        if self.action != "supervise":
+            if cluster is None:
+                raise InvalidArgument(f"action {self.action} needs a cluster")
+            row = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
+            self.log.info("gateways of %s: desired state %s (by %s); live now: %s", cluster, row["desired"],
+                          row["by"], " ".join(row["live"]) or "none")
+            if self.action == "stop":
+                if row["live"]:
+                    self.log.info("%s stop after their current batch; their runs end as success",
+                                  " ".join(row["live"]))
+                return []
+        if cluster is not None:
+            names = [cluster]
+        else:
+            names = service.managed_clusters(admin, known_clusters(admin))
+        ti = context.get("ti") if hasattr(context, "get") else None
+        run_state = None
+        if ti is not None and hasattr(ti, "get_dagrun_state"):
+            run_state = lambda run_id: ti.get_dagrun_state(self.gateways_dag_id, run_id)  # noqa: E731
+        launches, failed = [], []
+        for name in names:
+            try:
+                decision = service.supervise(admin, name, run_state)
+            except StreamrepError as err:  # one cluster down or refused must not keep the others down
+                self.log.error("%s: cannot supervise: %s", name, err)
+                failed.append(err)
+                continue
+            self.log.info("%s", decision.reason)
+            if decision.launch:
+                launches.append({"trigger_run_id": decision.run_id, "conf": {"cluster": name, "once": False}})
+        if failed and len(failed) == len(names):
+            raise failed[0]  # nothing could be supervised: the run says so
+        return launches
+
+
+def known_clusters(admin: StreamAdmin) -> list[str]:
+    """Every cluster the hook behind ``admin`` can resolve: the registry's, and those of
+    ``streamrep_<cluster>`` connections in the environment (and the metadata database, where
+    it is reachable)."""
+    from streamrep.airflow.page import discover_connection_clusters  # the page's discovery, not a copy
+
+    if isinstance(admin.clusters, ConnectionClusters):
+        discover_connection_clusters(admin.clusters)
+    return [c.name for c in admin.clusters.list()]
 
 
 def log_rows(log: Any, title: str, rows: list[dict[str, Any]], columns: Sequence[str]) -> None:

@@ -16,6 +16,14 @@ Airflow's auth manager itself, the way Airflow's own routes do):
   them (the simple auth manager: op and admin). Others see the topology with the URL left out
   and paths in errors replaced by ``(hidden)``.
 
+- starting and stopping a cluster's gateways (the page's buttons, ``POST
+  /api/gateways/<cluster>/start|stop``): only users whom the auth manager allows to trigger the
+  ``stream_gateway_service`` DAG (``is_authorized_dag`` POST on its runs; the simple auth
+  manager: user, op and admin, not viewer), since that DAG does the same. The change is made as
+  the hook's identity (the one the DAGs act as), so its cluster adminperm applies too. The
+  buttons post with the UI's session cookie, which Airflow sets ``SameSite=Lax``: another
+  site cannot make a browser post it.
+
 With login off (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True``) everyone is an admin.
 """
 
@@ -30,14 +38,14 @@ from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
 
-from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, StreamrepHook
+from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, ConnectionClusters, StreamrepHook
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
 from streamrep.model.paths import StreamPath
-from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS
 from streamrep.replication.flows import flows_into
-from streamrep.replication.gateway import HEARTBEAT_KIND
+from streamrep.replication import service
+from streamrep.replication.service import all_gateways
 from streamrep.replication.status import replica_status
 
 STATE_PREFIX = "REPLICA_STATE_"
@@ -45,9 +53,10 @@ NOT_CLUSTER_CONNS = {StreamrepHook.default_conn_name, "streamrep_spark_local"}
 
 
 # -- data ------------------------------------------------------------------------------
-def discover_connection_clusters(hook: StreamrepHook) -> None:
+def discover_connection_clusters(clusters: ConnectionClusters) -> None:
     """Resolve the clusters defined by ``streamrep_<cluster>`` connections (environment and,
-    in the API server, the metadata database), so that the page lists them too."""
+    in the API server, the metadata database), so that ``clusters.list()`` names them too
+    (``clusters``: a hook's ``clusters``)."""
     names: set[str] = set()
     for key in os.environ:
         if key.startswith("AIRFLOW_CONN_" + CLUSTER_CONN_PREFIX.upper()):
@@ -64,38 +73,9 @@ def discover_connection_clusters(hook: StreamrepHook) -> None:
     for conn_id in sorted(names - NOT_CLUSTER_CONNS):
         if conn_id.startswith(CLUSTER_CONN_PREFIX):
             try:
-                hook.clusters.get(conn_id[len(CLUSTER_CONN_PREFIX):])
+                clusters.get(conn_id[len(CLUSTER_CONN_PREFIX):])
             except (StreamrepError, ValueError):
                 continue
-
-
-def _gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, list[dict[str, Any]]]:
-    """Per destination cluster: the gateways listed for it and those heartbeating in it."""
-    listed: dict[str, dict[str, list[str]]] = {n: {} for n in names}
-    for source in names:
-        try:
-            lists = admin.gateways(source)
-        except StreamrepError:
-            continue
-        for dst, gateways in lists.items():
-            for gateway in gateways:
-                listed.setdefault(dst, {}).setdefault(gateway, []).append(source)
-    result: dict[str, list[dict[str, Any]]] = {}
-    for cluster in names:
-        try:
-            beats = admin.clusters.store(cluster).catalog_list(HEARTBEAT_KIND)
-        except StreamrepError:
-            beats = {}
-        rows = []
-        for gid in sorted(set(beats) | set(listed.get(cluster, {}))):
-            beat = beats.get(gid)
-            age = None if beat is None else max(0.0, now - float(beat.get("ts", 0)))
-            status = "down" if age is None else ("live" if age < HEARTBEAT_EXPIRY_SECONDS else "expired")
-            rows.append({"id": gid, "status": status, "heartbeatAgeSeconds": age,
-                         "host": beat.get("host") if beat else None, "pid": beat.get("pid") if beat else None,
-                         "listedBy": sorted(listed.get(cluster, {}).get(gid, []))})
-        result[cluster] = rows
-    return result
 
 
 def topology(admin: StreamAdmin) -> dict[str, Any]:
@@ -103,11 +83,13 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
     now = time.time()
     clusters = admin.clusters.list()
     names = [c.name for c in clusters]
-    gateways = _gateways(admin, names, now)
+    gateways = all_gateways(admin, names, now)
     out: dict[str, Any] = {"generated": now, "clusters": [], "links": []}
     for info in clusters:
+        service = gateways.get(info.name, {})
         cluster: dict[str, Any] = {"name": info.name, "kind": info.kind, "url": info.url, "error": None,
-                                   "streams": [], "gateways": gateways.get(info.name, [])}
+                                   "streams": [], "gateways": service.get("gateways", []),
+                                   "desired": service.get("desired")}
         out["clusters"].append(cluster)
         try:
             entries = sorted(admin.list_streams(info.name), key=lambda e: e.path)
@@ -156,7 +138,8 @@ COLORS = {
     "COPY_IN_PROGRESS": "#2563eb", "SYNC_FELL_BACK_TO_ASYNC": "#ea580c", "UNEXPECTED": "#dc2626",
     "PAUSED": "#6b7280", "UPSTREAM_ONLY": "#9ca3af",
 }
-GATEWAY_COLORS = {"live": "#16a34a", "expired": "#d97706", "down": "#dc2626"}
+GATEWAY_COLORS = {"live": "#16a34a", "stopping": "#2563eb", "expired": "#d97706", "down": "#dc2626"}
+DESIRED_COLORS = {"running": "#16a34a", "stopped": "#6b7280"}
 
 
 def short_state(link: dict[str, Any]) -> str:
@@ -312,7 +295,41 @@ def _pill(text: str, color: str) -> str:
     return f'<span class="pill" style="background:{color}">{_e(text)}</span>'
 
 
-def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
+def _age(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.1f} s ago"
+
+
+def where(gw: dict[str, Any]) -> str:
+    """Where a gateway runs: host and pid, engine (and Spark application), Airflow task."""
+    if gw["host"] is None:
+        return "-"
+    parts = [f'{gw["host"]} (pid {gw["pid"]})']
+    if gw.get("engine"):
+        parts.append(gw["engine"] + (f' {gw["appId"]}' if gw.get("appId") else "")
+                     + (f' on {gw["master"]}' if gw.get("master") else ""))
+    if gw.get("airflow"):
+        parts.append(f'airflow {gw["airflow"]}')
+    return " · ".join(parts)
+
+
+def _control(cluster: dict[str, Any]) -> str:
+    """Start and stop buttons for a cluster's gateways (posting to this app, then reloading)."""
+    name = _e(cluster["name"])
+    return " ".join(
+        f'<button class="gw-{action}" data-cluster="{name}" onclick="gatewayControl(this, \'{action}\')">{action}</button>'
+        for action in ("start", "stop"))
+
+
+CONTROL_SCRIPT = """<script>
+function gatewayControl(button, action) {
+  button.disabled = true;
+  fetch('api/gateways/' + encodeURIComponent(button.dataset.cluster) + '/' + action, {method: 'POST'})
+    .then(r => r.json()).then(d => { if (d.error) alert(d.error); location.reload(); });
+}
+</script>"""
+
+
+def render_page(topo: dict[str, Any], refresh_seconds: int = 15, controls: bool = False) -> str:
     """The whole HTML page."""
     generated = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(topo["generated"]))
     rows = []
@@ -329,11 +346,18 @@ def render_page(topo: dict[str, Any], refresh_seconds: int = 15) -> str:
     gateways = []
     for cluster in topo["clusters"]:
         for gw in cluster["gateways"]:
-            age = "-" if gw["heartbeatAgeSeconds"] is None else f'{gw["heartbeatAgeSeconds"]:.1f} s ago'
-            where = "-" if gw["host"] is None else f'{gw["host"]} (pid {gw["pid"]})'
             gateways.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
                 _e(cluster["name"]), _e(gw["id"]), _pill(gw["status"], GATEWAY_COLORS.get(gw["status"], "#6b7280")),
-                _e(age), _e(where), _e(", ".join(gw["listedBy"]) or "-"))) + "</tr>")
+                _e(_age(gw["heartbeatAgeSeconds"])), _e(where(gw)),
+                f'<span title="{_e(" ".join(gw["share"]))}">{_e(gw["partitions"])}</span>',
+                _e(", ".join(gw["listedBy"]) or "-"))) + "</tr>")
+    services = "".join(
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            _e(c["name"]), _pill(c.get("desired") or "not managed", DESIRED_COLORS.get(c.get("desired"), "#9ca3af")),
+            _e(sum(gw["status"] == "live" for gw in c["gateways"])),
+            _e(sum(gw["partitions"] for gw in c["gateways"])), *([_control(c)] if controls else []))) + "</tr>"
+        for c in topo["clusters"])
+    control_head = "<th>gateways</th>" if controls else ""
     streams = []
     for cluster in topo["clusters"]:
         for s in cluster["streams"]:
@@ -357,8 +381,12 @@ updated {_e(generated)} (refreshes every {int(refresh_seconds)} s) · <a href="a
 <h2>Replicas</h2>
 <table id="replicas">{replica_header}{"".join(rows) or '<tr><td colspan="10" class="empty">no replicas</td></tr>'}</table>
 <h2>Gateways</h2>
-<table id="gateways"><tr><th>cluster</th><th>gateway</th><th>status</th><th>last heartbeat</th><th>where</th><th>listed by</th></tr>
-{"".join(gateways) or '<tr><td colspan="6" class="empty">no gateways listed or running</td></tr>'}</table>
+<table id="gateway-service"><tr><th>cluster</th><th>desired state</th><th>live gateways</th><th>partitions held</th>{control_head}</tr>
+{services or '<tr><td colspan="4" class="empty">no clusters</td></tr>'}</table>{CONTROL_SCRIPT if controls else ""}
+<p class="meta">Start or stop a cluster's gateways with <code>streamrep gateway start|stop -cluster C</code>, or trigger
+the <code>stream_gateway_service</code> DAG with <code>action</code> start or stop.</p>
+<table id="gateways"><tr><th>cluster</th><th>gateway</th><th>status</th><th>last heartbeat</th><th>where</th><th>partitions</th><th>listed by</th></tr>
+{"".join(gateways) or '<tr><td colspan="7" class="empty">no gateways listed or running</td></tr>'}</table>
 <h2>Streams</h2>
 <table id="streams"><tr><th>stream</th><th>topics</th><th>partitions</th><th>messages</th><th>upstreams</th><th>errors</th></tr>
 {"".join(streams) or '<tr><td colspan="6" class="empty">no streams</td></tr>'}</table>
@@ -380,10 +408,23 @@ class PageAccess:
 
     :param user: the caller's name.
     :param sees_locations: whether cluster URLs and file paths are shown too.
+    :param may_control: whether the caller may start and stop gateways (the page's buttons).
     """
 
     user: str
     sees_locations: bool
+    may_control: bool = False
+
+
+SERVICE_DAG_ID = "stream_gateway_service"  # starting/stopping gateways is triggering this DAG's work
+
+
+def allowed_to_control(manager: Any, user: Any) -> bool:
+    """Whether the auth manager lets ``user`` trigger runs of the gateway service DAG."""
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+
+    return manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
+                                     details=DagDetails(id=SERVICE_DAG_ID), user=user)
 
 
 async def airflow_access(request: Request) -> PageAccess:
@@ -399,7 +440,19 @@ async def airflow_access(request: Request) -> PageAccess:
     manager = get_auth_manager()
     if not manager.is_authorized_custom_view(method="GET", resource_name=PAGE_RESOURCE, user=user):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
-    return PageAccess(user.get_name(), manager.is_authorized_connection(method="GET", user=user))
+    return PageAccess(user.get_name(), manager.is_authorized_connection(method="GET", user=user),
+                      allowed_to_control(manager, user))
+
+
+async def airflow_control(request: Request) -> PageAccess:
+    """``airflow_access``, and 403 unless the caller may start and stop gateways."""
+    from fastapi import HTTPException, status
+
+    caller = await airflow_access(request)
+    if not caller.may_control:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: starting or stopping gateways needs the right "
+                                                       f"to trigger the {SERVICE_DAG_ID} DAG")
+    return caller
 
 
 def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
@@ -423,7 +476,8 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
         return _RESOLVED_ADDRESS.sub(HIDDEN, _FILE_PATH.sub(HIDDEN, text))
 
     clusters = [{**c, "url": None, "error": scrub(c["error"]),
-                 "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]]} for c in topo["clusters"]]
+                 "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]],
+                 "gateways": [{**g, "master": None} for g in c.get("gateways", [])]} for c in topo["clusters"]]
     links = [{**link, "errors": scrub(link.get("errors"))} for link in topo["links"]]
     return {**topo, "clusters": clusters, "links": links}
 
@@ -434,7 +488,7 @@ def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
     """The topology as ``access`` may see it (everything when None)."""
     hook = hook_factory()
     try:
-        discover_connection_clusters(hook)
+        discover_connection_clusters(hook.clusters)
         topo = topology(hook.admin)
         if access is not None and not access.sees_locations:
             topo = hide_locations(topo, hook.clusters.home)
@@ -444,11 +498,14 @@ def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
 
 
 def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
-               access: Callable[..., Awaitable[PageAccess]] = airflow_access):
-    """The FastAPI app of the page: ``/replication`` (HTML) and ``/api/topology`` (JSON).
+               access: Callable[..., Awaitable[PageAccess]] = airflow_access,
+               control: Callable[..., Awaitable[PageAccess]] = airflow_control):
+    """The FastAPI app of the page: ``/replication`` (HTML), ``/api/topology`` (JSON) and
+    ``POST /api/gateways/<cluster>/start|stop`` (``gateway start|stop``; JSON).
 
     :param hook_factory: makes the hook that resolves the clusters.
     :param access: the FastAPI dependency that authenticates and authorizes the caller.
+    :param control: the same for starting and stopping gateways.
     """
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
@@ -461,11 +518,25 @@ def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
 
     @app.get("/replication", response_class=HTMLResponse)
     def replication_page(caller: PageAccess = Depends(access)) -> HTMLResponse:
-        return HTMLResponse(render_page(current_topology(hook_factory, caller)))
+        return HTMLResponse(render_page(current_topology(hook_factory, caller), controls=caller.may_control))
 
     @app.get("/api/topology")
     def replication_topology(caller: PageAccess = Depends(access)) -> JSONResponse:
         return JSONResponse(current_topology(hook_factory, caller))
+
+    @app.post("/api/gateways/{cluster}/{action}")
+    def gateway_control(cluster: str, action: str, caller: PageAccess = Depends(control)) -> JSONResponse:
+        if action not in ("start", "stop"):
+            return JSONResponse({"error": f"unknown action {action!r}: start or stop"}, status_code=404)
+        hook = hook_factory()
+        try:
+            discover_connection_clusters(hook.clusters)
+            row = service.request(hook.admin, cluster, service.RUNNING if action == "start" else service.STOPPED)
+        except StreamrepError as err:
+            return JSONResponse({"error": str(err)}, status_code=400)
+        finally:
+            hook.close()
+        return JSONResponse({**row, "requestedBy": caller.user})
 
     return app
 

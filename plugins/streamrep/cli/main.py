@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import time
 from importlib.metadata import PackageNotFoundError, version as package_version
 from typing import Any, TextIO
 
@@ -24,6 +25,7 @@ from streamrep.model.naming import NAMING_HELP
 from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
 from streamrep.replication.copy import copy_stream, plan_copy
+from streamrep.replication import service
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
@@ -36,6 +38,8 @@ PRODUCE_FLUSH_LINES = 10_000
 # Bounds of the waiting options: beyond them a typo would look like a hang.
 MAX_CONSUME_TIMEOUT = 86_400.0
 MAX_GATEWAY_INTERVAL = 3_600.0
+MAX_STOP_TIMEOUT = 3_600.0
+DEFAULT_STOP_TIMEOUT = 60.0
 
 PATH = Option("path", required=True, help="stream path, /mapr/<cluster>/<stream>")
 REPLICA = Option("replica", required=True, help="replica stream path")
@@ -247,8 +251,42 @@ def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = 
                 break
         gateway.stop()
         return [{"cluster": cluster, "gateway": gateway.id, "messages": moved}]
-    gateway.run(interval=interval)
+    line = gateway.run(interval=interval)
+    if line:  # stopped by 'gateway stop', or not started: a requested state, so exit status 0
+        ctx.err.write(f"streamrep: {line}\n")
     return []
+
+
+# -- gateways as a service ---------------------------------------------------------------
+def _when(at: float | None) -> str | None:
+    return None if at is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+
+
+def gateway_start(ctx: Context, cluster: str) -> Rows:
+    """Record that ``cluster``'s gateways should run, and say who starts them."""
+    row = service.request(ctx.admin, cluster, service.RUNNING)
+    if row["live"]:
+        then = f"already running: {', '.join(row['live'])}"
+    else:
+        then = (f"the stream_gateway_service DAG starts them within a minute (if it is unpaused), "
+                f"or run 'streamrep gateway run -cluster {cluster}'")
+    return [{"cluster": cluster, "desired": row["desired"], "by": row["by"], "at": _when(row["at"]), "next": then}]
+
+
+def gateway_stop(ctx: Context, cluster: str, wait: bool = False, timeout: float = DEFAULT_STOP_TIMEOUT) -> Rows:
+    """Ask ``cluster``'s gateways to stop after their current batch; with ``-wait``, until none is live."""
+    row = service.request(ctx.admin, cluster, service.STOPPED)
+    live = service.wait_stopped(ctx.admin, cluster, timeout) if wait else row["live"]
+    if wait and live:
+        raise StreamrepError(f"gateways of cluster {cluster} still live after {timeout:g} s: {', '.join(live)}; "
+                             "they stop after their current batch (the stop stays requested)")
+    then = ("stopped" if not live else
+            f"{', '.join(live)} stop after their current batch (-wait true waits for them)")
+    return [{"cluster": cluster, "desired": row["desired"], "by": row["by"], "at": _when(row["at"]), "next": then}]
+
+
+def gateway_service_list(ctx: Context, cluster: str) -> Rows:
+    return service.gateways(ctx.admin, cluster)
 
 
 def replica_pause(ctx: Context, path: str, replica: str) -> Rows:
@@ -442,6 +480,17 @@ COMMANDS: tuple[Command, ...] = (
              Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
              Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL)),
             "run a gateway of a destination cluster"),
+    Command(("gateway", "start"), gateway_start, (Option("cluster", required=True, help="the destination cluster"),),
+            "let a cluster's gateways run (the supervisor DAG starts and restarts them)"),
+    Command(("gateway", "stop"), gateway_stop,
+            (Option("cluster", required=True, help="the destination cluster"),
+             Option("wait", bool, help="wait until no gateway of the cluster is live"),
+             Option("timeout", float, help=f"seconds -wait waits at most ({DEFAULT_STOP_TIMEOUT:g})",
+                    maximum=MAX_STOP_TIMEOUT)),
+            "stop a cluster's gateways cleanly, after their current batch"),
+    Command(("gateway", "list"), gateway_service_list,
+            (Option("cluster", required=True, help="the destination cluster"),),
+            "a cluster's gateways: status, where they run, the partitions each holds"),
     Command(("stream", "upstream", "add"), upstream_add, (PATH, UPSTREAM), "accept a stream as an upstream source"),
     Command(("stream", "upstream", "list"), upstream_list, (PATH,), "list a replica's upstreams"),
     Command(("stream", "upstream", "remove"), upstream_remove, (PATH, UPSTREAM), "withdraw an upstream"),

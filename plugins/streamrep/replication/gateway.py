@@ -1,6 +1,10 @@
 """A gateway: a worker on a destination cluster that pulls from source streams and applies
 their messages to every replica on its cluster.
 
+A running gateway stops cleanly when its cluster's gateways are asked to stop (``gateway stop``,
+``streamrep.replication.service``): it notices at its next heartbeat, finishes the pass in
+progress, withdraws its heartbeat and returns.
+
 Gateways heartbeat in their own cluster. The source partitions that flow into the cluster are
 dealt round-robin to the live gateways that the source cluster lists for this destination
 (``cluster gateway set``; a source cluster that lists none accepts any gateway of the
@@ -11,7 +15,6 @@ source, and whichever gateway comes back resumes from the positions.
 
 from __future__ import annotations
 
-import os
 import socket
 import time
 from collections import defaultdict
@@ -25,10 +28,13 @@ from streamrep.model.replication import ReplicaState
 from streamrep.store.base import Store
 from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, eligible, live_gateways, share_of
 from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
+                                           stopped_line, withdraw)
 from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_batch, ensure_topics, next_position,
                                             read_source)
 
-HEARTBEAT_KIND = "gateway-heartbeat"
+# HEARTBEAT_KIND is defined with the other service documents in service.py; callers keep importing it from here.
+__all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
 
 
@@ -91,18 +97,32 @@ class Gateway:
         self.id = gateway_id or default_gateway_id()
         self.expiry = expiry
         self.store = admin.clusters.store(cluster)
+        self.watch = StopWatch(self.store)
+        self._share: list[str] | None = None  # the share last written to the heartbeat document
 
     # -- liveness ------------------------------------------------------------------
+    def announce(self, where: dict) -> None:
+        """The first beat of a run: where this gateway runs (``service.placement``)."""
+        announce(self.store, self.id, where)
+        self._share = None  # the new document holds no share yet
+
     def heartbeat(self) -> None:
-        doc = {"ts": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
-        self.store.catalog_update(HEARTBEAT_KIND, self.id, lambda _: doc)
+        beat(self.store, self.id)
 
     def heartbeats(self) -> dict[str, float]:
         return heartbeats(self.store)
 
+    def stop_requested(self, force: bool = False) -> bool:
+        """Whether this cluster's gateways were asked to stop (read at most every heartbeat
+        interval unless ``force``)."""
+        return self.watch.stop_requested(force)
+
+    def stopped_line(self) -> str:
+        return stopped_line(self.cluster, self.watch.doc)
+
     def stop(self) -> None:
         """Withdraw this gateway's heartbeat so the others take its share at once."""
-        self.store.catalog_update(HEARTBEAT_KIND, self.id, lambda _: None)
+        withdraw(self.store, self.id)
 
     # -- work ----------------------------------------------------------------------
     def active_flows(self) -> dict[str, list[Flow]]:
@@ -144,6 +164,10 @@ class Gateway:
                 continue  # that source cluster does not send to this gateway
             mine.update(units if whole else share_of(self.id, units, eligible(beats, listed), now, self.expiry))
         result.units = {u: f for u, f in result.units.items() if u in mine}
+        names = share_names(mine)
+        if names != self._share:  # written on a change only: ``gateway list`` shows who holds what
+            beat(self.store, self.id, share=names)
+            self._share = names
         return result
 
     def progress(self, units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[SourcePartition, Progress]:
@@ -239,13 +263,24 @@ class Gateway:
         when there is some calls this when it takes its share)."""
         self.record_states([f for f in flows if f.state == ReplicaState.WAITING_FOR_GATEWAY.value], {})
 
-    def run(self, interval: float = 0.2, stop_after: float | None = None) -> None:
-        """Replicate until stopped (or for ``stop_after`` seconds)."""
+    def run(self, interval: float = 0.2, stop_after: float | None = None, where: dict | None = None) -> str | None:
+        """Replicate until asked to stop (``gateway stop``), interrupted, or for ``stop_after``
+        seconds. A gateway whose cluster's gateways are stopped does not start.
+
+        :param where: where it runs (``service.placement``; default: this process, engine local).
+        :return: None after ``stop_after``, else one line: why it stopped or did not start.
+        """
+        if self.stop_requested(force=True):
+            return f"gateway {self.id} not started: {self.stopped_line()}"
         deadline = None if stop_after is None else time.monotonic() + stop_after
+        self.announce(where or placement("local"))
         try:
             while deadline is None or time.monotonic() < deadline:
+                if self.stop_requested():  # between passes: the last pass's positions are committed
+                    return f"gateway {self.id} stopped: {self.stopped_line()}"
                 if self.run_once() == 0:
                     time.sleep(interval)
+            return None
         finally:
             self.stop()
 

@@ -14,6 +14,7 @@ from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import gateway_outage
+from streamrep.replication.service import live_gateways_of
 
 
 # Up to this many pending messages per partition are read to leave out those that came from
@@ -149,11 +150,17 @@ def replica_health(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, 
 
 
 def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
-    """``stream replica list`` rows: MapR's fields, plus pending counts and the lag in ms
-    (how long the oldest unreplicated message has waited). Every figure is computed now."""
+    """``stream replica list`` rows: MapR's fields, plus pending counts, the lag in ms (how
+    long the oldest unreplicated message has waited) and ``gateways``: the live gateways that
+    serve the flow (those of the replica's cluster that the source cluster sends to). Every
+    figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
     now = int(time.time() * 1000)
+    serving: dict[str, list[str] | None] = {}  # by replica cluster
     for row in rows:
+        if row["cluster"] not in serving:
+            serving[row["cluster"]] = _serving(admin, admin.path(source).cluster, row["cluster"])
+        row["gateways"] = serving[row["cluster"]]
         try:
             info = pending(admin, source, row["replicaPath"])
         except StreamrepError as err:
@@ -164,6 +171,15 @@ def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
         row.update(info)
         row["replicationLagMillis"] = max(0, now - info["minPendingTS"]) if info["minPendingTS"] is not None else 0
     return rows
+
+
+def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str] | None:
+    """The live gateways of ``cluster`` that ``source_cluster`` sends to; None if unreadable."""
+    try:
+        listed = admin.gateways(source_cluster).get(cluster)
+        return live_gateways_of(admin.clusters.store(cluster), listed=listed)
+    except StreamrepError:
+        return None
 
 
 # With nothing pending, a replica in one of these states holds every message of its source.

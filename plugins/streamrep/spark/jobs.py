@@ -21,6 +21,7 @@ from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, default_gateway_id
+from streamrep.replication.service import placement
 from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
@@ -92,19 +93,32 @@ def default_checkpoint(home: str | None, cluster: str, gateway_id: str) -> str:
     return os.path.join(resolve_home(home), "checkpoints", f"gateway-{cluster}-{gateway_id}")
 
 
-class _Heartbeat(threading.Thread):
-    """Keeps the gateway live while a long micro-batch runs (latestOffset also heartbeats)."""
+# How long a stopping gateway waits for the micro-batch in progress to end before it stops the
+# query anyway (an interrupted batch is safe: its positions commit with its messages, or not at all).
+STOP_BATCH_WAIT_SECONDS = 60.0
 
-    def __init__(self, gateway: Gateway, interval: float = HEARTBEAT_INTERVAL_SECONDS):
+
+class _Heartbeat(threading.Thread):
+    """Keeps the gateway live while a long micro-batch runs (latestOffset also heartbeats), and
+    sets ``stop`` once the cluster's gateways are asked to stop (``gateway stop``).
+
+    :param stop: set when a stop is requested (None: a drain, ``once``, which ignores it).
+    """
+
+    def __init__(self, gateway: Gateway, interval: float = HEARTBEAT_INTERVAL_SECONDS,
+                 stop: threading.Event | None = None):
         super().__init__(name="streamrep-heartbeat", daemon=True)
         self.gateway = gateway
         self.interval = interval
+        self.stop = stop
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.wait(self.interval):
             try:
                 self.gateway.heartbeat()
+                if self.stop is not None and self.gateway.stop_requested(force=True):
+                    self.stop.set()
             except Exception as err:  # noqa: BLE001 - a missed beat only risks a brief handover
                 log.warning("gateway %s: heartbeat failed: %s", self.gateway.id, err)
 
@@ -137,11 +151,18 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
                 interval: float = DEFAULT_INTERVAL, max_records: int | None = None,
                 stop: threading.Event | None = None) -> None:
     """Run a gateway of ``cluster`` until everything available now is replicated (``once``),
-    or until ``stop`` is set or the process is interrupted. Its heartbeat is withdrawn on the
-    way out, so the other gateways take its share at once."""
+    or until ``stop`` is set, the cluster's gateways are asked to stop (``gateway stop``: the
+    micro-batch in progress ends first), or the process is interrupted. Its heartbeat is
+    withdrawn on the way out, so the other gateways take its share at once. A gateway whose
+    cluster's gateways are stopped does not start (one line on stderr; it returns normally)."""
     gateway = Gateway(admin, cluster, gateway_id)
-    gateway.heartbeat()
-    beat = _Heartbeat(gateway)
+    if not once and gateway.stop_requested(force=True):
+        print(f"gateway {gateway.id} not started: {gateway.stopped_line()}", file=sys.stderr, flush=True)
+        return
+    stop = stop if stop is not None else threading.Event()
+    context = spark.sparkContext
+    gateway.announce(placement("spark", context.master, context.applicationId))
+    beat = _Heartbeat(gateway, stop=None if once else stop)
     beat.start()
     query = None
     try:
@@ -150,9 +171,12 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
         progress = ProgressReport(gateway.id)
         while not query.awaitTermination(1):
             progress.update(query)
-            if stop is not None and stop.is_set():
+            if stop.is_set():
+                _finish_batch(query)
                 break
         progress.update(query, final=True)
+        if stop.is_set() and gateway.stop_requested():
+            print(f"gateway {gateway.id} stopped: {gateway.stopped_line()}", file=sys.stderr, flush=True)
         if query.exception() is not None:
             raise query.exception()
     finally:
@@ -163,6 +187,13 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
         finally:
             beat.join(timeout=5)
             gateway.stop()
+
+
+def _finish_batch(query, wait: float = STOP_BATCH_WAIT_SECONDS) -> None:
+    """Wait (at most ``wait`` seconds) until ``query`` is between micro-batches."""
+    deadline = time.monotonic() + wait
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 class ProgressReport:

@@ -1,0 +1,162 @@
+"""docker-compose.yaml, Dockerfile, .env.example and the README's "The compose stack" agree.
+
+No Docker engine runs here, so the stack itself is not started: Debian's docker-compose 1.29
+validates and resolves the file (``docker-compose config``, as on a fresh clone: no .env, none
+of its variables in the environment), and the resolved services are checked against the
+README's services table, the pinned versions of uv.lock, kafka/pom.xml and ./run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = REPO / "docker-compose.yaml"
+README_SECTION = "## The compose stack"
+# ${VAR}, ${VAR:-default} or ${VAR-default}; "$${...}" is an escaped dollar for the container's shell.
+VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:?-)([^}]*))?\}")
+
+
+@pytest.fixture(scope="module")
+def compose_config(tmp_path_factory) -> dict:
+    """``docker-compose config`` of the file as a fresh clone has it, parsed."""
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose is not installed (./run test installs Debian's when apt-get is usable)")
+    empty_env = tmp_path_factory.mktemp("compose") / "empty.env"
+    empty_env.write_text("")
+    # Only PATH and HOME: a variable of the developer's shell or .env must not stand in for a default.
+    env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+    done = subprocess.run([binary, "--env-file", str(empty_env), "-f", str(COMPOSE), "config"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"docker-compose config failed:\n{done.stderr}"
+    # A variable without a default is reported ("The X variable is not set") and becomes "".
+    assert "is not set" not in done.stderr, done.stderr
+    return yaml.safe_load(done.stdout)
+
+
+def readme_services() -> list[str]:
+    """The services named in the first column of the README's compose services table."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.find(README_SECTION)
+    assert start != -1, f"README.md has no section {README_SECTION!r}"
+    end = text.find("\n## ", start + len(README_SECTION))
+    section = text[start:end if end != -1 else len(text)]
+    names = re.findall(r"^\| `([a-z][a-z0-9-]*)` \|", section, flags=re.MULTILINE)
+    assert names, f"no services table (rows starting with | `name` |) in the README's {README_SECTION!r}"
+    return names
+
+
+def dockerfile_args() -> dict[str, str]:
+    text = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", text, flags=re.MULTILINE))
+
+
+def locked_version(package: str) -> str:
+    lock = tomllib.loads((REPO / "uv.lock").read_text(encoding="utf-8"))
+    versions = {p["version"] for p in lock["package"] if p["name"] == package}
+    assert len(versions) == 1, f"{package} in uv.lock: {versions}"
+    return versions.pop()
+
+
+def test_config_validates_without_env_file(compose_config):
+    assert compose_config["services"], "no services"
+
+
+def test_readme_services_are_the_stack_and_all_have_healthchecks(compose_config):
+    named = readme_services()
+    services = compose_config["services"]
+    assert len(named) == len(set(named)), f"a service listed twice in the README: {named}"
+    assert set(named) - set(services) == set(), "in the README's table but not in docker-compose.yaml"
+    assert set(services) - set(named) == set(), "in docker-compose.yaml but not in the README's table"
+    for name in named:
+        check = services[name].get("healthcheck") or {}
+        test = check.get("test")
+        # docker-compose 1.29 resolves "disable: true" to test ["NONE"]
+        assert test and test != ["NONE"] and not check.get("disable"), f"{name} has no healthcheck"
+
+
+def test_every_image_is_pinned(compose_config):
+    for name, service in compose_config["services"].items():
+        image = service.get("image")
+        assert image, f"{name} has no image (a built service names its image and tag too)"
+        if "@sha256:" in image:
+            continue
+        repository, _, tag = image.rpartition(":")
+        assert repository and "/" not in tag, f"{name}: image {image} has no tag"
+        assert tag != "latest", f"{name}: image {image} is not pinned"
+
+
+def test_airflow_and_spark_services_run_the_repository_image(compose_config):
+    services = compose_config["services"]
+    built = {name for name, s in services.items() if "build" in s}
+    expected = {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+                "airflow-triggerer", "spark-master", "spark-worker"}
+    assert built == expected
+    assert {services[n]["image"] for n in built} == {services["airflow-scheduler"]["image"]}
+    for name in built:
+        assert Path(services[name]["build"]["context"]).resolve() == REPO
+
+
+def test_connections_name_the_clusters_and_the_spark_master(compose_config):
+    import json
+
+    env = compose_config["services"]["airflow-scheduler"]["environment"]
+    for cluster in ("sanfrancisco", "newyork"):
+        conn = json.loads(env[f"AIRFLOW_CONN_STREAMREP_{cluster.upper()}"])  # the hook's streamrep_<cluster>
+        assert conn == {"conn_type": "streamrep", "host": f"kafka://{cluster}:9092"}
+        assert cluster in compose_config["services"], f"no Kafka service {cluster}"
+    assert json.loads(env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"] == "spark://spark-master:7077"
+
+
+def test_kafka_clusters_run_kraft_on_the_pinned_kafka(compose_config):
+    pom = (REPO / "kafka" / "pom.xml").read_text(encoding="utf-8")
+    kafka_version = re.search(r"<kafka.version>([^<]+)</kafka.version>", pom).group(1)
+    for cluster in ("sanfrancisco", "newyork"):
+        service = compose_config["services"][cluster]
+        assert service["image"] == f"apache/kafka:{kafka_version}"
+        env = service["environment"]
+        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == f"1@{cluster}:9093"
+        assert f"INTERNAL://{cluster}:9092" in env["KAFKA_ADVERTISED_LISTENERS"]
+    ids = {compose_config["services"][c]["environment"]["CLUSTER_ID"] for c in ("sanfrancisco", "newyork")}
+    assert len(ids) == 2, "the two clusters share a KRaft cluster id"
+
+
+def test_dockerfile_pins_agree_with_the_lock():
+    args = dockerfile_args()
+    assert args["AIRFLOW_VERSION"] == locked_version("apache-airflow")
+    assert args["PYSPARK_VERSION"] == locked_version("pyspark")
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["requires-python"]
+    assert f">={args['PYTHON_VERSION']}" in requires
+    run_uv = re.search(r"^UV_VERSION=(\S+)$", (REPO / "run").read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert args["UV_VERSION"] == run_uv.group(1)
+    text = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    bases = re.findall(r"^FROM (\S+)", text, flags=re.MULTILINE)
+    assert bases and set(bases) == {"apache/airflow:${AIRFLOW_VERSION}-python${PYTHON_VERSION}"}
+    assert "uv export --frozen" in text, "the image must install exactly uv.lock"
+
+
+def test_every_variable_has_a_default_documented_in_env_example():
+    used: dict[str, str] = {}
+    for name, operator, default in VARIABLE.findall(COMPOSE.read_text(encoding="utf-8")):
+        assert operator == ":-", f"${{{name}}} has no ':-' default"
+        assert used.setdefault(name, default) == default, f"{name} has two defaults"
+    documented = dict(re.findall(r"^(\w+)=(.*)$", (REPO / ".env.example").read_text(encoding="utf-8"),
+                                 flags=re.MULTILINE))
+    assert used == documented, "docker-compose.yaml's defaults and .env.example differ"
+    secrets = {"POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_FERNET_KEY"}
+    assert secrets <= set(used)
+
+
+def test_dockerignore_keeps_local_state_and_secrets_out():
+    ignored = set((REPO / ".dockerignore").read_text(encoding="utf-8").split())
+    assert {".git", ".venv", ".cache", ".kafka-local", ".env", "tests"} <= ignored
