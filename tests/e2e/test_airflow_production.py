@@ -5,7 +5,10 @@ the LocalExecutor, a dag-processor and a triggerer, with login on, driven over R
 2. ``stream_gateways`` runs the gateway continuously (``once: false``) under the scheduler;
 3. the gateway's Spark driver JVM is killed (kill -9) and the scheduler brings it back: a new
    task try, a new Spark job, a new heartbeat;
-4. messages produced before, during and after the kill are in the replica exactly once.
+4. messages produced before, during and after the kill are in the replica exactly once;
+5. ``stream_gateway_service`` (action=stop, over REST) stops the gateway cleanly: its run ends
+   SUCCESS; the scheduler restarts, and after action=start the supervisor launches the gateways
+   again by itself, and what was produced meanwhile arrives exactly once.
 """
 
 from __future__ import annotations
@@ -162,9 +165,36 @@ def test_production_airflow_replicates_exactly_once_through_a_gateway_kill(airfl
     assert airflow.run_state("stream_gateways", gateways) == "running"
     assert live_gateway_jvm(admin, time.time() - HEARTBEAT_EXPIRY_SECONDS) == new_jvm  # the same job, live
 
-    # (until the gateway service can stop gateways cleanly) end the run as failed: Airflow stops
-    # the task, and the task its Spark job
-    status, body = airflow.request("PATCH", f"/api/v2/dags/stream_gateways/dagRuns/{gateways}", {"state": "failed"})
-    assert status == 200, body
-    wait_for("the gateway's Spark job to stop", lambda: not alive(new_jvm), 60)
+    # 5. stopped cleanly over REST (stream_gateway_service, action=stop): the gateway finishes its
+    # micro-batch and exits 0, so its stream_gateways run ends SUCCESS
+    started = time.monotonic()
+    stop = airflow.trigger("stream_gateway_service", {"action": "stop", "cluster": "newyork"})
+    assert airflow.wait_run("stream_gateway_service", stop) == "success", airflow.log("scheduler")
+    assert airflow.wait_run("stream_gateways", gateways) == "success", gateway_tries(airflow, gateways)
+    timings["REST stop until the stream_gateways run ends SUCCESS"] = round(time.monotonic() - started, 1)
+    wait_for("the stopped gateway's Spark job to end", lambda: not alive(new_jvm), 60)
+    assert heartbeat(admin) is None  # withdrawn on the way out
+    while_stopped = {"orders": [f"stopped-order-{i}" for i in range(40)]}
+    produce(admin, "orders", while_stopped["orders"])  # waits at the source
+    sent["orders"] += while_stopped["orders"]
+
+    # the scheduler restarts; after action=start the supervisor launches the gateways by itself
+    started = time.monotonic()
+    airflow.stop("scheduler")
+    airflow.start("scheduler")
+    airflow.wait_healthy(parts=("scheduler",))
+    timings["scheduler restart until healthy"] = round(time.monotonic() - started, 1)
+    started, since = time.monotonic(), time.time()
+    start = airflow.trigger("stream_gateway_service", {"action": "start", "cluster": "newyork"})
+    assert airflow.wait_run("stream_gateway_service", start) == "success", airflow.log("scheduler")
+    back = wait_for("a gateway launched by the supervisor", lambda: live_gateway_jvm(admin, since), 400)
+    timings["REST start until a gateway heartbeats"] = round(time.monotonic() - started, 1)
+    launched = heartbeat(admin)["airflow"]
+    assert launched["dagId"] == "stream_gateways" and launched["runId"] != gateways, launched
+    assert airflow.run_state("stream_gateways", launched["runId"]) == "running"
+    wait_for("the messages produced while stopped", lambda: sum(contents(admin, NY).values())
+             >= sum(map(len, sent.values())), 400, interval=2)
+    time.sleep(2)
+    assert contents(admin, NY) == expect(sent)
+    assert alive(back)
     clusters.close()
