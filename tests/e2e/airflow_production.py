@@ -71,12 +71,12 @@ def postgres_bindir() -> Path | None:
     return Path(on_path).resolve().parent if on_path else None
 
 
-def free_port() -> int:
-    import socket
+def free_ports(count: int) -> list[int]:
+    # kafka_local is registered by tests/conftest.py; imported here, not at the top, because the
+    # supervisor (this file run as a script) has no conftest
+    from kafka_local import free_ports as kafka_local_free_ports
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return kafka_local_free_ports(count)
 
 
 def stop_tree(process: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 20) -> None:
@@ -153,7 +153,7 @@ class Postgres:
 
     def __init__(self, bindir: Path):
         self.bindir = bindir
-        self.port = free_port()
+        (self.port,) = free_ports(1)
         self.root = Path(tempfile.mkdtemp(prefix="streamrep-postgres-"))  # not under pytest's 0700 root-only tmp
         self.data = self.root / "data"
         self.log = self.root / "postgres.log"
@@ -337,7 +337,7 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
     password = secrets.token_urlsafe(12)
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps({"admin": password}))
-    port = free_port()
+    port, worker_log_port, trigger_log_port = free_ports(3)
     env = {
         **e2e.env,
         **FAST_AIRFLOW,
@@ -350,8 +350,8 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
         "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(64),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(worker_log_port),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(trigger_log_port),
     }
     env.pop("PORT", None)  # scripts/airflow-ui.sh's
     airflow = Airflow(env, logs)

@@ -94,7 +94,7 @@ def gateway_tries(airflow, run_id: str) -> list[tuple[str, int]]:
             if t["task_id"] == "gateway"]
 
 
-def test_production_airflow_replicates_exactly_once_through_a_gateway_kill(airflow_production):
+def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restart(airflow_production):
     airflow, timings = airflow_production, airflow_production.timings
     clusters = Clusters(str(airflow.streamrep_home))
     clusters.add("sanfrancisco")
