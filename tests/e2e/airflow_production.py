@@ -286,6 +286,16 @@ class Airflow:
                                      + "\n".join(f"--- {s}\n{self.log(s, 2500)}" for s in self.processes))
             time.sleep(0.5)
 
+    def wait_dags(self, dag_ids: set[str], timeout: float = 300) -> None:
+        """Until the dag-processor has serialized every DAG in ``dag_ids`` (healthy services may
+        not have parsed the files yet); an import error fails at once."""
+        deadline = time.monotonic() + timeout
+        while not dag_ids <= {d["dag_id"] for d in self.get("/api/v2/dags?limit=100")["dags"]}:
+            errors = self.get("/api/v2/importErrors")
+            assert errors["total_entries"] == 0, errors
+            assert time.monotonic() < deadline, f"DAGs not parsed after {timeout} s:\n{self.log('dag-processor')}"
+            time.sleep(1)
+
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
         """``POST /api/v2/dags/{dag_id}/dagRuns``; returns the run id."""
         status, run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
@@ -367,6 +377,8 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
         airflow.wait_healthy()
         airflow.timings["four services until healthy"] = round(time.monotonic() - started, 1)
         airflow.login("admin", password)
+        airflow.wait_dags({path.stem for path in (REPO / "dags").glob("*.py")})  # one DAG per file, named after it
+        airflow.timings["four services until healthy and the DAGs parsed"] = round(time.monotonic() - started, 1)
         yield airflow
     finally:
         airflow.stop_all()
