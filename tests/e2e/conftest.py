@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow_production import airflow_production, postgres  # noqa: F401 - fixtures (PostgreSQL, Airflow's services)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -154,6 +155,15 @@ def e2e(tmp_path_factory) -> Session:
     assert migrate.returncode == 0, migrate.output[-3000:]
     yield session
     print("\ne2e timings (s):", json.dumps(session.timings, indent=1))
+
+
+@pytest.fixture(scope="session")
+def e2e_homes(tmp_path_factory) -> Session:
+    """A session like ``e2e`` (its own homes, the scrubbed child environment) whose Airflow home
+    has no database yet: for an Airflow on another database (``airflow_production``)."""
+    session = Session(tmp_path_factory.mktemp("e2e-homes"))
+    yield session
+    print("\ne2e (own homes) timings (s):", json.dumps(session.timings, indent=1))
 
 
 class AirflowUI:
