@@ -357,25 +357,19 @@ def test_a_user_error_in_the_spark_app_fails_the_task_without_retry(running, tmp
 
 
 def test_an_unavailable_cluster_in_the_spark_app_is_retried(running, tmp_path, monkeypatch):
+    """Also: a user's driver Java options win over the warnings-only log config (the default, and
+    no INFO line in the task log, are asserted on real Spark runs by test_airflow_spark_operators.py's
+    copystream-then-gateway test)."""
     stand_in_apps(tmp_path, monkeypatch, "Unavailable")
+    op = StreamCopyOperator(task_id="copy", source=SRC, destination=DST, conf={"spark.driver.extraJavaOptions": "-Dx=1"})
     with pytest.raises(AirflowException) as raised:
-        StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
+        op.execute(ctx())
     assert not isinstance(raised.value, AirflowFailException)
     assert str(raised.value) == "streamrep copystream: stream /mapr/newyork/activity: stand-in failure"
+    assert op.conf["spark.driver.extraJavaOptions"] == "-Dx=1"  # the user's conf wins
 
 
 # -- Spark's own logging stays out of the task log ---------------------------------------------
-def test_a_users_driver_java_options_win_over_the_warnings_only_log_config(running, tmp_path, monkeypatch):
-    """The default (the warnings-only log config, and no INFO line in the task log) is asserted on
-    real Spark runs by test_airflow_spark_operators.py's copystream-then-gateway test."""
-    stand_in_apps(tmp_path, monkeypatch, "Unavailable")
-    custom = StreamGatewayOperator(task_id="gateway", cluster="newyork", once=True,
-                                   conf={"spark.driver.extraJavaOptions": "-Dx=1"})
-    with pytest.raises(AirflowException):
-        custom.execute(ctx())
-    assert custom.conf["spark.driver.extraJavaOptions"] == "-Dx=1"  # the user's conf wins
-
-
 # -- the up-to-date sensor fails at once when waiting cannot succeed ---------------------------
 def test_sensor_fails_at_once_when_the_replica_is_removed_while_waiting(running):
     sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=3600)
