@@ -12,6 +12,7 @@ The process tree is read from /proc here, independently of ``streamrep.spark.sub
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,8 +23,10 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import STREAMREP_EXE
-from replication_helpers import all_values, contents, count, produce
+from replication_helpers import USER, contents, count, produce
+from streamrep.client import Clusters, StreamAdmin
 from streamrep.errors import NotFound
+from streamrep.model.ace import Identity
 from streamrep.replication.gateway import HEARTBEAT_KIND
 
 pytestmark = pytest.mark.slow
@@ -118,27 +121,49 @@ def reaper():
 
 
 # -- streams ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def backlog_template(tmp_path_factory):
+    """A STREAMREP_HOME made once per module (producing the backlog takes a while): SOURCE on
+    sanfrancisco with BACKLOG messages, and REPLICA on newyork linked to it. Yields the home, the
+    values sent, and SOURCE's values by ``(topic, partition)`` (the tests never change SOURCE)."""
+    home = tmp_path_factory.mktemp("backlog") / "home"
+    admin = StreamAdmin(Clusters(str(home)), Identity(USER))
+    try:
+        admin.clusters.add(SF)
+        admin.clusters.add(NY)
+        admin.create_stream(SOURCE, ttl=0)
+        admin.create_topic(SOURCE, "clicks", 2)
+        admin.create_stream(REPLICA, copymetafrom=SOURCE)
+        admin.add_replica(SOURCE, REPLICA)
+        admin.add_upstream(REPLICA, SOURCE)
+        values = produce(admin, f"{SOURCE}:clicks", (f"m{i:07d}" for i in range(BACKLOG)))
+        source = {k: [m.value for m in v] for k, v in contents(admin, SOURCE).items()}
+    finally:
+        admin.clusters.close()  # every SQLite file closed (and its WAL checkpointed) before copies
+    yield SimpleNamespace(home=home, values=values, source=source)
+
+
 @pytest.fixture
-def backlog(api):
-    """SOURCE on sanfrancisco with BACKLOG messages, and REPLICA on newyork linked to it."""
-    api.clusters.add(SF)
-    api.clusters.add(NY)
-    api.create_stream(SOURCE, ttl=0)
-    api.create_topic(SOURCE, "clicks", 2)
-    api.create_stream(REPLICA, copymetafrom=SOURCE)
-    api.add_replica(SOURCE, REPLICA)
-    api.add_upstream(REPLICA, SOURCE)
-    values = produce(api, f"{SOURCE}:clicks", (f"m{i:07d}" for i in range(BACKLOG)))
-    return api, values
+def backlog(backlog_template, streamrep_home, request):
+    """A copy of the template's home as this test's STREAMREP_HOME: its own clusters' files, the
+    registry pointing at them. Returns the ``api`` admin over it, the values sent and SOURCE's
+    values by ``(topic, partition)``."""
+    shutil.copytree(backlog_template.home, streamrep_home, dirs_exist_ok=True)
+    registry = streamrep_home / "clusters.json"
+    registry.write_text(registry.read_text().replace(str(backlog_template.home), str(streamrep_home)))
+    admin = request.getfixturevalue("api")
+    assert admin.clusters.embedded_file(SF, admin.clusters.get(SF).url).startswith(str(streamrep_home))
+    return admin, backlog_template.values, backlog_template.source
 
 
-def assert_same_as_source(admin, stream: str, values: list[str]) -> None:
-    """``stream`` holds every source message once, in the source's partitions and order."""
-    held = all_values(admin, stream)
+def assert_same_as_source(admin, stream: str, values: list[str], source: dict) -> None:
+    """``stream`` holds every source message once, in the source's partitions and order
+    (``source``: the source's values by ``(topic, partition)``)."""
+    dst = {k: [m.value for m in v] for k, v in contents(admin, stream).items()}
+    held = [value.decode() for partition in dst.values() for value in partition]
     assert len(held) == len(set(held)) == len(values), f"{len(held)} held, {len(set(held))} distinct"
     assert set(held) == set(values)
-    src, dst = contents(admin, SOURCE), contents(admin, stream)
-    assert {k: [m.value for m in v] for k, v in dst.items()} == {k: [m.value for m in v] for k, v in src.items()}
+    assert dst == source
 
 
 def start_cli(args: list[str], env: dict, log: Path) -> subprocess.Popen:
@@ -176,7 +201,7 @@ def kill_mid_flight(parent: subprocess.Popen, job: Job, sig: int, admin, stream:
 # -- the CLI ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
 def test_gateway_run_dies_with_the_cli_and_a_restart_is_exact(backlog, cli, child_env, tmp_path, reaper, sig):
-    admin, values = backlog
+    admin, values, source = backlog
     log = tmp_path / "gateway.log"
     parent = start_cli(["gateway", "run", "-cluster", NY, "-id", "g1", "-interval", "0.2"], child_env, log)
     reaper.append(job := Job(parent.pid, "gateway"))
@@ -196,11 +221,11 @@ def test_gateway_run_dies_with_the_cli_and_a_restart_is_exact(backlog, cli, chil
     engine = "spark" if sig == signal.SIGKILL else "local"
     code, out, err = cli("gateway", "run", "-cluster", NY, "-id", "g1", "-once", "true", "-engine", engine, timeout=600)
     assert code == 0, err[-3000:]
-    assert_same_as_source(admin, REPLICA, values)
+    assert_same_as_source(admin, REPLICA, values, source)
 
 
 def test_copystream_dies_with_the_cli_and_a_rerun_is_exact(backlog, cli, child_env, tmp_path, reaper):
-    admin, values = backlog
+    admin, values, source = backlog
     parent = start_cli(["copystream", "-src", SOURCE, "-dst", COPY, "-engine", "spark"], child_env,
                        tmp_path / "copy.log")
     reaper.append(job := Job(parent.pid, "copystream"))
@@ -208,7 +233,7 @@ def test_copystream_dies_with_the_cli_and_a_rerun_is_exact(backlog, cli, child_e
 
     code, out, err = cli("copystream", "-src", SOURCE, "-dst", COPY, "-engine", "local", timeout=600)
     assert code == 0, err[-3000:]
-    assert_same_as_source(admin, COPY, values)
+    assert_same_as_source(admin, COPY, values, source)
 
 
 # -- Airflow ---------------------------------------------------------------------------------
@@ -225,7 +250,7 @@ StreamGatewayOperator(task_id="gateway", cluster=sys.argv[1], gateway_id="g1", i
 def test_gateway_operator_dies_with_its_task_process(backlog, cli, child_env, tmp_path, reaper):
     """The task process running the operator's execute is killed with SIGKILL (as Airflow's
     supervisor does last): its Spark job goes with it."""
-    admin, values = backlog
+    admin, values, source = backlog
     with open(tmp_path / "task.log", "wb") as out:
         parent = subprocess.Popen([sys.executable, "-c", AIRFLOW_TASK, NY], env=child_env, stdout=out, stderr=out)
     reaper.append(job := Job(parent.pid, "gateway"))
@@ -234,7 +259,7 @@ def test_gateway_operator_dies_with_its_task_process(backlog, cli, child_env, tm
 
     code, out, err = cli("gateway", "run", "-cluster", NY, "-id", "g1", "-once", "true", "-engine", "local")
     assert code == 0, err[-3000:]
-    assert_same_as_source(admin, REPLICA, values)
+    assert_same_as_source(admin, REPLICA, values, source)
 
 
 def test_gateway_operator_on_kill_stops_the_whole_job(backlog, cli, child_env, monkeypatch, reaper):
@@ -243,7 +268,7 @@ def test_gateway_operator_on_kill_stops_the_whole_job(backlog, cli, child_env, m
     from airflow.sdk.exceptions import AirflowException
     from streamrep.airflow.spark_operators import StreamGatewayOperator
 
-    admin, values = backlog
+    admin, values, source = backlog
     for name in ("STREAMREP_HOME", "STREAMREP_USER", "STREAMREP_GROUPS"):
         monkeypatch.setenv(name, child_env[name])
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
@@ -275,4 +300,4 @@ def test_gateway_operator_on_kill_stops_the_whole_job(backlog, cli, child_env, m
 
     code, out, err = cli("gateway", "run", "-cluster", NY, "-id", "g1", "-once", "true", "-engine", "local")
     assert code == 0, err[-3000:]
-    assert_same_as_source(admin, REPLICA, values)
+    assert_same_as_source(admin, REPLICA, values, source)

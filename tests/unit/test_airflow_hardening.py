@@ -25,9 +25,7 @@ from streamrep.airflow.triggers import ReplicaUpToDateTrigger
 from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.replication import ReplicaState
-from streamrep.replication.status import replica_status
 from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_user_error
-from streamrep.spark.submit import LOG_JAVA_OPTIONS
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
@@ -179,7 +177,17 @@ def kafka_connections(home, monkeypatch, tmp_path) -> None:
 
 @pytest.mark.backends("kafka")
 def test_kafka_connections_run_the_setup_tasks_on_kafka_with_their_settings(home, admin, tmp_path, monkeypatch):
-    from streamrep.airflow.operators import ReplicaAddOperator, StreamCreateOperator, UpstreamAddOperator
+    """The operators of the manual-setup, autosetup and control DAGs, through Kafka connections
+    (the Kafka e2e runs only the manual-setup and gateway DAGs)."""
+    from streamrep.airflow.operators import (
+        AutosetupCheckOperator,
+        ReplicaAddOperator,
+        ReplicaPauseOperator,
+        ReplicaResumeOperator,
+        ReplicaStatusOperator,
+        StreamCreateOperator,
+        UpstreamAddOperator,
+    )
 
     admin.create_stream(SRC, defaultpartitions=2, ttl=3600)
     kafka_connections(home, monkeypatch, tmp_path)
@@ -193,6 +201,15 @@ def test_kafka_connections_run_the_setup_tasks_on_kafka_with_their_settings(home
     assert admin.entry(DST).meta == admin.entry(SRC).meta
     assert [(r["replicaPath"], r["paused"]) for r in admin.list_replicas(SRC)] == [(DST, True)]
     assert [u.path for u in admin.upstream_links(DST)] == [SRC]
+    rows = ReplicaResumeOperator(task_id="resume_replica", path=SRC, replica=DST).execute(ctx())
+    assert [(r["replicaPath"], r["paused"]) for r in rows] == [(DST, False)]
+    rows = ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST).execute(ctx())  # the control DAG's
+    assert [(r["replicaPath"], r["paused"]) for r in rows] == [(DST, True)]
+    assert [r["paused"] for r in ReplicaStatusOperator(task_id="replica_list", path=SRC).execute(ctx())] == [True]
+    assert [r["paused"] for r in admin.list_replicas(SRC)] == [True]
+    metrics = "/mapr/newyork/metrics"  # the autosetup DAG's first task creates and marks its replica
+    assert AutosetupCheckOperator(task_id="check", path=SRC, replica=metrics).execute(ctx())["path"] == SRC
+    assert admin.entry(metrics).autosetup_from == admin.entry(SRC).uuid
     assert not os.path.exists(tmp_path / "no-registry" / "clusters.json")
 
 
@@ -340,43 +357,19 @@ def test_a_user_error_in_the_spark_app_fails_the_task_without_retry(running, tmp
 
 
 def test_an_unavailable_cluster_in_the_spark_app_is_retried(running, tmp_path, monkeypatch):
+    """Also: a user's driver Java options win over the warnings-only log config (the default, and
+    no INFO line in the task log, are asserted on real Spark runs by test_airflow_spark_operators.py's
+    copystream-then-gateway test)."""
     stand_in_apps(tmp_path, monkeypatch, "Unavailable")
+    op = StreamCopyOperator(task_id="copy", source=SRC, destination=DST, conf={"spark.driver.extraJavaOptions": "-Dx=1"})
     with pytest.raises(AirflowException) as raised:
-        StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
+        op.execute(ctx())
     assert not isinstance(raised.value, AirflowFailException)
     assert str(raised.value) == "streamrep copystream: stream /mapr/newyork/activity: stand-in failure"
+    assert op.conf["spark.driver.extraJavaOptions"] == "-Dx=1"  # the user's conf wins
 
 
 # -- Spark's own logging stays out of the task log ---------------------------------------------
-def test_spark_operators_give_the_driver_the_warnings_only_log_config(running, tmp_path, monkeypatch):
-    stand_in_apps(tmp_path, monkeypatch, "Unavailable")
-    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once=True)
-    with pytest.raises(AirflowException):
-        op.execute(ctx())
-    assert op.conf["spark.driver.extraJavaOptions"] == LOG_JAVA_OPTIONS
-    assert Path(LOG_JAVA_OPTIONS.split("file:", 1)[1]).is_file()
-    custom = StreamGatewayOperator(task_id="gateway", cluster="newyork", once=True,
-                                   conf={"spark.driver.extraJavaOptions": "-Dx=1"})
-    with pytest.raises(AirflowException):
-        custom.execute(ctx())
-    assert custom.conf["spark.driver.extraJavaOptions"] == "-Dx=1"  # the user's conf wins
-
-
-@pytest.mark.slow
-def test_a_spark_gateway_task_log_has_its_progress_but_no_spark_info_lines(running, capfd):
-    """What the task log gets: the provider logs every line spark-submit prints."""
-    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once=True)
-    op.execute(ctx())
-    assert replica_status(running, SRC)[0]["pendingMessages"] == 0
-    log = capfd.readouterr()
-    lines = (log.out + log.err).splitlines()
-    submitted = [line for line in lines if "spark_submit" in line]
-    assert len(submitted) > 2, lines[-20:]
-    assert not [line for line in submitted if " INFO " in line], submitted[:20]
-    progress = [line for line in submitted if "gateway gw1: 5 messages in " in line]
-    assert len(progress) == 1, submitted
-
-
 # -- the up-to-date sensor fails at once when waiting cannot succeed ---------------------------
 def test_sensor_fails_at_once_when_the_replica_is_removed_while_waiting(running):
     sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=3600)

@@ -4,6 +4,7 @@ spark_apps with real spark-submit (local master) on real embedded clusters."""
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -11,7 +12,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_support import DST, SRC, ctx
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.client import Consumer, Producer
-from streamrep.replication.copy import copy_stream
+from streamrep.replication.status import replica_status
+from streamrep.spark.submit import LOG_JAVA_OPTIONS
 
 
 @pytest.fixture(autouse=True)
@@ -52,20 +54,6 @@ def test_operators_are_spark_submit_operators_with_template_fields():
     assert {"cluster", "gateway_id", "once"} <= set(StreamGatewayOperator.template_fields)
 
 
-@pytest.mark.slow
-def test_copystream_on_spark_then_a_retry_copies_nothing(source):
-    admin = source
-    copied = StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
-    assert copied["messages"] == 20 and copied["destination"] == DST
-    ends = {f"clicks:{p}": admin.clusters.store("sanfrancisco").offsets(admin.entry(SRC).uuid, "clicks", p)[1]
-            for p in range(2)}
-    assert copied["positions"] == ends
-    assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
-    again = StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx(2))
-    assert again["messages"] == 0 and again["positions"] == ends  # no Spark: nothing to copy
-    assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
-
-
 def test_copystream_user_errors_fail_before_spark(source, monkeypatch):
     with pytest.raises(AirflowFailException, match="^streamrep: stream /mapr/sanfrancisco/nope does not exist$"):
         StreamCopyOperator(task_id="copy", source="/mapr/sanfrancisco/nope", destination=DST).execute(ctx())
@@ -88,20 +76,50 @@ def test_an_app_error_line_becomes_the_task_error(source, tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
-def test_gateway_retry_resumes_from_the_stored_positions_exactly_once(source):
-    """A retry of a gateway task finds positions stored by what ran before it (here an
-    in-process copy of the first 20 messages) and applies only what follows, exactly once."""
+def test_copystream_then_a_gateway_retry_on_spark_move_each_message_once_with_a_quiet_task_log(source, capfd):
+    """One Spark copy and one Spark gateway serve several assertions (each Spark start costs a
+    minute or more on the CI machine):
+
+    - the copy creates the destination and copies everything; a retry copies nothing and starts
+      no Spark;
+    - a retry of a gateway task finds the positions the copy stored with its messages and applies
+      only what followed, exactly once, withdrawing its heartbeat on exit;
+    - the task log (the provider logs every line spark-submit prints) has the gateway's progress
+      line but none of Spark's INFO lines: the driver gets the warnings-only log config.
+    """
     admin = source
-    admin.create_stream(DST, copymetafrom=SRC)
+    copy = StreamCopyOperator(task_id="copy", source=SRC, destination=DST)
+    copied = copy.execute(ctx())
+    assert copy.conf["spark.driver.extraJavaOptions"] == LOG_JAVA_OPTIONS
+    assert Path(LOG_JAVA_OPTIONS.split("file:", 1)[1]).is_file()
+    assert copied["messages"] == 20 and copied["destination"] == DST
+    ends = {f"clicks:{p}": admin.clusters.store("sanfrancisco").offsets(admin.entry(SRC).uuid, "clicks", p)[1]
+            for p in range(2)}
+    assert copied["positions"] == ends
+    assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
+    again = StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx(2))
+    assert again["messages"] == 0 and again["positions"] == ends  # no Spark: nothing to copy
+    assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
+
+    # the copied stream becomes the replica (the manual steps: copystream, then the gateways)
     admin.add_replica(SRC, DST)
     admin.add_upstream(DST, SRC)
-    copy_stream(admin, SRC, DST)  # the earlier try's work: 20 messages and their positions
     produce(admin, [f"n{i}" for i in range(5)])
+    capfd.readouterr()  # the gateway's log only, from here
     op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1", once="True")
     assert op.execute(ctx(2)) == {"cluster": "newyork", "gateway": "gw1", "once": True}
     assert held(admin, DST) == Counter([f"m{i}" for i in range(20)] + [f"n{i}" for i in range(5)])
     assert admin.clusters.store("newyork").catalog_list("gateway-heartbeat") == {}  # withdrawn on exit
     assert admin.list_replicas(SRC)[0]["replicaState"] == "REPLICA_STATE_REPLICATING"
+    assert replica_status(admin, SRC)[0]["pendingMessages"] == 0
+
+    log = capfd.readouterr()
+    lines = (log.out + log.err).splitlines()
+    submitted = [line for line in lines if "spark_submit" in line]
+    assert len(submitted) > 2, lines[-20:]
+    assert not [line for line in submitted if " INFO " in line], submitted[:20]
+    progress = [line for line in submitted if "gateway gw1: 5 messages in " in line]
+    assert len(progress) == 1, submitted
 
 
 def test_gateway_fails_before_spark_for_an_unknown_cluster(source):
