@@ -7,7 +7,6 @@ Every test gets its own ``STREAMREP_HOME`` (a fresh ``tmp_path``) and runs as us
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -15,9 +14,8 @@ import pytest
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.ace import Identity
 
-from replication_helpers import USER, clean_env
+from replication_helpers import STREAMREP_EXE, USER, clean_env
 
-STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
 
 
 @pytest.fixture

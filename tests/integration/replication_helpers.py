@@ -21,6 +21,9 @@ from streamrep.model.message import Message
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import Gateway
 
+# The streamrep executable of this venv, for tests that run the real CLI in a subprocess.
+STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
+
 Contents = dict[tuple[str, int], list[Message]]
 
 

@@ -6,12 +6,11 @@ and loses nothing."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
+from replication_helpers import STREAMREP_EXE
 
 SF = "/mapr/sanfrancisco/activity"
 TOPIC = f"{SF}:clicks"

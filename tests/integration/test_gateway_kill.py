@@ -19,6 +19,7 @@ import pytest
 from replication_helpers import (
     COPY_CHILD,
     GATEWAY_CHILD,
+    STREAMREP_EXE,
     Child,
     assert_exactly_once,
     contents,
@@ -39,7 +40,7 @@ SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
 BACKLOG = 100_000
 PARTITIONS = 4
-STREAMREP_EXE = os.path.join(os.path.dirname(sys.executable), "streamrep")
+
 
 # Either job, stopped for good inside its first apply transaction: after the batch's messages
 # are written and before the replication marks that go with them. Says MIDWAY there.

@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import STREAMREP_EXE
-from replication_helpers import assert_exactly_once, count, produce
+from replication_helpers import STREAMREP_EXE, assert_exactly_once, count, produce
 from streamrep.replication.gateway import HEARTBEAT_KIND
 from streamrep.spark.submit import stop_job
 

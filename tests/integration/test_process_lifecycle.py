@@ -22,8 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import STREAMREP_EXE
-from replication_helpers import USER, contents, count, produce
+from replication_helpers import STREAMREP_EXE, USER, contents, count, produce
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.errors import NotFound
 from streamrep.model.ace import Identity
