@@ -34,17 +34,20 @@ CAROL = Identity(user="carol", groups=frozenset({"eng"}))
 _ISOLATED_ENV = ("STREAMREP_DEFAULT_CLUSTER", "STREAMREP_USER", "STREAMREP_GROUPS", "STREAMREP_SYNC")
 
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "kafka_local.py"
-_spec = importlib.util.spec_from_file_location("kafka_local", _SCRIPT)
-kafka_local = importlib.util.module_from_spec(_spec)
-sys.modules["kafka_local"] = kafka_local
-_spec.loader.exec_module(kafka_local)
+_SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
-_SPARK_SCRIPT = _SCRIPT.with_name("spark_local.py")
-_spec = importlib.util.spec_from_file_location("spark_local", _SPARK_SCRIPT)
-spark_local = importlib.util.module_from_spec(_spec)
-sys.modules["spark_local"] = spark_local
-_spec.loader.exec_module(spark_local)
+
+def load_script(name: str):
+    """``scripts/<name>.py`` as the module ``<name>`` (the scripts are not a package)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, _SCRIPTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+kafka_local = load_script("kafka_local")
 
 BACKENDS = ("embedded", "kafka")
 
@@ -79,6 +82,7 @@ def spark_cluster(tmp_path_factory):
     """
     if shutil.which("java") is None:
         pytest.skip("java is not on PATH")
+    spark_local = load_script("spark_local")  # loaded here: the Kafka install tests copy only kafka_local
     port, webui_port, worker_webui_port = kafka_local.free_ports(3)
     cluster = spark_local.Cluster(port, webui_port, worker_webui_port, tmp_path_factory.mktemp("spark"))
     try:
