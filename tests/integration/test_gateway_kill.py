@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import sys
 import textwrap
 import threading
 import time
