@@ -319,9 +319,9 @@ class Airflow:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after its module: an idle Airflow costs the rest of the suite CPU
 def postgres() -> Postgres:
-    """A PostgreSQL server for the session; skips only when no PostgreSQL server is installed."""
+    """A PostgreSQL server for its module; skips only when no PostgreSQL server is installed."""
     bindir = postgres_bindir()
     if bindir is None:
         pytest.skip("no PostgreSQL server is installed (apt-get install -y postgresql; ./run test does it)")
@@ -335,7 +335,7 @@ def postgres() -> Postgres:
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after its module: an idle Airflow costs the rest of the suite CPU
 def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
     """Airflow's four services on ``postgres`` with the LocalExecutor, login on, the repository's
     dags and plugins, and ``e2e_homes``' environment (its own STREAMREP_HOME, ``spark_default``

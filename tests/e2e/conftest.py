@@ -205,7 +205,7 @@ def _healthy(base: str) -> bool:
                for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after its module: an idle Airflow costs the rest of the suite CPU
 def airflow_ui_started(e2e: Session):
     """``scripts/airflow-ui.sh`` (airflow standalone: api-server, scheduler, dag-processor,
     triggerer) with login off, on a free port and its own copy of the metadata database, started
@@ -224,7 +224,7 @@ def airflow_ui_started(e2e: Session):
         _stop_group(process)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped after its module: an idle Airflow costs the rest of the suite CPU
 def airflow_ui(e2e: Session, airflow_ui_started: AirflowUI) -> AirflowUI:
     """The UI, once every component is healthy."""
     ui = airflow_ui_started
