@@ -10,12 +10,9 @@ bound to 127.0.0.1, with everything they write under one folder.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +23,11 @@ from pathlib import Path
 from typing import Mapping
 
 from streamrep.errors import StreamrepError
+
+# The process helpers are kafka_local's (this folder is on sys.path when a script runs; the test
+# fixture loads kafka_local first).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kafka_local import _alive, _die_with_parent, _port_open, _relative, _stop_pid  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_HOME = REPO / ".spark-local"
@@ -42,13 +44,6 @@ SCRUBBED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PY
 
 class SparkLocalError(StreamrepError):
     """A local Spark master or worker could not be started or stopped."""
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 @dataclass(frozen=True)
@@ -144,15 +139,6 @@ def _command(cluster: Cluster, role: str) -> list[str]:
             cluster.master_url]
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie is not running)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 def running_pid(cluster: Cluster, role: str) -> int | None:
     """The pid of ``cluster``'s ``role`` (master or worker) JVM while it runs, else ``None``.
 
@@ -171,12 +157,6 @@ def running_pid(cluster: Cluster, role: str) -> int | None:
     return pid if str(cluster.properties_file).encode() in cmdline else None
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
 def master_status(cluster: Cluster, timeout: float = 2.0) -> dict | None:
     """The master's JSON status (workers, active and completed applications), or ``None`` while it
     does not answer."""
@@ -193,13 +173,6 @@ def _worker_alive(status: dict | None, cluster: Cluster) -> bool:
     return bool(status) and any(
         w.get("state") == "ALIVE" and w.get("webuiaddress", "").endswith(f":{cluster.worker_webui_port}")
         for w in status.get("workers", []))
-
-
-def _die_with_parent() -> None:
-    # Runs in the child before exec (spark-class execs the JVM, which keeps the setting): the kernel
-    # kills the daemon when the process that started it dies, even by SIGKILL.
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _launch(cluster: Cluster, role: str, env: Mapping[str, str], die_with_parent: bool) -> subprocess.Popen | None:
@@ -274,24 +247,6 @@ def start(cluster: Cluster, *, env: Mapping[str, str] | None = None, die_with_pa
             cluster.pid_file(role).unlink(missing_ok=True)
         raise
     return bool(started)
-
-
-def _stop_pid(pid: int, process: subprocess.Popen | None = None, timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM (the worker then kills its executors), then SIGKILL when ``timeout`` passes."""
-
-    def gone() -> bool:
-        return process.poll() is not None if process is not None else not _alive(pid)
-
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if gone():
-                return
-            time.sleep(0.1)
 
 
 def stop(cluster: Cluster, timeout: float = STOP_TIMEOUT_S) -> bool:
