@@ -49,15 +49,21 @@ def test_catalog_updates_from_two_writers_are_never_lost(kafka_broker, namespace
     stores = [store_for(kafka_broker, namespace) for _ in range(2)]
     per_writer = 10
 
+    failures = []
+
     def increment(store):
-        for _ in range(per_writer):
-            store.catalog_update("counter", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+        try:
+            for _ in range(per_writer):
+                store.catalog_update("counter", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+        except Exception as exc:  # a fenced writer retries; nothing should reach here
+            failures.append(exc)
 
     threads = [threading.Thread(target=increment, args=(s,)) for s in stores]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert failures == []
     fresh = store_for(kafka_broker, namespace)
     assert fresh.catalog_get("counter", "c") == {"n": 2 * per_writer}
     for s in (*stores, fresh):

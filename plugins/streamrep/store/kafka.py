@@ -80,6 +80,11 @@ _USER_ERRORS = {
 # also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
 _STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# Abortable commit errors of a writer being fenced: Kafka's coordinator (4.x, transaction version 1)
+# answers EndTxn with UNKNOWN_SERVER_ERROR when it arrives while a new writer's InitProducerId is
+# fencing the epoch (IllegalStateException "... pending state PREPARE_EPOCH_FENCE" in the broker
+# log). Nothing was committed: the new writer's init aborts the transaction, so a retry is safe.
+_FENCING_RACE = {KafkaError.UNKNOWN, KafkaError.CONCURRENT_TRANSACTIONS}
 # Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
               KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.NOT_COORDINATOR,
@@ -246,6 +251,10 @@ class KafkaStore(Store):
             except KafkaException:  # fenced or otherwise fatal: the next transaction starts a new producer
                 self._txns.pop(txid, None)
             if isinstance(exc, KafkaException):
+                err = _kafka_error(exc)
+                if err is not None and err.txn_requires_abort() and err.code() in _FENCING_RACE:
+                    raise Conflict(f"cluster {self.cluster}: another writer took over (transaction aborted: "
+                                   f"{err.str()}); retry") from None
                 raise self._translate(exc, "transaction failed") from None
             raise
         self._await_visible(txn.last_offsets)
