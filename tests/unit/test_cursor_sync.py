@@ -15,6 +15,7 @@ from streamrep.errors import Conflict, PermissionDenied
 from streamrep.replication.cursors import (ACTIVE, BEHIND, SYNCED, UNCHANGED, WAITING, list_cursors,
                                            sync_cursors)
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.translate import translate_cursors
 
 ON_BOTH = pytest.mark.backends("embedded", "kafka")
 SF = "/mapr/sanfrancisco/s"
@@ -54,6 +55,11 @@ def consume(admin, path: str, group: str, n: int | None = None) -> list[str]:
 def cursors(admin, path: str, group: str = "g") -> dict[int, int]:
     sp = admin.path(path)
     return admin.store(sp).cursors(group, admin.entry(sp).uuid, "t")
+
+
+def translated(admin, group: str = "g") -> dict[int, int]:
+    """The group's source cursors as translate_cursors maps them to NY (Kafka's offsets differ)."""
+    return {r["partition"]: r["replicaOffset"] for r in translate_cursors(admin, SF, NY, group)}
 
 
 def drain(admin) -> Gateway:
@@ -188,7 +194,7 @@ def test_the_gateway_pass_syncs_at_most_every_interval(pair):
     assert cursors(admin, NY) == {}
     gateway.cursor_sync.interval = 0
     gateway.run_once()
-    assert cursors(admin, NY) == cursors(admin, SF)  # one origin, one replica: the same offsets
+    assert cursors(admin, NY) == translated(admin)
     assert actions(gateway.cursor_sync.rows) == {("g", 0): SYNCED, ("g", 1): SYNCED}
     assert sorted(consume(admin, NY, "g", None)) == sorted(consume(admin, SF, "g", None))  # the other 20
 
@@ -222,3 +228,21 @@ def test_kafka_group_with_members_on_the_replica_is_left_alone(pair, backend):
             store.commit_cursors("g", ny, "t", {0: 1})
     finally:
         native.close()
+
+
+@ON_BOTH
+def test_takeover_adopts_the_replicas_own_cursors_for_a_failback(pair):
+    """A failback: the group committed on NY (the old source, its consumers now stopped). Without
+    takeover it counts as active there; with it, it is adopted and moved forward from then on."""
+    admin = pair
+    produce(admin, 20)
+    drain(admin)
+    consume(admin, NY, "g", 4)
+    consume(admin, SF, "g", 12)
+    assert {r["action"] for r in sync_cursors(admin, SF, NY)} == {f"{ACTIVE} (a cursor was committed there)"}
+    rows = sync_cursors(admin, SF, NY, takeover=True)
+    assert {r["action"] for r in rows} <= {SYNCED, UNCHANGED} and SYNCED in {r["action"] for r in rows}
+    assert cursors(admin, NY) == translated(admin)
+    consume(admin, SF, "g", 3)  # later passes need no takeover
+    assert SYNCED in {r["action"] for r in sync_cursors(admin, SF, NY)}
+    assert cursors(admin, NY) == translated(admin)

@@ -212,8 +212,8 @@ def cursor_list(ctx: Context, path: str, group: str | None = None) -> Rows:
     return list_cursors(ctx.admin, path, group)
 
 
-def cursor_sync(ctx: Context, path: str, replica: str) -> Rows:
-    return sync_cursors(ctx.admin, path, replica)
+def cursor_sync(ctx: Context, path: str, replica: str, takeover: bool = False) -> Rows:
+    return sync_cursors(ctx.admin, path, replica, takeover)
 
 
 # -- replication jobs ----------------------------------------------------------------
@@ -497,7 +497,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("stream", "cursor", "list"), cursor_list,
             (PATH, Option("group", help="only this consumer group")),
             "list the committed cursors of every consumer group on a stream"),
-    Command(("stream", "cursor", "sync"), cursor_sync, (PATH, REPLICA),
+    Command(("stream", "cursor", "sync"), cursor_sync,
+            (PATH, REPLICA, Option("takeover", bool, help="adopt the replica's cursors first (failback: its "
+                                                          "consumers are stopped)")),
             "carry every consumer group's committed cursors to a replica (as gateways do)"),
     Command(("copystream",), copystream,
             (Option("src", required=True, help="source stream path"),

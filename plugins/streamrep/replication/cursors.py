@@ -64,19 +64,23 @@ OTHER_UPSTREAM = "skipped: synced from another upstream"
 Row = dict[str, Any]
 
 
-def sync_cursors(admin: StreamAdmin, source: str, replica: str) -> list[Row]:
+def sync_cursors(admin: StreamAdmin, source: str, replica: str, takeover: bool = False) -> list[Row]:
     """Translate and commit on ``replica`` every consumer group's committed cursors of
     ``source`` (all topics and partitions) that may move, by the rules of this module.
 
     :param source: the source stream path.
     :param replica: a direct replica of ``source``.
+    :param takeover: first adopt the replica's current cursors as if this sync had written them
+        (a failback: the replica is the old source, whose consumers are stopped, and its groups'
+        old cursors would otherwise count as "active on replica" for ever). Still forward only,
+        and a Kafka group with members there is still left alone.
     :return: one row per group, topic and partition: ``group, topic, partition, sourceOffset,
         replicaOffset`` (the replica's cursor after the call, None if it has none) and ``action``.
     """
     src, dst, src_entry, dst_entry = check_translate(admin, source, replica)
     source_store, replica_store = admin.store(src), admin.store(dst)
     partitions = [(t, p) for t, n in source_store.topics(src_entry.uuid).items() for p in range(n)]
-    return sync_partitions(source_store, src_entry.uuid, replica_store, dst_entry.uuid, partitions)
+    return sync_partitions(source_store, src_entry.uuid, replica_store, dst_entry.uuid, partitions, takeover)
 
 
 def list_cursors(admin: StreamAdmin, path: str, group: str | None = None) -> list[Row]:
@@ -101,10 +105,11 @@ def list_cursors(admin: StreamAdmin, path: str, group: str | None = None) -> lis
 
 
 def sync_partitions(source_store: Store, source_uuid: str, replica_store: Store, replica_uuid: str,
-                    partitions: Iterable[tuple[str, int]]) -> list[Row]:
+                    partitions: Iterable[tuple[str, int]], takeover: bool = False) -> list[Row]:
     """The rules of this module for the given source partitions, for every group of the source.
 
     :param partitions: ``(topic, partition)`` of the source stream.
+    :param takeover: as ``sync_cursors``.
     """
     by_topic: dict[str, list[int]] = defaultdict(list)
     for topic, partition in partitions:
@@ -120,17 +125,18 @@ def sync_partitions(source_store: Store, source_uuid: str, replica_store: Store,
     rows: list[Row] = []
     for group in groups:
         rows += _sync_group(group, group in live, source_store, source_uuid, replica_store, replica_uuid,
-                            by_topic, marks, replica_topics)
+                            by_topic, marks, replica_topics, takeover)
     return rows
 
 
 def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, replica_store: Store,
                 replica_uuid: str, by_topic: Mapping[str, Sequence[int]], marks: Mapping[str, int],
-                replica_topics: Mapping[str, int]) -> list[Row]:
+                replica_topics: Mapping[str, int], takeover: bool) -> list[Row]:
     key = f"{replica_uuid}|{group}"
     written = (replica_store.catalog_get(CURSOR_SYNC_KIND, key) or {}).get("topics", {})
     rows: list[Row] = []
     moves: dict[str, dict[int, tuple[int, int | None]]] = {}  # topic -> partition -> (new, current)
+    adopted: dict[str, dict[int, int]] = {}  # topic -> partition -> current (takeover)
     for topic, parts in sorted(by_topic.items()):
         source_cursors = source_store.cursors(group, source_uuid, topic)
         wanted = sorted(p for p in parts if p in source_cursors)
@@ -144,6 +150,10 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
             row = {"group": group, "topic": topic, "partition": p, "sourceOffset": cursor,
                    "replicaOffset": current}
             rows.append(row)
+            if takeover and not live and current is not None and (
+                    not _ours(record, current) or record["source"] != source_uuid):
+                record = {"offset": current, "prior": current, "source": source_uuid}
+                adopted.setdefault(topic, {})[p] = current
             if live:
                 row["action"] = f"{ACTIVE} (the group has members there)"
             elif not _ours(record, current):
@@ -161,8 +171,8 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
                     row["action"] = SYNCED
                     row["replicaOffset"] = target
                     moves.setdefault(topic, {})[p] = (target, current)
-    if moves:
-        _commit(group, key, source_uuid, replica_store, replica_uuid, moves, rows)
+    if moves or adopted:
+        _commit(group, key, source_uuid, replica_store, replica_uuid, moves, adopted, rows)
     return rows
 
 
@@ -174,12 +184,16 @@ def _ours(record: Mapping[str, Any] | None, current: int | None) -> bool:
 
 
 def _commit(group: str, key: str, source_uuid: str, replica_store: Store, replica_uuid: str,
-            moves: Mapping[str, Mapping[int, tuple[int, int | None]]], rows: list[Row]) -> None:
+            moves: Mapping[str, Mapping[int, tuple[int, int | None]]], adopted: Mapping[str, Mapping[int, int]],
+            rows: list[Row]) -> None:
     """Record what is about to be written, then write it: a sync cut off in between finds the
     replica still at the recorded ``prior`` value and writes again."""
 
     def change(doc: dict | None) -> dict:
         topics = {t: dict(ps) for t, ps in (doc or {}).get("topics", {}).items()}
+        for topic, parts in adopted.items():
+            for p, current in parts.items():
+                topics.setdefault(topic, {})[str(p)] = {"offset": current, "prior": current, "source": source_uuid}
         for topic, parts in moves.items():
             for p, (target, current) in parts.items():
                 topics.setdefault(topic, {})[str(p)] = {"offset": target, "prior": current, "source": source_uuid}
