@@ -69,7 +69,7 @@ def world(backend: str, bootstrap: str | None, partitions: int) -> tuple[str, St
         for i in range(MESSAGES):
             producer.send(f"{SF}:t", f"m{i}", key=f"k{i}")
     gateway = Gateway(admin, "ny", "gw")
-    gateway.cursor_sync.interval = 1e9
+    gateway.cursor_sync.interval = None
     while gateway.run_once(whole=True):
         pass
     return home, admin
@@ -79,7 +79,8 @@ def commit_all(admin: StreamAdmin, groups: list[str], partitions: int, rng: rand
     sp = admin.path(SF)
     store, uuid_ = admin.store(sp), admin.entry(sp).uuid
     for group in groups:
-        store.commit_cursors(group, uuid_, "t", {p: rng.randrange(1, MESSAGES // partitions) for p in range(partitions)})
+        store.commit_cursors(group, uuid_, "t",
+                             {p: rng.randrange(1, MESSAGES // partitions) for p in range(partitions)})
 
 
 def timed(fn) -> float:

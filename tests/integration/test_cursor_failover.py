@@ -192,7 +192,7 @@ def test_the_bound_for_messages_that_reach_the_replica_by_another_path(pair):
     admin.add_upstream(SF, NY)
     gateways = {"newyork": Gateway(admin, "newyork", "gw1"), "sanfrancisco": Gateway(admin, "sanfrancisco", "gw2")}
     for g in gateways.values():
-        g.cursor_sync.interval = 3600  # syncs below are explicit
+        g.cursor_sync.interval = None  # syncs below are explicit
 
     def one(cluster: str, value: str) -> None:  # produce on the cluster's stream, partition 0
         produce(admin, f"{SF if cluster == 'sanfrancisco' else NY}:t", [value], partition=0)

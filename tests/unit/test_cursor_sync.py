@@ -64,7 +64,7 @@ def translated(admin, group: str = "g") -> dict[int, int]:
 
 def drain(admin) -> Gateway:
     gateway = Gateway(admin, "newyork", "g1")
-    gateway.cursor_sync.interval = 3600  # only the explicit syncs of the test
+    gateway.cursor_sync.interval = None  # only the explicit syncs of the test
     gateway.run_once(whole=True)
     return gateway
 
@@ -245,4 +245,16 @@ def test_takeover_adopts_the_replicas_own_cursors_for_a_failback(pair):
     assert cursors(admin, NY) == translated(admin)
     consume(admin, SF, "g", 3)  # later passes need no takeover
     assert SYNCED in {r["action"] for r in sync_cursors(admin, SF, NY)}
+    assert cursors(admin, NY) == translated(admin)
+
+
+@ON_BOTH
+def test_a_cursor_on_a_partition_that_never_held_a_message_is_synced(pair):
+    admin = pair
+    with Producer(admin) as producer:
+        for i in range(6):
+            producer.send(f"{SF}:t", f"m{i}", partition=0)
+    consume(admin, SF, "g", None)  # commits partition 1 at its start: nothing there to replicate
+    drain(admin)
+    assert actions(sync_cursors(admin, SF, NY)) == {("g", 0): SYNCED, ("g", 1): SYNCED}
     assert cursors(admin, NY) == translated(admin)

@@ -160,7 +160,7 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
                 row["action"] = f"{ACTIVE} (a cursor was committed there)"
             elif record is not None and record["source"] != source_uuid and current is not None:
                 row["action"] = OTHER_UPSTREAM
-            elif p >= count or marks.get(position_key(source_uuid, topic, p), -1) < cursor:
+            elif p >= count or _position(source_store, source_uuid, topic, p, marks, cursor) < cursor:
                 row["action"] = WAITING
             else:
                 target = translate_partition(replica_store, replica_uuid, position_key(source_uuid, topic, p),
@@ -174,6 +174,18 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
     if moves or adopted:
         _commit(group, key, source_uuid, replica_store, replica_uuid, moves, adopted, rows)
     return rows
+
+
+def _position(source_store: Store, source_uuid: str, topic: str, partition: int, marks: Mapping[str, int],
+              cursor: int) -> int:
+    """Where the replica's replication of the source partition stands, as ``transfer.next_position``
+    sees it: nothing before the oldest offset the source holds is waited for (an empty partition,
+    or messages dropped by the source's ttl before they were replicated)."""
+    mark = marks.get(position_key(source_uuid, topic, partition))
+    if mark is not None and mark >= cursor:
+        return mark  # the common case: no call to the source
+    start = source_store.offsets(source_uuid, topic, partition)[0]
+    return max(start if mark is None else mark, start)
 
 
 def _ours(record: Mapping[str, Any] | None, current: int | None) -> bool:
@@ -215,10 +227,11 @@ class CursorSync:
     at most every ``interval`` seconds. A failure is logged and kept in ``errors``; it never
     stops the replication of data.
 
-    :param interval: seconds between passes (``CURSOR_SYNC_SECONDS``).
+    :param interval: seconds between passes (``CURSOR_SYNC_SECONDS``); None: never (a caller
+        that syncs by itself).
     """
 
-    def __init__(self, interval: float = CURSOR_SYNC_SECONDS):
+    def __init__(self, interval: float | None = CURSOR_SYNC_SECONDS):
         self.interval = interval
         self._last = float("-inf")
         self.rows: list[Row] = []  # the last pass's rows, for status and tests
@@ -228,7 +241,7 @@ class CursorSync:
                    units: Mapping[SourcePartition, Sequence[Flow]]) -> bool:
         """Sync if a pass is due; returns whether one ran."""
         now = time.monotonic()
-        if now - self._last < self.interval:
+        if self.interval is None or now - self._last < self.interval:
             return False
         self._last = now
         self.sync(admin, replica_store, units)

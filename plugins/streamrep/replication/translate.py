@@ -31,7 +31,8 @@ def translate_offset(syncs: list[tuple[int, int, int, int]], cursor: int, replic
     return replica_end
 
 
-def check_translate(admin: StreamAdmin, source: str, replica: str) -> tuple[StreamPath, StreamPath, StreamEntry, StreamEntry]:
+def check_translate(admin: StreamAdmin, source: str,
+                    replica: str) -> tuple[StreamPath, StreamPath, StreamEntry, StreamEntry]:
     """Resolve ``source`` and its direct ``replica``, and check that the caller may move a
     group's cursors between them: consumeperm on both. Returns their paths and entries."""
     src, dst = admin.path(source), admin.path(replica)

@@ -804,8 +804,8 @@ def _serialized(method: Callable) -> Callable:
 # that two threads must not share mid-call (gateways in threads of one process share a store).
 for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
               "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
-              "purge_before", "range_stats", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply", "drop_marks",
-              "offset_syncs", "location", "close"):
+              "purge_before", "range_stats", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply",
+              "drop_marks", "offset_syncs", "location", "close"):
     setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
 
