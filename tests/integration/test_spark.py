@@ -512,3 +512,33 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     monkeypatch.setattr(submit.shutil, "which", lambda *a, **k: None)
     with pytest.raises(Unavailable, match="spark-submit was not found"):
         submit.run_app("gateway", ["--cluster", "c"])
+
+
+# --- cursors ---
+def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
+    """The Spark engine's gateway carries a group's committed cursor to the replica, as the
+    in-process one does (both sync from ``Gateway.assignment``, every CURSOR_SYNC_SECONDS)."""
+    from streamrep.client import Consumer
+    from streamrep.spark import jobs
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/orders", {"t": 2})
+    replica = f"/mapr/{NY}/orders"
+    link(admin, source, replica)
+    produce(admin, f"{source}:t", (f"o-{i}" for i in range(300)))
+    consumer = Consumer(f"{source}:t", group="g", from_start=True, admin=admin)
+    first = consumer.poll(120)
+    consumer.commit()
+    query = jobs.start_gateway(spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"), interval=0.2)
+    replica_store, replica_uuid = admin.store(admin.path(replica)), admin.entry(replica).uuid
+    try:
+        wait_for(lambda: replica_store.cursors("g", replica_uuid, "t") == consumer.positions, timeout=120,
+                 what="the group's cursors on the replica")
+    finally:
+        query.stop()
+        Gateway(admin, NY, "g1").stop()
+    resumed = Consumer(f"{replica}:t", group="g", from_start=True, admin=admin)
+    rest = []
+    while batch := resumed.poll(1000):
+        rest += batch
+    assert sorted(m.value for m in first + rest) == sorted(f"o-{i}".encode() for i in range(300))

@@ -73,6 +73,8 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
                 {"owner", "consumeperm"}),
     "stream cursor translate": (["-path", SF, "-replica", NY, "-group", "g1", "-commit", "true"],
                                 {"owner", "consumeperm"}),
+    "stream cursor list": (["-path", SF], {"owner", "consumeperm"}),
+    "stream cursor sync": (["-path", SF, "-replica", NY], {"owner", "consumeperm"}),
     "cluster gateway set": (["-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco"],
                             {"owner", "cluster admin"}),
     "cluster gateway get": (["-dstcluster", "newyork", "-cluster", "sanfrancisco"], ALL),
