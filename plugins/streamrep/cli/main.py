@@ -29,6 +29,7 @@ from streamrep.replication import service
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
+from streamrep.replication.cursors import list_cursors, sync_cursors
 from streamrep.replication.translate import translate_cursors
 
 EXIT_USER_ERROR = 1
@@ -205,6 +206,14 @@ def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool =
 
 def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: bool = False) -> Rows:
     return translate_cursors(ctx.admin, path, replica, group, commit)
+
+
+def cursor_list(ctx: Context, path: str, group: str | None = None) -> Rows:
+    return list_cursors(ctx.admin, path, group)
+
+
+def cursor_sync(ctx: Context, path: str, replica: str) -> Rows:
+    return sync_cursors(ctx.admin, path, replica)
 
 
 # -- replication jobs ----------------------------------------------------------------
@@ -485,6 +494,11 @@ COMMANDS: tuple[Command, ...] = (
             (PATH, REPLICA, Option("group", required=True, help="consumer group"),
              Option("commit", bool, help="also set the translated cursors on the replica")),
             "translate a consumer group's cursors from a stream to its replica"),
+    Command(("stream", "cursor", "list"), cursor_list,
+            (PATH, Option("group", help="only this consumer group")),
+            "list the committed cursors of every consumer group on a stream"),
+    Command(("stream", "cursor", "sync"), cursor_sync, (PATH, REPLICA),
+            "carry every consumer group's committed cursors to a replica (as gateways do)"),
     Command(("copystream",), copystream,
             (Option("src", required=True, help="source stream path"),
              Option("dst", required=True, help="destination stream path (created if missing)"),

@@ -28,6 +28,7 @@ from streamrep.model.replication import ReplicaState
 from streamrep.store.base import Store
 from streamrep.replication.assignment import (HEARTBEAT_EXPIRY_SECONDS, HEARTBEAT_INTERVAL_SECONDS, eligible,
                                                live_gateways, share_of)
+from streamrep.replication.cursors import CursorSync
 from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
                                            stopped_line, withdraw)
@@ -101,6 +102,7 @@ class Gateway:
         self.watch = StopWatch(self.store)
         self._share: list[str] | None = None  # the share last written to the heartbeat document
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
+        self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -177,6 +179,8 @@ class Gateway:
         if names != self._share:  # written on a change only: ``gateway list`` shows who holds what
             beat(self.store, self.id, share=names)
             self._share = names
+        # Every pass of both engines starts here, idle or not: the cursors of this share follow.
+        self.cursor_sync.maybe_sync(self.admin, self.store, result.units)
         return result
 
     def progress(self, units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[SourcePartition, Progress]:

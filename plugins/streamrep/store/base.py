@@ -154,6 +154,15 @@ class Store(ABC):
         """The committed cursors of ``group`` on ``topic``, by partition."""
 
     @abstractmethod
+    def groups(self, stream: str) -> list[str]:
+        """The consumer groups with a committed cursor on any topic of ``stream``, sorted."""
+
+    def active_groups(self, groups: Sequence[str]) -> set[str]:
+        """Those of ``groups`` that have live members now. Empty here: a streamrep consumer
+        joins no group (it only commits cursors); Kafka's own consumers do."""
+        return set()
+
+    @abstractmethod
     def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
         """From ``start`` to the end: ``(messages, value bytes, oldest timestamp, newest timestamp)``."""
 

@@ -435,3 +435,10 @@ class EmbeddedStore(Store):
             (group, stream, topic),
         )
         return dict(rows)
+
+    def groups(self, stream: str) -> list[str]:
+        rows = self._query(
+            "SELECT DISTINCT c.grp FROM cursors c JOIN partitions p ON p.id = c.pid WHERE p.stream=? ORDER BY c.grp",
+            (stream,),
+        )
+        return [r[0] for r in rows]

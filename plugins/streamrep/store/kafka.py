@@ -85,6 +85,8 @@ _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 # fencing the epoch (IllegalStateException "... pending state PREPARE_EPOCH_FENCE" in the broker
 # log). Nothing was committed: the new writer's init aborts the transaction, so a retry is safe.
 _FENCING_RACE = {KafkaError.UNKNOWN, KafkaError.CONCURRENT_TRANSACTIONS}
+# Kafka's answers to an offset change for a group with live members.
+_GROUP_ACTIVE = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION}
 # Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
 _TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
               KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.NOT_COORDINATOR,
@@ -642,10 +644,50 @@ class KafkaStore(Store):
         name = self._naming(stream).kafka_topic(topic)
         request = ConsumerGroupTopicPartitions(self._group(group),
                                                [TopicPartition(name, p, o) for p, o in sorted(cursors.items())])
-        with self._errors(f"cannot commit cursors of group {group}"):
+        try:
             for future in self._admin().alter_consumer_group_offsets([request],
                                                                      request_timeout=TIMEOUT_SECONDS).values():
-                future.result()
+                for tp in future.result().topic_partitions:  # Kafka answers per partition
+                    if tp.error is not None:
+                        raise KafkaException(tp.error)
+        except KafkaException as exc:
+            err = _kafka_error(exc)
+            if err is not None and err.code() in _GROUP_ACTIVE:  # Kafka refuses to move a live group's offsets
+                raise Conflict(f"cluster {self.cluster}: group {group} is active (it has members); "
+                               f"its cursors were not changed") from None
+            raise self._translate(exc, f"cannot commit cursors of group {group}") from None
+
+    def _namespaced_groups(self) -> list[str]:
+        """This namespace's consumer group ids, without the namespace; never streamrep's own readers."""
+        with self._errors("cannot list consumer groups"):
+            listed = self._admin().list_consumer_groups(request_timeout=TIMEOUT_SECONDS).result()
+        prefix = f"{self.namespace}." if self.namespace else ""
+        return sorted(g.group_id[len(prefix):] for g in listed.valid
+                      if g.group_id.startswith(prefix) and not g.group_id.startswith(INTERNAL_PREFIX))
+
+    def groups(self, stream: str) -> list[str]:
+        from confluent_kafka import ConsumerGroupTopicPartitions
+        naming = self._naming(stream)
+        candidates = self._namespaced_groups()
+        if not candidates:
+            return []
+        admin = self._admin()
+        # One request per group (the client's limit), all sent before any answer is awaited.
+        with self._errors("cannot read consumer group offsets"):
+            futures = {group: list(admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(self._group(group))], request_timeout=TIMEOUT_SECONDS).values())[0]
+                for group in candidates}
+            return [group for group, future in futures.items()
+                    if any(tp.offset >= 0 and naming.topic_of(tp.topic) is not None
+                           for tp in future.result().topic_partitions)]
+
+    def active_groups(self, groups: Sequence[str]) -> set[str]:
+        if not groups:
+            return set()
+        ids = {self._group(g): g for g in groups}
+        with self._errors("cannot describe consumer groups"):
+            futures = self._admin().describe_consumer_groups(list(ids), request_timeout=TIMEOUT_SECONDS)
+            return {ids[gid] for gid, future in futures.items() if future.result().members}
 
     def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
@@ -762,7 +804,7 @@ def _serialized(method: Callable) -> Callable:
 # that two threads must not share mid-call (gateways in threads of one process share a store).
 for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
               "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
-              "purge_before", "range_stats", "commit_cursors", "cursors", "marks", "apply", "drop_marks",
+              "purge_before", "range_stats", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply", "drop_marks",
               "offset_syncs", "location", "close"):
     setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
