@@ -54,6 +54,7 @@ from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, position_key, stop_key
+from streamrep.replication.cursors import CURSOR_SYNC_KIND, sync_cursors
 from streamrep.replication.service import live_gateways_of
 from streamrep.replication.setup import ensure_replica, ensure_upstream
 from streamrep.replication.status import PRECISE_PENDING_MAX, pending, to_apply
@@ -131,6 +132,9 @@ def stage(pair: Pair) -> str:
     """Where the pair stands (LINKED ... RETURNING); NotFound or Conflict when no failover or
     failback applies to it."""
     src, dst, record = pair.src, pair.dst, pair.dst_entry.failover
+    if record is not None and record.state in (FailoverState.FAILED_OVER.value, FailoverState.FAILING_BACK.value):
+        raise Conflict(f"stream {dst} {record.describe()}: it is not a replica now; to give it its role back "
+                       f"use 'stream replica failback -path {dst} -replica {record.peer}'")
     if record is not None and record.peer == str(src):
         if record.state == FailoverState.RETURNING.value:
             return RETURNING
@@ -325,10 +329,27 @@ def clear_stops(admin: StreamAdmin, dst: StreamPath, dst_uuid: str, source_uuid:
     return store.drop_marks(dst_uuid, stops) if stops else 0
 
 
-def _sync_cursors(admin: StreamAdmin, source: StreamPath, replica: StreamPath) -> list[dict]:
-    from streamrep.replication.cursors import sync_cursors  # issue 10 section 1 (replicated cursors)
+def hand_over_cursors(admin: StreamAdmin, path: StreamPath, entry: StreamEntry, new_source_uuid: str) -> int:
+    """The committed cursors on a stream that just lost its role (``path``) are handed to the
+    cursor sync: recorded as if the sync had written them (``cursors.CURSOR_SYNC_KIND``), so the
+    failback's sync from the promoted stream may move them forward. Without this, the sync takes
+    them for commits of consumers active there and never moves them (its rule 3). A group that
+    commits on the stream after the handover is again left alone. Returns the groups handed over."""
+    store = admin.store(path)
+    groups = store.groups(entry.uuid)
+    for group in groups:
+        cursors = {topic: store.cursors(group, entry.uuid, topic) for topic in store.topics(entry.uuid)}
 
-    return sync_cursors(admin, str(source), str(replica))
+        def change(doc: dict | None, cursors=cursors, group=group) -> dict:
+            topics = {t: dict(ps) for t, ps in (doc or {}).get("topics", {}).items()}
+            for topic, parts in cursors.items():
+                for p, offset in parts.items():
+                    topics.setdefault(topic, {})[str(p)] = {"offset": offset, "prior": offset,
+                                                            "source": new_source_uuid}
+            return {"replica": entry.uuid, "group": group, "topics": topics}
+
+        store.catalog_update(CURSOR_SYNC_KIND, f"{entry.uuid}|{group}", change)
+    return len(groups)
 
 
 def _mark_link_failed_over(admin: StreamAdmin, src: StreamPath, dst: StreamPath) -> None:
@@ -398,7 +419,7 @@ def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False,
                               f"producers write to {src} again: start the gateways of cluster {dst.cluster} "
                               f"or use -force true")
         stop_flow(admin, src, pair.src_entry.uuid, True, dst, pair.dst_entry.uuid)
-        result["cursors"] = _sync_cursors(admin, src, dst)
+        result["cursors"] = sync_cursors(admin, str(src), str(dst))
         result["lateMessages"] = count()
     else:
         missing = last_known_lag(admin, pair)
@@ -410,9 +431,7 @@ def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False,
     admin.set_failover(dst, promoted)  # first: a retry from here on finds it failed over and completes it
     _withdraw(admin, pair)
     if pair.reachable:
-        _mark_link_failed_over(admin, src, dst)
-        admin.set_failover(src, FailoverRecord(FailoverState.FAILED_OVER.value, str(dst), pair.dst_entry.uuid,
-                                               promoted.since))
+        _demote_source(admin, pair, promoted.since)
     result.update(forced=forced, missing=missing, result=f"{dst} is {promoted.describe()}")
     return result
 
@@ -432,8 +451,9 @@ def _unfence(admin: StreamAdmin, src: StreamPath) -> None:
 
 
 def _demote_source(admin: StreamAdmin, pair: Pair, since: int) -> None:
-    """The source's side of a failover that was forced while it was unreachable."""
+    """The source's side of a failover (later, for one forced while it was unreachable)."""
     _mark_link_failed_over(admin, pair.src, pair.dst)
+    hand_over_cursors(admin, pair.src, admin.entry(pair.src), pair.dst_entry.uuid)
     admin.set_failover(pair.src, FailoverRecord(FailoverState.FAILED_OVER.value, str(pair.dst),
                                                 pair.dst_entry.uuid, since))
 
@@ -572,7 +592,7 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     copied = None if baseline is None else _end_total(admin, src, src_entry.uuid) - baseline
     if rules.find_link(pair.dst_entry.replicas, src) is not None:
         stop_flow(admin, dst, pair.dst_entry.uuid, True, src, src_entry.uuid)
-        cursors = _sync_cursors(admin, dst, src)
+        cursors = sync_cursors(admin, str(dst), str(src))
         admin.remove_replica(str(dst), str(src))
     else:
         cursors = []  # an earlier try got past this

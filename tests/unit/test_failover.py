@@ -1,0 +1,322 @@
+"""Failover and failback (``replication/failover.py``) on real embedded and Kafka clusters, with
+in-process gateways: the plan, failover with the source up and with its cluster unreachable,
+failback copying back only what the source lacks, retries and refusals."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from contextlib import contextmanager
+
+import pytest
+from streamrep.client.admin import StreamAdmin
+from streamrep.client.config import Clusters
+from streamrep.client.consumer import Consumer
+from streamrep.client.producer import Producer
+from streamrep.errors import Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from streamrep.model.ace import Identity
+from streamrep.model.failover import WritesRefused
+from streamrep.model.message import Message
+from streamrep.model.replication import stop_key
+from streamrep.replication.failover import (FAILED_OVER, LINKED, failback, failback_plan, failover,
+                                            failover_plan)
+from streamrep.replication.gateway import Gateway
+from streamrep.replication.status import replica_status
+from streamrep.replication.transfer import FlowStopped, SourcePartition, apply_batch
+
+ON_BOTH = pytest.mark.backends("embedded", "kafka")
+SF = "/mapr/sanfrancisco/activity"
+NY = "/mapr/newyork/activity"
+GRACE = 1.1  # > 2 * FAILOVER_CHECK_SECONDS: the producers below see a record change within it
+
+
+@pytest.fixture
+def linked(admin):
+    """SF (topic t, two partitions, ttl 0) replicating to NY, agreed both ways."""
+    admin.create_stream(SF, ttl=0)
+    admin.create_topic(SF, "t", 2)
+    admin.create_stream(NY, copymetafrom=SF)
+    admin.add_replica(SF, NY)
+    admin.add_upstream(NY, SF)
+    return admin
+
+
+def produce(admin, path, keys):
+    with Producer(admin) as producer:
+        for key in keys:
+            producer.send(f"{path}:t", f"v-{key}", key=key)
+
+
+def held(admin, path) -> Counter:
+    """Every message key the stream holds, counted."""
+    keys: Counter = Counter()
+    consumer = Consumer(f"{path}:t", from_start=True, admin=admin)
+    while batch := consumer.poll(10_000):
+        keys.update(m.key.decode() for m in batch)
+    return keys
+
+
+def drain(admin, cluster):
+    """Replicate everything available now into ``cluster``."""
+    gateway = Gateway(admin, cluster, "gw-drain")
+    while gateway.run_once(whole=True):
+        pass
+    gateway.stop()
+
+
+@contextmanager
+def gateways(admin, *clusters):
+    """In-process gateways of ``clusters``, running in threads until the block ends."""
+    stop = threading.Event()
+    errors = []
+
+    def loop(cluster):
+        gateway = Gateway(admin, cluster, f"gw-{cluster}")
+        try:
+            while not stop.is_set():
+                if gateway.run_once() == 0:
+                    time.sleep(0.05)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+        finally:
+            gateway.stop()
+
+    threads = [threading.Thread(target=loop, args=(c,), daemon=True) for c in clusters]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+
+
+def unreachable_source(home: Clusters, tmp_path, backend) -> StreamAdmin:
+    """Alice's admin with a registry that points cluster sanfrancisco nowhere (a missing file, or
+    a Kafka bootstrap where nothing listens): the source's cluster is lost; newyork is unchanged."""
+    import sys
+
+    with open(home.registry_path) as f:
+        data = json.load(f)
+    sf = data["clusters"]["sanfrancisco"]
+    if backend == "embedded":
+        sf["url"] = f"embedded:{tmp_path / 'lost' / 'sanfrancisco.db'}"
+    else:
+        (port,) = sys.modules["kafka_local"].free_ports(1)  # loaded by conftest
+        sf["url"] = f"kafka://127.0.0.1:{port}"
+    lost = tmp_path / "lost-home"
+    lost.mkdir()
+    (lost / "clusters.json").write_text(json.dumps(data))
+    return StreamAdmin(Clusters(str(lost)), Identity(user="alice", groups=frozenset({"eng"})))
+
+
+# -- the plan ----------------------------------------------------------------------------------
+@ON_BOTH
+def test_plan_shows_lag_pending_gateways_and_groups_and_changes_nothing(linked):
+    admin = linked
+    produce(admin, SF, [f"k{i}" for i in range(6)])
+    Consumer(f"{SF}:t", group="billing", from_start=True, admin=admin).commit()
+    Gateway(admin, "newyork", "gw1").heartbeat()  # live, but has applied nothing
+    plan = failover_plan(admin, SF, NY)
+    assert plan["stage"] == LINKED and plan["sourceReachable"] is True
+    assert plan["pendingMessages"] == 6 and plan["bytesPending"] == sum(len(f"v-k{i}") for i in range(6))
+    assert plan["replicationLagMillis"] >= 0
+    assert [(t["topic"], t["pendingMessages"]) for t in plan["topics"]] == [("t", 6)]
+    assert plan["gateways"] == ["gw1"]
+    assert plan["groups"] == ["billing"]
+    assert plan["forceNeeded"] is False
+    assert any("6 pending" in step for step in plan["steps"])
+    assert admin.entry(SF).failover is None and admin.entry(NY).failover is None
+    assert [u.path for u in admin.entry(NY).upstreams] == [SF]
+
+
+# -- failover with the source up ---------------------------------------------------------------
+@ON_BOTH
+def test_failover_drains_stops_the_flow_places_cursors_and_moves_producers(linked):
+    admin = linked
+    keys = [f"k{i}" for i in range(20)]
+    produce(admin, SF, keys)
+    consumer = Consumer(f"{SF}:t", group="billing", from_start=True, admin=admin)
+    read = consumer.poll(7)
+    consumer.commit()
+    with gateways(admin, "newyork"):
+        result = failover(admin, SF, NY, timeout=60, grace=GRACE)
+    assert result["forced"] is False and result["missing"] == 0 and result["lateMessages"] == 0
+    assert held(admin, NY) == Counter(keys)  # drained before the stop
+    # the flow is stopped: no upstream, the link says so, and stop marks refuse any apply
+    assert admin.entry(NY).upstreams == ()
+    (row,) = replica_status(admin, SF)
+    assert row["replicaState"] == "REPLICA_STATE_FAILED_OVER" and row["errors"] is None
+    assert admin.stream_info(NY)["failoverState"] == "PROMOTED"
+    assert admin.stream_info(SF)["failover"] == f"failed over to {NY}"
+    # cursors: the group resumes on the replica after its last commit
+    assert {r["action"] for r in result["cursors"] if r["group"] == "billing" and r["sourceOffset"]} <= {"synced",
+                                                                                                     "unchanged"}
+    rest = Consumer(f"{NY}:t", group="billing", admin=admin)
+    after = []
+    while batch := rest.poll(1000):
+        after += batch
+    assert sorted(m.key.decode() for m in read + after) == sorted(keys)
+    # producers: refused on the old source with where to go; the replica takes writes
+    with pytest.raises(WritesRefused) as refused:
+        produce(admin, SF, ["late"])
+    assert refused.value.target == NY and "produce to" in str(refused.value)
+    produce(admin, NY, ["new"])
+    assert held(admin, NY)["new"] == 1
+    # no gateway applies to the replica afterwards, even from a source write that bypasses producers
+    entry = admin.entry(SF)
+    admin.store(admin.path(SF)).append(entry.uuid, "t", {0: [Message(b"x", b"bypass")]})
+    drain(admin, "newyork")
+    assert "bypass" not in held(admin, NY)
+    unit = SourcePartition(entry.uuid, "t", 0, admin.path(SF))
+    ny = admin.entry(NY)
+    assert stop_key(entry.uuid, "t", 0) in admin.store(admin.path(NY)).marks(ny.uuid)
+    batch = admin.store(admin.path(SF)).read(entry.uuid, "t", 0, 0, 100)
+    with pytest.raises(FlowStopped):
+        apply_batch(admin.store(admin.path(NY)), ny.uuid, unit, batch)
+
+
+def test_a_batch_in_flight_when_the_flow_stops_is_refused(linked):
+    """The stop mark is in the apply's compare-and-set: a gateway that read the marks before the
+    stop cannot commit after it."""
+    admin = linked
+    drain(admin, "newyork")  # the replica has the topic
+    src, ny = admin.entry(SF), admin.entry(NY)
+    store = admin.store(admin.path(NY))
+    key = stop_key(src.uuid, "t", 0)
+    store.apply(ny.uuid, "t", 0, [], {key: 1}, {key: None})  # the failover's stop, after the gateway's read
+    with pytest.raises(Conflict):
+        store.apply(ny.uuid, "t", 0, [Message(b"v", b"k")], {}, {key: None})
+    assert held(admin, NY) == Counter()
+
+
+@ON_BOTH
+def test_failover_times_out_without_gateways_and_changes_nothing(linked):
+    admin = linked
+    produce(admin, SF, ["a", "b", "c"])
+    with pytest.raises(Unavailable) as failed:
+        failover(admin, SF, NY, timeout=0.5, grace=0.1)
+    message = str(failed.value)
+    assert "still lacks 3 messages" in message and "live gateways: none" in message and "\n" not in message
+    assert admin.entry(SF).failover is None and admin.entry(NY).failover is None
+    assert [u.path for u in admin.entry(NY).upstreams] == [SF]
+    produce(admin, SF, ["d"])  # producers write to the source again
+
+
+# -- forced failover: the source's cluster is lost ---------------------------------------------
+@ON_BOTH
+def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linked, home, tmp_path, backend):
+    admin = linked
+    produce(admin, SF, ["a", "b", "c"])
+    drain(admin, "newyork")
+    produce(admin, SF, ["lagging1", "lagging2"])  # never replicated before the loss
+    lost = unreachable_source(home, tmp_path, backend)
+    plan = failover_plan(lost, SF, NY)
+    assert plan["sourceReachable"] is False and plan["forceNeeded"] is True and plan["pendingMessages"] is None
+    with pytest.raises(Unavailable) as refused:
+        failover(lost, SF, NY)
+    assert "use -force true" in str(refused.value) and "\n" not in str(refused.value)
+    result = failover(lost, SF, NY, force=True)
+    assert result["forced"] is True and "may be missing" in result["result"]
+    assert lost.entry(NY).failover.state == "PROMOTED" and lost.entry(NY).upstreams == ()
+    produce(lost, NY, ["ny1", "ny2"])
+    # the source's cluster is back: a rerun finds it failed over and refuses the source's producers
+    again = failover(admin, SF, NY)
+    assert again["alreadyDone"] is True and "already failed over" in again["result"]
+    with pytest.raises(WritesRefused):
+        produce(admin, SF, ["split-brain"])
+    with gateways(admin, "sanfrancisco", "newyork"):
+        back = failback(admin, SF, NY, timeout=60, grace=GRACE)
+        deadline = time.monotonic() + 60
+        while held(admin, NY)["lagging2"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert back["copiedBack"] == 2  # only what was produced on the promoted stream
+    everything = Counter(["a", "b", "c", "lagging1", "lagging2", "ny1", "ny2"])
+    assert held(admin, SF) == everything  # the lagging messages never left the source
+    assert held(admin, NY) == everything  # and reach the replica once the flow is restored
+
+
+# -- failback ----------------------------------------------------------------------------------
+@ON_BOTH
+def test_failback_copies_back_only_what_the_source_lacks_and_restores_the_link(linked):
+    admin = linked
+    old = [f"old{i}" for i in range(30)]
+    produce(admin, SF, old)
+    with gateways(admin, "newyork"):
+        failover(admin, SF, NY, timeout=60, grace=GRACE)
+    new = [f"new{i}" for i in range(7)]
+    produce(admin, NY, new)
+    reverse = failback(admin, SF, NY, phase="reverse")
+    assert "7 messages to copy back" in reverse["result"]
+    plan = failback_plan(admin, SF, NY)
+    assert plan["stage"] == "failing back" and plan["toCopyBack"] == 7  # not the 30 that came from SF
+    with pytest.raises(WritesRefused) as refused:
+        produce(admin, SF, ["too-early"])
+    assert refused.value.target == NY
+    assert failback(admin, SF, NY, phase="reverse")["alreadyDone"] is True
+    with gateways(admin, "sanfrancisco", "newyork"):
+        back = failback(admin, SF, NY, phase="return", timeout=60, grace=GRACE)
+        produce(admin, SF, ["after"])  # the source takes writes again, and they flow to the replica
+        deadline = time.monotonic() + 60
+        while held(admin, NY)["after"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (row,) = replica_status(admin, SF)
+    assert row["replicaState"] == "REPLICA_STATE_REPLICATING" and row["paused"] is False
+    assert back["copiedBack"] == 7
+    assert held(admin, SF) == Counter(old + new + ["after"])  # nothing copied twice
+    assert held(admin, NY) == Counter(old + new + ["after"])
+    assert admin.entry(SF).failover is None and admin.entry(NY).failover is None
+    assert [u.path for u in admin.entry(NY).upstreams] == [SF] and admin.entry(SF).upstreams == ()
+    assert admin.entry(NY).replicas == ()
+    again = failback(admin, SF, NY)
+    assert again["alreadyDone"] is True and "nothing to fail back" in again["result"]
+
+
+# -- retries and refusals ----------------------------------------------------------------------
+def test_failover_is_safe_to_retry_from_every_stop(linked):
+    admin = linked
+    produce(admin, SF, ["a"])
+    drain(admin, "newyork")
+    from streamrep.model.failover import FailoverRecord
+
+    # an earlier try refused producers and stopped there
+    admin.set_failover(SF, FailoverRecord("FENCED", NY, admin.entry(NY).uuid, 0))
+    assert failover_plan(admin, SF, NY)["stage"] == "failing over"
+    first = failover(admin, SF, NY, timeout=5, grace=0)
+    assert first["alreadyDone"] is False
+    second = failover(admin, SF, NY, timeout=5, grace=0)
+    assert second["alreadyDone"] is True and second["result"].startswith("already failed over")
+    assert failover_plan(admin, SF, NY)["stage"] == FAILED_OVER
+
+
+def test_refusals_are_one_line_errors(linked, bob):
+    admin = linked
+    admin.create_stream("/mapr/newyork/other")
+    cases = [
+        (lambda: failover(admin, "/mapr/sanfrancisco/nope", NY), NotFound, "does not exist"),
+        (lambda: failover(admin, SF, "/mapr/newyork/nope"), NotFound, "does not exist"),
+        (lambda: failover(admin, SF, "/mapr/newyork/other"), NotFound, "is not a replica of"),
+        (lambda: failover(admin, SF, SF), InvalidArgument, "cannot fail over to itself"),
+        (lambda: failover(admin, SF, NY, timeout="soon"), InvalidArgument, "timeout"),
+        (lambda: failover(bob, SF, NY), PermissionDenied, "adminperm"),
+        (lambda: failback(admin, SF, "/mapr/newyork/other"), NotFound, "nothing to fail back"),
+        (lambda: failback(admin, SF, NY, phase="sideways"), InvalidArgument, "phase"),
+    ]
+    for call, kind, text in cases:
+        with pytest.raises(kind) as raised:
+            call()
+        assert text in str(raised.value) and "\n" not in str(raised.value), (kind, str(raised.value))
+    linked_only = failback(admin, SF, NY)  # never failed over: done, and it says so
+    assert linked_only["alreadyDone"] is True and "nothing to fail back" in linked_only["result"]
+    drain(admin, "newyork")
+    failover(admin, SF, NY, timeout=5, grace=0)
+    with pytest.raises(Conflict) as backwards:
+        failover(admin, NY, SF)
+    assert "failback" in str(backwards.value)
+    with pytest.raises(Conflict) as early:
+        failback(admin, SF, NY, phase="return")
+    assert "phase reverse" in str(early.value)
