@@ -320,3 +320,137 @@ def test_refusals_are_one_line_errors(linked, bob):
     with pytest.raises(Conflict) as early:
         failback(admin, SF, NY, phase="return")
     assert "phase reverse" in str(early.value)
+
+
+# -- the round trip, with producers and consumers running ----------------------------------------
+def own_admin(admin) -> StreamAdmin:
+    """A thread's own admin (its own store connections), as the same user."""
+    return StreamAdmin(Clusters(admin.clusters.home), admin.identity)
+
+
+class App:
+    """Producers and a consumer group running in threads, as an application would: producers go
+    where a refusal sends them (or retry while a step is under way); the consumer, told the same
+    by the stream's record, reads to the end of the stream it leaves, commits, and resumes with
+    the same group on the stream that takes over (from the cursors the procedure placed there)."""
+
+    def __init__(self, admin, producers: int = 2, batch: int = 5):
+        self.admin = admin
+        self.stop = threading.Event()
+        self.acked: list[str] = []
+        self.consumed: list[str] = []
+        self.written_to: Counter = Counter()
+        self.errors: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._guard, args=(self.produce, i, batch), daemon=True)
+                        for i in range(producers)]
+        self.threads.append(threading.Thread(target=self._guard, args=(self.consume,), daemon=True))
+
+    def _guard(self, body, *args):
+        try:
+            body(*args)
+        except BaseException as err:  # noqa: BLE001 - reported by finish()
+            self.errors.append(err)
+
+    def produce(self, index: int, batch: int) -> None:
+        admin, path, seq = own_admin(self.admin), SF, 0
+        while not self.stop.is_set():
+            keys = [f"p{index}-{seq + j:05d}" for j in range(batch)]
+            while True:
+                producer = Producer(admin)  # a refused flush keeps its buffer: start afresh
+                try:
+                    for key in keys:
+                        producer.send(f"{path}:t", f"v-{key}", key=key)
+                    producer.flush()
+                    break
+                except WritesRefused as refused:
+                    if refused.target is not None:
+                        path = refused.target
+                    else:
+                        time.sleep(0.05)
+            with self.lock:
+                self.acked += keys
+                self.written_to[path] += len(keys)
+            seq += batch
+            time.sleep(0.01)
+
+    def consume(self) -> None:
+        admin, path = own_admin(self.admin), SF
+        consumer = Consumer(f"{path}:t", group="app", from_start=True, admin=admin)
+        while True:
+            record = admin.entry(path).failover
+            if record is not None and record.state != "PROMOTED":  # this stream is giving up its role
+                idle = 0
+                while idle < 3:  # writes are refused: read to the end, then commit
+                    batch = consumer.poll(1000, timeout=0.1)
+                    idle = 0 if batch else idle + 1
+                    self._got(batch)
+                    consumer.commit()
+                path = self._wait_for_successor(admin, path, record.peer)
+                consumer = Consumer(f"{path}:t", group="app", from_start=True, admin=admin)
+                continue
+            batch = consumer.poll(1000, timeout=0.1)
+            self._got(batch)
+            if batch:
+                consumer.commit()
+            elif self.stop.is_set() and not consumer.lag() or self.stop.is_set() and self.stop_consuming.is_set():
+                return
+
+    stop_consuming = threading.Event()
+
+    def _wait_for_successor(self, admin, path: str, peer: str) -> str:
+        """The stream to read next: the peer, once it holds the role (promoted, or failed back)."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            mine, theirs = admin.entry(path).failover, admin.entry(peer).failover
+            if theirs is not None and theirs.state == "PROMOTED" and mine is not None and mine.state == "FAILED_OVER":
+                return peer
+            if theirs is None and mine is not None and mine.state == "RETURNING" or theirs is None and mine is None:
+                return peer
+            time.sleep(0.05)
+        raise AssertionError(f"{peer} never took over from {path}")
+
+    def _got(self, batch) -> None:
+        with self.lock:
+            self.consumed += [m.key.decode() for m in batch]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def finish(self, timeout: float = 120) -> None:
+        self.stop.set()
+        for t in self.threads[:-1]:
+            t.join(timeout)
+        deadline = time.monotonic() + timeout
+        while set(self.consumed) < set(self.acked) and time.monotonic() < deadline and not self.errors:
+            time.sleep(0.1)
+        self.stop_consuming.set()
+        self.threads[-1].join(timeout)
+        assert not self.errors, self.errors
+
+
+@ON_BOTH
+def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_nothing(linked):
+    admin = linked
+    app = App(admin)
+    with gateways(admin, "sanfrancisco", "newyork"):
+        app.start()
+        time.sleep(2)
+        over = failover(admin, SF, NY, timeout=120, grace=2.5)
+        time.sleep(2)
+        back = failback(admin, SF, NY, timeout=120, grace=2.5)
+        time.sleep(2)
+        app.finish()
+        deadline = time.monotonic() + 120
+        while held(admin, NY) != Counter(app.acked) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    acked = Counter(app.acked)
+    assert max(acked.values()) == 1 and app.written_to[SF] and app.written_to[NY]
+    assert over["missing"] == 0 and over["lateMessages"] == 0
+    assert back["copiedBack"] == app.written_to[NY]  # only what was produced on the promoted stream
+    assert held(admin, SF) == acked  # nothing lost, nothing twice
+    assert held(admin, NY) == acked
+    consumed = Counter(app.consumed)
+    assert set(consumed) == set(acked), (len(set(acked) - set(consumed)), len(set(consumed) - set(acked)))
+    assert [k for k, n in consumed.items() if n > 1] == []  # the group read each message once

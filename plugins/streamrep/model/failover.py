@@ -11,11 +11,11 @@ step                      source record          replica record         producer
 failover: draining        FENCED                 (none)                 refused everywhere, retry
 failover: done            FAILED_OVER            PROMOTED               to the replica
 failback: reverse link    FAILING_BACK           PROMOTED               to the replica
-failback: return          FAILING_BACK           RETURNING              refused everywhere, retry
+failback: return          TAKING_BACK            RETURNING              to the source, which says retry
 failback: done            (none)                 (none)                 to the source
 ========================  =====================  =====================  ==============================
 
-The short refusals (FENCED, RETURNING) are the clean cut: nothing is written anywhere while the
+The short refusals (FENCED, TAKING_BACK) are the clean cut: nothing is written anywhere while the
 last messages drain, so nothing is written on the side being left that the other side lacks.
 """
 
@@ -33,13 +33,15 @@ class FailoverState(str, Enum):
     FAILED_OVER = "FAILED_OVER"  # a former source: its replica was promoted; writes go there
     PROMOTED = "PROMOTED"  # a replica that was promoted: producers write here
     FAILING_BACK = "FAILING_BACK"  # a former source receiving back what the promoted stream has
-    RETURNING = "RETURNING"  # a promoted stream handing the role back: writes refused while it drains
+    RETURNING = "RETURNING"  # a promoted stream handing the role back: writes go to the source
+    TAKING_BACK = "TAKING_BACK"  # a former source taking its role back: writes refused while it drains
 
 
 # A stream in one of these states refuses producers.
-REFUSING = {FailoverState.FENCED, FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING}
+REFUSING = {FailoverState.FENCED, FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING,
+            FailoverState.TAKING_BACK}
 # Refused, and producers should write to the peer (in the others a step is under way: retry here).
-REDIRECTING = {FailoverState.FAILED_OVER, FailoverState.FAILING_BACK}
+REDIRECTING = {FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING}
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,9 @@ class FailoverRecord:
     since: int = 0
     forced: bool = False
     missing: int | None = None
-    # Failback: the sum of the source's end offsets when the reverse link was added, so the
-    # return step can count what was copied back.
-    baseline: int | None = None
+    # Failback: the source's end offset per ``topic/partition`` when the reverse link was added,
+    # so the return step can count the messages copied back.
+    baseline: dict[str, int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +86,8 @@ class FailoverRecord:
             FailoverState.FAILED_OVER.value: f"failed over to {self.peer}",
             FailoverState.PROMOTED.value: f"promoted: replaces {self.peer}",
             FailoverState.FAILING_BACK.value: f"failing back from {self.peer}",
-            FailoverState.RETURNING.value: f"returning the role to {self.peer}: writes paused",
+            FailoverState.RETURNING.value: f"returning the role to {self.peer}",
+            FailoverState.TAKING_BACK.value: f"taking its role back from {self.peer}: writes paused",
         }.get(self.state, f"{self.state} ({self.peer})")
         if self.forced:
             text += f" (forced; up to {self.missing if self.missing is not None else 'an unknown number of'} " \

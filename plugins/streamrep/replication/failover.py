@@ -25,8 +25,8 @@ the source held that the replica lacked.
   (producers keep writing to the promoted stream). The apply never writes a message to its
   stream of origin, so the reverse flow copies only what was produced on the promoted stream:
   everything else in it came from the old source. The old source's end offsets are recorded.
-- ``return``: producers are refused on the promoted stream (RETURNING) and, after the grace,
-  the reverse flow drains; it is stopped as in failover; the cursors are placed back on the old
+- ``return``: producers are sent back to the source (RETURNING), which refuses them for the
+  moment (TAKING_BACK); after the grace the reverse flow drains; it is stopped as in failover; the cursors are placed back on the old
   source; the original flow (source to replica) is restored from the replica's stored positions
   (so what the source held that the replica lacked now flows), the reverse link is removed and
   both records are cleared. ``copiedBack`` counts what the source received: exactly what was
@@ -132,7 +132,8 @@ def stage(pair: Pair) -> str:
     """Where the pair stands (LINKED ... RETURNING); NotFound or Conflict when no failover or
     failback applies to it."""
     src, dst, record = pair.src, pair.dst, pair.dst_entry.failover
-    if record is not None and record.state in (FailoverState.FAILED_OVER.value, FailoverState.FAILING_BACK.value):
+    if record is not None and record.state in (FailoverState.FAILED_OVER.value, FailoverState.FAILING_BACK.value,
+                                               FailoverState.TAKING_BACK.value):
         raise Conflict(f"stream {dst} {record.describe()}: it is not a replica now; to give it its role back "
                        f"use 'stream replica failback -path {dst} -replica {record.peer}'")
     if record is not None and record.peer == str(src):
@@ -140,7 +141,8 @@ def stage(pair: Pair) -> str:
             return RETURNING
         if record.state == FailoverState.PROMOTED.value:
             reverse = rules.find_link(pair.dst_entry.replicas, src) is not None
-            failing_back = _state(pair.src_entry) == FailoverState.FAILING_BACK.value
+            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK.value,
+                                                      FailoverState.TAKING_BACK.value)
             return FAILING_BACK if reverse and failing_back else FAILED_OVER
     if record is not None and record.state == FailoverState.PROMOTED.value:
         raise Conflict(f"stream {dst} was promoted to replace {record.peer}, not {src}")
@@ -216,10 +218,19 @@ def _groups(admin: StreamAdmin, path: StreamPath, entry: StreamEntry | None) -> 
         return None
 
 
-def _end_total(admin: StreamAdmin, path: StreamPath, uuid: str) -> int:
-    """The sum of every partition's end offset: it grows by one per message written."""
+def _ends(admin: StreamAdmin, path: StreamPath, uuid: str) -> dict[str, int]:
+    """Every partition's end offset, by ``topic/partition``."""
     store = admin.store(path)
-    return sum(store.offsets(uuid, topic, p)[1] for topic, count in store.topics(uuid).items() for p in range(count))
+    return {f"{topic}/{p}": store.offsets(uuid, topic, p)[1]
+            for topic, count in store.topics(uuid).items() for p in range(count)}
+
+
+def _written_since(admin: StreamAdmin, path: StreamPath, uuid: str, ends: dict[str, int]) -> int:
+    """Messages written to the stream after the end offsets ``ends`` (offsets are not a count:
+    Kafka's transaction markers take some)."""
+    store = admin.store(path)
+    return sum(store.range_stats(uuid, topic, p, ends.get(f"{topic}/{p}", 0))[0]
+               for topic, count in store.topics(uuid).items() for p in range(count))
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -563,7 +574,7 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
     if pair.src_entry.failover is None or pair.src_entry.failover.state != FailoverState.FAILED_OVER.value:
         _demote_source(admin, pair, pair.dst_entry.failover.since)  # forced: the source was never told
     clear_stops(admin, src, pair.src_entry.uuid, pair.dst_entry.uuid)  # left by an earlier failback
-    baseline = _end_total(admin, src, pair.src_entry.uuid)
+    baseline = _ends(admin, src, pair.src_entry.uuid)
     admin.set_failover(src, FailoverRecord(FailoverState.FAILING_BACK.value, str(dst), pair.dst_entry.uuid,
                                            now_ms(), baseline=baseline),
                        only_state=FailoverState.FAILED_OVER.value)
@@ -574,6 +585,11 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
 def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dict[str, Any]:
     """Failback's second phase: the switch back to the source."""
     src, dst = pair.src, pair.dst
+    src_record = pair.src_entry.failover
+    if src_record is not None and src_record.state != FailoverState.TAKING_BACK.value:
+        # first: the producers that RETURNING sends back wait there
+        src_record = src_record.with_changes(state=FailoverState.TAKING_BACK.value, since=now_ms())
+        admin.set_failover(src, src_record, only_state=FailoverState.FAILING_BACK.value)
     record = pair.dst_entry.failover
     if record.state != FailoverState.RETURNING.value:
         record = record.with_changes(state=FailoverState.RETURNING.value, since=now_ms())
@@ -584,12 +600,15 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     if not drained:
         admin.set_failover(dst, record.with_changes(state=FailoverState.PROMOTED.value),
                            only_state=FailoverState.RETURNING.value)
+        if src_record is not None:
+            admin.set_failover(src, src_record.with_changes(state=FailoverState.FAILING_BACK.value),
+                               only_state=FailoverState.TAKING_BACK.value)
         raise Unavailable(f"{src} still lacks {left} messages of {dst} after {timeout:g} s (live gateways of "
                           f"cluster {src.cluster}: {', '.join(_gateways(admin, pair, True) or []) or 'none'}); "
                           f"producers write to {dst} again; run failback again once the gateways run")
     src_entry = admin.entry(src)
     baseline = src_entry.failover.baseline if src_entry.failover is not None else None
-    copied = None if baseline is None else _end_total(admin, src, src_entry.uuid) - baseline
+    copied = None if baseline is None else _written_since(admin, src, src_entry.uuid, baseline)
     if rules.find_link(pair.dst_entry.replicas, src) is not None:
         stop_flow(admin, dst, pair.dst_entry.uuid, True, src, src_entry.uuid)
         cursors = sync_cursors(admin, str(dst), str(src))
@@ -609,7 +628,7 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
         admin.set_replica_state(str(src), str(dst), ReplicaState.WAITING_FOR_GATEWAY,
                                 only_from=ReplicaState.FAILED_OVER)
         admin.resume_replica(str(src), str(dst))
+    admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)
-    admin.set_failover(src, None)
     return {"copiedBack": copied, "cursors": cursors,
             "result": f"failed back: producers write to {src}, which replicates to {dst} again"}
