@@ -454,3 +454,32 @@ def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_no
     consumed = Counter(app.consumed)
     assert set(consumed) == set(acked), (len(set(acked) - set(consumed)), len(set(consumed) - set(acked)))
     assert [k for k, n in consumed.items() if n > 1] == []  # the group read each message once
+
+
+def test_cli_failover_and_failback(linked, monkeypatch):
+    import io
+
+    monkeypatch.setenv("STREAMREP_USER", "alice")
+    from streamrep.cli.main import run
+
+    def cli(*args):
+        out, err = io.StringIO(), io.StringIO()
+        return run(list(args), out, err), out.getvalue(), err.getvalue()
+
+    produce(linked, SF, ["a", "b"])
+    status, out, _ = cli("stream", "replica", "failover", "-path", SF, "-replica", NY, "-plan", "true", "-json")
+    assert status == 0, (out, _)
+    rows = {row["item"]: row["value"] for row in json.loads(out)["data"]}
+    assert status == 0 and rows["pendingMessages"] == 2 and rows["stage"] == "linked"
+    assert linked.entry(SF).failover is None  # -plan changes nothing
+    status, _, err = cli("stream", "replica", "failover", "-path", SF, "-replica", NY, "-timeout", "0.2")
+    assert status == 1 and err.count("\n") == 1 and "still lacks 2 messages" in err
+    drain(linked, "newyork")
+    status, out, _ = cli("stream", "replica", "failover", "-path", SF, "-replica", NY, "-timeout", "5")
+    assert status == 0 and "promoted: replaces" in out
+    status, out, _ = cli("stream", "replica", "failover", "-path", SF, "-replica", NY)
+    assert status == 0 and "already failed over" in out
+    status, _, err = cli("stream", "replica", "failback", "-path", SF, "-replica", NY, "-phase", "return")
+    assert status == 1 and "phase reverse" in err
+    status, _, err = cli("stream", "replica", "failback", "-path", SF, "-replica", NY, "-phase", "sideways")
+    assert status == 2 and "-phase takes all, reverse, return" in err

@@ -504,7 +504,8 @@ def failback_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, An
         plan["steps"] = [
             f"add the reverse link {dst} -> {src}: it copies only the {to_copy} messages produced on {dst} "
             f"(the apply skips messages whose origin is {src}); producers keep writing to {dst}",
-            f"refuse producers on {dst} for the return, wait until {src} has every message of {dst}",
+            f"return: send producers back to {src} (they wait there), wait until {src} has every message "
+            f"of {dst}",
             f"stop the reverse flow, place the cursors of {len(plan['groups'] or [])} group(s) back on {src}",
             f"restore {src} -> {dst} from the replica's stored positions, remove the reverse link, "
             f"clear the records: producers write to {src}",
