@@ -54,7 +54,7 @@ from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, position_key, stop_key
-from streamrep.replication.cursors import CURSOR_SYNC_KIND, sync_cursors
+from streamrep.replication.cursors import CURSOR_SYNC_KIND, sync_partitions
 from streamrep.replication.service import live_gateways_of
 from streamrep.replication.setup import ensure_replica, ensure_upstream
 from streamrep.replication.status import PRECISE_PENDING_MAX, pending, to_apply
@@ -340,6 +340,14 @@ def clear_stops(admin: StreamAdmin, dst: StreamPath, dst_uuid: str, source_uuid:
     return store.drop_marks(dst_uuid, stops) if stops else 0
 
 
+def place_cursors(admin: StreamAdmin, src: StreamPath, src_uuid: str, dst: StreamPath, dst_uuid: str) -> list[dict]:
+    """``cursors.sync_cursors`` for every partition of the source, with the authority of the
+    procedure (the caller administers both streams; consumeperm is not needed, as for a gateway)."""
+    source_store = admin.store(src)
+    partitions = [(t, p) for t, n in source_store.topics(src_uuid).items() for p in range(n)]
+    return sync_partitions(source_store, src_uuid, admin.store(dst), dst_uuid, partitions)
+
+
 def hand_over_cursors(admin: StreamAdmin, path: StreamPath, entry: StreamEntry, new_source_uuid: str) -> int:
     """The committed cursors on a stream that just lost its role (``path``) are handed to the
     cursor sync: recorded as if the sync had written them (``cursors.CURSOR_SYNC_KIND``), so the
@@ -430,7 +438,7 @@ def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False,
                               f"producers write to {src} again: start the gateways of cluster {dst.cluster} "
                               f"or use -force true")
         stop_flow(admin, src, pair.src_entry.uuid, True, dst, pair.dst_entry.uuid)
-        result["cursors"] = sync_cursors(admin, str(src), str(dst))
+        result["cursors"] = place_cursors(admin, src, pair.src_entry.uuid, dst, pair.dst_entry.uuid)
         result["lateMessages"] = count()
     else:
         missing = last_known_lag(admin, pair)
@@ -551,6 +559,7 @@ def failback(admin: StreamAdmin, source: str, replica: str, phase: str = "all", 
         result.update(alreadyDone=True, result=f"nothing to fail back: {src} replicates to {dst}")
         return result
     if phase in ("all", "reverse") and where == FAILED_OVER:
+        admin.require(pair.dst_entry, dst, "copyperm")  # the promoted stream becomes a source
         _reverse(admin, pair)
         pair = _pair(admin, source, replica)
     elif phase == "reverse":
@@ -612,7 +621,7 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     copied = None if baseline is None else _written_since(admin, src, src_entry.uuid, baseline)
     if rules.find_link(pair.dst_entry.replicas, src) is not None:
         stop_flow(admin, dst, pair.dst_entry.uuid, True, src, src_entry.uuid)
-        cursors = sync_cursors(admin, str(dst), str(src))
+        cursors = place_cursors(admin, dst, pair.dst_entry.uuid, src, src_entry.uuid)
         admin.remove_replica(str(dst), str(src))
     else:
         cursors = []  # an earlier try got past this
