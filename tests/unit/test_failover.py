@@ -483,3 +483,23 @@ def test_cli_failover_and_failback(linked, monkeypatch):
     assert status == 1 and "phase reverse" in err
     status, _, err = cli("stream", "replica", "failback", "-path", SF, "-replica", NY, "-phase", "sideways")
     assert status == 2 and "-phase takes all, reverse, return" in err
+
+
+def test_operators_show_the_plan_to_the_approver_and_fail_over(linked):
+    from streamrep.airflow.operators import FailbackOperator, FailoverOperator, FailoverPlanOperator
+
+    produce(linked, SF, ["a", "b", "c"])
+    Consumer(f"{SF}:t", group="billing", from_start=True, admin=linked).commit()
+    plan = FailoverPlanOperator(task_id="plan", path=SF, replica=NY).run(linked, {})
+    body = plan["markdown"]
+    assert "- pending messages: **3**" in body and "| t | 3 |" in body
+    assert "- consumer groups affected: billing" in body and "- live gateways: none" in body
+    assert "1. refuse producers on" in body
+    drain(linked, "newyork")
+    done = FailoverOperator(task_id="failover", path=SF, replica=NY, timeout="10").run(linked, {})
+    assert done["result"].endswith(f"promoted: replaces {SF}")
+    back = FailoverPlanOperator(task_id="plan", procedure="failback", path=SF, replica=NY).run(linked, {})
+    assert "- messages to copy back: **0**" in back["markdown"]
+    with gateways(linked, "sanfrancisco", "newyork"):
+        result = FailbackOperator(task_id="failback", path=SF, replica=NY, timeout=30).run(linked, {})
+    assert result["copiedBack"] == 0 and linked.entry(NY).failover is None
