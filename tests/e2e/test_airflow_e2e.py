@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamrep.client import Clusters, Consumer, StreamAdmin
@@ -297,10 +298,21 @@ def _hitl(ui, dag_id: str, run_id: str, task_id: str = "approve", timeout: float
         time.sleep(1)
 
 
+def _call(ui, method: str, path: str, body: Any = None, timeout: float = 120) -> Any:
+    """A REST call that must succeed; retried while the DAG is not parsed yet (404) or standalone
+    Airflow's SQLite is busy under load (500 "Database error")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, answer = ui.request(method, path, body)
+        if status == 200:
+            return answer
+        assert status in (404, 500) and time.monotonic() < deadline, (method, path, status, answer)
+        time.sleep(2)
+
+
 def _respond(ui, dag_id: str, run_id: str, option: str) -> None:
-    status, body = ui.request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
-                              {"chosen_options": [option], "params_input": {}})
-    assert status == 200, body
+    _call(ui, "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
+          {"chosen_options": [option], "params_input": {}})
 
 
 def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothing(e2e, airflow_ui):
@@ -316,13 +328,12 @@ def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothi
     s.streamrep("stream", "upstream", "add", "-path", FO_NY, "-upstream", FO_SF)
     produce(s, f"{FO_SF}:events", [f"event-{i}" for i in range(25)])
     s.streamrep("gateway", "run", "-cluster", "newyork", "-once", "true", "-engine", "local")
-    ui.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    _call(ui, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, timeout=240)  # once it is parsed
     conf = {"path": FO_SF, "replica": FO_NY, "timeout": 60}
     outcomes = {}
     for option in ("Reject", "Approve"):
         start = time.monotonic()
-        status, run = ui.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
-        assert status == 200, run
+        run = _call(ui, "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
         request = _hitl(ui, dag_id, run["dag_run_id"])
         # the person sees the plan: lag, pending messages, the groups affected, the steps
         assert request["subject"] == f"Fail over {FO_SF} to {FO_NY}?"
