@@ -446,6 +446,8 @@ def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_no
         while held(admin, NY) != Counter(app.acked) and time.monotonic() < deadline:
             time.sleep(0.2)
     acked = Counter(app.acked)
+    print(f"\nround trip: {len(acked)} messages ({dict(app.written_to)}), copied back {back['copiedBack']}, "
+          f"consumed {len(app.consumed)}")
     assert max(acked.values()) == 1 and app.written_to[SF] and app.written_to[NY]
     assert over["missing"] == 0 and over["lateMessages"] == 0
     assert back["copiedBack"] == app.written_to[NY]  # only what was produced on the promoted stream
