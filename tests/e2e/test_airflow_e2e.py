@@ -20,6 +20,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamrep.client import Clusters, Consumer, StreamAdmin
@@ -279,3 +280,77 @@ def test_replication_page_renders_in_headless_chromium(world, e2e, airflow_ui, t
     finally:
         gateway.terminate()
         gateway.wait(timeout=30)
+
+
+# --- failover ---
+FO_SF, FO_NY = "/mapr/sanfrancisco/failover", "/mapr/newyork/failover"
+
+
+def _hitl(ui, dag_id: str, run_id: str, task_id: str = "approve", timeout: float = 180) -> dict:
+    """The task's human-in-the-loop request, once it waits for a response."""
+    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
+    deadline = time.monotonic() + timeout
+    while True:
+        status, body = ui.request("GET", path)
+        if status == 200 and not body.get("response_received"):
+            return body
+        assert time.monotonic() < deadline, (status, body)
+        time.sleep(1)
+
+
+def _call(ui, method: str, path: str, body: Any = None, timeout: float = 120) -> Any:
+    """A REST call that must succeed; retried while the DAG is not parsed yet (404) or standalone
+    Airflow's SQLite is busy under load (500 "Database error")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status, answer = ui.request(method, path, body)
+        if status == 200:
+            return answer
+        assert status in (404, 500) and time.monotonic() < deadline, (method, path, status, answer)
+        time.sleep(2)
+
+
+def _respond(ui, dag_id: str, run_id: str, option: str) -> None:
+    _call(ui, "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
+          {"chosen_options": [option], "params_input": {}})
+
+
+def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothing(e2e, airflow_ui):
+    s, ui, dag_id = e2e, airflow_ui, "stream_replica_failover"
+    admin = admin_of(s)
+    for name in ("sanfrancisco", "newyork"):
+        if name not in {c.name for c in admin.clusters.list()}:
+            s.streamrep("cluster", "add", "-name", name)
+    s.streamrep("stream", "create", "-path", FO_SF)
+    s.streamrep("stream", "topic", "create", "-path", FO_SF, "-topic", "events", "-partitions", "2")
+    s.streamrep("stream", "create", "-path", FO_NY, "-copymetafrom", FO_SF)
+    s.streamrep("stream", "replica", "add", "-path", FO_SF, "-replica", FO_NY)
+    s.streamrep("stream", "upstream", "add", "-path", FO_NY, "-upstream", FO_SF)
+    produce(s, f"{FO_SF}:events", [f"event-{i}" for i in range(25)])
+    s.streamrep("gateway", "run", "-cluster", "newyork", "-once", "true", "-engine", "local")
+    _call(ui, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, timeout=240)  # once it is parsed
+    conf = {"path": FO_SF, "replica": FO_NY, "timeout": 60}
+    outcomes = {}
+    for option in ("Reject", "Approve"):
+        start = time.monotonic()
+        run = _call(ui, "POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+        request = _hitl(ui, dag_id, run["dag_run_id"])
+        # the person sees the plan: lag, pending messages, the groups affected, the steps
+        assert request["subject"] == f"Fail over {FO_SF} to {FO_NY}?"
+        assert "pending messages: **0**" in request["body"] and "consumer groups affected" in request["body"]
+        assert "| events | 0 |" in request["body"] and "record /mapr/newyork/failover as PROMOTED" in request["body"]
+        assert admin.entry(FO_NY).failover is None  # nothing happens before the answer
+        _respond(ui, dag_id, run["dag_run_id"], option)
+        finished = _wait_for_run(ui, dag_id, run["dag_run_id"])
+        e2e.timings[f"REST-triggered {dag_id} ({option})"] = round(time.monotonic() - start, 1)
+        assert finished["state"] == "success", finished
+        outcomes[option] = {t["task_id"]: t["state"] for t in ui.get(
+            f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]}
+        if option == "Reject":  # skipped, and nothing changed
+            assert outcomes[option]["failover"] == "skipped"
+            assert admin.entry(FO_NY).failover is None and admin.entry(FO_SF).failover is None
+            assert [u.path for u in admin.entry(FO_NY).upstreams] == [FO_SF]
+    assert outcomes["Approve"] == {"plan": "success", "approve": "success", "failover": "success"}
+    assert admin.entry(FO_NY).failover.state == "PROMOTED" and admin.entry(FO_SF).failover.state == "FAILED_OVER"
+    assert admin.entry(FO_NY).upstreams == ()
+    assert contents(admin, FO_NY) == expect({"events": [f"event-{i}" for i in range(25)]})

@@ -11,6 +11,9 @@ from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import ParamValidationError
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
+    FailbackOperator,
+    FailoverOperator,
+    FailoverPlanOperator,
     GatewayPlanOperator,
     ReplicaAddOperator,
     ReplicaPauseOperator,
@@ -26,7 +29,7 @@ from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayO
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 DAG_IDS = {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways", "stream_replica_control",
-           "stream_gateway_service"}
+           "stream_gateway_service", "stream_replica_failover", "stream_replica_failback"}
 SCHEDULED = {"stream_gateway_service"}  # the supervisor; every other DAG runs when triggered
 
 
@@ -149,7 +152,8 @@ BAD_PATHS = ["/mapr/sanfrancisco/activity:clicks", "", "/mapr//activity", "/mapr
 
 
 @pytest.mark.parametrize("dag_id", ["stream_replica_manual_setup", "stream_replica_autosetup",
-                                    "stream_replica_control"])
+                                    "stream_replica_control", "stream_replica_failover",
+                                    "stream_replica_failback"])
 def test_path_params_accept_stream_paths_and_refuse_malformed_ones(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     for path in GOOD_PATHS:
@@ -182,3 +186,25 @@ def test_flag_cluster_and_action_params(dagbag):
     control = dagbag.dags["stream_replica_control"]
     assert all(accepts(control, action=a) for a in ("pause", "resume", "remove"))
     assert not accepts(control, action="delete")
+
+
+@pytest.mark.parametrize("dag_id, step, operator", [("stream_replica_failover", "failover", FailoverOperator),
+                                                    ("stream_replica_failback", "failback", FailbackOperator)])
+def test_failover_dags_ask_a_person_before_the_irreversible_step(dagbag, dag_id, step, operator):
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    dag = dagbag.dags[dag_id]
+    assert [(t.task_id, type(t)) for t in chain_of(dag)] == [
+        ("plan", FailoverPlanOperator), ("approve", ApprovalOperator), (step, operator)]
+    tasks = dag.task_dict
+    assert tasks["plan"].procedure == step
+    assert "xcom_pull(task_ids='plan')['markdown']" in tasks["approve"].body  # the approval shows the plan
+    assert tasks["approve"].retries == 0 and tasks[step].retries >= 1
+    assert (tasks[step].path, tasks[step].replica) == ("{{ params.path }}", "{{ params.replica }}")
+    assert accepts(dag, timeout=30) and not accepts(dag, timeout=-1) and not accepts(dag, timeout="soon")
+    if dag_id == "stream_replica_failover":
+        assert set(dag.params) == {"path", "replica", "force", "timeout"}
+        assert accepts(dag, force=True) and not accepts(dag, force="yes")
+    else:
+        assert set(dag.params) == {"path", "replica", "phase", "timeout"}
+        assert accepts(dag, phase="return") and not accepts(dag, phase="sideways")

@@ -63,6 +63,8 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
     "stream replica remove": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica acknowledge": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica autosetup": (["-path", SF, "-replica", "/mapr/newyork/auto", "-engine", "local"], {"owner"}),
+    "stream replica failover": (["-path", SF, "-replica", NY, "-timeout", "10"], {"owner", "adminperm"}),
+    "stream replica failback": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream upstream add": (["-path", SPARE, "-upstream", SF], {"owner", "adminperm"}),
     "stream upstream list": (["-path", NY], ALL),
     "stream upstream remove": (["-path", NY, "-upstream", SF], {"owner", "adminperm"}),

@@ -50,6 +50,12 @@ def cluster_param(default: str | None, description: str) -> Param:
                  description=f"{description} Letters, digits, '.', '_' or '-'.", **kwargs)
 
 
+def seconds_param(default: float, title: str, description: str, maximum: float = 86_400) -> Param:
+    """A number of seconds, 0 to ``maximum``."""
+    return Param(default, type="number", minimum=0, maximum=maximum, title=title,
+                 description=f"{description} Seconds, 0 to {maximum:g}.")
+
+
 def flag_param(default: bool, title: str, description: str) -> Param:
     return Param(default, type="boolean", title=title, description=description)
 

@@ -28,6 +28,7 @@ from streamrep.replication.copy import copy_stream, plan_copy
 from streamrep.replication import service
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.setup import autosetup
+from streamrep.replication import failover as failovers
 from streamrep.replication.status import acknowledge_loss, replica_status
 from streamrep.replication.cursors import list_cursors, sync_cursors
 from streamrep.replication.translate import translate_cursors
@@ -202,6 +203,39 @@ def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool =
     spark_master(master)
     copier = lambda admin, src, dst: run_copy(admin, src, dst, engine, master=master)  # noqa: E731
     return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier)]
+
+
+def plan_rows(plan: dict[str, Any]) -> Rows:
+    """A failover or failback plan as ``item``/``value`` rows: readable as a table, whole in -json."""
+    rows = [{"item": key, "value": value} for key, value in plan.items() if key not in ("topics", "steps")]
+    for topic in plan.get("topics") or []:
+        rows.append({"item": f"topic {topic['topic']}", "value": (
+            f"{topic['pendingMessages']} messages, {topic['bytesPending']} bytes, "
+            f"lag {topic['replicationLagMillis']} ms")})
+    rows += [{"item": f"step {n}", "value": step} for n, step in enumerate(plan["steps"], 1)]
+    return rows
+
+
+def synced(rows: list[dict[str, Any]]) -> int:
+    return sum(1 for row in rows if row.get("action") == "synced")
+
+
+def replica_failover(ctx: Context, path: str, replica: str, force: bool = False, plan: bool = False,
+                     timeout: float = failovers.DEFAULT_TIMEOUT) -> Rows:
+    if plan:
+        return plan_rows(failovers.failover_plan(ctx.admin, path, replica))
+    done = failovers.failover(ctx.admin, path, replica, force=force, timeout=timeout)
+    cursors = done.pop("cursors")
+    return [{**done, "cursorsSynced": synced(cursors)}]
+
+
+def replica_failback(ctx: Context, path: str, replica: str, plan: bool = False, phase: str = "all",
+                     timeout: float = failovers.DEFAULT_TIMEOUT) -> Rows:
+    if plan:
+        return plan_rows(failovers.failback_plan(ctx.admin, path, replica))
+    done = failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout)
+    cursors = done.pop("cursors")
+    return [{**done, "cursorsSynced": synced(cursors)}]
 
 
 def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: bool = False) -> Rows:
@@ -486,6 +520,21 @@ COMMANDS: tuple[Command, ...] = (
     Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
     Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
+    Command(("stream", "replica", "failover"), replica_failover,
+            (PATH, REPLICA,
+             Option("force", bool, help="promote even if the source is unreachable or has not drained"),
+             Option("plan", bool, help="print what would happen (lag, pending, groups) and change nothing"),
+             Option("timeout", float, help=f"seconds to wait for the replica to catch up "
+                                           f"({failovers.DEFAULT_TIMEOUT:g})", maximum=86_400)),
+            "promote a replica: stop replication into it, place the cursors, move producers to it"),
+    Command(("stream", "replica", "failback"), replica_failback,
+            (PATH, REPLICA,
+             Option("plan", bool, help="print what would happen and change nothing"),
+             Option("phase", help="all (default), reverse (copy back only), return (switch back)",
+                    choices=failovers.PHASES),
+             Option("timeout", float, help=f"seconds each wait lasts at most ({failovers.DEFAULT_TIMEOUT:g})",
+                    maximum=86_400)),
+            "give a failed-over source its role back, copying back only what it lacks"),
     Command(("stream", "replica", "autosetup"), replica_autosetup,
             (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
              COPY_ENGINE, SPARK_MASTER),

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
+from streamrep.model.failover import FailoverRecord
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_name, validate_cluster_name
 from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
@@ -152,6 +153,25 @@ class StreamAdmin:
 
         return self._update(sp, edit)
 
+    def set_failover(self, path: str | StreamPath, record: FailoverRecord | None,
+                     only_state: str | None = None) -> StreamEntry:
+        """Record where a failover or failback left a stream (``model/failover.py``); needs
+        adminperm. Used by ``replication.failover``, which holds the procedure.
+
+        :param only_state: change it only while the stream's record is in this state (in the same
+            atomic update), so a step that someone else completed meanwhile is not undone.
+        """
+        sp = self.path(path)
+
+        def apply(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, sp, "adminperm")
+            current = entry.failover.state if entry.failover is not None else None
+            if only_state is not None and current != only_state:
+                return entry
+            return entry.with_changes(failover=record)
+
+        return self._update(sp, apply)
+
     def delete_stream(self, path: str) -> None:
         """``stream delete``: the stream, its topics and messages; needs adminperm."""
         sp = self.path(path)
@@ -190,6 +210,8 @@ class StreamAdmin:
             "partitions": sum(topics.values()),
             "replicas": len(entry.replicas),
             "upstreams": len(entry.upstreams),
+            "failoverState": None if entry.failover is None else entry.failover.state,
+            "failover": None if entry.failover is None else entry.failover.describe(),
         }
 
     # -- topics --------------------------------------------------------------------
@@ -337,6 +359,8 @@ class StreamAdmin:
             link = rules.require_link(entry.replicas, dst, src, "replica")
             if only_from is not None and link.state != only_from.value:
                 return entry
+            if link.state == ReplicaState.FAILED_OVER.value and only_from is not ReplicaState.FAILED_OVER:
+                return entry  # a failover's own record: only failback (only_from=FAILED_OVER) changes it
             new = link.with_changes(state=state.value, error=error)
             return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
 

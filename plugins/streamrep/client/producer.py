@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
+from streamrep.model.failover import check_writable
 from streamrep.model.message import Headers, Message
 from streamrep.model.replication import ReplicaState
 from streamrep.model.partitioner import partition_for_key
@@ -51,6 +52,9 @@ def check_sync_timeout(value: object, what: str = "sync_timeout") -> float:
 def default_sync_timeout() -> float:
     return check_sync_timeout(os.environ.get("STREAMREP_SYNC_TIMEOUT", "5"), "STREAMREP_SYNC_TIMEOUT")
 PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
+# How stale a producer's view of a stream's failover record may be: a failover waits longer than
+# this (``replication.failover.FENCE_GRACE_SECONDS``) after refusing writes, before it drains.
+FAILOVER_CHECK_SECONDS = 0.5
 
 
 def to_bytes(value: bytes | str | None, what: str) -> bytes | None:
@@ -85,6 +89,7 @@ class Producer:
         # Cleared by flush() and by any stream refresh, so it never outlives what it points to.
         self._open: dict[str | TopicPath, tuple[TopicPath, int, dict[int, list[Message]]]] = {}
         self._round_robin = itertools.count()
+        self._writable: dict[StreamPath, tuple[float, object]] = {}  # path -> (when read, failover record)
 
     def __enter__(self) -> "Producer":
         return self
@@ -191,6 +196,7 @@ class Producer:
                 continue
             try:
                 entry, _ = self._stream(tp.stream)
+                self._check_writable(tp.stream)
                 store = self.admin.store(tp.stream)
                 firsts = store.append(entry.uuid, tp.topic, batches)
             except StreamrepError as err:
@@ -206,6 +212,17 @@ class Producer:
         if acked:
             self._await_synchronous(acked)
         return acked
+
+    def _check_writable(self, sp: StreamPath) -> None:
+        """Refuse to write to a stream that a failover or failback has taken the role from
+        (``model.failover.check_writable``); its record is read again at most every
+        ``FAILOVER_CHECK_SECONDS``."""
+        now = time.monotonic()
+        seen = self._writable.get(sp)
+        if seen is None or now - seen[0] >= FAILOVER_CHECK_SECONDS:
+            seen = (now, self.admin.entry(sp).failover)
+            self._writable[sp] = seen
+        check_writable(str(sp), seen[1])
 
     def _after_commit(self, what: str, action: Callable[[], object]) -> None:
         """Run ``action`` after messages were committed: a failure is a warning, not an error."""

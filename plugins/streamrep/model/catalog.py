@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from streamrep.model.failover import FailoverRecord
 from streamrep.model.replication import ReplicaLink, UpstreamLink
 from streamrep.model.stream import StreamMeta
 
@@ -31,6 +32,8 @@ class StreamEntry:
     autosetup_from: str | None = None
     # How a Kafka cluster names the stream's topics (``model/naming.py``); None: the default.
     naming: str | None = None
+    # Where a failover or failback left this stream (``model/failover.py``); None: no failover.
+    failover: FailoverRecord | None = None
 
     def with_changes(self, **changes: Any) -> "StreamEntry":
         return replace(self, **changes)
@@ -46,6 +49,7 @@ class StreamEntry:
             "upstreams": [u.to_dict() for u in self.upstreams],
             "autosetup_from": self.autosetup_from,
             "naming": self.naming,
+            "failover": None if self.failover is None else self.failover.to_dict(),
         }
 
     @classmethod
@@ -60,6 +64,7 @@ class StreamEntry:
             upstreams=tuple(UpstreamLink.from_dict(u) for u in data.get("upstreams", ())),
             autosetup_from=data.get("autosetup_from"),
             naming=data.get("naming"),
+            failover=FailoverRecord.from_dict(data.get("failover")),
         )
 
 

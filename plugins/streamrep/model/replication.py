@@ -42,6 +42,9 @@ class ReplicaState(str, Enum):
     # beside the state); streamrep names it so the state never says REPLICATING while nothing flows.
     PAUSED = "REPLICA_STATE_PAUSED"
     UNEXPECTED = "REPLICA_STATE_UNEXPECTED"
+    # streamrep: the replica was promoted by ``stream replica failover``; nothing flows into it
+    # from this source until ``stream replica failback`` restores the link.
+    FAILED_OVER = "REPLICA_STATE_FAILED_OVER"
 
 
 
@@ -165,6 +168,14 @@ def loss_key(source_uuid: str, topic: str, partition: int, first: int) -> str:
     return f"l|{source_uuid}|{topic}|{partition}|{first}"
 
 
+def stop_key(source_uuid: str, topic: str, partition: int) -> str:
+    """The replica's mark that replication from one source partition was stopped by a failover
+    (value: when, ms). While it is there no apply from that partition commits: an apply expects
+    it absent in its own transaction, so a batch in flight either committed before the stop or
+    is refused. Failback removes it when the flow is restored."""
+    return f"s|{source_uuid}|{topic}|{partition}"
+
+
 def mark_partition(key: str) -> tuple[str, int]:
     """``(topic, partition)`` of the replica partition a position, origin or loss mark belongs to:
     the mark is written with that partition's messages."""
@@ -282,12 +293,15 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
 
 def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None,
                     no_gateway: str | None = None) -> tuple[str, str | None]:
-    """The state ``replica list`` shows, and its error. In order: an error (stored by a gateway,
+    """The state ``replica list`` shows, and its error. In order: FAILED_OVER (a failover withdrew
+    the agreement on purpose: not an error, not waiting); an error (stored by a gateway,
     or ``error`` found now: a replica that was deleted, messages lost to the source's retention)
     is UNEXPECTED; no two-way agreement is WAITING_FOR_UPSTREAM; a copy in progress shows as such;
     a paused replica is PAUSED; with no live gateway (``no_gateway``, MapR's
     ErrAllGatewaysUnreachable) it is WAITING_FOR_GATEWAY (SYNC_FELL_BACK_TO_ASYNC stays);
     otherwise the stored state."""
+    if link.state == ReplicaState.FAILED_OVER.value:  # the agreement was withdrawn on purpose
+        return link.state, None
     error = "; ".join(e for e in (error, link.error) if e) or None
     if error:
         return ReplicaState.UNEXPECTED.value, error

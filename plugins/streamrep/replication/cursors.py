@@ -172,7 +172,7 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
                     row["replicaOffset"] = target
                     moves.setdefault(topic, {})[p] = (target, current)
     if moves or adopted:
-        _commit(group, key, source_uuid, replica_store, replica_uuid, moves, adopted, rows)
+        _commit(group, source_uuid, replica_store, replica_uuid, moves, adopted, rows)
     return rows
 
 
@@ -195,23 +195,43 @@ def _ours(record: Mapping[str, Any] | None, current: int | None) -> bool:
     return current in (record["offset"], record.get("prior"))
 
 
-def _commit(group: str, key: str, source_uuid: str, replica_store: Store, replica_uuid: str,
+def _record(store: Store, replica_uuid: str, group: str, source_uuid: str,
+            records: Mapping[str, Mapping[int, tuple[int, int | None]]]) -> None:
+    """Record ``(offset, prior)`` per topic and partition as written by the sync from ``source_uuid``."""
+
+    def change(doc: dict | None) -> dict:
+        topics = {t: dict(ps) for t, ps in (doc or {}).get("topics", {}).items()}
+        for topic, parts in records.items():
+            for p, (offset, prior) in parts.items():
+                topics.setdefault(topic, {})[str(p)] = {"offset": offset, "prior": prior, "source": source_uuid}
+        return {"replica": replica_uuid, "group": group, "topics": topics}
+
+    store.catalog_update(CURSOR_SYNC_KIND, f"{replica_uuid}|{group}", change)
+
+
+def adopt_cursors(store: Store, stream_uuid: str, source_uuid: str) -> int:
+    """Record every group's committed cursors on ``stream_uuid`` as if the sync from
+    ``source_uuid`` had written them, so that sync may move them forward (a stream that just
+    handed its role to ``source_uuid``: its consumers' cursors are no longer "active" commits).
+    A group that commits there afterwards is again left alone. Returns how many groups."""
+    groups = store.groups(stream_uuid)
+    for group in groups:
+        cursors = {topic: store.cursors(group, stream_uuid, topic) for topic in store.topics(stream_uuid)}
+        _record(store, stream_uuid, group, source_uuid,
+                {topic: {p: (o, o) for p, o in parts.items()} for topic, parts in cursors.items()})
+    return len(groups)
+
+
+def _commit(group: str, source_uuid: str, replica_store: Store, replica_uuid: str,
             moves: Mapping[str, Mapping[int, tuple[int, int | None]]], adopted: Mapping[str, Mapping[int, int]],
             rows: list[Row]) -> None:
     """Record what is about to be written, then write it: a sync cut off in between finds the
     replica still at the recorded ``prior`` value and writes again."""
 
-    def change(doc: dict | None) -> dict:
-        topics = {t: dict(ps) for t, ps in (doc or {}).get("topics", {}).items()}
-        for topic, parts in adopted.items():
-            for p, current in parts.items():
-                topics.setdefault(topic, {})[str(p)] = {"offset": current, "prior": current, "source": source_uuid}
-        for topic, parts in moves.items():
-            for p, (target, current) in parts.items():
-                topics.setdefault(topic, {})[str(p)] = {"offset": target, "prior": current, "source": source_uuid}
-        return {"replica": replica_uuid, "group": group, "topics": topics}
-
-    replica_store.catalog_update(CURSOR_SYNC_KIND, key, change)
+    records = {topic: {p: (current, current) for p, current in parts.items()} for topic, parts in adopted.items()}
+    for topic, parts in moves.items():
+        records.setdefault(topic, {}).update(parts)
+    _record(replica_store, replica_uuid, group, source_uuid, records)
     for topic, parts in sorted(moves.items()):
         try:
             replica_store.commit_cursors(group, replica_uuid, topic, {p: t for p, (t, _) in parts.items()})

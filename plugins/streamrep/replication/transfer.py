@@ -10,11 +10,15 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 from streamrep.errors import AlreadyExists, Conflict, StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import position_key
+from streamrep.model.replication import position_key, stop_key
 from streamrep.replication.apply import plan_apply
 from streamrep.store.base import Store
 
 CONFLICT_RETRIES = 20
+
+
+class FlowStopped(Conflict):
+    """The flow from a source partition into a replica was stopped by a failover."""
 
 log = logging.getLogger(__name__)
 
@@ -98,19 +102,25 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
     move meanwhile; if another gateway moved them, the plan is made again from the new marks.
     Messages the source's retention removed before they were applied are recorded as lost
     (``plan_apply``) and logged as a WARNING; the replica's own retention runs afterwards.
-    Returns how many messages were written.
+    Returns how many messages were written. Once a failover has stopped the flow (``stop_key``)
+    it raises ``FlowStopped`` and writes nothing.
 
     :param source_start: the oldest offset the source holds, read after ``batch`` was.
     :param span: ``(read_from, read_next)``, the source offsets the read covered (``plan_apply``);
         None for a gap-free read of exactly ``batch``.
     """
+    stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
     for _ in range(CONFLICT_RETRIES):
         marks = replica_store.marks(replica_uuid)
+        if stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
+            raise FlowStopped(f"replication of {unit.source} {unit.topic}/{unit.partition} into stream uuid "
+                              f"{replica_uuid} was stopped by a failover")
         plan = plan_apply(replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks, source_start,
                           span)
         if plan.empty:
             return 0
         expect = {key: marks.get(key) for key in plan.marks}
+        expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
         try:
             replica_store.apply(replica_uuid, unit.topic, unit.partition, plan.messages, plan.marks, expect,
                                 source=unit.key, syncs=plan.syncs)

@@ -1,0 +1,115 @@
+"""Failover and failback records: what a stream's catalog entry says about its role, and the
+rule producers follow.
+
+A failover moves the role of the writable stream from a source to one of its replicas. Each of
+the two streams records where it stands (``StreamEntry.failover``), so ``stream info`` and
+``stream replica list`` show it, producers know where to write, and failback knows what is done:
+
+========================  =====================  =====================  ==============================
+step                      source record          replica record         producers
+========================  =====================  =====================  ==============================
+failover: draining        FENCED                 (none)                 refused everywhere, retry
+failover: done            FAILED_OVER            PROMOTED               to the replica
+failback: reverse link    FAILING_BACK           PROMOTED               to the replica
+failback: return          TAKING_BACK            RETURNING              to the source, which says retry
+failback: done            (none)                 (none)                 to the source
+========================  =====================  =====================  ==============================
+
+The short refusals (FENCED, TAKING_BACK) are the clean cut: nothing is written anywhere while the
+last messages drain, so nothing is written on the side being left that the other side lacks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from enum import Enum
+from typing import Any, Mapping
+
+from streamrep.errors import Conflict
+
+
+class FailoverState(str, Enum):
+    FENCED = "FENCED"  # a source being failed over: writes refused while the replica drains
+    FAILED_OVER = "FAILED_OVER"  # a former source: its replica was promoted; writes go there
+    PROMOTED = "PROMOTED"  # a replica that was promoted: producers write here
+    FAILING_BACK = "FAILING_BACK"  # a former source receiving back what the promoted stream has
+    RETURNING = "RETURNING"  # a promoted stream handing the role back: writes go to the source
+    TAKING_BACK = "TAKING_BACK"  # a former source taking its role back: writes refused while it drains
+
+
+# A stream in one of these states refuses producers.
+REFUSING = {FailoverState.FENCED, FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING,
+            FailoverState.TAKING_BACK}
+# Refused, and producers should write to the peer (in the others a step is under way: retry here).
+REDIRECTING = {FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING}
+
+
+@dataclass(frozen=True)
+class FailoverRecord:
+    """One stream's side of a failover.
+
+    :param state: a ``FailoverState`` value.
+    :param peer: the other stream's path (the replica for a source, the source for a replica).
+    :param peer_uuid: the other stream's UUID (None if it was unreachable when recorded).
+    :param since: when the failover began (ms since the epoch).
+    :param forced: promoted without draining (the source was unreachable).
+    :param missing: messages the replica may lack (the last known lag) for a forced failover.
+    """
+
+    state: str
+    peer: str
+    peer_uuid: str | None = None
+    since: int = 0
+    forced: bool = False
+    missing: int | None = None
+    # Failback: the source's end offset per ``topic/partition`` when the reverse link was added,
+    # so the return step can count the messages copied back.
+    baseline: dict[str, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "FailoverRecord | None":
+        if not data:
+            return None
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def with_changes(self, **changes: Any) -> "FailoverRecord":
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        """One line for ``stream info`` and ``replica list``."""
+        text = {
+            FailoverState.FENCED.value: f"failing over to {self.peer}: writes paused",
+            FailoverState.FAILED_OVER.value: f"failed over to {self.peer}",
+            FailoverState.PROMOTED.value: f"promoted: replaces {self.peer}",
+            FailoverState.FAILING_BACK.value: f"failing back from {self.peer}",
+            FailoverState.RETURNING.value: f"returning the role to {self.peer}",
+            FailoverState.TAKING_BACK.value: f"taking its role back from {self.peer}: writes paused",
+        }.get(self.state, f"{self.state} ({self.peer})")
+        if self.forced:
+            text += f" (forced; up to {self.missing if self.missing is not None else 'an unknown number of'} " \
+                    "messages may be missing)"
+        return text
+
+
+class WritesRefused(Conflict):
+    """A producer wrote to a stream that a failover or failback has taken the role from.
+
+    :param target: the stream to write to now, or None while a step is under way (retry).
+    """
+
+    def __init__(self, message: str, target: str | None = None):
+        super().__init__(message)
+        self.target = target
+
+
+def check_writable(path: str, record: FailoverRecord | None) -> None:
+    """Raise ``WritesRefused`` if producers may not write to the stream at ``path`` now."""
+    if record is None or record.state not in {s.value for s in REFUSING}:
+        return
+    if record.state in {s.value for s in REDIRECTING}:
+        raise WritesRefused(f"stream {path} {record.describe()}: produce to {record.peer}", record.peer)
+    raise WritesRefused(f"stream {path} is {record.describe()}; retry in a moment", None)
