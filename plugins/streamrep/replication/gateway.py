@@ -29,6 +29,7 @@ from streamrep.store.base import Store
 from streamrep.replication.assignment import (HEARTBEAT_EXPIRY_SECONDS, HEARTBEAT_INTERVAL_SECONDS, eligible,
                                                live_gateways, share_of)
 from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.lag import LagRecorder
 from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
                                            stopped_line, withdraw)
 from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_batch, ensure_topics, next_position,
@@ -101,6 +102,7 @@ class Gateway:
         self.watch = StopWatch(self.store)
         self._share: list[str] | None = None  # the share last written to the heartbeat document
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
+        self.lag = LagRecorder(admin, cluster)  # lag history and metrics (replication/lag.py)
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -259,6 +261,7 @@ class Gateway:
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
+        self.lag.after_pass(moved)
         return moved
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:
