@@ -319,8 +319,9 @@ def lag_chart(link: dict[str, Any]) -> str:
                 f'a running gateway of the replica\'s cluster samples it every {SAMPLE_SECONDS:g} s.</p>')
     limit_msgs, limit_ms = link.get("maxLagMessages"), link.get("maxLagMillis")
     top_msgs = nice_max(max([s["messages"] for s in samples] + [limit_msgs or 0]))
-    top_ms = nice_max(max([s["ms"] for s in samples] + [limit_ms or 0]))
-    unit, per = _ms_unit(top_ms)
+    highest_ms = max([s["ms"] for s in samples] + [limit_ms or 0])
+    unit, per = _ms_unit(highest_ms)
+    top_ms = nice_max(highest_ms / per) * per  # round ticks in the unit shown
     t0, t1 = samples[0]["t"], samples[-1]["t"]
     plot_w, plot_h = CHART_W - CHART_L - CHART_R, CHART_H - CHART_T - CHART_B
     left, right, top, bottom = CHART_L, CHART_W - CHART_R, CHART_T, CHART_H - CHART_B
@@ -355,7 +356,7 @@ def lag_chart(link: dict[str, Any]) -> str:
                  + "".join(f'<text x="{right + 6}" y="{y(v, top_ms) + 4:.1f}" class="tick" text-anchor="start">'
                            f'{v / per:g}</text>' for v in (0, top_ms / 2, top_ms))
                  + f'<text transform="translate({CHART_W - 12},{(top + bottom) / 2:.1f}) rotate(90)" '
-                   f'class="axis-label" fill="{MS_COLOR}">lag ({unit}) of the oldest message</text></g>')
+                   f'class="axis-label" fill="{MS_COLOR}">lag ({unit})</text></g>')
     ticks = [t0] if t1 == t0 else [t0, (t0 + t1) // 2, t1]
     parts.append(f'<g class="axis" data-axis="time"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" '
                  f'stroke="#64748b"/>'
@@ -363,12 +364,14 @@ def lag_chart(link: dict[str, Any]) -> str:
                            for t in ticks)
                  + f'<text x="{(left + right) / 2:.1f}" y="{CHART_H - 6}" class="axis-label" text-anchor="middle">'
                    f'time (UTC)</text></g>')
-    for limit, axis_top, color_name, name in ((limit_msgs, top_msgs, "messages", "maxLagMessages"),
-                                              (limit_ms, top_ms, "ms", "maxLagMillis")):
+    for limit, axis_top, name, text in ((limit_msgs, top_msgs, "maxLagMessages", f"alert: {_count(limit_msgs)} msgs"),
+                                        (limit_ms, top_ms, "maxLagMillis", f"alert: {_lag(limit_ms)}")):
         if limit:
             ly = y(limit, axis_top)
             parts.append(f'<line class="threshold" data-threshold="{name}" data-value="{limit}" x1="{left}" '
-                         f'y1="{ly:.1f}" x2="{right}" y2="{ly:.1f}" stroke="{LIMIT_COLOR}" stroke-dasharray="4 3"/>')
+                         f'y1="{ly:.1f}" x2="{right}" y2="{ly:.1f}" stroke="{LIMIT_COLOR}" stroke-dasharray="4 3"/>'
+                         f'<text x="{right - 4}" y="{ly - 3:.1f}" class="tick" text-anchor="end" '
+                         f'fill="{LIMIT_COLOR}">{_e(text)}</text>')
     for series, key, axis_top, color, dash in (("messages", "messages", top_msgs, MESSAGES_COLOR, ""),
                                                ("ms", "ms", top_ms, MS_COLOR, ' stroke-dasharray="6 3"')):
         points = " ".join(f"{x(s['t']):.1f},{y(s[key], axis_top):.1f}" for s in samples)
