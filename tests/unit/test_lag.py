@@ -60,7 +60,8 @@ def test_a_gateway_records_each_replicas_lag_over_time(linked):
     gateway.lag.every = 0.0  # every pass samples (the product samples at most every SAMPLE_SECONDS)
     gateway.run_once()
     linked.resume_replica(SF, NY)
-    gateway.run_once()  # replicates the 5, then samples
+    gateway.run_once()  # replicates the 5
+    gateway.lag.sample(force=True)
     first, second = lag.lag_history(linked, SF, NY)
     assert (first["messages"], first["bytes"]) == (5, sum(len(f"value-{i}") for i in range(5)))
     assert MINUTE_MS <= first["ms"] < MINUTE_MS + 60_000
@@ -88,6 +89,20 @@ def test_samples_are_rate_limited_per_flow_across_gateways_and_bounded(linked):
         assert written
     assert not lag.record(store, flow, {"t": newest + 7500, "messages": 0, "bytes": 0, "ms": 0}, every=1.0, keep=4)
     assert [s["messages"] for s in lag.lag_history(linked, SF, NY)] == [4, 5, 6, 7]  # the newest 4 kept
+
+
+def test_sampling_takes_at_most_a_tenth_of_a_gateways_time(linked, monkeypatch):
+    real = lag.measure
+
+    def slow(*args, **kwargs):
+        time.sleep(0.2)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lag, "measure", slow)
+    recorder = lag.LagRecorder(linked, "newyork", every=0.0)
+    assert len(recorder.sample()) == 1
+    assert recorder.sample() == {}  # 0.2 s of sampling: the next waits at least 2 s, whatever ``every`` says
+    assert len(recorder.sample(force=True)) == 1
 
 
 def test_lag_history_refuses_a_stream_that_is_not_a_replica(linked):

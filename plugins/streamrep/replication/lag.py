@@ -45,6 +45,9 @@ LAG_KIND = "replica-lag"
 ALERT_KIND = "replica-alert"
 SAMPLE_SECONDS = 10.0  # at most one sample per flow this often
 HISTORY_SAMPLES = 360  # kept per flow: the newest ones (one hour at SAMPLE_SECONDS)
+# Sampling takes at most this share of a gateway's time: measuring reads what is pending (up to
+# status.PRECISE_PENDING_MAX messages per partition), which on Kafka with many flows is not free.
+MAX_SAMPLING_SHARE = 0.1
 FIELDS = ("t", "messages", "bytes", "ms")  # a stored sample row, in this order
 THRESHOLDS = ("maxLagMillis", "maxLagMessages")
 
@@ -161,10 +164,11 @@ class LagRecorder:
         if self.metrics is not None:
             self.metrics.passed(moved)
 
-    def sample(self) -> dict[Flow, dict[str, int]]:
-        """Measure and record every flow into the cluster, if a sample is due; returns the samples."""
+    def sample(self, force: bool = False) -> dict[Flow, dict[str, int]]:
+        """Measure every flow into the cluster and record the samples that are due, if this
+        gateway's sampling is due (``force``: now); returns the samples taken."""
         now = time.monotonic()
-        if now < self._next:
+        if now < self._next and not force:
             return {}
         self._next = now + self.every
         try:
@@ -172,6 +176,12 @@ class LagRecorder:
         except StreamrepError as err:
             log.warning("lag of the replicas on %s not sampled: %s", self.cluster, err)
             return {}
+        try:
+            return self._sample(flows)
+        finally:
+            self._next = now + max(self.every, (time.monotonic() - now) / MAX_SAMPLING_SHARE)
+
+    def _sample(self, flows: list[Flow]) -> dict[Flow, dict[str, int]]:
         store = self.admin.clusters.store(self.cluster)
         taken: dict[Flow, dict[str, int]] = {}
         for flow in flows:
