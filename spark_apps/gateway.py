@@ -2,7 +2,7 @@
 replicas on ``--cluster``.
 
     spark-submit spark_apps/gateway.py --cluster C [--id G] [--home H] [--once]
-        [--checkpoint DIR] [--interval SECONDS] [--max-records N]
+        [--checkpoint DIR] [--interval SECONDS] [--max-records N] [--metrics-port P]
 
 ``--once`` replicates what is available now and exits; otherwise micro-batches run every
 ``--interval`` seconds until the cluster's gateways are asked to stop (``streamrep gateway stop``:
@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", help="the Spark checkpoint folder (a cache of the stored positions)")
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds between micro-batches")
     parser.add_argument("--max-records", type=int, help="source messages per micro-batch at most")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics from the driver on this port")
     args = parser.parse_args(argv)
     stop_on_signals()
 
@@ -36,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         from streamrep.spark.jobs import run_gateway
 
         run_gateway(spark, admin, args.cluster, args.id, args.home, args.checkpoint, args.once,
-                    args.interval, args.max_records)
+                    args.interval, args.max_records, metrics_port=args.metrics_port)
 
     return run(f"gateway-{args.cluster}", args.home, job)
 

@@ -31,3 +31,7 @@ class Conflict(StreamrepError):
 
 class Unavailable(StreamrepError):
     """A cluster cannot be reached, or its store is unreadable or corrupt."""
+
+
+class AlertRaised(StreamrepError):
+    """A replica's lag passed its alert threshold, or no gateway serving it is live."""

@@ -354,3 +354,64 @@ def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothi
     assert admin.entry(FO_NY).failover.state == "PROMOTED" and admin.entry(FO_SF).failover.state == "FAILED_OVER"
     assert admin.entry(FO_NY).upstreams == ()
     assert contents(admin, FO_NY) == expect({"events": [f"event-{i}" for i in range(25)]})
+
+
+# --- lag ---
+def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_path):
+    """A real gateway (in-process engine, with its metrics endpoint) records the lag of
+    sanfrancisco/activity -> newyork/activity while the replica is paused and messages arrive,
+    then catches up; the page draws the history as a chart with the replica's thresholds, seen
+    in headless Chromium (docs/lag-chart.png with STREAMREP_UPDATE_SCREENSHOT=1)."""
+    import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
+    import urllib.request
+
+    from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
+
+    e2e.streamrep("stream", "replica", "alert", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY,
+                  "-maxlagmsgs", "150", "-maxlagms", "120000")
+    (port,) = kafka_local.free_ports(1)
+    gateway = subprocess.Popen([str(Path(sys.executable).parent / "streamrep"), "gateway", "run", "-cluster",
+                                "newyork", "-id", "gw1", "-engine", "local", "-metricsport", str(port)], env=e2e.env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    admin = admin_of(e2e)
+    before = len(lag_history(admin, SF_ACTIVITY, NY_ACTIVITY))
+    try:
+        e2e.streamrep("stream", "replica", "pause", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
+        for batch in range(2):  # the lag grows while paused: one sample per SAMPLE_SECONDS at most
+            produce(e2e, f"{SF_ACTIVITY}:clicks", [f"lag-{batch}-{i}" for i in range(100)])
+            time.sleep(SAMPLE_SECONDS + 1)
+        e2e.streamrep("stream", "replica", "resume", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
+        time.sleep(SAMPLE_SECONDS + 1)
+        deadline = time.monotonic() + 60
+        while lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)[-1]["messages"] != 0:
+            assert time.monotonic() < deadline, lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)
+            time.sleep(1)
+        history = lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)
+        assert len(history) >= before + 3 and max(s["messages"] for s in history) >= 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            metrics = response.read().decode()
+        assert f'streamrep_replica_lag_messages{{replica="{NY_ACTIVITY}",source="{SF_ACTIVITY}"}} 0.0' in metrics
+        assert re.search(r'streamrep_gateway_replicated_messages_total\{cluster="newyork",gateway="gw1"\} '
+                         r'([2-9]\d\d|\d{4,})\.0', metrics)
+
+        page = f"{airflow_ui.base}/streamrep/replication"
+        dom = chromium(tmp_path, page, "--dump-dom")
+        chart = re.search(rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY_ACTIVITY}"[^>]*>.*?</svg>', dom,
+                          re.S).group(0)
+        attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', chart.split(">", 1)[0]))
+        assert attrs["source"] == SF_ACTIVITY and int(attrs["samples"]) == len(history)
+        assert int(attrs["max-messages"]) == max(s["messages"] for s in history) and attrs["last-messages"] == "0"
+        assert 'data-series="messages"' in chart and 'data-series="ms"' in chart
+        assert 'data-threshold="maxLagMessages" data-value="150"' in chart
+        assert 'data-threshold="maxLagMillis" data-value="120000"' in chart
+        assert "messages behind" in chart and "time (UTC)" in chart
+        shot = tmp_path / "lag-chart.png"
+        chromium(tmp_path, page, "--window-size=1400,1500", f"--screenshot={shot}")
+        assert shot.stat().st_size > 20_000
+        if os.environ.get("STREAMREP_UPDATE_SCREENSHOT"):
+            (REPO / "docs").mkdir(exist_ok=True)
+            shutil.copy(shot, REPO / "docs" / "lag-chart.png")
+    finally:
+        e2e.streamrep("stream", "replica", "resume", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
+        gateway.terminate()
+        gateway.wait(timeout=30)

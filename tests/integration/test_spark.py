@@ -376,6 +376,63 @@ def test_gateway_stream_picks_up_new_topics_partitions_and_replicas(spark, clust
     assert replica_state(admin, source, second) == "REPLICA_STATE_REPLICATING"
 
 
+def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark, clusters, tmp_path):
+    """The Spark engine's driver samples the replicas' lag into their history and serves the
+    gateway's Prometheus metrics, counting micro-batches as passes."""
+    import threading
+    import urllib.request
+
+    import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
+    from streamrep.replication.lag import lag_history
+    from streamrep.spark import jobs
+
+    admin = clusters
+    source = make_stream(admin, f"/mapr/{SF}/lagged", {"t": 2})
+    live, paused = f"/mapr/{NY}/lagged-live", f"/mapr/{NY}/lagged-paused"
+    link(admin, source, live)
+    link(admin, source, paused, paused=True)
+    produce(admin, f"{source}:t", (f"v-{i}" for i in range(400)))
+    (port,) = kafka_local.free_ports(1)
+    stop = threading.Event()
+    seen: dict[str, float] = {}
+    failed: list[BaseException] = []
+
+    def scrape() -> dict[str, float]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return {}
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line and not line.startswith("#")}
+
+    gw = 'cluster="newyork",gateway="g1"'
+    lag_key = f'streamrep_replica_lag_messages{{replica="{paused}",source="{source}"}}'
+
+    def watch() -> None:  # the gateway runs in the test's thread, where its session is active
+        try:
+            wait_for(lambda: held(admin, live) == 400, what="the live replica")
+            wait_for(lambda: scrape().get(f"streamrep_gateway_replicated_messages_total{{{gw}}}", 0) == 400
+                     and lag_key in scrape(), what="the replicated messages counted")
+            seen.update(scrape())
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            failed.append(err)
+        finally:
+            stop.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    jobs.run_gateway(spark, admin, NY, "g1", checkpoint=str(tmp_path / "checkpoint"), interval=0.3, stop=stop,
+                     metrics_port=port)
+    watcher.join(timeout=30)
+    assert not failed, failed
+    assert seen[f"streamrep_gateway_passes_total{{{gw}}}"] >= 1
+    assert seen[lag_key] == 400
+    assert [s["messages"] for s in lag_history(admin, source, paused)][:1] == [400]
+    assert lag_history(admin, source, live)  # sampled by the driver too
+    assert scrape() == {}  # the endpoint closed with the gateway
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (Spark's JVM, its Python daemons and their workers)."""
     children: dict[int, list[int]] = {}

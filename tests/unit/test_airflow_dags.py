@@ -3,6 +3,7 @@ params are validated by their JSON schema (a malformed path is refused at trigge
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from streamrep.airflow.operators import (
     FailoverPlanOperator,
     GatewayPlanOperator,
     ReplicaAddOperator,
+    ReplicaLagMonitorOperator,
     ReplicaPauseOperator,
     ReplicaRemoveOperator,
     ReplicaResumeOperator,
@@ -29,8 +31,8 @@ from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayO
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 DAG_IDS = {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways", "stream_replica_control",
-           "stream_gateway_service", "stream_replica_failover", "stream_replica_failback"}
-SCHEDULED = {"stream_gateway_service"}  # the supervisor; every other DAG runs when triggered
+           "stream_gateway_service", "stream_replica_failover", "stream_replica_failback", "stream_replica_monitor"}
+SCHEDULED = {"stream_gateway_service", "stream_replica_monitor"}  # the supervisor and the monitor; the others run when triggered
 
 
 @pytest.fixture(scope="module")
@@ -208,3 +210,11 @@ def test_failover_dags_ask_a_person_before_the_irreversible_step(dagbag, dag_id,
     else:
         assert set(dag.params) == {"path", "replica", "phase", "timeout"}
         assert accepts(dag, phase="return") and not accepts(dag, phase="sideways")
+def test_the_monitor_checks_every_five_minutes_without_catchup_or_retries(dagbag):
+    dag = dagbag.dags["stream_replica_monitor"]
+    (task,) = dag.tasks
+    assert isinstance(task, ReplicaLagMonitorOperator) and task.cluster == "{{ params.cluster }}"
+    assert task.retries == 0  # a failure is the alert: a retry would only repeat it
+    assert dag.schedule == timedelta(minutes=5)
+    assert dag.catchup is False and dag.max_active_runs == 1
+    assert set(dag.params) == {"cluster"} and accepts(dag, cluster="newyork") and not accepts(dag, cluster="a b")

@@ -18,6 +18,7 @@ from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     GatewayPlanOperator,
     ReplicaAddOperator,
+    ReplicaLagMonitorOperator,
     ReplicaPauseOperator,
     ReplicaRemoveOperator,
     ReplicaResumeOperator,
@@ -368,3 +369,24 @@ def test_provider_info_fits_airflows_schema():
     (conn_type,) = info["connection-types"]
     assert conn_type["connection-type"] == StreamrepHook.conn_type
     assert conn_type["hook-class-name"] == "streamrep.airflow.hook.StreamrepHook"
+
+
+# -- the lag monitor ---------------------------------------------------------------------------
+@pytest.mark.backends("embedded", "kafka")
+def test_the_lag_monitor_fails_naming_the_replica(replicated, admin):
+    from streamrep.replication.gateway import Gateway
+    from streamrep.replication.lag import set_alert
+
+    admin.resume_replica(SRC, DST)
+    monitor = ReplicaLagMonitorOperator(task_id="check_replica_lag", cluster="{{ params.cluster }}")
+    monitor.cluster = "newyork"  # as rendered
+    message = fails_with(monitor, f"replica {DST} (of {SRC}): no gateway is live")
+    assert "ErrAllGatewaysUnreachable" in message
+    gateway = Gateway(admin, "newyork", "gw1")
+    gateway.heartbeat()
+    set_alert(admin, SRC, DST, max_lag_messages=5)
+    fails_with(monitor, f"replica {DST} (of {SRC}): 10 messages behind passes its threshold of 5 messages")
+    gateway.run_once()
+    [row] = monitor.execute(ctx())  # caught up, a gateway live: the run succeeds
+    assert (row["replicaPath"], row["lagMessages"], row["maxLagMessages"], row["problems"]) == (DST, 0, 5, [])
+    assert ReplicaLagMonitorOperator(task_id="all").execute(ctx())[0]["replicaPath"] == DST  # every cluster

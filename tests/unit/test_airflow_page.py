@@ -119,3 +119,46 @@ def test_the_page_shows_an_error_above_a_pause(mesh):
     mesh.pause_replica(SF, NY)
     link = next(link for link in topology(mesh)["links"] if (link["source"], link["replica"]) == (SF, NY))
     assert link["paused"] and short_state(link) == "UNEXPECTED"
+
+
+# -- the lag chart ----------------------------------------------------------------------------
+def test_the_page_draws_each_replicas_recorded_lag_as_a_chart(mesh):
+    from streamrep.replication import lag
+    from streamrep.replication.flows import flows_into
+
+    orders_src, orders_dst = "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"
+    lag.set_alert(mesh, orders_src, orders_dst, max_lag_messages=50)
+    [orders] = [f for f in flows_into(mesh, "newyork")[0] if str(f.replica) == orders_dst]
+    store = mesh.clusters.store("newyork")
+    [(first, first_ms)] = [(s["t"], s["ms"]) for s in lag.lag_history(mesh, orders_src, orders_dst)]  # gw1's pass
+    start = first + 10_000
+    for i, (messages, ms) in enumerate([(30, 60_000), (12, 90_000), (0, 0)]):
+        lag.record(store, orders, {"t": start + i * 10_000, "messages": messages, "bytes": messages * 10, "ms": ms})
+    topo = topology(mesh)
+    page = render_page(topo)
+    charts = dict(re.findall(r'<svg [^>]*class="lag-chart"[^>]*data-replica="([^"]+)"(.*?)</svg>', page, re.S))
+    head = re.search(r'<svg [^>]*class="lag-chart"[^>]*data-replica="/mapr/newyork/orders"[^>]*>', page).group(0)
+    assert 'data-samples="4"' in head and 'data-max-messages="30"' in head and 'data-max-ms="90000"' in head
+    assert 'data-last-messages="0"' in head and f'data-first="{first}"' in head
+    chart = charts[orders_dst]
+    for series in ("messages", "ms"):
+        points = re.search(rf'data-series="{series}" data-points="4" points="([^"]+)"', chart).group(1).split()
+        xs = [float(p.split(",")[0]) for p in points]
+        assert xs == sorted(xs) and len(set(xs)) == 4  # left to right in time
+    ys = [float(p.split(",")[1]) for p in re.search(r'data-series="messages"[^>]*points="([^"]+)"', chart)
+          .group(1).split()]
+    assert ys[1] < ys[2] < ys[0] < ys[3]  # 7, 30, 12, 0: 30 highest, 0 on the time axis (SVG's y grows down)
+    assert "messages behind" in chart and "lag (s)" in chart and "time (UTC)" in chart
+    assert re.search(r'data-axis="time".*?\d\d:\d\d:\d\d', chart)
+    assert 'data-threshold="maxLagMessages" data-value="50"' in chart and "maxLagMillis" not in chart
+    # the live replica was sampled by gw1's pass in ``mesh``: a one-sample chart; the reverse link none yet
+    assert 'data-samples="1"' in re.search(rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY}"[^>]*>',
+                                           page).group(0)
+    assert f'class="empty lag-none" data-source="{NY}" data-replica="{SF}"' in page
+    assert page.index('id="topology"') < page.index('id="lag-charts"') < page.index('id="replicas"')
+
+
+def test_nice_axis_tops():
+    from streamrep.airflow.page import nice_max
+
+    assert [nice_max(v) for v in (0, 1, 3, 7, 30, 90_000, 101)] == [1, 1, 5, 10, 50, 100_000, 200]

@@ -125,3 +125,15 @@ def test_copystream_then_a_gateway_retry_on_spark_move_each_message_once_with_a_
 def test_gateway_fails_before_spark_for_an_unknown_cluster(source):
     with pytest.raises(AirflowFailException, match="^streamrep: cluster tokyo is not known"):
         StreamGatewayOperator(task_id="gateway", cluster="tokyo", once=True).execute(ctx())
+
+
+def test_a_gateway_task_can_serve_its_metrics_from_the_driver(empty_home):
+    from streamrep.airflow.hook import StreamrepHook
+
+    hook = StreamrepHook()
+    try:
+        args = StreamGatewayOperator(task_id="gw", cluster="newyork", gateway_id="gw1", metrics_port=9464).app_args(hook)
+        assert args[args.index("--metrics-port") + 1] == "9464"
+        assert "--metrics-port" not in StreamGatewayOperator(task_id="gw", cluster="newyork").app_args(hook)
+    finally:
+        hook.close()

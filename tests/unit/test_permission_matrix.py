@@ -62,6 +62,8 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
     "stream replica resume": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica remove": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
     "stream replica acknowledge": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
+    "stream replica alert": (["-path", SF, "-replica", NY, "-maxlagms", "60000"], {"owner", "adminperm"}),
+    "stream replica lag": (["-path", SF, "-replica", NY], ALL),
     "stream replica autosetup": (["-path", SF, "-replica", "/mapr/newyork/auto", "-engine", "local"], {"owner"}),
     "stream replica failover": (["-path", SF, "-replica", NY, "-timeout", "10"], {"owner", "adminperm"}),
     "stream replica failback": (["-path", SF, "-replica", NY], {"owner", "adminperm"}),
@@ -177,7 +179,8 @@ KAFKA_CASES = [
     ("stream topic list", "none"),
     ("stream replica add", "copyperm"), ("stream replica pause", "topicperm"), ("stream replica remove", "copyperm"),
     ("stream replica acknowledge", "cluster admin"), ("stream replica list", "none"),
-    ("stream replica autosetup", "adminperm"),
+    ("stream replica autosetup", "adminperm"), ("stream replica alert", "adminperm"), ("stream replica alert", "topicperm"),
+    ("stream replica lag", "none"),
     ("stream upstream remove", "topicperm"), ("stream upstream list", "none"),
     ("copystream", "owner"), ("copystream", "copyperm"), ("copystream (new destination)", "copyperm"),
     ("produce", "produceperm"), ("produce", "consumeperm"), ("consume", "consumeperm"), ("consume", "produceperm"),
@@ -187,6 +190,7 @@ KAFKA_CASES = [
     ("gateway run", "cluster admin"), ("gateway run", "none"),
 ]
 READ_ONLY = {"stream info", "stream list", "stream topic list", "stream topic info", "stream replica list",
+             "stream replica lag",
              "stream upstream list", "cluster gateway get", "cluster gateway list", "cluster ace get"}
 
 

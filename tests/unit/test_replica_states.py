@@ -79,7 +79,7 @@ def test_replica_list_uses_maprs_field_names(linked):
     row = row_of(linked)
     assert {"cluster", "stream", "replicaPath", "replicaState", "paused", "idx", "synchronous", "isUptodate",
             "uuid", "errors", "pendingMessages", "bytesPending", "minPendingTS", "maxPendingTS",
-            "replicationLagMillis", "gateways"} == set(row)
+            "replicationLagMillis", "gateways", "maxLagMillis", "maxLagMessages"} == set(row)
     assert (row["cluster"], row["stream"], row["replicaPath"], row["idx"]) == ("newyork", "/activity", NY, 1)
     assert row["uuid"] == linked.entry(NY).uuid
     assert (row["replicaState"], row["isUptodate"], row["errors"]) == (REPLICATING, True, None)

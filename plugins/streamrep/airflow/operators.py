@@ -32,7 +32,7 @@ from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
 from streamrep.replication.flows import flows_into
 from streamrep.replication import failover as failovers
-from streamrep.replication import service
+from streamrep.replication import lag, service
 from streamrep.replication.gateway import default_gateway_id
 from streamrep.replication.setup import begin_autosetup, ensure_replica, ensure_upstream
 from streamrep.replication.status import replica_status
@@ -486,6 +486,33 @@ class GatewayServiceOperator(StreamrepOperator):
         if failed and len(failed) == len(names):
             raise failed[0]  # nothing could be supervised: the run says so
         return launches
+
+
+class ReplicaLagMonitorOperator(StreamrepOperator):
+    """The replicas' alerts (``streamrep.replication.lag.check_alerts``): fails with one line
+    naming each replica whose lag passed its threshold (``stream replica alert``), or that no
+    live gateway serves. A failure is the alert, not a fault to retry.
+
+    :param cluster: check only the replicas on this cluster (default: on every cluster the hook
+        knows). (templated)
+    :return: (XCom) one row per replica checked: its lag, thresholds and problems.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "cluster")
+    ui_color = "#fee2e2"
+
+    def __init__(self, *, cluster: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cluster = cluster
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
+        names = [self.cluster] if self.cluster else known_clusters(admin)
+        rows = lag.check_alerts(admin, names)
+        log_rows(self.log, f"replica lag on {', '.join(names) or 'no cluster'}", rows,
+                 ("source", "replicaPath", "paused", "lagMessages", "lagMillis", "maxLagMessages", "maxLagMillis",
+                  "problems"))
+        lag.raise_alerts(rows)
+        return rows
 
 
 def known_clusters(admin: StreamAdmin) -> list[str]:

@@ -30,6 +30,7 @@ With login off (``AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True``) everyone
 from __future__ import annotations
 
 import html
+import math
 import os
 import re
 import time
@@ -44,6 +45,7 @@ from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
 from streamrep.model.paths import StreamPath
 from streamrep.replication.flows import flows_into
+from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
 from streamrep.replication import service
 from streamrep.replication.service import all_gateways
 from streamrep.replication.status import replica_status
@@ -111,7 +113,8 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
                 stream["error"] = str(err)
             try:
                 for row in replica_status(admin, path):
-                    out["links"].append({"kind": "replica", "source": path, "replica": row["replicaPath"], **row})
+                    out["links"].append({"kind": "replica", "source": path, "replica": row["replicaPath"], **row,
+                                         "lagHistory": _history(admin, path, row["replicaPath"])})
             except StreamrepError as err:
                 stream["error"] = stream["error"] or str(err)
             cluster["streams"].append(stream)
@@ -126,6 +129,14 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
                 out["links"].append({"kind": "upstream-only", "source": str(b.source), "replica": str(b.replica),
                                      "replicaState": "UPSTREAM_ONLY", "errors": b.reason, "paused": False})
     return out
+
+
+def _history(admin: StreamAdmin, source: str, replica: str) -> list[dict[str, int]]:
+    """The replica's recorded lag (``lag.lag_history``); none when its cluster cannot be read."""
+    try:
+        return lag_history(admin, source, replica)
+    except StreamrepError:
+        return []
 
 
 # -- drawing ------------------------------------------------------------------------------
@@ -270,6 +281,121 @@ def _svg(topo: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+# -- the lag chart ---------------------------------------------------------------------------
+CHART_W, CHART_H = 620, 230
+CHART_L, CHART_R, CHART_T, CHART_B = 66, 66, 30, 42  # margins: room for the axes' labels
+MESSAGES_COLOR, MS_COLOR, LIMIT_COLOR = "#2563eb", "#ea580c", "#dc2626"
+
+
+def nice_max(value: float) -> float:
+    """The smallest 1, 2 or 5 times a power of ten at or above ``value`` (an axis' top)."""
+    if value <= 0:
+        return 1
+    power = 10 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
+
+
+def _ms_unit(top_ms: float) -> tuple[str, float]:
+    """The lag axis' unit and how many ms it holds: ms below 2 s, s below 5 min, else min."""
+    if top_ms < 2000:
+        return "ms", 1
+    if top_ms < 300_000:
+        return "s", 1000
+    return "min", 60_000
+
+
+def _clock(t_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t_ms / 1000))
+
+
+def lag_chart(link: dict[str, Any]) -> str:
+    """One replica's recorded lag as an inline SVG line chart: messages behind (left axis) and
+    the lag in time (right axis) over time (UTC), with the replica's alert thresholds as red
+    dashed lines. The figures are in ``data-*`` attributes too, for tests and scripts."""
+    samples = link.get("lagHistory") or []
+    source, replica = _e(link["source"]), _e(link["replica"])
+    if not samples:
+        return (f'<p class="empty lag-none" data-source="{source}" data-replica="{replica}">No lag recorded yet: '
+                f'a running gateway of the replica\'s cluster samples it every {SAMPLE_SECONDS:g} s.</p>')
+    limit_msgs, limit_ms = link.get("maxLagMessages"), link.get("maxLagMillis")
+    top_msgs = nice_max(max([s["messages"] for s in samples] + [limit_msgs or 0]))
+    highest_ms = max([s["ms"] for s in samples] + [limit_ms or 0])
+    unit, per = _ms_unit(highest_ms)
+    top_ms = nice_max(highest_ms / per) * per  # round ticks in the unit shown
+    t0, t1 = samples[0]["t"], samples[-1]["t"]
+    plot_w, plot_h = CHART_W - CHART_L - CHART_R, CHART_H - CHART_T - CHART_B
+    left, right, top, bottom = CHART_L, CHART_W - CHART_R, CHART_T, CHART_H - CHART_B
+
+    def x(t: int) -> float:
+        return left + (plot_w / 2 if t1 == t0 else (t - t0) / (t1 - t0) * plot_w)
+
+    def y(value: float, axis_top: float) -> float:
+        return bottom - value / axis_top * plot_h
+
+    last = samples[-1]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="lag-chart" width="{CHART_W}" height="{CHART_H}" '
+             f'viewBox="0 0 {CHART_W} {CHART_H}" role="img" aria-label="lag of {replica}" '
+             f'data-source="{source}" data-replica="{replica}" data-samples="{len(samples)}" '
+             f'data-first="{t0}" data-last="{t1}" data-last-messages="{last["messages"]}" '
+             f'data-last-ms="{last["ms"]}" data-max-messages="{max(s["messages"] for s in samples)}" '
+             f'data-max-ms="{max(s["ms"] for s in samples)}">',
+             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="plot"/>']
+    for frac in (0.25, 0.5, 0.75):  # grid
+        gy = bottom - frac * plot_h
+        parts.append(f'<line x1="{left}" y1="{gy:.1f}" x2="{right}" y2="{gy:.1f}" class="grid"/>')
+    # axes, their ticks and labels
+    parts.append(f'<g class="axis" data-axis="messages">'
+                 f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="{MESSAGES_COLOR}"/>'
+                 + "".join(f'<text x="{left - 6}" y="{y(v, top_msgs) + 4:.1f}" class="tick" text-anchor="end">'
+                           f'{_e(_count(int(v)) if v == int(v) else v)}</text>'
+                           for v in (0, top_msgs / 2, top_msgs))
+                 + f'<text transform="translate({16},{(top + bottom) / 2:.1f}) rotate(-90)" class="axis-label" '
+                   f'fill="{MESSAGES_COLOR}">messages behind</text></g>')
+    parts.append(f'<g class="axis" data-axis="lag" data-unit="{unit}">'
+                 f'<line x1="{right}" y1="{top}" x2="{right}" y2="{bottom}" stroke="{MS_COLOR}"/>'
+                 + "".join(f'<text x="{right + 6}" y="{y(v, top_ms) + 4:.1f}" class="tick" text-anchor="start">'
+                           f'{v / per:g}</text>' for v in (0, top_ms / 2, top_ms))
+                 + f'<text transform="translate({CHART_W - 12},{(top + bottom) / 2:.1f}) rotate(90)" '
+                   f'class="axis-label" fill="{MS_COLOR}">lag ({unit})</text></g>')
+    ticks = [t0] if t1 == t0 else [t0, (t0 + t1) // 2, t1]
+    parts.append(f'<g class="axis" data-axis="time"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" '
+                 f'stroke="#64748b"/>'
+                 + "".join(f'<text x="{x(t):.1f}" y="{bottom + 15}" class="tick" text-anchor="middle">{_clock(t)}</text>'
+                           for t in ticks)
+                 + f'<text x="{(left + right) / 2:.1f}" y="{CHART_H - 6}" class="axis-label" text-anchor="middle">'
+                   f'time (UTC)</text></g>')
+    for limit, axis_top, name, text in ((limit_msgs, top_msgs, "maxLagMessages", f"alert: {_count(limit_msgs)} msgs"),
+                                        (limit_ms, top_ms, "maxLagMillis", f"alert: {_lag(limit_ms)}")):
+        if limit:
+            ly = y(limit, axis_top)
+            parts.append(f'<line class="threshold" data-threshold="{name}" data-value="{limit}" x1="{left}" '
+                         f'y1="{ly:.1f}" x2="{right}" y2="{ly:.1f}" stroke="{LIMIT_COLOR}" stroke-dasharray="4 3"/>'
+                         f'<text x="{right - 4}" y="{ly - 3:.1f}" class="tick" text-anchor="end" '
+                         f'fill="{LIMIT_COLOR}">{_e(text)}</text>')
+    for series, key, axis_top, color, dash in (("messages", "messages", top_msgs, MESSAGES_COLOR, ""),
+                                               ("ms", "ms", top_ms, MS_COLOR, ' stroke-dasharray="6 3"')):
+        points = " ".join(f"{x(s['t']):.1f},{y(s[key], axis_top):.1f}" for s in samples)
+        parts.append(f'<polyline class="series" data-series="{series}" data-points="{len(samples)}" '
+                     f'points="{points}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+        if len(samples) == 1:  # one sample is a point, not a line
+            px, py = points.split(",")
+            parts.append(f'<circle cx="{px}" cy="{py}" r="3" fill="{color}"/>')
+    parts.append(f'<g class="legend"><rect x="{left + 8}" y="8" width="12" height="3" fill="{MESSAGES_COLOR}"/>'
+                 f'<text x="{left + 24}" y="13" class="tick">messages behind (now {_count(last["messages"])})</text>'
+                 f'<rect x="{left + 240}" y="8" width="12" height="3" fill="{MS_COLOR}"/>'
+                 f'<text x="{left + 256}" y="13" class="tick">lag (now {_e(_lag(last["ms"]))})</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def lag_section(topo: dict[str, Any]) -> str:
+    """A lag chart per replica link, each under its source and replica."""
+    figures = [f'<figure class="lag" data-source="{_e(link["source"])}" data-replica="{_e(link["replica"])}">'
+               f'<figcaption>{_e(link["source"])} → {_e(link["replica"])}</figcaption>{lag_chart(link)}</figure>'
+               for link in topo["links"] if link["kind"] == "replica"]
+    return f'<div id="lag-charts">{"".join(figures) or "<p class=empty>no replicas</p>"}</div>'
+
+
 STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:20px;color:#111827;background:#f8fafc}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:26px 0 8px}
@@ -288,6 +414,10 @@ th,td{border:1px solid #e5e7eb;padding:5px 9px;text-align:left} th{background:#f
 .empty{color:#6b7280}
 .legend{font-size:12px;color:#4b5563;padding:4px 10px 6px}
 .swatch{display:inline-block;width:18px;height:4px;margin:0 5px 3px 12px;border-radius:2px;vertical-align:middle}
+#lag-charts{display:flex;flex-wrap:wrap;gap:14px} figure.lag{margin:0;background:#fff;border:1px solid #e5e7eb;
+border-radius:12px;padding:8px} figure.lag figcaption{font-size:13px;font-weight:600;color:#1e3a8a;margin:2px 4px 4px}
+.lag-chart .plot{fill:#f8fafc;stroke:#e2e8f0} .lag-chart .grid{stroke:#e2e8f0;stroke-dasharray:2 3}
+.lag-chart .tick{font-size:10.5px;fill:#475569} .lag-chart .axis-label{font-size:11px;font-weight:600;text-anchor:middle}
 """
 
 
@@ -378,6 +508,10 @@ def render_page(topo: dict[str, Any], refresh_seconds: int = 15, controls: bool 
 <div class="meta">Clusters: {clusters} · {len(topo["links"])} replica link{"s" if len(topo["links"]) != 1 else ""} ·
 updated {_e(generated)} (refreshes every {int(refresh_seconds)} s) · <a href="api/topology">JSON</a></div>
 <div class="canvas">{_svg(topo)}<div class="legend">{legend}</div></div>
+<h2>Lag</h2>
+<p class="meta">Recorded by the gateways every {SAMPLE_SECONDS:g} s (<code>streamrep stream replica lag</code>);
+red dashed lines are the replica's alert thresholds (<code>streamrep stream replica alert</code>).</p>
+{lag_section(topo)}
 <h2>Replicas</h2>
 <table id="replicas">{replica_header}{"".join(rows) or '<tr><td colspan="10" class="empty">no replicas</td></tr>'}</table>
 <h2>Gateways</h2>

@@ -215,6 +215,8 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     :param once: replicate what is available now, then finish. (templated)
     :param interval: seconds between micro-batches.
     :param max_records: source messages per micro-batch at most.
+    :param metrics_port: serve the gateway's Prometheus metrics from the Spark driver on this port
+        (README, "Lag, metrics and alerts"); one port per gateway task on a host.
     :return: (XCom) ``cluster``, ``gateway`` and ``once``.
     """
 
@@ -222,13 +224,15 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "cluster", "gateway_id", "once")
 
     def __init__(self, *, cluster: str, gateway_id: str | None = None, once: Any = False,
-                 interval: float | None = None, max_records: int | None = None, **kwargs: Any):
+                 interval: float | None = None, max_records: int | None = None, metrics_port: int | None = None,
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.cluster = cluster
         self.gateway_id = gateway_id
         self.once = once
         self.interval = interval
         self.max_records = max_records
+        self.metrics_port = metrics_port
 
     def preflight(self, hook: StreamrepHook, context: Context) -> None:
         hook.clusters.get(self.cluster)  # an unknown cluster fails here, not in Spark
@@ -248,6 +252,8 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
             args += ["--interval", str(self.interval)]
         if self.max_records:
             args += ["--max-records", str(self.max_records)]
+        if self.metrics_port:
+            args += ["--metrics-port", str(self.metrics_port)]
         return args
 
     def result(self, hook: StreamrepHook, output: list[str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from streamrep.model.stream import PERMISSIONS
 from streamrep.replication.copy import copy_stream, plan_copy
 from streamrep.replication import service
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
 from streamrep.replication import failover as failovers
 from streamrep.replication.status import acknowledge_loss, replica_status
@@ -236,6 +237,14 @@ def replica_failback(ctx: Context, path: str, replica: str, plan: bool = False, 
     done = failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout)
     cursors = done.pop("cursors")
     return [{**done, "cursorsSynced": synced(cursors)}]
+def replica_alert(ctx: Context, path: str, replica: str, maxlagms: int | None = None,
+                  maxlagmsgs: int | None = None) -> Rows:
+    return [set_alert(ctx.admin, path, replica, maxlagms, maxlagmsgs)]
+
+
+def replica_lag(ctx: Context, path: str, replica: str) -> Rows:
+    return [{"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s["t"] / 1000)), "lagMessages": s["messages"],
+             "lagBytes": s["bytes"], "lagMillis": s["ms"]} for s in lag_history(ctx.admin, path, replica)]
 
 
 def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: bool = False) -> Rows:
@@ -290,17 +299,20 @@ def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, 
 
 
 def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = False,
-                engine: str = "spark", interval: float = 0.5, master: str | None = None) -> Rows:
+                engine: str = "spark", interval: float = 0.5, master: str | None = None,
+                metricsport: int | None = None) -> Rows:
     """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
     spark_master(master)
     if engine == "spark":
         from streamrep.spark.submit import run_gateway
 
         run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval,
-                    master=master)
+                    master=master, metrics_port=metricsport)
         return []
     ctx.admin.clusters.get(cluster)
     gateway = Gateway(ctx.admin, cluster, id)
+    if metricsport is not None:
+        gateway.lag.export(gateway.id, metricsport)
     if once:
         moved = 0
         while True:
@@ -539,6 +551,13 @@ COMMANDS: tuple[Command, ...] = (
             (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
              COPY_ENGINE, SPARK_MASTER),
             "create, register, copy and start a replica in one step"),
+    Command(("stream", "replica", "alert"), replica_alert,
+            (PATH, REPLICA, Option("maxlagms", int, help="alert when the oldest unreplicated message waited longer "
+                                                         "(ms; 0 removes the threshold)"),
+             Option("maxlagmsgs", int, help="alert when the replica lacks more messages (0 removes the threshold)")),
+            "set a replica's lag alert thresholds (checked by the stream_replica_monitor DAG)"),
+    Command(("stream", "replica", "lag"), replica_lag, (PATH, REPLICA),
+            "a replica's recorded lag over time (sampled by the gateways)"),
     Command(("stream", "cursor", "translate"), cursor_translate,
             (PATH, REPLICA, Option("group", required=True, help="consumer group"),
              Option("commit", bool, help="also set the translated cursors on the replica")),
@@ -560,7 +579,8 @@ COMMANDS: tuple[Command, ...] = (
              Option("once", bool, help="stop once everything is replicated"),
              Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
              Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL),
-             SPARK_MASTER),
+             SPARK_MASTER, Option("metricsport", int, help="serve Prometheus metrics on this port (/metrics)",
+                                  maximum=65535)),
             "run a gateway of a destination cluster"),
     Command(("gateway", "start"), gateway_start, (Option("cluster", required=True, help="the destination cluster"),),
             "let a cluster's gateways run (the supervisor DAG starts and restarts them)"),

@@ -30,6 +30,7 @@ from streamrep.replication.assignment import (HEARTBEAT_EXPIRY_SECONDS, HEARTBEA
                                                live_gateways, share_of)
 from streamrep.replication.cursors import CursorSync
 from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.lag import LagRecorder
 from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
                                            stopped_line, withdraw)
 from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_batch, ensure_topics, next_position,
@@ -103,6 +104,7 @@ class Gateway:
         self._share: list[str] | None = None  # the share last written to the heartbeat document
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
         self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
+        self.lag = LagRecorder(admin, cluster)  # lag history and metrics (replication/lag.py)
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -263,6 +265,7 @@ class Gateway:
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
+        self.lag.after_pass(moved)
         return moved
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:

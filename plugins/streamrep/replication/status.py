@@ -14,6 +14,7 @@ from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import gateway_outage
+from streamrep.replication.lag import lag_millis, thresholds
 from streamrep.replication.service import live_gateways_of
 
 
@@ -151,10 +152,12 @@ def replica_health(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, 
 
 def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
     """``stream replica list`` rows: MapR's fields, plus pending counts, the lag in ms (how
-    long the oldest unreplicated message has waited) and ``gateways``: the live gateways that
-    serve the flow (those of the replica's cluster that the source cluster sends to). Every
-    figure is computed now."""
+    long the oldest unreplicated message has waited), ``gateways``: the live gateways that
+    serve the flow (those of the replica's cluster that the source cluster sends to), and the
+    replica's alert thresholds (``maxLagMillis``, ``maxLagMessages``: ``stream replica alert``).
+    Every figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
+    source_uuid = admin.entry(source).uuid if rows else None
     now = int(time.time() * 1000)
     serving: dict[str, list[str] | None] = {}  # by replica cluster
     for row in rows:
@@ -169,8 +172,19 @@ def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
         waiting = info["pendingMessages"]
         row["isUptodate"] = waiting == 0 and row["replicaState"] in UP_TO_DATE_STATES
         row.update(info)
-        row["replicationLagMillis"] = max(0, now - info["minPendingTS"]) if info["minPendingTS"] is not None else 0
+        row["replicationLagMillis"] = lag_millis(info["minPendingTS"], now)
+        row.update(_thresholds(admin, source_uuid, row))
     return rows
+
+
+def _thresholds(admin: StreamAdmin, source_uuid: str, row: dict[str, Any]) -> dict[str, int | None]:
+    """The replica's alert thresholds (None each when unset or its cluster is unreadable)."""
+    try:
+        if row["uuid"] is not None:
+            return thresholds(admin.clusters.store(row["cluster"]), source_uuid, row["uuid"])
+    except StreamrepError:
+        pass
+    return {"maxLagMillis": None, "maxLagMessages": None}
 
 
 def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str] | None:

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
@@ -149,16 +149,19 @@ def start_gateway(spark, cluster: str, gateway_id: str | None = None, home: str 
 def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None = None,
                 home: str | None = None, checkpoint: str | None = None, once: bool = False,
                 interval: float = DEFAULT_INTERVAL, max_records: int | None = None,
-                stop: threading.Event | None = None) -> None:
+                stop: threading.Event | None = None, metrics_port: int | None = None) -> None:
     """Run a gateway of ``cluster`` until everything available now is replicated (``once``),
     or until ``stop`` is set, the cluster's gateways are asked to stop (``gateway stop``: the
     micro-batch in progress ends first), or the process is interrupted. Its heartbeat is
     withdrawn on the way out, so the other gateways take its share at once. A gateway whose
-    cluster's gateways are stopped does not start (one line on stderr; it returns normally)."""
+    cluster's gateways are stopped does not start (one line on stderr; it returns normally).
+    The driver records the replicas' lag (``replication/lag.py``) and, with ``metrics_port``,
+    serves the gateway's Prometheus metrics, counting micro-batches as passes."""
     gateway = Gateway(admin, cluster, gateway_id)
     if not once and gateway.stop_requested(force=True):
         print(f"gateway {gateway.id} not started: {gateway.stopped_line()}", file=sys.stderr, flush=True)
         return
+    metrics = gateway.lag.export(gateway.id, metrics_port) if metrics_port else None
     stop = stop if stop is not None else threading.Event()
     context = spark.sparkContext
     gateway.announce(placement("spark", context.master, context.applicationId))
@@ -168,13 +171,15 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
     try:
         query = start_gateway(spark, cluster, gateway.id, home or admin.clusters.home, checkpoint, once,
                               interval, max_records)
-        progress = ProgressReport(gateway.id)
+        progress = ProgressReport(gateway.id, on_batch=gateway.lag.passed)
         while not query.awaitTermination(1):
             progress.update(query)
+            gateway.lag.sample()  # on the driver, at most every lag.SAMPLE_SECONDS
             if stop.is_set():
                 _finish_batch(query)
                 break
         progress.update(query, final=True)
+        gateway.lag.sample()
         if stop.is_set() and gateway.stop_requested():
             print(f"gateway {gateway.id} stopped: {gateway.stopped_line()}", file=sys.stderr, flush=True)
         if query.exception() is not None:
@@ -187,6 +192,8 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
         finally:
             beat.join(timeout=5)
             gateway.stop()
+            if metrics is not None:
+                metrics.close()
 
 
 def _finish_batch(query, wait: float = STOP_BATCH_WAIT_SECONDS) -> None:
@@ -203,10 +210,13 @@ class ProgressReport:
 
     :param gateway_id: the gateway's name, in every line.
     :param every: seconds between two lines at most.
+    :param on_batch: called with each new micro-batch's input rows (the gateway's pass count).
     """
 
-    def __init__(self, gateway_id: str, every: float = PROGRESS_EVERY_SECONDS):
+    def __init__(self, gateway_id: str, every: float = PROGRESS_EVERY_SECONDS,
+                 on_batch: Callable[[int], None] | None = None):
         self.gateway_id = gateway_id
+        self.on_batch = on_batch
         self.every = every
         self.seen = -1  # the newest batch id counted
         self.batches = self.messages = 0
@@ -216,6 +226,8 @@ class ProgressReport:
         for progress in query.recentProgress:
             if progress.batchId > self.seen:
                 self.seen = progress.batchId
+                if self.on_batch is not None:
+                    self.on_batch(progress.numInputRows or 0)
                 if progress.numInputRows:
                     self.batches += 1
                     self.messages += progress.numInputRows

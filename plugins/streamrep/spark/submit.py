@@ -371,11 +371,14 @@ def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int 
 
 
 def run_gateway(cluster: str, gateway_id: str | None = None, once: bool = False, home: str | None = None,
-                interval: float = DEFAULT_INTERVAL, master: str | None = None) -> None:
+                interval: float = DEFAULT_INTERVAL, master: str | None = None,
+                metrics_port: int | None = None) -> None:
     """Run the gateway app through spark-submit in the foreground, its output passed through.
 
-    :param master: the Spark master (see ``spark_submit_command``)."""
+    :param master: the Spark master (see ``spark_submit_command``).
+    :param metrics_port: serve the gateway's Prometheus metrics from the Spark driver on this port."""
     args = ["--cluster", cluster, "--interval", str(interval)]
+    args += ["--metrics-port", str(metrics_port)] if metrics_port else []
     args += ["--id", gateway_id] if gateway_id else []
     args += ["--home", home] if home else []
     args += ["--once"] if once else []
