@@ -146,6 +146,9 @@ class GappedStore(Store):
     def cursors(self, group, stream, topic):
         return self.inner.cursors(group, stream, topic)
 
+    def groups(self, stream):
+        return self.inner.groups(stream)
+
     def marks(self, stream):
         return self.inner.marks(stream)
 
