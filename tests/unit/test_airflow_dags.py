@@ -9,7 +9,7 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import ParamValidationError
-from streamrep.airflow.assets import REPLICAS_ALIAS, topic_asset
+from streamrep.airflow.assets import REPLICAS_ALIAS, replica_asset, topic_asset
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     GatewayPlanOperator,
@@ -29,9 +29,9 @@ from streamrep.airflow.triggers import StreamMessageTrigger
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 DAG_IDS = {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways", "stream_replica_control",
-           "stream_gateway_service", "stream_messages_example"}
-# the supervisor, and the example on new messages (an Asset); every other DAG runs when triggered
-SCHEDULED = {"stream_gateway_service", "stream_messages_example"}
+           "stream_gateway_service", "stream_messages_example", "stream_replica_uptodate_example"}
+# the supervisor, and the examples scheduled on Assets; every other DAG runs when triggered
+SCHEDULED = {"stream_gateway_service", "stream_messages_example", "stream_replica_uptodate_example"}
 
 
 @pytest.fixture(scope="module")
@@ -154,14 +154,22 @@ def test_control_dag_branches_to_the_action(dagbag):
 
 def test_messages_example_is_scheduled_on_a_watched_topic_asset(dagbag):
     dag = dagbag.dags["stream_messages_example"]
-    (asset,) = dag.timetable.asset_condition.objects if hasattr(dag.timetable.asset_condition, "objects") else [
-        dag.timetable.asset_condition]
+    (asset,) = dag.timetable.asset_condition.objects
     assert asset == topic_asset("/mapr/sanfrancisco/activity:clicks", watchers=asset.watchers)
     assert asset.uri == "streamrep://sanfrancisco/activity:clicks"
     (watcher,) = asset.watchers
     assert isinstance(watcher.trigger, StreamMessageTrigger)
     assert watcher.trigger.path == "/mapr/sanfrancisco/activity:clicks"
     assert [t.task_id for t in dag.tasks] == ["show_messages"]
+
+
+def test_uptodate_example_is_scheduled_on_the_replica_the_setup_dags_emit_for(dagbag):
+    dag = dagbag.dags["stream_replica_uptodate_example"]
+    assert list(dag.timetable.asset_condition.objects) == [replica_asset("/mapr/newyork/activity")]
+    # the setup DAGs' default replica, whose caught-up event comes through the alias
+    setup = dagbag.dags["stream_replica_manual_setup"]
+    assert setup.params["replica"] == "/mapr/newyork/activity"
+    assert [t.task_id for t in dag.tasks] == ["report"]
 
 
 GOOD_PATHS = ["/mapr/sanfrancisco/activity", "mapr/sanfrancisco/activity", "/mapr/a.b_c-1/x/y.z",
