@@ -70,13 +70,8 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     def _caught_up(self, context: Context, row: dict[str, Any]) -> dict[str, Any]:
         """The replica is up to date: emit its asset event if the task's outlets ask for it."""
         if any(isinstance(o, AssetAlias) and o.name == REPLICAS_ALIAS.name for o in self.outlets or ()):
-            hook = StreamrepHook(self.streamrep_conn_id)
-            try:
-                with user_errors():
-                    extra = emit_replica_caught_up(context, row["replicaPath"], source=self.path, row=row,
-                                                   admin=hook.admin)
-            finally:
-                hook.close()
+            extra = emit_replica_caught_up(context, row["replicaPath"], source=self.path, row=row,
+                                           streamrep_conn_id=self.streamrep_conn_id)
             self.log.info("asset event for %s (replica up to date): %s", extra["replica"], extra)
         return row
 
