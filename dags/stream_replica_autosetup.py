@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, TriggerRule, chain
 
+from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     ReplicaAddOperator,
@@ -14,6 +15,7 @@ from streamrep.airflow.operators import (
     UpstreamAddOperator,
 )
 from streamrep.airflow.params import flag_param, stream_path_param
+from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator
 
 DOC = """
@@ -35,6 +37,10 @@ as a DAG, one task a step:
 7. `resume_reverse_replica` (only with `multimaster`), then `resume_replica` — replication
    starts. `resume_replica` comes last because it finishes the autosetup (the replica is no
    longer marked as this autosetup's), as in `stream replica autosetup`.
+8. `wait_caught_up` — waits until the replica is up to date (at once if the source took no
+   messages since the copy; otherwise, in the triggerer, for the gateways, up to an hour), then
+   emits an asset event for the replica (Asset `streamrep://<cluster>/<stream>`, through the
+   alias `streamrep-replicas`), so DAGs scheduled on the replica's Asset run.
 
 **Params**: `path` (source stream), `replica` (replica stream to create), `multimaster`,
 `synchronous`. **A failed run is completed by triggering the DAG again with the same params.**
@@ -78,4 +84,6 @@ with DAG(
         # last: it finishes the autosetup, so a rerun after any earlier failure is still accepted
         ReplicaResumeOperator(task_id="resume_replica", path=source, replica=replica,
                               trigger_rule=TriggerRule.NONE_FAILED),
+        ReplicaUpToDateSensor(task_id="wait_caught_up", path=source, replica=replica, deferrable=True,
+                              poke_interval=15, timeout=3600, outlets=[REPLICAS_ALIAS]),
     )

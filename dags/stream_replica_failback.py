@@ -7,6 +7,7 @@ from datetime import timedelta
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param
 
+from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import FailbackOperator, FailoverPlanOperator
 from streamrep.airflow.params import seconds_param, stream_path_param
 from streamrep.replication.failover import DEFAULT_TIMEOUT, PHASES
@@ -58,5 +59,6 @@ with DAG(
         retries=0,
     )
     back = FailbackOperator(task_id="failback", path="{{ params.path }}", replica="{{ params.replica }}",
-                            phase="{{ params.phase }}", timeout="{{ params.timeout }}")
+                            phase="{{ params.phase }}", timeout="{{ params.timeout }}",
+                            outlets=[REPLICAS_ALIAS])  # the source caught up: an asset event
     plan >> approve >> back

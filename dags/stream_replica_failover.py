@@ -7,6 +7,7 @@ from datetime import timedelta
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG
 
+from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import FailoverOperator, FailoverPlanOperator
 from streamrep.airflow.params import flag_param, seconds_param, stream_path_param
 from streamrep.replication.failover import DEFAULT_TIMEOUT
@@ -56,5 +57,6 @@ with DAG(
         retries=0,
     )
     promote = FailoverOperator(task_id="failover", path="{{ params.path }}", replica="{{ params.replica }}",
-                               force="{{ params.force }}", timeout="{{ params.timeout }}")
+                               force="{{ params.force }}", timeout="{{ params.timeout }}",
+                               outlets=[REPLICAS_ALIAS])  # the promoted replica: an asset event
     plan >> approve >> promote

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from airflow.sdk import DAG, chain
 
+from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import (
     ReplicaAddOperator,
     ReplicaResumeOperator,
@@ -16,6 +17,7 @@ from streamrep.airflow.operators import (
     UpstreamVerifyOperator,
 )
 from streamrep.airflow.params import stream_path_param
+from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator
 
 DOC = """
@@ -32,6 +34,12 @@ The seven steps of *Setting Up Primary-Secondary Stream Replication Manually*, o
 | 5 | `verify_upstream` | `stream upstream list -path <replica>` (the source must be listed) |
 | 6 | `copystream` | `mapr copystream -src <path> -dst <replica>`, as a Spark job |
 | 7 | `resume_replica` | `stream replica resume -path <path> -replica <replica>` |
+| then | `wait_caught_up` | waits until `stream replica list` says the replica is up to date |
+
+`wait_caught_up` then emits an asset event for the replica (Asset `streamrep://<cluster>/<stream>`,
+through the alias `streamrep-replicas`), so DAGs scheduled on the replica's Asset run. It ends at
+once if the source took no messages since the copy; otherwise it waits (in the triggerer) for
+the gateways to replicate them, for up to an hour.
 
 **Params**: `path`, the source stream, and `replica`, the replica stream to create, both as
 `/mapr/<cluster>/<stream>`. Data then flows once gateways run on the replica's cluster
@@ -67,4 +75,6 @@ with DAG(
         UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         StreamCopyOperator(task_id="copystream", source="{{ params.path }}", destination="{{ params.replica }}"),
         ReplicaResumeOperator(task_id="resume_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
+        ReplicaUpToDateSensor(task_id="wait_caught_up", path="{{ params.path }}", replica="{{ params.replica }}",
+                              deferrable=True, poke_interval=15, timeout=3600, outlets=[REPLICAS_ALIAS]),
     )

@@ -415,3 +415,104 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
         e2e.streamrep("stream", "replica", "resume", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
         gateway.terminate()
         gateway.wait(timeout=30)
+
+
+# --- assets ---
+WATCHED_TOPIC, WATCHER_GROUP = "clicks", "airflow-asset-watcher"  # dags/stream_messages_example.py's
+
+
+def _runs(ui, dag_id: str) -> list[dict]:
+    return ui.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
+
+
+def _upstream_events(ui, dag_id: str, run_id: str) -> list[dict]:
+    return ui.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/upstreamAssetEvents")["asset_events"]
+
+
+def _answered(ui, path: str):
+    """The body of a GET answered 200, else None. Airflow 3.3 answers 500 for asset events that a
+    still-queued run consumed (its response model requires the run's start_date)."""
+    status, body = ui.request("GET", path)
+    return body if status == 200 else None
+
+
+def _until(what: str, check, timeout: float = 180):
+    """``check()``'s first truthy result, polled every second."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+    return found
+
+
+def test_a_dag_scheduled_on_a_replica_runs_after_its_caught_up_event(world, e2e, airflow_ui):
+    """The manual setup, triggered again through REST on the (up to date) demo replica, ends with
+    wait_caught_up, whose event through the alias makes a run of the DAG scheduled on the replica."""
+    ui, example = airflow_ui, "stream_replica_uptodate_example"
+    for dag_id in (example, "stream_replica_manual_setup"):
+        _until(f"{dag_id} parsed", lambda: dag_id in {d["dag_id"] for d in ui.get("/api/v2/dags")["dags"]})
+        ui.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    before = {r["dag_run_id"] for r in _runs(ui, example)}
+    start = time.monotonic()
+    status, run = ui.request("POST", "/api/v2/dags/stream_replica_manual_setup/dagRuns", {
+        "logical_date": None, "conf": {"path": SF_ACTIVITY, "replica": NY_ACTIVITY}})
+    assert status == 200, run
+    finished = _wait_for_run(ui, "stream_replica_manual_setup", run["dag_run_id"], timeout=420)
+    e2e.timings["REST-triggered stream_replica_manual_setup (rerun, with wait_caught_up)"] = round(
+        time.monotonic() - start, 1)
+    assert finished["state"] == "success", finished
+    new = _until(f"a run of {example}", lambda: [r for r in _runs(ui, example)
+                                                 if r["dag_run_id"] not in before and r["state"] == "success"])
+    e2e.timings["replica caught-up event -> example run succeeded"] = round(time.monotonic() - start, 1)
+    assert len(new) == 1, new
+    (event,) = _upstream_events(ui, example, new[0]["dag_run_id"])
+    assert event["uri"] == "streamrep://newyork/activity"
+    assert event["extra"]["replica"] == NY_ACTIVITY and event["extra"]["source"] == SF_ACTIVITY
+    assert event["extra"]["pendingMessages"] == 0 and event["extra"]["isUptodate"] is True
+
+
+def test_a_message_in_the_watched_topic_makes_one_run_of_the_example_dag(world, e2e, airflow_ui):
+    """The AssetWatcher's StreamMessageTrigger runs in standalone's triggerer: a produced message
+    fires once (one asset event, one run), never again."""
+    ui, example = airflow_ui, "stream_messages_example"
+    _until(f"{example} parsed", lambda: example in {d["dag_id"] for d in ui.get("/api/v2/dags")["dags"]})
+    ui.request("PATCH", f"/api/v2/dags/{example}", {"is_paused": False})
+    admin = admin_of(e2e)
+    sp = admin.path(SF_ACTIVITY)
+    store, uuid = admin.store(sp), admin.entry(sp).uuid
+
+    def watcher_at_end() -> bool:  # the trigger has committed its place, past every message so far
+        ends = {p: store.offsets(uuid, WATCHED_TOPIC, p)[1] for p in range(store.topics(uuid)[WATCHED_TOPIC])}
+        return store.cursors(WATCHER_GROUP, uuid, WATCHED_TOPIC) == ends
+
+    start = time.monotonic()
+    _until("the watcher to start in the triggerer", watcher_at_end)
+    e2e.timings["AssetWatcher started in the triggerer (after the module's other tests)"] = round(
+        time.monotonic() - start, 1)
+    produce(e2e, f"{SF_ACTIVITY}:{WATCHED_TOPIC}", ["watched-1"])
+    start = time.monotonic()
+
+    def runs_with_the_message() -> list[tuple[dict, list]]:
+        found = []
+        for run in _runs(ui, example):
+            if run["state"] not in ("success", "failed"):
+                continue  # its events cannot be read yet (see _answered)
+            events = _upstream_events(ui, example, run["dag_run_id"])
+            values = [m["value"] for e in events for m in e["extra"]["payload"]["messages"]]
+            if "watched-1" in values:
+                found.append((run, values))
+        return found
+
+    _until("a successful run for the message",
+           lambda: [r for r, _ in runs_with_the_message() if r["state"] == "success"], timeout=180)
+    e2e.timings["message produced -> example run succeeded"] = round(time.monotonic() - start, 1)
+    time.sleep(8)  # four of the watcher's polls: time enough to fire twice, if it would
+    found = runs_with_the_message()
+    assert len(found) == 1 and found[0][1].count("watched-1") == 1, found
+    assert watcher_at_end()
+    # every asset event of the topic, since the watcher started: each message at most once
+    (asset,) = ui.get("/api/v2/assets?uri_pattern=streamrep://sanfrancisco/activity:clicks")["assets"]
+    events = _until("the topic's asset events", lambda: _answered(
+        ui, f"/api/v2/assets/events?asset_id={asset['id']}&limit=100"), timeout=120)["asset_events"]
+    fired = [(m["partition"], m["offset"]) for e in events for m in e["extra"]["payload"]["messages"]]
+    assert fired and len(fired) == len(set(fired))

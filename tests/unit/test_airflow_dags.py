@@ -10,6 +10,7 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import ParamValidationError
+from streamrep.airflow.assets import REPLICAS_ALIAS, replica_asset, topic_asset
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     FailbackOperator,
@@ -27,12 +28,17 @@ from streamrep.airflow.operators import (
     UpstreamAddOperator,
     UpstreamVerifyOperator,
 )
+from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
+from streamrep.airflow.triggers import StreamMessageTrigger
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 DAG_IDS = {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways", "stream_replica_control",
-           "stream_gateway_service", "stream_replica_failover", "stream_replica_failback", "stream_replica_monitor"}
-SCHEDULED = {"stream_gateway_service", "stream_replica_monitor"}  # the supervisor and the monitor; the others run when triggered
+           "stream_gateway_service", "stream_replica_failover", "stream_replica_failback", "stream_replica_monitor",
+           "stream_messages_example", "stream_replica_uptodate_example"}
+# the supervisor, the monitor, and the examples scheduled on Assets; every other DAG runs when triggered
+SCHEDULED = {"stream_gateway_service", "stream_replica_monitor", "stream_messages_example",
+             "stream_replica_uptodate_example"}
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +96,11 @@ def test_manual_setup_is_the_seeds_seven_steps_in_order(dagbag):
         ("verify_upstream", UpstreamVerifyOperator),
         ("copystream", StreamCopyOperator),
         ("resume_replica", ReplicaResumeOperator),
+        ("wait_caught_up", ReplicaUpToDateSensor),
     ]
     tasks = dag.task_dict
+    assert tasks["wait_caught_up"].outlets == [REPLICAS_ALIAS]  # the replica's asset event
+    assert tasks["wait_caught_up"].deferrable is True  # waits in the triggerer, not a worker slot
     assert (tasks["create_replica"].path, tasks["create_replica"].copymetafrom) == ("{{ params.replica }}",
                                                                                   "{{ params.path }}")
     assert tasks["add_replica_paused"].paused is True
@@ -107,7 +116,7 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     order = chain_of(dag)
     assert [t.task_id for t in order] == [
         "check", "create_replica", "add_replica_paused", "add_upstream", "copystream",
-        "add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica", "resume_replica"]
+        "add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica", "resume_replica", "wait_caught_up"]
     # as in the core's autosetup: resume_replica finishes the autosetup (clears the replica's
     # mark), so it comes last and a rerun after any earlier failure is still accepted
     tasks = dag.task_dict
@@ -121,6 +130,9 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     assert (tasks["resume_reverse_replica"].path, tasks["resume_reverse_replica"].replica) == (
         "{{ params.replica }}", "{{ params.path }}")
     assert set(dag.params) == {"path", "replica", "multimaster", "synchronous"}
+    wait = tasks["wait_caught_up"]
+    assert isinstance(wait, ReplicaUpToDateSensor) and wait.outlets == [REPLICAS_ALIAS]
+    assert (wait.path, wait.replica) == ("{{ params.path }}", "{{ params.replica }}")
     assert dag.render_template_as_native_obj
 
 
@@ -145,6 +157,26 @@ def test_control_dag_branches_to_the_action(dagbag):
     assert isinstance(tasks["replica_list"], ReplicaStatusOperator)
     assert tasks["replica_list"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     assert dag.params.get_param("action").schema["enum"] == ["pause", "remove", "resume"]
+
+
+def test_messages_example_is_scheduled_on_a_watched_topic_asset(dagbag):
+    dag = dagbag.dags["stream_messages_example"]
+    (asset,) = dag.timetable.asset_condition.objects
+    assert asset == topic_asset("/mapr/sanfrancisco/activity:clicks", watchers=asset.watchers)
+    assert asset.uri == "streamrep://sanfrancisco/activity:clicks"
+    (watcher,) = asset.watchers
+    assert isinstance(watcher.trigger, StreamMessageTrigger)
+    assert watcher.trigger.path == "/mapr/sanfrancisco/activity:clicks"
+    assert [t.task_id for t in dag.tasks] == ["show_messages"]
+
+
+def test_uptodate_example_is_scheduled_on_the_replica_the_setup_dags_emit_for(dagbag):
+    dag = dagbag.dags["stream_replica_uptodate_example"]
+    assert list(dag.timetable.asset_condition.objects) == [replica_asset("/mapr/newyork/activity")]
+    # the setup DAGs' default replica, whose caught-up event comes through the alias
+    setup = dagbag.dags["stream_replica_manual_setup"]
+    assert setup.params["replica"] == "/mapr/newyork/activity"
+    assert [t.task_id for t in dag.tasks] == ["report"]
 
 
 GOOD_PATHS = ["/mapr/sanfrancisco/activity", "mapr/sanfrancisco/activity", "/mapr/a.b_c-1/x/y.z",
@@ -202,6 +234,7 @@ def test_failover_dags_ask_a_person_before_the_irreversible_step(dagbag, dag_id,
     assert tasks["plan"].procedure == step
     assert "xcom_pull(task_ids='plan')['markdown']" in tasks["approve"].body  # the approval shows the plan
     assert tasks["approve"].retries == 0 and tasks[step].retries >= 1
+    assert tasks[step].outlets == [REPLICAS_ALIAS]  # a caught-up event for the replica (or the source) it leaves
     assert (tasks[step].path, tasks[step].replica) == ("{{ params.path }}", "{{ params.replica }}")
     assert accepts(dag, timeout=30) and not accepts(dag, timeout=-1) and not accepts(dag, timeout="soon")
     if dag_id == "stream_replica_failover":

@@ -488,6 +488,9 @@ def test_cli_failover_and_failback(linked, monkeypatch):
 
 
 def test_operators_show_the_plan_to_the_approver_and_fail_over(linked):
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from streamrep.airflow.assets import REPLICAS_ALIAS
     from streamrep.airflow.operators import FailbackOperator, FailoverOperator, FailoverPlanOperator
 
     produce(linked, SF, ["a", "b", "c"])
@@ -498,10 +501,17 @@ def test_operators_show_the_plan_to_the_approver_and_fail_over(linked):
     assert "- consumer groups affected: billing" in body and "- live gateways: none" in body
     assert "1. refuse producers on" in body
     drain(linked, "newyork")
-    done = FailoverOperator(task_id="failover", path=SF, replica=NY, timeout="10").run(linked, {})
+    context = {"outlet_events": OutletEventAccessors()}
+    done = FailoverOperator(task_id="failover", path=SF, replica=NY, timeout="10",
+                            outlets=[REPLICAS_ALIAS]).run(linked, context)
     assert done["result"].endswith(f"promoted: replaces {SF}")
+    (event,) = context["outlet_events"][REPLICAS_ALIAS].asset_alias_events  # the promoted replica's
+    assert event.dest_asset_key.name == NY and event.extra["source"] == SF
     back = FailoverPlanOperator(task_id="plan", procedure="failback", path=SF, replica=NY).run(linked, {})
     assert "- messages to copy back: **0**" in back["markdown"]
     with gateways(linked, "sanfrancisco", "newyork"):
-        result = FailbackOperator(task_id="failback", path=SF, replica=NY, timeout=30).run(linked, {})
+        result = FailbackOperator(task_id="failback", path=SF, replica=NY, timeout=30,
+                                  outlets=[REPLICAS_ALIAS]).run(linked, context)
     assert result["copiedBack"] == 0 and linked.entry(NY).failover is None
+    first, back_event = context["outlet_events"][REPLICAS_ALIAS].asset_alias_events  # the source caught up
+    assert back_event.dest_asset_key.name == SF and back_event.extra["source"] == NY

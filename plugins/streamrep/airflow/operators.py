@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from streamrep.airflow.assets import emit_replica_caught_up, emits_caught_up
 from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
@@ -619,6 +620,8 @@ class FailoverOperator(_FailoverOperator):
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failover(admin, self.path, self.replica, force=as_bool(self.force), timeout=self.timeout)
         self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done["result"])
+        if emits_caught_up(self):  # the promoted replica holds what its source held
+            emit_replica_caught_up(context, self.replica, source=self.path, admin=admin)
         return done
 
 
@@ -641,4 +644,6 @@ class FailbackOperator(_FailoverOperator):
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failback(admin, self.path, self.replica, phase=self.phase, timeout=self.timeout)
         self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done["result"])
+        if self.phase != "reverse" and emits_caught_up(self):  # the source holds what was produced meanwhile
+            emit_replica_caught_up(context, self.path, source=self.replica, admin=admin)
         return done

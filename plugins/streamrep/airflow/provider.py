@@ -20,6 +20,8 @@ from typing import Any
 CONN_TYPE = "streamrep"
 HOOK_CLASS_NAME = "streamrep.airflow.hook.StreamrepHook"
 HOOK_NAME = "Streamrep cluster"
+ASSET_SCHEME = "streamrep"
+ASSET_URI_HANDLER = "streamrep.airflow.assets.normalize_uri"
 
 # The form of a streamrep connection: host is the cluster URL (embedded:<file> or
 # kafka://host:port,...), login the identity the tasks act as; a Kafka cluster's client settings
@@ -51,4 +53,7 @@ def get_provider_info() -> dict[str, Any]:
                 "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
             },
         ],
+        # streamrep://<cluster>/<stream path>[:<topic>]: streams (replicas) and topics as Assets,
+        # written one way by the handler (streamrep.airflow.assets)
+        "asset-uris": [{"schemes": [ASSET_SCHEME], "handler": ASSET_URI_HANDLER}],
     }

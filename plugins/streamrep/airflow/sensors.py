@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException
 
+from streamrep.airflow.assets import emit_replica_caught_up, emits_caught_up
 from streamrep.airflow.hook import StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger, replica_row, stuck_reason
@@ -30,6 +31,10 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer (``ReplicaUpToDateTrigger``) instead of holding
         a worker slot. (templated)
     :return: (XCom) the replica's ``replica list`` row once it is up to date.
+
+    With ``REPLICAS_ALIAS`` (``streamrep.airflow.assets``) in its ``outlets``, the sensor also
+    emits an asset event for the replica once it is up to date, so DAGs scheduled on
+    ``replica_asset(<replica>)`` run.
     """
 
     template_fields: Sequence[str] = ("path", "replica", "deferrable")
@@ -62,15 +67,23 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
                       row["replicaState"], row["isUptodate"], row["pendingMessages"], row["replicationLagMillis"])
         return PokeReturnValue(is_done=bool(row["isUptodate"]), xcom_value=row)
 
+    def _caught_up(self, context: Context, row: dict[str, Any]) -> dict[str, Any]:
+        """The replica is up to date: emit its asset event if the task's outlets ask for it."""
+        if emits_caught_up(self):
+            extra = emit_replica_caught_up(context, row["replicaPath"], source=self.path, row=row,
+                                           streamrep_conn_id=self.streamrep_conn_id)
+            self.log.info("asset event for %s (replica up to date): %s", extra["replica"], extra)
+        return row
+
     def execute(self, context: Context) -> Any:
         if not as_bool(self.deferrable):
-            return super().execute(context)
+            return self._caught_up(context, super().execute(context))
         hook = StreamrepHook(self.streamrep_conn_id)
         try:
             row = self._row(hook)  # also resolves the clusters involved, for the trigger
             if row["isUptodate"]:
                 self.log.info("%s is up to date", row["replicaPath"])
-                return row
+                return self._caught_up(context, row)
             trigger = ReplicaUpToDateTrigger(
                 path=self.path, replica=self.replica, home=hook.clusters.home,
                 clusters=hook.clusters.overridden, poll_interval=float(self.poke_interval),
@@ -85,4 +98,4 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         if not event or event.get("status") != "uptodate":
             raise AirflowFailException((event or {}).get("message") or f"unexpected trigger event {event!r}")
         self.log.info("%s is up to date", event["row"]["replicaPath"])
-        return event["row"]
+        return self._caught_up(context, event["row"])
