@@ -327,7 +327,10 @@ def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothi
     s.streamrep("stream", "replica", "add", "-path", FO_SF, "-replica", FO_NY)
     s.streamrep("stream", "upstream", "add", "-path", FO_NY, "-upstream", FO_SF)
     produce(s, f"{FO_SF}:events", [f"event-{i}" for i in range(25)])
-    s.streamrep("gateway", "run", "-cluster", "newyork", "-once", "true", "-engine", "local")
+    # gw1: the world's sanfrancisco sends to newyork's listed gateways only (gw1 gw2)
+    s.streamrep("gateway", "run", "-cluster", "newyork", "-id", "gw1", "-once", "true", "-engine", "local")
+    assert admin.entry(FO_NY).failover is None and contents(admin, FO_NY) == expect(
+        {"events": [f"event-{i}" for i in range(25)]})
     _call(ui, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, timeout=240)  # once it is parsed
     conf = {"path": FO_SF, "replica": FO_NY, "timeout": 60}
     outcomes = {}
