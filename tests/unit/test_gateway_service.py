@@ -384,3 +384,13 @@ def test_a_long_pass_keeps_the_heartbeat_fresh(linked, monkeypatch):
     # one beat at the start of the pass, one after each of the batches that moved messages
     assert len(beats) >= 1 + 60 // 10 and beats == sorted(beats)
     assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(60))
+
+
+def test_a_drain_by_a_gateway_the_source_does_not_list_says_so(linked, as_alice):
+    linked.set_gateways("newyork", "gw1 gw2", "sanfrancisco")
+    produce(linked, 3)
+    code, out, err = cli("gateway", "run", "-cluster", "newyork", "-id", "other", "-engine", "local", "-once", "-json")
+    assert code == 0 and json.loads(out)["data"][0]["messages"] == 0
+    assert err.count("\n") == 1 and "cluster sanfrancisco sends to newyork only through its listed gateways" in err
+    code, out, err = cli("gateway", "run", "-cluster", "newyork", "-id", "gw2", "-engine", "local", "-once", "-json")
+    assert code == 0 and json.loads(out)["data"][0]["messages"] == 3 and err == ""

@@ -321,6 +321,10 @@ def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = 
             if n == 0:
                 break
         gateway.stop()
+        for source_cluster in sorted(gateway.unlisted_by):  # not an error, but nothing came from there
+            ctx.err.write(f"streamrep: cluster {source_cluster} sends to {cluster} only through its listed gateways "
+                          f"(cluster gateway list -cluster {source_cluster}), not {gateway.id}: nothing from it "
+                          "was replicated\n")
         return [{"cluster": cluster, "gateway": gateway.id, "messages": moved}]
     line = gateway.run(interval=interval)
     if line:  # stopped by 'gateway stop', or not started: a requested state, so exit status 0

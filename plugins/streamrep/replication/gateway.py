@@ -102,6 +102,7 @@ class Gateway:
         self.store = admin.clusters.store(cluster)
         self.watch = StopWatch(self.store)
         self._share: list[str] | None = None  # the share last written to the heartbeat document
+        self.unlisted_by: set[str] = set()  # source clusters whose gateway list leaves this gateway out
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
         self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
         self.lag = LagRecorder(admin, cluster)  # lag history and metrics (replication/lag.py)
@@ -171,9 +172,11 @@ class Gateway:
                     result.units[unit] = source_flows
                     units_by_cluster[source.cluster].append(unit)
         mine: set[SourcePartition] = set()
+        self.unlisted_by = set()
         for source_cluster, units in units_by_cluster.items():
             listed = self.admin.gateways(source_cluster).get(self.cluster)
             if listed is not None and self.id not in listed:
+                self.unlisted_by.add(source_cluster)
                 continue  # that source cluster does not send to this gateway
             mine.update(units if whole else share_of(self.id, units, eligible(beats, listed), now, self.expiry))
         result.units = {u: f for u, f in result.units.items() if u in mine}
