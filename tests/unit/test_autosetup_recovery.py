@@ -193,7 +193,10 @@ def run_dag(dag, conf: dict, before: Mapping[str, Callable[[], None]] | None = N
 
     params = copy.deepcopy(dag.params)
     params.update(conf)
-    context = {**ctx(), "params": params.validate()}
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    # outlet_events: the caught-up sensor adds the replica's asset event, as a worker's context allows
+    context = {**ctx(), "params": params.validate(), "outlet_events": OutletEventAccessors()}
     states: dict[str, str] = {}
     for task in dag.task_group.topological_sort():
         assert task.trigger_rule in (TriggerRule.ALL_SUCCESS, TriggerRule.NONE_FAILED), task.trigger_rule
