@@ -114,7 +114,7 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
     timings["REST-triggered stream_replica_manual_setup until success"] = round(time.monotonic() - started, 1)
     states = {t["task_id"]: t["state"] for t in airflow.task_instances("stream_replica_manual_setup", setup)}
     assert states == dict.fromkeys(("create_replica", "add_replica_paused", "verify_replica", "add_upstream",
-                                    "verify_upstream", "copystream", "resume_replica"), "success")
+                                    "verify_upstream", "copystream", "resume_replica", "wait_caught_up"), "success")
     assert contents(admin, NY) == expect(sent)
 
     # 2. the gateway runs continuously under the scheduler
