@@ -546,7 +546,7 @@ class KafkaStore(Store):
         consumer = self._reader(name, partition, start)
         out: list[Message] = []
         position = start
-        overshoot = False  # a message at or past ``end`` was consumed: the reader must seek next time
+        overshoot = False  # a message outside [start, end) was consumed: the reader must seek next time
         deadline = time.monotonic() + TIMEOUT_SECONDS
         new = tuple.__new__
         append = out.append
@@ -560,8 +560,8 @@ class KafkaStore(Store):
                         continue
                     raise self._translate(err, f"cannot read {name}")
                 offset = msg.offset()
-                if offset >= end:
-                    overshoot = True
+                if offset >= end or offset < start:  # past the span, or fetched before a reposition:
+                    overshoot = True  # never returned, and the reader seeks again next time
                     continue
                 headers = msg.headers()
                 append(new(Message, (msg.value() or b"", msg.key(),
