@@ -293,11 +293,12 @@ def _hitl(ui, dag_id: str, run_id: str, task_id: str = "approve", timeout: float
     while True:
         status, body = ui.request("GET", path)
         if status == 200 and not body.get("response_received"):
-            status, ti = ui.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
-            if status == 200 and ti["state"] == "awaiting_input":
-                # Answer after a person's few seconds: Airflow 3.3 fails a HITL task answered before the
-                # scheduler has processed the workload that paused it (seen: "TI was not in the running state").
-                time.sleep(5)
+            # Answer once the scheduler has taken in the executor event of the workload that paused
+            # the task: Airflow 3.3 (LocalExecutor) marks a HITL task FAILED when that event arrives
+            # after the answer has queued the task again ("reported that the task instance ... finished").
+            paused = f"state success for task instance TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', " \
+                     f"run_id='{run_id}'"
+            if paused in ui.log.read_text(errors="replace"):
                 return body
         assert time.monotonic() < deadline, (status, body)
         time.sleep(1)
