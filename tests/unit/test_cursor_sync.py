@@ -12,8 +12,7 @@ import pytest
 from streamrep.cli.main import run
 from streamrep.client import Consumer, Producer
 from streamrep.errors import Conflict, PermissionDenied
-from streamrep.replication.cursors import (ACTIVE, BEHIND, SYNCED, UNCHANGED, WAITING, list_cursors,
-                                           sync_cursors)
+from streamrep.replication.cursors import ACTIVE, BEHIND, SYNCED, UNCHANGED, WAITING, sync_cursors
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.translate import translate_cursors
 
