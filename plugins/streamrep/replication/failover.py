@@ -53,11 +53,11 @@ from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import ReplicaState, position_key, stop_key
+from streamrep.model.replication import ReplicaState, stop_key
 from streamrep.replication.cursors import adopt_cursors, sync_partitions
 from streamrep.replication.service import live_gateways_of
 from streamrep.replication.setup import ensure_replica, ensure_upstream
-from streamrep.replication.status import PRECISE_PENDING_MAX, pending, to_apply
+from streamrep.replication.status import partition_pending, pending
 from streamrep.replication.transfer import ensure_topics
 
 # Longer than a producer's view of a failover record may be stale, plus an append in flight.
@@ -172,12 +172,7 @@ def lag_by_topic(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, ds
         messages = size = 0
         oldest = None
         for partition in range(count):
-            start, _ = source_store.offsets(src_entry.uuid, topic, partition)
-            position = max(marks.get(position_key(src_entry.uuid, topic, partition), start), start)
-            n, b, lo, _ = source_store.range_stats(src_entry.uuid, topic, partition, position)
-            if 0 < n <= PRECISE_PENDING_MAX:
-                read, _ = source_store.read_span(src_entry.uuid, topic, partition, position, n)
-                n, b, lo, _ = to_apply(read, dst_entry.uuid)
+            n, b, lo, _ = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
             messages, size = messages + n, size + b
             if n:
                 oldest = lo if oldest is None else min(oldest, lo)

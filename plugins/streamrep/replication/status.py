@@ -34,6 +34,19 @@ def to_apply(messages: list[Message], replica_uuid: str) -> tuple[int, int, int 
     return len(kept), sum(len(m.value or b"") for m in kept), min(stamps), max(stamps)
 
 
+def partition_pending(source_store, src_uuid: str, dst_uuid: str, marks: dict[str, int], topic: str,
+                      partition: int) -> tuple[int, int, int | None, int | None]:
+    """``(messages, bytes, oldest ts, newest ts)`` of one source partition not yet applied to the
+    replica ``dst_uuid`` whose marks are ``marks``: exact (origin-filtered) for small backlogs."""
+    start, _ = source_store.offsets(src_uuid, topic, partition)
+    position = max(marks.get(position_key(src_uuid, topic, partition), start), start)
+    n, b, lo, hi = source_store.range_stats(src_uuid, topic, partition, position)
+    if 0 < n <= PRECISE_PENDING_MAX:
+        read, _ = source_store.read_span(src_uuid, topic, partition, position, n)
+        n, b, lo, hi = to_apply(read, dst_uuid)
+    return n, b, lo, hi
+
+
 def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
     """What the source holds that ``replica`` has not applied: messages, bytes, and the
     timestamps of the oldest and newest of them."""
@@ -45,12 +58,7 @@ def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
     oldest = newest = None
     for topic, count in source_store.topics(src_entry.uuid).items():
         for partition in range(count):
-            start, _ = source_store.offsets(src_entry.uuid, topic, partition)
-            position = max(marks.get(position_key(src_entry.uuid, topic, partition), start), start)
-            n, b, lo, hi = source_store.range_stats(src_entry.uuid, topic, partition, position)
-            if 0 < n <= PRECISE_PENDING_MAX:
-                read, _ = source_store.read_span(src_entry.uuid, topic, partition, position, n)
-                n, b, lo, hi = to_apply(read, dst_entry.uuid)
+            n, b, lo, hi = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
             messages, size = messages + n, size + b
             if n:
                 oldest = lo if oldest is None else min(oldest, lo)
