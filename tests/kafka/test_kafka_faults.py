@@ -388,9 +388,6 @@ def on_own_broker(empty_home, own_broker) -> StreamAdmin:
 
 @pytest.mark.slow
 @pytest.mark.kafka  # on a broker of its own: no backend parameter to mark it
-@pytest.mark.xfail(strict=False, reason="open exactly-once defect: some runs replicate one batch twice (500 "
-                   "duplicates of 25,000, seen 2026-11-24 on seed 1033584760 and before) when the broker restarts "
-                   "under the gateway; other runs pass. Under investigation: the marks fold after a restart.")
 def test_broker_restarted_under_a_running_gateway(on_own_broker, own_broker, empty_home):
     """The broker stops (a clean SIGTERM or a SIGKILL, by the seed) and starts again on the same data
     while a gateway runs: the gateway waits and retries, and the replica ends exact."""

@@ -430,10 +430,7 @@ class App:
         assert not self.errors, self.errors
 
 
-# Embedded only for now. Open defect: in one CI run the Kafka variant never ended (held() kept
-# reading the replica after the failback while the gateways ran, past pytest's timeout); it
-# passed in 17 s and 166 s in other runs. The next session debugs it and brings Kafka back here.
-@pytest.mark.backends("embedded")
+@ON_BOTH
 def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_nothing(linked):
     admin = linked
     app = App(admin)

@@ -246,11 +246,12 @@ class KafkaStore(Store):
             producer.begin_transaction()
             yield txn
             producer.flush(TIMEOUT_SECONDS)  # serves the delivery reports that give the offsets
-            producer.commit_transaction(TIMEOUT_SECONDS)
+            self._commit(producer)
         except BaseException as exc:
             try:
                 producer.abort_transaction(TIMEOUT_SECONDS)
-            except KafkaException:  # fenced or otherwise fatal: the next transaction starts a new producer
+            except KafkaException:  # fenced, fatal, or a commit still under way: the next transaction starts
+                # a new producer, whose init_transactions waits until this one's transaction has ended
                 self._txns.pop(txid, None)
             if isinstance(exc, KafkaException):
                 err = _kafka_error(exc)
@@ -259,7 +260,31 @@ class KafkaStore(Store):
                                    f"{err.str()}); retry") from None
                 raise self._translate(exc, "transaction failed") from None
             raise
-        self._await_visible(txn.last_offsets)
+        try:
+            self._await_visible(txn.last_offsets)
+        except BaseException:
+            # Committed, but not yet readable: Kafka writes the commit markers after the commit returns
+            # (after a broker restart, only once its coordinator has reloaded the transaction). Until
+            # then the last stable offset stops before this commit, so a next transaction of this
+            # producer would read the state from before it and compare-and-set against that (a
+            # replayed batch). A new producer's init_transactions waits for the commit to complete,
+            # and _await_decided for it to be readable.
+            self._txns.pop(txid, None)
+            raise
+
+    def _commit(self, producer: Producer) -> None:
+        """Commit the open transaction. A retriable error (a timeout while the coordinator is away, as
+        in a broker restart) leaves the commit under way in the background: librdkafka's contract is to
+        call commit again, which resumes it (an abort now would be refused as a conflicting call)."""
+        deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
+        while True:
+            try:
+                producer.commit_transaction(TIMEOUT_SECONDS)
+                return
+            except KafkaException as exc:
+                err = _kafka_error(exc)
+                if err is None or not err.retriable() or err.txn_requires_abort() or time.monotonic() > deadline:
+                    raise
 
     def _await_visible(self, last_offsets: Mapping[str, int]) -> None:
         """Wait until each internal topic's last stable offset is past the given record."""
