@@ -30,7 +30,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 from integration.replication_helpers import COPY_CHILD, GATEWAY_CHILD, Child, clean_env, json_rows, wait_until
 from streamrep.client import StreamAdmin
-from streamrep.errors import Conflict
+import streamrep.store.kafka as kafka_store
+from streamrep.errors import Conflict, Unavailable
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.model.naming import naming_for
@@ -268,6 +269,38 @@ def test_a_new_writer_sees_the_last_commit_behind_a_dead_transaction(api, child_
         first.close()
         second.close()
     assert [m.value() for m in committed(api, SF, partitions=1)[0]] == [b"once"]
+
+
+@pytest.mark.slow
+def test_a_commit_not_yet_readable_is_never_built_upon(api, child_env, monkeypatch):
+    """Kafka writes a transaction's commit markers after the commit returns (after a broker restart,
+    once the coordinator has reloaded it); until then the last stable offset stops before the commit.
+    Here a writer killed inside a transaction holds it there. An apply whose commit does not become
+    readable in time fails, and the retry of the same batch by the same store must not plan against
+    the marks from before its own commit: it waits for them, sees its mark moved, and writes nothing."""
+    api.create_stream(SF, ttl=0)
+    api.create_topic(SF, "t", 2)
+    store = api.store(api.path(SF))
+    stream = api.entry(SF).uuid
+    writer = KafkaStore("writer", store.bootstrap, {"streamrep.namespace": store.namespace})
+    try:
+        writer.apply(stream, "t", 0, [Message(b"first")], {"pos": 1}, {"pos": None})
+        dead = Child(DEAD_WRITER_CHILD, [store.bootstrap, store.namespace, stream], child_env)
+        try:
+            dead.wait_ready()
+            wait_until(lambda: "FROZEN" in dead.lines, 60, "the dead writer's transaction to open")
+        finally:
+            dead.kill9()
+        monkeypatch.setattr(kafka_store, "VISIBLE_WITHIN_SECONDS", 1.0)
+        with pytest.raises(Unavailable, match="did not become readable"):
+            writer.apply(stream, "t", 0, [Message(b"once")], {"pos": 2}, {"pos": 1})
+        monkeypatch.setattr(kafka_store, "VISIBLE_WITHIN_SECONDS", 60.0)  # outlasts the dead transaction
+        with pytest.raises(Conflict, match="moved"):
+            writer.apply(stream, "t", 0, [Message(b"once")], {"pos": 2}, {"pos": 1})
+        assert writer.marks(stream)["pos"] == 2
+    finally:
+        writer.close()
+    assert [m.value() for m in committed(api, SF, partitions=1)[0]] == [b"first", b"once"]
 
 
 @pytest.mark.slow
