@@ -18,3 +18,14 @@ def test_executors_check_permissions_as_the_launching_caller(monkeypatch):
 def test_a_users_own_conf_still_wins(monkeypatch):
     monkeypatch.setenv("STREAMREP_USER", "alice")
     assert spark_conf({"spark.executorEnv.STREAMREP_USER": "svc"})["spark.executorEnv.STREAMREP_USER"] == "svc"
+
+
+def test_copystream_starts_a_lighter_jvm_and_a_users_conf_wins():
+    # copystream's JVM only plans and schedules: C1 alone and the serial GC; the gateway's JVM
+    # moves every row, so it keeps the default JIT.
+    _, _, copy_conf = application("copystream", ["--src", "/mapr/a/s", "--dst", "/mapr/b/s"])
+    assert copy_conf["spark.driver.defaultJavaOptions"].split() == ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
+    _, _, gateway_conf = application("gateway", ["--cluster", "newyork"])
+    assert "spark.driver.defaultJavaOptions" not in gateway_conf
+    _, _, own = application("copystream", [], {"spark.driver.defaultJavaOptions": "-Xss4m"})
+    assert own["spark.driver.defaultJavaOptions"] == "-Xss4m"

@@ -5,13 +5,12 @@ a shared session. Every rule stays in ``streamrep.replication``.
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
 import os
 import re
 import signal
 import sys
-import tempfile
 import threading
 import time
 from typing import Callable, Mapping
@@ -22,7 +21,7 @@ from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.replication.service import placement
-from streamrep.spark.source import FORMAT, encode_ends, register, resolve_home
+from streamrep.spark.source import FORMAT, copy_task, register, resolve_home
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
 log = logging.getLogger(__name__)
@@ -59,32 +58,17 @@ def _submitted() -> bool:
 # -- copystream ----------------------------------------------------------------------------
 def copy_stream(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
     """copystream on Spark: plan the copy once (fixing each source partition's end), show
-    COPY_IN_PROGRESS, copy every source partition in its own task, and restore the state.
-    Returns ``copy.summary`` of the copy."""
+    COPY_IN_PROGRESS, copy every source partition in its own task (``source.copy_task``, which
+    reads and applies inside the task), and restore the state. Returns ``copy.summary``."""
     home = resolve_home(home or admin.clusters.home)
     plan = plan_copy(admin, source, destination)
-    fd, report = tempfile.mkstemp(prefix="streamrep-copy-", suffix=".json")
-    os.close(fd)
-    try:
-        with copying(admin, plan):
-            df = (spark.read.format(FORMAT)
-                  .option("home", home)
-                  .option("copyfrom", str(plan.source))
-                  .option("copyto", str(plan.destination))
-                  .option("ends", encode_ends(plan))
-                  .load())
-            (df.write.format(FORMAT)
-             .option("home", home)
-             .option("mode", "copy")
-             .option("copyto", str(plan.destination))
-             .option("report", report)
-             .mode("append")
-             .save())
-        with open(report, encoding="utf-8") as f:
-            text = f.read()
-        written = json.loads(text)["written"] if text else 0
-    finally:
-        os.unlink(report)
+    units = sorted(plan.ends)
+    written = 0
+    with copying(admin, plan):
+        if units:  # one task per source partition: Spark spreads them over its cores
+            task = functools.partial(copy_task, home, plan, units)
+            rows = spark.range(len(units), numPartitions=len(units)).mapInArrow(task, "written long").collect()
+            written = sum(row.written for row in rows)
     return summary(plan, written)
 
 

@@ -65,7 +65,7 @@ from streamrep.client.config import Clusters, default_home
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath, parse_stream_path
-from streamrep.replication.copy import check_copy, plan_copy
+from streamrep.replication.copy import CopyPlan, check_copy, copy_partition, plan_copy
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_until
 
@@ -469,6 +469,27 @@ class CopyReader(DataSourceReader):
         first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
         start = next_position(dest_store, partition.destination_uuid, unit, first)
         yield from read_range(source_store, unit, start, partition.end, spans=True)
+
+
+def copy_task(home: str | None, plan: CopyPlan, units: Sequence[SourcePartition],
+              ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """copystream's Spark task (``mapInArrow`` over the indexes ``ids`` into ``units``): copies
+    its source partitions in this process with ``copy_partition``, so no message crosses into
+    the JVM and back (the reader-into-writer path cost a Python object, an Arrow row and a JVM
+    row per message, twice). Yields one row, ``written``. The rights are checked again here, as
+    the caller (``STREAMREP_USER``) the task runs as.
+
+    :param plan: the copy, planned once on the driver (``plan_copy``: the ends, the topics).
+    :param units: the plan's source partitions, in the order the indexes refer to.
+    """
+    admin = admin_for(home)
+    check_copy(admin, plan.source, plan.destination)
+    source_store, dest_store = admin.store(plan.source), admin.store(plan.destination)
+    written = 0
+    for batch in ids:
+        for index in batch.column(0).to_pylist():
+            written += copy_partition(source_store, dest_store, plan, units[index], READ_CHUNK)
+    yield pa.RecordBatch.from_pydict({"written": pa.array([written], pa.int64())})
 
 
 # -- reader (b): a gateway's share -------------------------------------------------------------
