@@ -255,7 +255,10 @@ class _Passes:
             self.started[offset_key(partition.unit)] = progress[partition.unit].position
         job = partial(replicate_share, self.home, gateway.cluster, gateway.id)
         self.context.setJobGroup(self.group, f"gateway {gateway.id}: {len(plan)} source partitions", True)
-        commits = self.context.parallelize(plan, len(plan)).mapPartitions(job).collect()
+        # As many tasks as cores, not one per source partition: each task is a scheduling round
+        # trip, and a task applies its partitions one by one, each in its own transaction.
+        slices = max(1, min(len(plan), self.context.defaultParallelism))
+        commits = self.context.parallelize(plan, slices).mapPartitions(job).collect()
         total = totals(commits)
         by_source: dict[str, list] = {}
         for flows in units.values():
