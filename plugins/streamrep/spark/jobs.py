@@ -106,7 +106,7 @@ def default_checkpoint(home: str | None, cluster: str, gateway_id: str) -> str:
 
 
 class _Heartbeat(threading.Thread):
-    """Keeps the gateway live while a long micro-batch runs (latestOffset also heartbeats), and
+    """Keeps the gateway live while a long pass or micro-batch runs (each also heartbeats), and
     sets ``stop`` once the cluster's gateways are asked to stop (``gateway stop``).
 
     :param stop: set when a stop is requested (None: a drain, ``once``, which ignores it).
