@@ -4,9 +4,9 @@ replicas on ``--cluster``.
     spark-submit spark_apps/gateway.py --cluster C [--id G] [--home H] [--once]
         [--checkpoint DIR] [--interval SECONDS] [--max-records N] [--metrics-port P]
 
-``--once`` replicates what is available now and exits; otherwise micro-batches run every
-``--interval`` seconds until the cluster's gateways are asked to stop (``streamrep gateway stop``:
-the batch in progress finishes, exit status 0) or the process is stopped (SIGTERM or SIGINT).
+``--once`` replicates what is available now and exits; otherwise passes run (the next one at
+once after a pass that moved messages, else after ``--interval`` seconds) until the cluster's gateways are asked to stop (``streamrep gateway stop``:
+the pass in progress finishes, exit status 0) or the process is stopped (SIGTERM or SIGINT).
 Started while its cluster's gateways are stopped, it exits at once with status 0 and one line.
 The gateway's heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.run_gateway``.
 """
@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--id", help="the gateway's name (default: the host name)")
     parser.add_argument("--home", help="STREAMREP_HOME (the cluster registry)")
     parser.add_argument("--once", action="store_true", help="replicate what is available now, then exit")
-    parser.add_argument("--checkpoint", help="the Spark checkpoint folder (a cache of the stored positions)")
-    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds between micro-batches")
-    parser.add_argument("--max-records", type=int, help="source messages per micro-batch at most")
+    parser.add_argument("--checkpoint", help="unused, accepted for compatibility: each pass starts from the stored positions")
+    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds an idle gateway waits between passes")
+    parser.add_argument("--max-records", type=int, help="source messages per pass at most")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics from the driver on this port")
     args = parser.parse_args(argv)
     stop_on_signals()

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Mapping
+from typing import Mapping
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
@@ -21,7 +21,18 @@ from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, default_gateway_id
 from streamrep.replication.service import placement
-from streamrep.spark.source import FORMAT, copy_task, register, resolve_home
+from streamrep.spark.source import (
+    FORMAT,
+    RETRY_SECONDS,
+    copy_task,
+    offset_key,
+    plan_share,
+    record_pass,
+    register,
+    replicate_share,
+    resolve_home,
+    totals,
+)
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
 log = logging.getLogger(__name__)
@@ -77,13 +88,8 @@ def default_checkpoint(home: str | None, cluster: str, gateway_id: str) -> str:
     return os.path.join(resolve_home(home), "checkpoints", f"gateway-{cluster}-{gateway_id}")
 
 
-# How long a stopping gateway waits for the micro-batch in progress to end before it stops the
-# query anyway (an interrupted batch is safe: its positions commit with its messages, or not at all).
-STOP_BATCH_WAIT_SECONDS = 60.0
-
-
 class _Heartbeat(threading.Thread):
-    """Keeps the gateway live while a long micro-batch runs (latestOffset also heartbeats), and
+    """Keeps the gateway live while a long pass or micro-batch runs (each also heartbeats), and
     sets ``stop`` once the cluster's gateways are asked to stop (``gateway stop``).
 
     :param stop: set when a stop is requested (None: a drain, ``once``, which ignores it).
@@ -136,11 +142,15 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
                 stop: threading.Event | None = None, metrics_port: int | None = None) -> None:
     """Run a gateway of ``cluster`` until everything available now is replicated (``once``),
     or until ``stop`` is set, the cluster's gateways are asked to stop (``gateway stop``: the
-    micro-batch in progress ends first), or the process is interrupted. Its heartbeat is
-    withdrawn on the way out, so the other gateways take its share at once. A gateway whose
-    cluster's gateways are stopped does not start (one line on stderr; it returns normally).
-    The driver records the replicas' lag (``replication/lag.py``) and, with ``metrics_port``,
-    serves the gateway's Prometheus metrics, counting micro-batches as passes."""
+    pass in progress ends first), or the process is interrupted. Its heartbeat is withdrawn on
+    the way out, so the other gateways take its share at once. A gateway whose cluster's
+    gateways are stopped does not start (one line on stderr; it returns normally). The driver
+    records the replicas' lag (``replication/lag.py``) and, with ``metrics_port``, serves the
+    gateway's Prometheus metrics.
+
+    The work runs as passes planned by the driver (``_Passes``), not as a streaming query:
+    ``checkpoint`` is accepted for compatibility and unused (the stored positions are the only
+    truth, and each pass starts from them)."""
     gateway = Gateway(admin, cluster, gateway_id)
     if not once and gateway.stop_requested(force=True):
         print(f"gateway {gateway.id} not started: {gateway.stopped_line()}", file=sys.stderr, flush=True)
@@ -151,76 +161,128 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
     gateway.announce(placement("spark", context.master, context.applicationId))
     beat = _Heartbeat(gateway, stop=None if once else stop)
     beat.start()
-    query = None
+    passes = _Passes(spark, gateway, home or admin.clusters.home, once, max_records)
+    progress = ProgressReport(gateway.id)
     try:
-        query = start_gateway(spark, cluster, gateway.id, home or admin.clusters.home, checkpoint, once,
-                              interval, max_records)
-        progress = ProgressReport(gateway.id, on_batch=gateway.lag.passed)
-        while not query.awaitTermination(1):
-            progress.update(query)
-            gateway.lag.sample()  # on the driver, at most every lag.SAMPLE_SECONDS
-            if stop.is_set():
-                _finish_batch(query)
+        while not stop.is_set():
+            moved = passes.run_one()
+            if moved is None:  # once: nothing left to drain
                 break
-        progress.update(query, final=True)
+            gateway.lag.after_pass(moved)  # lag sampled on the driver, at most every lag.SAMPLE_SECONDS
+            progress.passed(moved)
+            if not moved:
+                stop.wait(interval)
+        progress.report(final=True)
         gateway.lag.sample()
         if stop.is_set() and gateway.stop_requested():
             print(f"gateway {gateway.id} stopped: {gateway.stopped_line()}", file=sys.stderr, flush=True)
-        if query.exception() is not None:
-            raise query.exception()
     finally:
         beat.halt.set()
         try:
-            if query is not None and query.isActive:
-                query.stop()
-        finally:
-            beat.join(timeout=5)
-            gateway.stop()
-            if metrics is not None:
-                metrics.close()
+            context.cancelJobGroup(passes.group)  # a pass interrupted (a signal): its transactions decide
+        except Exception:  # noqa: BLE001 - the JVM may already be gone on a signal
+            pass
+        beat.join(timeout=5)
+        gateway.stop()
+        if metrics is not None:
+            metrics.close()
 
 
-def _finish_batch(query, wait: float = STOP_BATCH_WAIT_SECONDS) -> None:
-    """Wait (at most ``wait`` seconds) until ``query`` is between micro-batches."""
-    deadline = time.monotonic() + wait
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.1)
+class _Passes:
+    """The gateway's passes, planned in the driver's own Python and run as one Spark job each.
+
+    Why not the streaming query (``start_gateway``): a PySpark Python data source plans every
+    micro-batch in a separate Python process (latestOffset, partitions: each reading the
+    catalog), and its writer commits in another one, about 0.4-0.5 s of every micro-batch
+    (bench/PROFILE-spark-gateway.md). Here a pass reads the assignment and the stored positions
+    once, in this process, and runs ``source.replicate_share`` over the source partitions with
+    messages to move, one task each: read and apply in the same task as before, the apply
+    transactional, so a killed pass leaves each partition applied or not, and the next pass
+    resumes from the stored positions.
+
+    :param once: drain what is there when the run starts (every partition the source clusters
+        let this gateway pull, as ``Trigger.AvailableNow``), then ``run_one`` returns None.
+    :param max_records: source messages per pass at most.
+    """
+
+    def __init__(self, spark, gateway: Gateway, home: str, once: bool, max_records: int | None):
+        self.context = spark.sparkContext
+        self.gateway = gateway
+        self.home = resolve_home(home)
+        self.once = once
+        self.max_records = max_records
+        self.group = f"streamrep-gateway-{gateway.cluster}-{gateway.id}"
+        self.target: dict[str, int] | None = None
+        self.started: dict[str, int] = {}  # offset key -> the position the last pass started it from
+        self.stuck: dict[str, float] = {}  # offset key -> when it was found not to move (failing replicas)
+
+    def run_one(self) -> int | None:
+        """One pass; returns the source messages it moved (None: a drain has ended)."""
+        gateway = self.gateway
+        gateway.heartbeat()
+        units = gateway.assignment(whole=self.once).units
+        gateway.picked_up({f for flows in units.values() for f in flows})
+        progress = gateway.progress(units)
+        if self.once and self.target is None:
+            self.target = {offset_key(u): p.source_end for u, p in progress.items()}
+        now = time.monotonic()
+        for unit, p in progress.items():
+            key = offset_key(unit)
+            if self.started.pop(key, None) == p.position:
+                self.stuck[key] = now  # the last pass did not move it: retry later (never, in a drain)
+        skip = {k for k, at in self.stuck.items() if self.once or now - at < RETRY_SECONDS}
+        plan = plan_share(units, progress, self.max_records, self.target, skip)
+        if not plan:
+            return None if self.once else 0
+        for partition in plan:
+            self.started[offset_key(partition.unit)] = progress[partition.unit].position
+        job = functools.partial(replicate_share, self.home, gateway.cluster, gateway.id)
+        self.context.setJobGroup(self.group, f"gateway {gateway.id}: {len(plan)} source partitions", True)
+        # As many tasks as cores, not one per source partition: each task is a scheduling round
+        # trip, and a task applies its partitions one by one, each in its own transaction.
+        slices = max(1, min(len(plan), self.context.defaultParallelism))
+        commits = self.context.parallelize(plan, slices).mapPartitions(job).collect()
+        total = totals(commits)
+        by_source: dict[str, list] = {}
+        for flows in units.values():
+            for flow in flows:
+                if flow not in by_source.setdefault(flow.source_uuid, []):
+                    by_source[flow.source_uuid].append(flow)
+        record_pass(gateway, total, by_source)
+        return total.rows
 
 
 class ProgressReport:
     """The gateway's own progress lines, on stderr (Spark's logging is kept to warnings): at most
-    one line every ``every`` seconds, summing the micro-batches that moved messages since the
-    last line; an idle gateway prints nothing.
+    one line every ``every`` seconds, summing the passes that moved messages since the last
+    line; an idle gateway prints nothing.
 
     :param gateway_id: the gateway's name, in every line.
     :param every: seconds between two lines at most.
-    :param on_batch: called with each new micro-batch's input rows (the gateway's pass count).
     """
 
-    def __init__(self, gateway_id: str, every: float = PROGRESS_EVERY_SECONDS,
-                 on_batch: Callable[[int], None] | None = None):
+    def __init__(self, gateway_id: str, every: float = PROGRESS_EVERY_SECONDS):
         self.gateway_id = gateway_id
-        self.on_batch = on_batch
         self.every = every
-        self.seen = -1  # the newest batch id counted
+        self.seen = -1  # the newest pass counted
         self.batches = self.messages = 0
         self.last = time.monotonic()
 
-    def update(self, query, final: bool = False) -> None:
-        for progress in query.recentProgress:
-            if progress.batchId > self.seen:
-                self.seen = progress.batchId
-                if self.on_batch is not None:
-                    self.on_batch(progress.numInputRows or 0)
-                if progress.numInputRows:
-                    self.batches += 1
-                    self.messages += progress.numInputRows
+    def passed(self, moved: int) -> None:
+        """One pass ended, having moved ``moved`` messages."""
+        self.seen += 1
+        if moved:
+            self.batches += 1
+            self.messages += moved
+        self.report()
+
+    def report(self, final: bool = False) -> None:
         now = time.monotonic()
         if not self.batches:
             self.last = now  # idle: nothing to say, and the next line counts from here
         elif final or now - self.last >= self.every:
-            print(f"gateway {self.gateway_id}: {self.messages} messages in {self.batches} batches "
-                  f"in the last {now - self.last:.0f} s (up to batch {self.seen})", file=sys.stderr, flush=True)
+            print(f"gateway {self.gateway_id}: {self.messages} messages in {self.batches} passes "
+                  f"in the last {now - self.last:.0f} s (up to pass {self.seen})", file=sys.stderr, flush=True)
             self.batches = self.messages = 0
             self.last = now
 

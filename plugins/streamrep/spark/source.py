@@ -66,7 +66,7 @@ from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.replication.copy import CopyPlan, check_copy, copy_partition, plan_copy
-from streamrep.replication.gateway import Gateway, default_gateway_id
+from streamrep.replication.gateway import Gateway, Progress, default_gateway_id
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_until
 
 log = logging.getLogger(__name__)
@@ -570,14 +570,58 @@ class GatewayStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: GatewayPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, GatewayPartition):
             return
-        admin = admin_for(self.home)
-        unit = partition.unit
-        dest_store = admin.clusters.store(self.cluster)
-        source_store = admin.store(unit.source)
-        first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
-        marks = {r: dest_store.marks(r) for r in set(partition.replica_uuids)}
-        start = min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
-        yield from read_range(source_store, unit, start, partition.end, spans=True)
+        yield from read_share(self.home, self.cluster, partition)
+
+
+def read_share(home: str | None, cluster: str, partition: GatewayPartition) -> Iterator[pa.RecordBatch]:
+    """Arrow batches (SPAN_SCHEMA) of one source partition of a gateway's share, from the lowest
+    stored position of its replicas up to ``partition.end``.
+
+    :param home: STREAMREP_HOME (None: the default).
+    :param cluster: the gateway's (destination) cluster.
+    :param partition: the source partition, its end and its replicas.
+    """
+    admin = admin_for(home)
+    unit = partition.unit
+    dest_store = admin.clusters.store(cluster)
+    source_store = admin.store(unit.source)
+    first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
+    marks = {r: dest_store.marks(r) for r in set(partition.replica_uuids)}
+    start = min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
+    yield from read_range(source_store, unit, start, partition.end, spans=True)
+
+
+def plan_share(units: Mapping[SourcePartition, Sequence], progress: Mapping[SourcePartition, Progress],
+               budget: int | None = None, target: Mapping[str, int] | None = None,
+               skip: Iterable[str] = ()) -> list[GatewayPartition]:
+    """The source partitions of a gateway's share that have messages to move now, each with the
+    end of this pass: the source's end (capped by ``target``), ``budget`` rows at most in all.
+
+    :param units: the share, each source partition with its flows (``Gateway.assignment``).
+    :param progress: where each stands (``Gateway.progress``).
+    :param budget: rows per pass at most (``maxRecordsPerTrigger``); None: no limit.
+    :param target: offset key -> the end an availableNow run drains to.
+    :param skip: offset keys to leave out of this pass.
+    """
+    skip = set(skip)
+    keyed = {offset_key(u): (u, p) for u, p in sorted(progress.items()) if offset_key(u) not in skip}
+    highs = {k: p.source_end if target is None else min(p.source_end, target.get(k, p.position))
+             for k, (_, p) in keyed.items()}
+    shares = spread({k: max(0, highs[k] - p.position) for k, (_, p) in keyed.items()}, budget)
+    return [GatewayPartition(u, p.position + shares[k], tuple(f.replica_uuid for f in units[u]))
+            for k, (u, p) in keyed.items() if shares[k] > 0]
+
+
+def replicate_share(home: str | None, cluster: str, gateway_id: str,
+                    partitions: Iterable[GatewayPartition]) -> Iterator[ApplyCommit]:
+    """Read and apply each source partition in this process (one Spark task of the gateway's
+    driver loop): the same read and the same transactional apply as the streaming reader and
+    writer, so the stored positions stay the only truth. Yields one ApplyCommit per partition
+    (``key`` set to its offset key)."""
+    for partition in partitions:
+        commit = _write_replicate(home, cluster, gateway_id, read_share(home, cluster, partition))
+        commit.key = offset_key(partition.unit)
+        yield commit
 
 
 # -- writers -----------------------------------------------------------------------------------
@@ -589,6 +633,7 @@ class ApplyCommit(WriterCommitMessage):
     rows: int = 0
     written: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    key: str | None = None  # the source partition's offset key, when one task applied one
 
 
 def flow_key(source_uuid: str, replica_uuid: str) -> str:
@@ -716,17 +761,24 @@ class ReplicateStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[ApplyCommit | None], batchId: int) -> None:
         total = totals(messages)
-        touched = set(total.written) | set(total.errors)
-        if not touched:
-            return
-        gateway = gateway_for(self.home, self.cluster, self.gateway_id)
-        flows = [f for fs in gateway.active_flows().values() for f in fs
-                 if flow_key(f.source_uuid, f.replica_uuid) in touched]
-        errors = {f: total.errors[flow_key(f.source_uuid, f.replica_uuid)] for f in flows
-                  if flow_key(f.source_uuid, f.replica_uuid) in total.errors}
-        gateway.record_states(flows, errors)
+        record_pass(gateway_for(self.home, self.cluster, self.gateway_id), total)
         log.info("batch %d: %d rows, %d written, %d errors", batchId, total.rows, sum(total.written.values()),
                  len(total.errors))
+
+
+def record_pass(gateway: Gateway, total: ApplyCommit, by_source: Mapping[str, Sequence] | None = None) -> None:
+    """Record REPLICATING or UNEXPECTED (with the error) on each replica link a pass touched.
+
+    :param by_source: the active flows (``Gateway.active_flows``), if the caller has them.
+    """
+    touched = set(total.written) | set(total.errors)
+    if not touched:
+        return
+    by_source = gateway.active_flows() if by_source is None else by_source
+    flows = [f for fs in by_source.values() for f in fs if flow_key(f.source_uuid, f.replica_uuid) in touched]
+    errors = {f: total.errors[flow_key(f.source_uuid, f.replica_uuid)] for f in flows
+              if flow_key(f.source_uuid, f.replica_uuid) in total.errors}
+    gateway.record_states(flows, errors)
 
 
 # -- the data source -----------------------------------------------------------------------------
