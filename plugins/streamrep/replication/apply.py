@@ -28,18 +28,19 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from streamrep.errors import Conflict, InvalidArgument
-from streamrep.model.message import Message
+from streamrep.model.message import ORIGIN_HEADER, Message, OriginRun
 from streamrep.model.replication import loss_key, origin_key, position_key, retention_loss
 
-ORIGIN_HEADER = "streamrep.origin"
+__all__ = ["ORIGIN_HEADER", "ApplyPlan", "plan_apply"]
 
 
 @dataclass
 class ApplyPlan:
     """What one apply writes: the messages (with origin headers), the marks to store, and
-    the offset syncs ``(index in messages, source offset)`` for cursor translation."""
+    the offset syncs ``(index in messages, source offset)`` for cursor translation.
+    ``messages`` is an ``OriginRun`` when they are all the source's own (the common case)."""
 
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Message] | OriginRun = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)
     syncs: list[tuple[int, int]] = field(default_factory=list)
     skipped: int = 0  # below the position (replayed) or already here by another path or loop
@@ -159,13 +160,12 @@ def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, ne
     in the source: what to write is a suffix of the batch, one run, with no per-message decisions.
     The position mark is already planned."""
     first, last = batch[0].offset, batch[-1].offset
-    keep = batch[max(0, needed - first):]
+    skip = max(0, needed - first)
+    keep = batch if skip == 0 else batch[skip:]
     plan.skipped = len(batch) - len(keep)
     if keep:
         plan.syncs.append((0, keep[0].offset))
-        plan.messages = [
-            _new_tuple(Message, (value, key, ((ORIGIN_HEADER, own_prefix + b"%d" % offset),), timestamp, -1, -1, topic))
-            for value, key, _, timestamp, _, offset, _ in keep
-        ]
+        # The origin headers are made only if a store needs them one by one (OriginRun).
+        plan.messages = OriginRun(keep, own_prefix, topic)
         plan.marks[own_key] = last + 1
     return plan

@@ -9,6 +9,11 @@ so offsets are assigned under SQLite's write lock and are never lost or duplicat
 
 Messages are keyed by one integer, ``partition id << 40 | offset``: SQLite's rowid itself,
 so a partition's offset range is a rowid range with no secondary index to maintain.
+
+Replicated messages first produced in their source (``OriginRun``) keep their origin header
+``streamrep.origin`` in ``origin_runs``, one row per run of consecutive offsets, not in each
+message: reads put the header back, so readers see the same messages. Format 2 added that
+table; a format-1 store is upgraded when it is opened (it has no runs, so it reads as before).
 """
 
 from __future__ import annotations
@@ -22,15 +27,24 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
-from streamrep.model.message import Headers, Message
+from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
 from streamrep.store.base import CatalogDoc, Store
 
-FORMAT = "streamrep-embedded-1"
+FORMAT = "streamrep-embedded-2"
+FORMAT_1 = "streamrep-embedded-1"  # no origin_runs table: upgraded in place when opened
 OFFSET_BITS = 40
 MAX_OFFSET = (1 << OFFSET_BITS) - 1
 BUSY_TIMEOUT_MS = 120_000
 
 _new_tuple = tuple.__new__
+
+# What format 2 added to format 1: the origin of runs of replicated messages (``OriginRun``).
+# Offsets ``first`` to ``first + count - 1`` of partition ``pid`` have the origin header
+# ``prefix`` + (their offset - first + origin_first).
+FORMAT_2_STATEMENTS = (
+    "CREATE TABLE IF NOT EXISTS origin_runs(pid INTEGER NOT NULL, first INTEGER NOT NULL, count INTEGER NOT NULL, "
+    "prefix BLOB NOT NULL, origin_first INTEGER NOT NULL, PRIMARY KEY(pid, first)) WITHOUT ROWID",
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_info(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,7 +66,8 @@ CREATE TABLE IF NOT EXISTS offset_syncs(
     replica_offset INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY(stream, source, source_offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors(
     grp TEXT NOT NULL, pid INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY(grp, pid)) WITHOUT ROWID;
-"""
+""" + "\n".join(f"{statement};" for statement in FORMAT_2_STATEMENTS)
+
 
 
 _NAME_PREFIXES: dict[str, bytes] = {}  # header name -> its encoded length + bytes (names repeat)
@@ -90,6 +105,39 @@ def decode_headers(blob: bytes) -> Headers:
         headers.append((blob[i + 2:name_end].decode("utf-8"), bytes(blob[name_end + 4:value_end])))
         i = value_end
     return tuple(headers)
+
+
+def _plain(rows: Sequence[tuple], partition: int, topic: str) -> list[Message]:
+    # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
+    return [_new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
+            for offset, ts, key, value, headers in rows]
+
+
+def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topic: str) -> list[Message]:
+    """Messages from rows ``(offset, ts, key, value, headers)`` in offset order, with the origin
+    header put back on those in ``runs`` (``origin_runs`` rows, in order)."""
+    if not runs:
+        return _plain(rows, partition, topic)
+    low = rows[0][0]
+    if rows[-1][0] - low != len(rows) - 1:  # never with gap-free offsets: check each row
+        return [m for row in rows for m in _messages([row], [r for r in runs if r[0] <= row[0] < r[0] + r[1]],
+                                                      partition, topic)]
+    out: list[Message] = []
+    done = 0
+    for first, count, prefix, origin_first in runs:
+        a, b = max(first - low, done), min(first + count - low, len(rows))
+        if b <= a:
+            continue
+        if a > done:
+            out += _plain(rows[done:a], partition, topic)
+        delta = origin_first - first
+        out += [_new_tuple(Message, (value, key, ((ORIGIN_HEADER, prefix + b"%d" % (offset + delta)),), ts, partition,
+                                     offset, topic))
+                for offset, ts, key, value, _ in rows[a:b]]
+        done = b
+    if done < len(rows):
+        out += _plain(rows[done:], partition, topic)
+    return out
 
 
 class EmbeddedStore(Store):
@@ -138,7 +186,9 @@ class EmbeddedStore(Store):
             raise sqlite3.DatabaseError("the file is a SQLite database but not a streamrep store")
         if "store_info" in tables:
             row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
-            if not row or row[0] != FORMAT:
+            if row and row[0] == FORMAT_1:
+                self._upgrade(con)
+            elif not row or row[0] != FORMAT:
                 raise sqlite3.DatabaseError(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
         # WAL only once the file is known to be ours (or new): it would change a foreign SQLite file.
         con.execute("PRAGMA journal_mode=WAL")
@@ -150,6 +200,21 @@ class EmbeddedStore(Store):
         con.executescript(SCHEMA)
         con.execute("INSERT OR IGNORE INTO store_info VALUES ('format', ?)", (FORMAT,))
         con.execute("INSERT OR IGNORE INTO store_info VALUES ('store_id', ?)", (str(uuid.uuid4()),))
+
+    @staticmethod
+    def _upgrade(con: sqlite3.Connection) -> None:
+        """Format 1 to 2, in one transaction (another process may be upgrading it too)."""
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
+            if row[0] == FORMAT_1:
+                for statement in FORMAT_2_STATEMENTS:
+                    con.execute(statement)
+                con.execute("UPDATE store_info SET value=? WHERE key='format'", (FORMAT,))
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
 
     def _check_file(self) -> None:
         """Unavailable if the file was deleted or replaced since it was opened: reads and
@@ -258,6 +323,7 @@ class EmbeddedStore(Store):
         for pid in pids:
             con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (pid << OFFSET_BITS, (pid + 1) << OFFSET_BITS))
             con.execute("DELETE FROM cursors WHERE pid=?", (pid,))
+            con.execute("DELETE FROM origin_runs WHERE pid=?", (pid,))
             con.execute("DELETE FROM partitions WHERE id=?", (pid,))
         return len(pids)
 
@@ -295,15 +361,37 @@ class EmbeddedStore(Store):
         if end + len(messages) > MAX_OFFSET:
             raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
         base = (pid << OFFSET_BITS) + end
-        con.executemany(
-            "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
-            [
-                (rid, timestamp, key, value, encode_headers(headers) if headers else None)
-                for rid, (value, key, headers, timestamp, _, _, _) in zip(range(base, base + len(messages)), messages)
-            ],
-        )
+        if type(messages) is OriginRun:
+            # Header-less source messages: their origin goes into one origin_runs row.
+            con.executemany(
+                "INSERT INTO messages(id, ts, key, value) VALUES (?, ?, ?, ?)",
+                [(rid, timestamp, key, value)
+                 for rid, (value, key, _, timestamp, _, _, _) in zip(range(base, base + len(messages)), messages.source)],
+            )
+            self._add_origin_run(con, pid, end, len(messages), messages.prefix, messages.origin_first)
+        else:
+            con.executemany(
+                "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (rid, timestamp, key, value, encode_headers(headers) if headers else None)
+                    for rid, (value, key, headers, timestamp, _, _, _) in zip(range(base, base + len(messages)),
+                                                                              messages)
+                ],
+            )
         con.execute("UPDATE partitions SET end_offset=? WHERE id=?", (end + len(messages), pid))
         return end
+
+    @staticmethod
+    def _add_origin_run(con: sqlite3.Connection, pid: int, first: int, count: int, prefix: bytes,
+                        origin_first: int) -> None:
+        """Record a run, or extend the partition's last run if this one continues it (a flow
+        applying batch after batch then keeps one row)."""
+        last = con.execute("SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=? "
+                           "ORDER BY first DESC LIMIT 1", (pid,)).fetchone()
+        if last is not None and last[0] + last[1] == first and last[2] == prefix and last[3] + last[1] == origin_first:
+            con.execute("UPDATE origin_runs SET count=? WHERE pid=? AND first=?", (last[1] + count, pid, last[0]))
+        else:
+            con.execute("INSERT INTO origin_runs VALUES (?, ?, ?, ?, ?)", (pid, first, count, prefix, origin_first))
 
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
         with self._write() as con:
@@ -320,16 +408,20 @@ class EmbeddedStore(Store):
                 "SELECT id - ?, ts, key, value, headers FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
                 (base, base + max(start, first), (pid + 1) << OFFSET_BITS, max_messages),
             ).fetchall()
+            # The runs that cover the rows read: the last one starting at or before the first
+            # row, and those starting after it.
+            runs = con.execute(
+                "SELECT * FROM (SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=?1 AND first <= ?2 "
+                "ORDER BY first DESC LIMIT 1) UNION ALL SELECT first, count, prefix, origin_first FROM origin_runs "
+                "WHERE pid=?1 AND first > ?2 AND first <= ?3 ORDER BY 1",
+                (pid, rows[0][0], rows[-1][0]),
+            ).fetchall() if rows else ()
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
         if not rows:  # an idle reader polls here: notice a deleted file rather than wait forever
             self._check_file()
-        # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
         try:
-            return [
-                _new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
-                for offset, ts, key, value, headers in rows
-            ]
+            return _messages(rows, runs, partition, topic)
         except (ValueError, TypeError) as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} holds a corrupt message in {topic}/{partition}: {err}") from None
 
@@ -358,6 +450,7 @@ class EmbeddedStore(Store):
                 new_start = row[0] - base if row else end
                 if new_start > start:
                     con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (base + start, base + new_start))
+                    con.execute("DELETE FROM origin_runs WHERE pid=? AND first + count <= ?", (pid, new_start))
                     con.execute("UPDATE partitions SET start_offset=? WHERE id=?", (new_start, pid))
                     dropped += new_start - start
         return dropped
