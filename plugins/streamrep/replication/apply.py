@@ -31,7 +31,7 @@ from streamrep.errors import Conflict, InvalidArgument
 from streamrep.model.message import ORIGIN_HEADER, Message, OriginRun
 from streamrep.model.replication import loss_key, origin_key, position_key, retention_loss
 
-__all__ = ["ORIGIN_HEADER", "ApplyPlan", "plan_apply"]
+__all__ = ["ORIGIN_HEADER", "ApplyPlan", "own_messages", "plan_apply"]
 
 
 @dataclass
@@ -107,8 +107,7 @@ def plan_apply(
     # origin key is the same for the whole batch, so it is computed once.
     own_key = origin_key(source_uuid, topic, partition)
     own_prefix = f"{source_uuid}/{partition}/".encode("ascii")
-    first, last = batch[0].offset, batch[-1].offset
-    if last - first + 1 == len(batch) and not any(m[2] for m in batch):
+    if own_messages(batch):
         return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), own_key, own_prefix)
     next_needed: dict[str, int] = {}
     out, syncs = plan.messages, plan.syncs
@@ -141,6 +140,12 @@ def plan_apply(
         follows = offset + 1
     plan.marks.update(next_needed)
     return plan
+
+
+def own_messages(batch: Sequence[Message]) -> bool:
+    """Whether ``batch`` holds only messages first produced in its source, at consecutive offsets
+    (no headers, so no origin from elsewhere): ``plan_apply``'s common case."""
+    return bool(batch) and batch[-1].offset - batch[0].offset + 1 == len(batch) and not any(m[2] for m in batch)
 
 
 def _check_span(span: tuple[int, int], batch: Sequence[Message], topic: str, partition: int) -> None:

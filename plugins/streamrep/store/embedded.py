@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
-from streamrep.store.base import CatalogDoc, Store
+from streamrep.store.base import CatalogDoc, ReplicaApply, Store
 
 FORMAT = "streamrep-embedded-2"
 FORMAT_1 = "streamrep-embedded-1"  # no origin_runs table: upgraded in place when opened
@@ -105,6 +105,15 @@ def decode_headers(blob: bytes) -> Headers:
         headers.append((blob[i + 2:name_end].decode("utf-8"), bytes(blob[name_end + 4:value_end])))
         i = value_end
     return tuple(headers)
+
+
+def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Whether two batches to write hold the same messages (compared in C, never per row in Python)."""
+    if a is b:
+        return True
+    if type(a) is OriginRun or type(b) is OriginRun:
+        return type(a) is type(b) and a.source is b.source and a.prefix == b.prefix and a.topic == b.topic
+    return len(a) == len(b) and list(a) == list(b)
 
 
 def _plain(rows: Sequence[tuple], partition: int, topic: str) -> list[Message]:
@@ -356,12 +365,22 @@ class EmbeddedStore(Store):
         return row
 
     def _append(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
-                messages: Sequence[Message]) -> int:
+                messages: Sequence[Message], same_as: int | None = None) -> int:
+        """Append ``messages`` to one partition; returns the first offset.
+
+        :param same_as: the first rowid of the same messages, written in this transaction to
+            another partition: they are copied inside SQLite, with no Python object per row.
+        """
         pid, _, end = self._partition(con, stream, topic, partition)
         if end + len(messages) > MAX_OFFSET:
             raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
         base = (pid << OFFSET_BITS) + end
-        if type(messages) is OriginRun:
+        if same_as is not None:
+            con.execute("INSERT INTO messages(id, ts, key, value, headers) SELECT id + ?, ts, key, value, headers "
+                        "FROM messages WHERE id >= ? AND id < ?", (base - same_as, same_as, same_as + len(messages)))
+            if type(messages) is OriginRun:
+                self._add_origin_run(con, pid, end, len(messages), messages.prefix, messages.origin_first)
+        elif type(messages) is OriginRun:
             # Header-less source messages: their origin goes into one origin_runs row.
             con.executemany(
                 "INSERT INTO messages(id, ts, key, value) VALUES (?, ?, ?, ?)",
@@ -483,24 +502,50 @@ class EmbeddedStore(Store):
         source: str = "",
         syncs: Sequence[tuple[int, int]] = (),
     ) -> int:
+        result, = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
+        if isinstance(result, Conflict):
+            raise result
+        return result
+
+    def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
+                   source: str = "") -> list[int | Conflict]:
+        # One SQLite transaction for all: a replica's messages equal to those already written
+        # to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row.
+        results: list[int | Conflict] = []
+        written: list[tuple[Sequence[Message], int]] = []  # (messages, their first rowid)
         with self._write() as con:
-            for key, expected in expect.items():
-                row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
-                if (row[0] if row else None) != expected:
-                    raise Conflict(
-                        f"replication mark {key} of stream {stream} moved ({expected} -> {row[0] if row else None}); "
-                        "another gateway applied this batch"
-                    )
-            first = self._append(con, stream, topic, partition, messages) if messages else \
-                self._partition(con, stream, topic, partition)[2]
-            con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
-                            [(stream, key, value) for key, value in marks.items()])
-            # A sync covers the run of messages up to the next sync (or the end of the batch).
-            bounds = [index for index, _ in syncs[1:]] + [len(messages)]
-            con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
-                            [(stream, source, source_offset, partition, first + index, bound - index)
-                             for (index, source_offset), bound in zip(syncs, bounds)])
-            return first
+            for stream, messages, marks, expect, syncs in applies:
+                conflict = self._moved(con, stream, expect)
+                if conflict is not None:
+                    results.append(conflict)
+                    continue
+                if messages:
+                    same_as = next((rowid for other, rowid in written if _same(other, messages)), None)
+                    first = self._append(con, stream, topic, partition, messages, same_as)
+                    if same_as is None:
+                        written.append((messages, (self._partition(con, stream, topic, partition)[0] << OFFSET_BITS)
+                                        + first))
+                else:
+                    first = self._partition(con, stream, topic, partition)[2]
+                con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
+                                [(stream, key, value) for key, value in marks.items()])
+                # A sync covers the run of messages up to the next sync (or the end of the batch).
+                bounds = [index for index, _ in syncs[1:]] + [len(messages)]
+                con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
+                                [(stream, source, source_offset, partition, first + index, bound - index)
+                                 for (index, source_offset), bound in zip(syncs, bounds)])
+                results.append(first)
+        return results
+
+    @staticmethod
+    def _moved(con: sqlite3.Connection, stream: str, expect: Mapping[str, int | None]) -> Conflict | None:
+        """The Conflict if a mark of ``stream`` no longer holds its ``expect`` value, else None."""
+        for key, expected in expect.items():
+            row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
+            if (row[0] if row else None) != expected:
+                return Conflict(f"replication mark {key} of stream {stream} moved ({expected} -> "
+                                f"{row[0] if row else None}); another gateway applied this batch")
+        return None
 
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
         with self._write() as con:
