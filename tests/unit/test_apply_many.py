@@ -149,3 +149,27 @@ def test_apply_to_replicas_shares_one_plan_and_reports_each_replica(store):
     assert [store.offsets(r, T, 0)[1] for r in ("r1", "r2", "r3")] == [5, 5, 3]
     with pytest.raises(FlowStopped):
         apply_batch(store, "r4", unit(), source_batch(5, 1))
+
+
+def test_a_replica_that_lost_the_race_is_planned_again_and_reports_no_error(tmp_path):
+    """Another gateway commits the same batch between this one's plan and its write: the
+    retry re-plans from the new marks, finds nothing left, and reports no error."""
+    path = str(tmp_path / "ny.db")
+
+    class Racing(EmbeddedStore):
+        raced = False
+
+        def apply_many(self, topic, partition, applies, source=""):
+            if not self.raced:
+                self.raced = True
+                other = EmbeddedStore("ny", path)  # the other gateway, with its own connection
+                apply_batch(other, "r1", unit(), source_batch(0, 4))
+                other.close()
+            return super().apply_many(topic, partition, applies, source)
+
+    store = Racing("ny", path)
+    store.create_topic("r1", T, 1)
+    written, errors = apply_to_replicas(store, ["r1"], unit(), source_batch(0, 4))
+    assert (written, errors) == ({"r1": 0}, {}) and store.raced
+    assert [m.value for m in store.read("r1", T, 0, 0, 10)] == [b"v0", b"v1", b"v2", b"v3"]
+    store.close()

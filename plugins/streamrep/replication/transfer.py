@@ -136,6 +136,7 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
     written: dict[str, int] = {}
     errors: dict[str, StreamrepError] = {}
     pending = list(replica_uuids)
+    conflicts: dict[str, Conflict] = {}  # the last conflict of each replica still pending
     for _ in range(CONFLICT_RETRIES):
         applies: list[ReplicaApply] = []
         plans: dict[str, ApplyPlan] = {}
@@ -175,14 +176,14 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
             for apply, result in zip(applies, results):
                 if isinstance(result, Conflict):
                     pending.append(apply.stream)
-                    errors[apply.stream] = result  # kept only if the retries run out
+                    conflicts[apply.stream] = result
                     continue
-                errors.pop(apply.stream, None)
                 plan = plans[apply.stream]
                 written[apply.stream] = len(plan.messages)
                 _after_apply(replica_store, apply.stream, unit, plan)
         if not pending:
             break
+    errors.update((replica_uuid, conflicts[replica_uuid]) for replica_uuid in pending)  # the retries ran out
     return written, errors
 
 
