@@ -173,3 +173,14 @@ def test_a_replica_that_lost_the_race_is_planned_again_and_reports_no_error(tmp_
     assert (written, errors) == ({"r1": 0}, {}) and store.raced
     assert [m.value for m in store.read("r1", T, 0, 0, 10)] == [b"v0", b"v1", b"v2", b"v3"]
     store.close()
+
+
+def test_a_replica_that_fails_leaves_the_others_of_apply_many_written(store):
+    store.create_topic("r1", T, 1)  # r2 has no topic t: its apply fails, r1's and r3's commit
+    store.create_topic("r3", T, 1)
+    pkey = position_key(SRC, T, 0)
+    run = OriginRun(source_batch(0, 2), b"src-uuid/0/", T)
+    results = store.apply_many(T, 0, [ReplicaApply(r, run, {pkey: 2}, {pkey: None}) for r in ("r1", "r2", "r3")])
+    assert results[0] == 0 and results[2] == 0 and "no partition 0" in str(results[1])
+    assert store.marks("r2") == {} and store.marks("r3") == {pkey: 2}
+    assert [m.value for m in store.read("r3", T, 0, 0, 10)] == [b"v0", b"v1"]

@@ -171,12 +171,14 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
             try:
                 results = replica_store.apply_many(unit.topic, unit.partition, applies, source=unit.key)
             except StreamrepError as err:  # the whole write failed: nothing of it was committed
-                errors.update((a.stream, err) for a in applies)
-                results = []
+                results = [err] * len(applies)
             for apply, result in zip(applies, results):
                 if isinstance(result, Conflict):
                     pending.append(apply.stream)
                     conflicts[apply.stream] = result
+                    continue
+                if isinstance(result, StreamrepError):
+                    errors[apply.stream] = result
                     continue
                 plan = plans[apply.stream]
                 written[apply.stream] = len(plan.messages)

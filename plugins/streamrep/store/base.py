@@ -10,7 +10,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from streamrep.errors import Conflict, InvalidArgument
+from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 
@@ -205,22 +205,23 @@ class Store(ABC):
         """
 
     def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
-                   source: str = "") -> list[int | Conflict]:
+                   source: str = "") -> list[int | StreamrepError]:
         """``apply`` for several replicas of one source partition (a gateway's fan-out): each is
         all or nothing and checked against its own ``expect``; one whose marks moved gets its
-        Conflict in the result and the others are still written. This default applies them one
-        by one; a backend may write them all in one transaction.
+        Conflict in the result (one that fails otherwise, its error) and the others are still
+        written. This default applies them one by one; a backend may write them all in one
+        transaction.
 
         :param applies: one per replica stream, none twice.
         :param source: the position key of the source partition (``apply``).
-        :return: per apply, in order, the first offset assigned or the Conflict.
+        :return: per apply, in order, the first offset assigned or the error.
         """
-        results: list[int | Conflict] = []
+        results: list[int | StreamrepError] = []
         for stream, messages, marks, expect, syncs in applies:
             try:
                 results.append(self.apply(stream, topic, partition, messages, marks, expect, source, syncs))
-            except Conflict as conflict:
-                results.append(conflict)
+            except StreamrepError as err:
+                results.append(err)
         return results
 
     @abstractmethod

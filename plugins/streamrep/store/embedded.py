@@ -26,7 +26,7 @@ import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError, Unavailable
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
 from streamrep.store.base import CatalogDoc, ReplicaApply, Store
 
@@ -503,15 +503,15 @@ class EmbeddedStore(Store):
         syncs: Sequence[tuple[int, int]] = (),
     ) -> int:
         result, = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
-        if isinstance(result, Conflict):
+        if isinstance(result, StreamrepError):
             raise result
         return result
 
     def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
-                   source: str = "") -> list[int | Conflict]:
+                   source: str = "") -> list[int | StreamrepError]:
         # One SQLite transaction for all: a replica's messages equal to those already written
         # to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row.
-        results: list[int | Conflict] = []
+        results: list[int | StreamrepError] = []
         written: list[tuple[Sequence[Message], int]] = []  # (messages, their first rowid)
         with self._write() as con:
             for stream, messages, marks, expect, syncs in applies:
@@ -519,23 +519,38 @@ class EmbeddedStore(Store):
                 if conflict is not None:
                     results.append(conflict)
                     continue
-                if messages:
-                    same_as = next((rowid for other, rowid in written if _same(other, messages)), None)
-                    first = self._append(con, stream, topic, partition, messages, same_as)
-                    if same_as is None:
-                        written.append((messages, (self._partition(con, stream, topic, partition)[0] << OFFSET_BITS)
-                                        + first))
-                else:
-                    first = self._partition(con, stream, topic, partition)[2]
-                con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
-                                [(stream, key, value) for key, value in marks.items()])
-                # A sync covers the run of messages up to the next sync (or the end of the batch).
-                bounds = [index for index, _ in syncs[1:]] + [len(messages)]
-                con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
-                                [(stream, source, source_offset, partition, first + index, bound - index)
-                                 for (index, source_offset), bound in zip(syncs, bounds)])
-                results.append(first)
+                # A savepoint per replica: one that fails (a missing partition) leaves the others written.
+                con.execute("SAVEPOINT replica")
+                try:
+                    results.append(self._apply_one(con, stream, topic, partition, messages, marks, source, syncs,
+                                                   written))
+                except StreamrepError as err:
+                    con.execute("ROLLBACK TO replica")
+                    results.append(err)
+                con.execute("RELEASE replica")
         return results
+
+    def _apply_one(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
+                   messages: Sequence[Message], marks: Mapping[str, int], source: str,
+                   syncs: Sequence[tuple[int, int]], written: list[tuple[Sequence[Message], int]]) -> int:
+        """One replica's part of ``apply_many``; ``written`` lists the batches already written in
+        this transaction (with their first rowid), and gains this one if it is new."""
+        if messages:
+            same_as = next((rowid for other, rowid in written if _same(other, messages)), None)
+            first = self._append(con, stream, topic, partition, messages, same_as)
+            if same_as is None:
+                written.append((messages, (self._partition(con, stream, topic, partition)[0] << OFFSET_BITS)
+                                + first))
+        else:
+            first = self._partition(con, stream, topic, partition)[2]
+        con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
+                        [(stream, key, value) for key, value in marks.items()])
+        # A sync covers the run of messages up to the next sync (or the end of the batch).
+        bounds = [index for index, _ in syncs[1:]] + [len(messages)]
+        con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
+                        [(stream, source, source_offset, partition, first + index, bound - index)
+                         for (index, source_offset), bound in zip(syncs, bounds)])
+        return first
 
     @staticmethod
     def _moved(con: sqlite3.Connection, stream: str, expect: Mapping[str, int | None]) -> Conflict | None:
