@@ -787,7 +787,7 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
     local = threading.local()
     conflicts = Counter()
     replica_store_class = type(api.store(api.path(NY)))
-    real_plan, real_apply = transfer.plan_apply, replica_store_class.apply
+    real_plan, real_apply = transfer.plan_apply, replica_store_class.apply_many
 
     def gated_plan(*args, **kwargs):
         plan = real_plan(*args, **kwargs)
@@ -796,15 +796,13 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
             planned.wait(timeout=30)
         return plan
 
-    def counting_apply(self, *args, **kwargs):
-        try:
-            return real_apply(self, *args, **kwargs)
-        except Conflict:
-            conflicts["n"] += 1
-            raise
+    def counting_apply(self, *args, **kwargs):  # the gateway applies through apply_many (fan-out)
+        results = real_apply(self, *args, **kwargs)
+        conflicts["n"] += sum(isinstance(result, Conflict) for result in results)
+        return results
 
     monkeypatch.setattr(transfer, "plan_apply", gated_plan)
-    monkeypatch.setattr(replica_store_class, "apply", counting_apply)
+    monkeypatch.setattr(replica_store_class, "apply_many", counting_apply)
     probe = Gateway(api, "newyork", "probe")
     [(unit, flows)] = probe.assignment().units.items()
     probe.stop()

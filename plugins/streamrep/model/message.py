@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 Headers = tuple[tuple[str, bytes], ...]
+
+_new_tuple = tuple.__new__
 
 
 class Message(NamedTuple):
@@ -28,3 +30,63 @@ class Message(NamedTuple):
             if k == name:
                 return v
         return None
+
+
+ORIGIN_HEADER = "streamrep.origin"  # ``<uuid>/<partition>/<offset>`` of the stream a message was first produced in
+
+
+class OriginRun(Sequence[Message]):
+    """Messages to replicate that were first produced in one source partition: consecutive
+    source offsets, no headers. Each reads as the source message with the one header
+    ``streamrep.origin`` = ``prefix`` + its source offset, and partition and offset unassigned.
+
+    The headers are made only when a message is looked at: a store that can keep the origin
+    beside the messages (the embedded store: one row per run) writes ``source`` and ``prefix``
+    as they are, and a replicated message then costs no header of its own.
+
+    :param source: the source messages (header-less, consecutive offsets), shared, never copied.
+    :param prefix: ``<origin uuid>/<origin partition>/`` as ASCII bytes.
+    """
+
+    __slots__ = ("source", "prefix", "topic")
+
+    def __init__(self, source: Sequence[Message], prefix: bytes, topic: str):
+        self.source = source
+        self.prefix = prefix
+        self.topic = topic
+
+    @property
+    def origin_first(self) -> int:
+        """The source (= origin) offset of the first message."""
+        return self.source[0][5]
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def _message(self, m: Message) -> Message:
+        value, key, _, timestamp, _, offset, _ = m
+        return _new_tuple(Message, (value, key, ((ORIGIN_HEADER, self.prefix + b"%d" % offset),), timestamp, -1, -1,
+                                    self.topic))
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self._message(m) for m in self.source[index]]
+        return self._message(self.source[index])
+
+    def __iter__(self) -> Iterator[Message]:
+        prefix, topic = self.prefix, self.topic
+        for value, key, _, timestamp, _, offset, _ in self.source:
+            yield _new_tuple(Message, (value, key, ((ORIGIN_HEADER, prefix + b"%d" % offset),), timestamp, -1, -1,
+                                       topic))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OriginRun) and other.source is self.source:
+            return other.prefix == self.prefix and other.topic == self.topic
+        if isinstance(other, (OriginRun, list, tuple)):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # like a list
+
+    def __repr__(self) -> str:
+        return f"OriginRun({len(self)} messages of {self.prefix.decode('ascii', 'replace')}{self.topic})"

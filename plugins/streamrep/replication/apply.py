@@ -28,18 +28,19 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from streamrep.errors import Conflict, InvalidArgument
-from streamrep.model.message import Message
+from streamrep.model.message import ORIGIN_HEADER, Message, OriginRun
 from streamrep.model.replication import loss_key, origin_key, position_key, retention_loss
 
-ORIGIN_HEADER = "streamrep.origin"
+__all__ = ["ORIGIN_HEADER", "ApplyPlan", "own_messages", "plan_apply"]
 
 
 @dataclass
 class ApplyPlan:
     """What one apply writes: the messages (with origin headers), the marks to store, and
-    the offset syncs ``(index in messages, source offset)`` for cursor translation."""
+    the offset syncs ``(index in messages, source offset)`` for cursor translation.
+    ``messages`` is an ``OriginRun`` when they are all the source's own (the common case)."""
 
-    messages: list[Message] = field(default_factory=list)
+    messages: list[Message] | OriginRun = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)
     syncs: list[tuple[int, int]] = field(default_factory=list)
     skipped: int = 0  # below the position (replayed) or already here by another path or loop
@@ -106,8 +107,7 @@ def plan_apply(
     # origin key is the same for the whole batch, so it is computed once.
     own_key = origin_key(source_uuid, topic, partition)
     own_prefix = f"{source_uuid}/{partition}/".encode("ascii")
-    first, last = batch[0].offset, batch[-1].offset
-    if last - first + 1 == len(batch) and not any(m[2] for m in batch):
+    if own_messages(batch):
         return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), own_key, own_prefix)
     next_needed: dict[str, int] = {}
     out, syncs = plan.messages, plan.syncs
@@ -142,6 +142,12 @@ def plan_apply(
     return plan
 
 
+def own_messages(batch: Sequence[Message]) -> bool:
+    """Whether ``batch`` holds only messages first produced in its source, at consecutive offsets
+    (no headers, so no origin from elsewhere): ``plan_apply``'s common case."""
+    return bool(batch) and batch[-1].offset - batch[0].offset + 1 == len(batch) and not any(m[2] for m in batch)
+
+
 def _check_span(span: tuple[int, int], batch: Sequence[Message], topic: str, partition: int) -> None:
     """A span must hold its batch: a caller's mistake here could move a position past messages."""
     read_from, read_next = span
@@ -159,13 +165,12 @@ def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, ne
     in the source: what to write is a suffix of the batch, one run, with no per-message decisions.
     The position mark is already planned."""
     first, last = batch[0].offset, batch[-1].offset
-    keep = batch[max(0, needed - first):]
+    skip = max(0, needed - first)
+    keep = batch if skip == 0 else batch[skip:]
     plan.skipped = len(batch) - len(keep)
     if keep:
         plan.syncs.append((0, keep[0].offset))
-        plan.messages = [
-            _new_tuple(Message, (value, key, ((ORIGIN_HEADER, own_prefix + b"%d" % offset),), timestamp, -1, -1, topic))
-            for value, key, _, timestamp, _, offset, _ in keep
-        ]
+        # The origin headers are made only if a store needs them one by one (OriginRun).
+        plan.messages = OriginRun(keep, own_prefix, topic)
         plan.marks[own_key] = last + 1
     return plan

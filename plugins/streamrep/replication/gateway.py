@@ -33,8 +33,8 @@ from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.lag import LagRecorder
 from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
                                            stopped_line, withdraw)
-from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_batch, ensure_topics, next_position,
-                                            read_source)
+from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_to_replicas, ensure_topics,
+                                            next_position, read_source)
 
 # HEARTBEAT_KIND is defined with the other service documents in service.py; callers keep importing it from here.
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
@@ -217,17 +217,19 @@ class Gateway:
 
     def apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message],
               source_start: int, span: tuple[int, int] | None = None) -> tuple[dict[Flow, int], dict[Flow, str]]:
-        """Apply ``batch`` (the messages of ``unit`` in ``span``, as ``transfer.apply_batch``) to
-        each flow's replica, exactly once. A flow that fails is reported and the others still get
-        the batch. Returns the messages written and the errors, by flow."""
-        written: dict[Flow, int] = {}
-        errors: dict[Flow, str] = {}
-        for flow in flows:
-            try:
-                written[flow] = apply_batch(self.store, flow.replica_uuid, unit, batch, source_start, span)
-            except StreamrepError as err:
-                errors[flow] = f"{unit.topic}/{unit.partition}: {err}"
-        return written, errors
+        """Apply ``batch`` (the messages of ``unit`` in ``span``, as ``transfer.apply_to_replicas``:
+        read once, written to all in one transaction where the store allows) to each flow's
+        replica, exactly once. A flow that fails is reported and the others still get the batch.
+        Returns the messages written and the errors, by flow."""
+        written, errors = self._apply(unit, flows, batch, source_start, span)
+        return written, {flow: f"{unit.topic}/{unit.partition}: {err}" for flow, err in errors.items()}
+
+    def _apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message], source_start: int,
+               span: tuple[int, int] | None) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
+        by_replica = {flow.replica_uuid: flow for flow in flows}
+        written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span)
+        return ({by_replica[r]: n for r, n in written.items()},
+                {by_replica[r]: err for r, err in errors.items()})
 
     def replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH,
                   end: int | None = None) -> int:
@@ -241,8 +243,9 @@ class Gateway:
     def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int,
                    end: int | None) -> SourceRead:
         read = self.read(unit, flows, max_messages, end)
-        for flow in flows:
-            apply_batch(self.store, flow.replica_uuid, unit, read.messages, read.source_start, read.span)
+        _, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
+        if errors:  # the other replicas have the batch; the pass reports this unit as failed
+            raise next(iter(errors.values()))
         return read
 
     def run_once(self, max_messages: int = DEFAULT_BATCH, whole: bool = False) -> int:

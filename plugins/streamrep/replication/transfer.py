@@ -10,9 +10,9 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 from streamrep.errors import AlreadyExists, Conflict, StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import position_key, stop_key
-from streamrep.replication.apply import plan_apply
-from streamrep.store.base import Store
+from streamrep.model.replication import origin_key, position_key, stop_key
+from streamrep.replication.apply import ApplyPlan, own_messages, plan_apply
+from streamrep.store.base import ReplicaApply, Store
 
 CONFLICT_RETRIES = 20
 
@@ -96,49 +96,111 @@ def read_source(source_store: Store, unit: SourcePartition, start: int, max_mess
 
 def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, batch: Sequence[Message],
                 source_start: int = 0, span: tuple[int, int] | None = None) -> int:
-    """Apply ``batch`` (the messages of ``unit`` in ``span``) to one replica, exactly once.
-
-    The marks are read, the plan made, and the apply committed only if the marks did not
-    move meanwhile; if another gateway moved them, the plan is made again from the new marks.
-    Messages the source's retention removed before they were applied are recorded as lost
-    (``plan_apply``) and logged as a WARNING; the replica's own retention runs afterwards.
-    Returns how many messages were written. Once a failover has stopped the flow (``stop_key``)
-    it raises ``FlowStopped`` and writes nothing.
+    """Apply ``batch`` (the messages of ``unit`` in ``span``) to one replica, exactly once
+    (``apply_to_replicas``). Returns how many messages were written; raises what failed,
+    ``FlowStopped`` once a failover has stopped the flow.
 
     :param source_start: the oldest offset the source holds, read after ``batch`` was.
     :param span: ``(read_from, read_next)``, the source offsets the read covered (``plan_apply``);
         None for a gap-free read of exactly ``batch``.
     """
+    written, errors = apply_to_replicas(replica_store, [replica_uuid], unit, batch, source_start, span)
+    if errors:
+        raise errors[replica_uuid]
+    return written[replica_uuid]
+
+
+def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: SourcePartition,
+                      batch: Sequence[Message], source_start: int = 0, span: tuple[int, int] | None = None
+                      ) -> tuple[dict[str, int], dict[str, StreamrepError]]:
+    """Apply ``batch`` (the messages of ``unit`` in ``span``) to replicas of one cluster, each
+    exactly once: read once, written many times (``Store.apply_many``, one transaction where
+    the backend allows).
+
+    Each replica's marks are read, its plan made, and its apply committed only if its marks did
+    not move meanwhile; if another gateway moved them, its plan is made again from the new marks.
+    Replicas whose marks agree share one plan. Messages the source's retention removed before
+    they were applied are recorded as lost (``plan_apply``) and logged as a WARNING; the
+    replica's own retention runs afterwards. A replica whose flow a failover stopped
+    (``stop_key``) gets ``FlowStopped`` and nothing written.
+
+    :param source_start: the oldest offset the source holds, read after ``batch`` was.
+    :param span: as ``apply_batch``.
+    :return: messages written, and the errors, by replica UUID (each replica in one of them).
+    """
     stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
+    pkey = unit.key
+    own_key = origin_key(unit.source_uuid, unit.topic, unit.partition)
+    # The plan of a batch of the source's own messages depends only on these two marks.
+    shareable = own_messages(batch)
+    written: dict[str, int] = {}
+    errors: dict[str, StreamrepError] = {}
+    pending = list(replica_uuids)
+    conflicts: dict[str, Conflict] = {}  # the last conflict of each replica still pending
     for _ in range(CONFLICT_RETRIES):
-        marks = replica_store.marks(replica_uuid)
-        if stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
-            raise FlowStopped(f"replication of {unit.source} {unit.topic}/{unit.partition} into stream uuid "
-                              f"{replica_uuid} was stopped by a failover")
-        plan = plan_apply(replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks, source_start,
-                          span)
-        if plan.empty:
-            return 0
-        expect = {key: marks.get(key) for key in plan.marks}
-        expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
-        try:
-            replica_store.apply(replica_uuid, unit.topic, unit.partition, plan.messages, plan.marks, expect,
-                                source=unit.key, syncs=plan.syncs)
-        except Conflict as conflict:
-            last = conflict
-            continue
-        if plan.lost is not None:
-            first, end = plan.lost
-            log.warning("stream %s (uuid %s) topic %s partition %d: %d messages (offsets %d-%d) were removed by "
-                        "the source's retention before they were replicated to stream uuid %s",
-                        unit.source, unit.source_uuid, unit.topic, unit.partition, end - first, first, end - 1,
-                        replica_uuid)
-        try:
-            replica_store.retain(replica_uuid, unit.topic)
-        except StreamrepError as err:  # the batch is committed: retention runs again on the next one
-            log.warning("stream uuid %s topic %s: retention failed: %s", replica_uuid, unit.topic, err)
-        return len(plan.messages)
-    raise last
+        applies: list[ReplicaApply] = []
+        plans: dict[str, ApplyPlan] = {}
+        shared: dict[tuple, ApplyPlan] = {}
+        for replica_uuid in pending:
+            marks = replica_store.marks(replica_uuid)
+            if stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
+                errors[replica_uuid] = FlowStopped(
+                    f"replication of {unit.source} {unit.topic}/{unit.partition} into stream uuid {replica_uuid} "
+                    "was stopped by a failover")
+                continue
+            share = (marks.get(pkey), marks.get(own_key)) if shareable else None
+            plan = shared.get(share) if share is not None else None
+            if plan is None:
+                try:
+                    plan = plan_apply(replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks,
+                                      source_start, span)
+                except StreamrepError as err:
+                    errors[replica_uuid] = err
+                    continue
+                if share is not None:
+                    shared[share] = plan
+            if plan.empty:
+                written[replica_uuid] = 0
+                continue
+            expect = {key: marks.get(key) for key in plan.marks}
+            expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
+            plans[replica_uuid] = plan
+            applies.append(ReplicaApply(replica_uuid, plan.messages, plan.marks, expect, plan.syncs))
+        pending = []
+        if applies:
+            try:
+                results = replica_store.apply_many(unit.topic, unit.partition, applies, source=unit.key)
+            except StreamrepError as err:  # the whole write failed: nothing of it was committed
+                results = [err] * len(applies)
+            for apply, result in zip(applies, results):
+                if isinstance(result, Conflict):
+                    pending.append(apply.stream)
+                    conflicts[apply.stream] = result
+                    continue
+                if isinstance(result, StreamrepError):
+                    errors[apply.stream] = result
+                    continue
+                plan = plans[apply.stream]
+                written[apply.stream] = len(plan.messages)
+                _after_apply(replica_store, apply.stream, unit, plan)
+        if not pending:
+            break
+    errors.update((replica_uuid, conflicts[replica_uuid]) for replica_uuid in pending)  # the retries ran out
+    return written, errors
+
+
+def _after_apply(replica_store: Store, replica_uuid: str, unit: SourcePartition, plan: ApplyPlan) -> None:
+    """What follows a committed apply: the warning for a loss, and the replica's retention."""
+    if plan.lost is not None:
+        first, end = plan.lost
+        log.warning("stream %s (uuid %s) topic %s partition %d: %d messages (offsets %d-%d) were removed by "
+                    "the source's retention before they were replicated to stream uuid %s",
+                    unit.source, unit.source_uuid, unit.topic, unit.partition, end - first, first, end - 1,
+                    replica_uuid)
+    try:
+        replica_store.retain(replica_uuid, unit.topic)
+    except StreamrepError as err:  # the batch is committed: retention runs again on the next one
+        log.warning("stream uuid %s topic %s: retention failed: %s", replica_uuid, unit.topic, err)
 
 
 def next_position(replica_store: Store, replica_uuid: str, unit: SourcePartition, source_start: int,

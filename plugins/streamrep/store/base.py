@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
-from streamrep.errors import InvalidArgument
+from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 
@@ -18,6 +18,16 @@ CatalogDoc = dict[str, Any]
 
 # Without ``force``, retention runs at most this often per topic and store object, like a log cleaner.
 RETENTION_CHECK_SECONDS = 1.0
+
+
+class ReplicaApply(NamedTuple):
+    """One replica's part of ``Store.apply_many``: ``Store.apply``'s arguments for it."""
+
+    stream: str
+    messages: Sequence[Message]
+    marks: Mapping[str, int]
+    expect: Mapping[str, int | None]
+    syncs: Sequence[tuple[int, int]] = ()
 
 
 class Store(ABC):
@@ -193,6 +203,26 @@ class Store(ABC):
             run of consecutive source offsets, recorded as an offset sync for cursor translation.
         :return: the first offset assigned.
         """
+
+    def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
+                   source: str = "") -> list[int | StreamrepError]:
+        """``apply`` for several replicas of one source partition (a gateway's fan-out): each is
+        all or nothing and checked against its own ``expect``; one whose marks moved gets its
+        Conflict in the result (one that fails otherwise, its error) and the others are still
+        written. This default applies them one by one; a backend may write them all in one
+        transaction.
+
+        :param applies: one per replica stream, none twice.
+        :param source: the position key of the source partition (``apply``).
+        :return: per apply, in order, the first offset assigned or the error.
+        """
+        results: list[int | StreamrepError] = []
+        for stream, messages, marks, expect, syncs in applies:
+            try:
+                results.append(self.apply(stream, topic, partition, messages, marks, expect, source, syncs))
+            except StreamrepError as err:
+                results.append(err)
+        return results
 
     @abstractmethod
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:

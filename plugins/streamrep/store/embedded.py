@@ -9,6 +9,11 @@ so offsets are assigned under SQLite's write lock and are never lost or duplicat
 
 Messages are keyed by one integer, ``partition id << 40 | offset``: SQLite's rowid itself,
 so a partition's offset range is a rowid range with no secondary index to maintain.
+
+Replicated messages first produced in their source (``OriginRun``) keep their origin header
+``streamrep.origin`` in ``origin_runs``, one row per run of consecutive offsets, not in each
+message: reads put the header back, so readers see the same messages. Format 2 added that
+table; a format-1 store is upgraded when it is opened (it has no runs, so it reads as before).
 """
 
 from __future__ import annotations
@@ -21,16 +26,25 @@ import uuid
 from contextlib import contextmanager
 from typing import Callable, Iterator, Mapping, Sequence
 
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
-from streamrep.model.message import Headers, Message
-from streamrep.store.base import CatalogDoc, Store
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError, Unavailable
+from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
+from streamrep.store.base import CatalogDoc, ReplicaApply, Store
 
-FORMAT = "streamrep-embedded-1"
+FORMAT = "streamrep-embedded-2"
+FORMAT_1 = "streamrep-embedded-1"  # no origin_runs table: upgraded in place when opened
 OFFSET_BITS = 40
 MAX_OFFSET = (1 << OFFSET_BITS) - 1
 BUSY_TIMEOUT_MS = 120_000
 
 _new_tuple = tuple.__new__
+
+# What format 2 added to format 1: the origin of runs of replicated messages (``OriginRun``).
+# Offsets ``first`` to ``first + count - 1`` of partition ``pid`` have the origin header
+# ``prefix`` + (their offset - first + origin_first).
+FORMAT_2_STATEMENTS = (
+    "CREATE TABLE IF NOT EXISTS origin_runs(pid INTEGER NOT NULL, first INTEGER NOT NULL, count INTEGER NOT NULL, "
+    "prefix BLOB NOT NULL, origin_first INTEGER NOT NULL, PRIMARY KEY(pid, first)) WITHOUT ROWID",
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS store_info(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,7 +66,8 @@ CREATE TABLE IF NOT EXISTS offset_syncs(
     replica_offset INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY(stream, source, source_offset)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors(
     grp TEXT NOT NULL, pid INTEGER NOT NULL, next_offset INTEGER NOT NULL, PRIMARY KEY(grp, pid)) WITHOUT ROWID;
-"""
+""" + "\n".join(f"{statement};" for statement in FORMAT_2_STATEMENTS)
+
 
 
 _NAME_PREFIXES: dict[str, bytes] = {}  # header name -> its encoded length + bytes (names repeat)
@@ -90,6 +105,48 @@ def decode_headers(blob: bytes) -> Headers:
         headers.append((blob[i + 2:name_end].decode("utf-8"), bytes(blob[name_end + 4:value_end])))
         i = value_end
     return tuple(headers)
+
+
+def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
+    """Whether two batches to write hold the same messages (compared in C, never per row in Python)."""
+    if a is b:
+        return True
+    if type(a) is OriginRun or type(b) is OriginRun:
+        return type(a) is type(b) and a.source is b.source and a.prefix == b.prefix and a.topic == b.topic
+    return len(a) == len(b) and list(a) == list(b)
+
+
+def _plain(rows: Sequence[tuple], partition: int, topic: str) -> list[Message]:
+    # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
+    return [_new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
+            for offset, ts, key, value, headers in rows]
+
+
+def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topic: str) -> list[Message]:
+    """Messages from rows ``(offset, ts, key, value, headers)`` in offset order, with the origin
+    header put back on those in ``runs`` (``origin_runs`` rows, in order)."""
+    if not runs:
+        return _plain(rows, partition, topic)
+    low = rows[0][0]
+    if rows[-1][0] - low != len(rows) - 1:  # never with gap-free offsets: check each row
+        return [m for row in rows for m in _messages([row], [r for r in runs if r[0] <= row[0] < r[0] + r[1]],
+                                                      partition, topic)]
+    out: list[Message] = []
+    done = 0
+    for first, count, prefix, origin_first in runs:
+        a, b = max(first - low, done), min(first + count - low, len(rows))
+        if b <= a:
+            continue
+        if a > done:
+            out += _plain(rows[done:a], partition, topic)
+        delta = origin_first - first
+        out += [_new_tuple(Message, (value, key, ((ORIGIN_HEADER, prefix + b"%d" % (offset + delta)),), ts, partition,
+                                     offset, topic))
+                for offset, ts, key, value, _ in rows[a:b]]
+        done = b
+    if done < len(rows):
+        out += _plain(rows[done:], partition, topic)
+    return out
 
 
 class EmbeddedStore(Store):
@@ -138,7 +195,9 @@ class EmbeddedStore(Store):
             raise sqlite3.DatabaseError("the file is a SQLite database but not a streamrep store")
         if "store_info" in tables:
             row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
-            if not row or row[0] != FORMAT:
+            if row and row[0] == FORMAT_1:
+                self._upgrade(con)
+            elif not row or row[0] != FORMAT:
                 raise sqlite3.DatabaseError(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
         # WAL only once the file is known to be ours (or new): it would change a foreign SQLite file.
         con.execute("PRAGMA journal_mode=WAL")
@@ -150,6 +209,21 @@ class EmbeddedStore(Store):
         con.executescript(SCHEMA)
         con.execute("INSERT OR IGNORE INTO store_info VALUES ('format', ?)", (FORMAT,))
         con.execute("INSERT OR IGNORE INTO store_info VALUES ('store_id', ?)", (str(uuid.uuid4()),))
+
+    @staticmethod
+    def _upgrade(con: sqlite3.Connection) -> None:
+        """Format 1 to 2, in one transaction (another process may be upgrading it too)."""
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
+            if row[0] == FORMAT_1:
+                for statement in FORMAT_2_STATEMENTS:
+                    con.execute(statement)
+                con.execute("UPDATE store_info SET value=? WHERE key='format'", (FORMAT,))
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
 
     def _check_file(self) -> None:
         """Unavailable if the file was deleted or replaced since it was opened: reads and
@@ -258,6 +332,7 @@ class EmbeddedStore(Store):
         for pid in pids:
             con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (pid << OFFSET_BITS, (pid + 1) << OFFSET_BITS))
             con.execute("DELETE FROM cursors WHERE pid=?", (pid,))
+            con.execute("DELETE FROM origin_runs WHERE pid=?", (pid,))
             con.execute("DELETE FROM partitions WHERE id=?", (pid,))
         return len(pids)
 
@@ -290,20 +365,52 @@ class EmbeddedStore(Store):
         return row
 
     def _append(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
-                messages: Sequence[Message]) -> int:
+                messages: Sequence[Message], same_as: int | None = None) -> int:
+        """Append ``messages`` to one partition; returns the first offset.
+
+        :param same_as: the first rowid of the same messages, written in this transaction to
+            another partition: they are copied inside SQLite, with no Python object per row.
+        """
         pid, _, end = self._partition(con, stream, topic, partition)
         if end + len(messages) > MAX_OFFSET:
             raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
         base = (pid << OFFSET_BITS) + end
-        con.executemany(
-            "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
-            [
-                (rid, timestamp, key, value, encode_headers(headers) if headers else None)
-                for rid, (value, key, headers, timestamp, _, _, _) in zip(range(base, base + len(messages)), messages)
-            ],
-        )
+        if same_as is not None:
+            con.execute("INSERT INTO messages(id, ts, key, value, headers) SELECT id + ?, ts, key, value, headers "
+                        "FROM messages WHERE id >= ? AND id < ?", (base - same_as, same_as, same_as + len(messages)))
+            if type(messages) is OriginRun:
+                self._add_origin_run(con, pid, end, len(messages), messages.prefix, messages.origin_first)
+        elif type(messages) is OriginRun:
+            # Header-less source messages: their origin goes into one origin_runs row.
+            con.executemany(
+                "INSERT INTO messages(id, ts, key, value) VALUES (?, ?, ?, ?)",
+                [(rid, timestamp, key, value)
+                 for rid, (value, key, _, timestamp, _, _, _) in zip(range(base, base + len(messages)), messages.source)],
+            )
+            self._add_origin_run(con, pid, end, len(messages), messages.prefix, messages.origin_first)
+        else:
+            con.executemany(
+                "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (rid, timestamp, key, value, encode_headers(headers) if headers else None)
+                    for rid, (value, key, headers, timestamp, _, _, _) in zip(range(base, base + len(messages)),
+                                                                              messages)
+                ],
+            )
         con.execute("UPDATE partitions SET end_offset=? WHERE id=?", (end + len(messages), pid))
         return end
+
+    @staticmethod
+    def _add_origin_run(con: sqlite3.Connection, pid: int, first: int, count: int, prefix: bytes,
+                        origin_first: int) -> None:
+        """Record a run, or extend the partition's last run if this one continues it (a flow
+        applying batch after batch then keeps one row)."""
+        last = con.execute("SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=? "
+                           "ORDER BY first DESC LIMIT 1", (pid,)).fetchone()
+        if last is not None and last[0] + last[1] == first and last[2] == prefix and last[3] + last[1] == origin_first:
+            con.execute("UPDATE origin_runs SET count=? WHERE pid=? AND first=?", (last[1] + count, pid, last[0]))
+        else:
+            con.execute("INSERT INTO origin_runs VALUES (?, ?, ?, ?, ?)", (pid, first, count, prefix, origin_first))
 
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
         with self._write() as con:
@@ -320,16 +427,20 @@ class EmbeddedStore(Store):
                 "SELECT id - ?, ts, key, value, headers FROM messages WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
                 (base, base + max(start, first), (pid + 1) << OFFSET_BITS, max_messages),
             ).fetchall()
+            # The runs that cover the rows read: the last one starting at or before the first
+            # row, and those starting after it.
+            runs = con.execute(
+                "SELECT * FROM (SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=?1 AND first <= ?2 "
+                "ORDER BY first DESC LIMIT 1) UNION ALL SELECT first, count, prefix, origin_first FROM origin_runs "
+                "WHERE pid=?1 AND first > ?2 AND first <= ?3 ORDER BY 1",
+                (pid, rows[0][0], rows[-1][0]),
+            ).fetchall() if rows else ()
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
         if not rows:  # an idle reader polls here: notice a deleted file rather than wait forever
             self._check_file()
-        # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
         try:
-            return [
-                _new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
-                for offset, ts, key, value, headers in rows
-            ]
+            return _messages(rows, runs, partition, topic)
         except (ValueError, TypeError) as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} holds a corrupt message in {topic}/{partition}: {err}") from None
 
@@ -358,6 +469,7 @@ class EmbeddedStore(Store):
                 new_start = row[0] - base if row else end
                 if new_start > start:
                     con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (base + start, base + new_start))
+                    con.execute("DELETE FROM origin_runs WHERE pid=? AND first + count <= ?", (pid, new_start))
                     con.execute("UPDATE partitions SET start_offset=? WHERE id=?", (new_start, pid))
                     dropped += new_start - start
         return dropped
@@ -390,24 +502,65 @@ class EmbeddedStore(Store):
         source: str = "",
         syncs: Sequence[tuple[int, int]] = (),
     ) -> int:
+        result, = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
+        if isinstance(result, StreamrepError):
+            raise result
+        return result
+
+    def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
+                   source: str = "") -> list[int | StreamrepError]:
+        # One SQLite transaction for all: a replica's messages equal to those already written
+        # to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row.
+        results: list[int | StreamrepError] = []
+        written: list[tuple[Sequence[Message], int]] = []  # (messages, their first rowid)
         with self._write() as con:
-            for key, expected in expect.items():
-                row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
-                if (row[0] if row else None) != expected:
-                    raise Conflict(
-                        f"replication mark {key} of stream {stream} moved ({expected} -> {row[0] if row else None}); "
-                        "another gateway applied this batch"
-                    )
-            first = self._append(con, stream, topic, partition, messages) if messages else \
-                self._partition(con, stream, topic, partition)[2]
-            con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
-                            [(stream, key, value) for key, value in marks.items()])
-            # A sync covers the run of messages up to the next sync (or the end of the batch).
-            bounds = [index for index, _ in syncs[1:]] + [len(messages)]
-            con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
-                            [(stream, source, source_offset, partition, first + index, bound - index)
-                             for (index, source_offset), bound in zip(syncs, bounds)])
-            return first
+            for stream, messages, marks, expect, syncs in applies:
+                conflict = self._moved(con, stream, expect)
+                if conflict is not None:
+                    results.append(conflict)
+                    continue
+                # A savepoint per replica: one that fails (a missing partition) leaves the others written.
+                con.execute("SAVEPOINT replica")
+                try:
+                    results.append(self._apply_one(con, stream, topic, partition, messages, marks, source, syncs,
+                                                   written))
+                except StreamrepError as err:
+                    con.execute("ROLLBACK TO replica")
+                    results.append(err)
+                con.execute("RELEASE replica")
+        return results
+
+    def _apply_one(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
+                   messages: Sequence[Message], marks: Mapping[str, int], source: str,
+                   syncs: Sequence[tuple[int, int]], written: list[tuple[Sequence[Message], int]]) -> int:
+        """One replica's part of ``apply_many``; ``written`` lists the batches already written in
+        this transaction (with their first rowid), and gains this one if it is new."""
+        if messages:
+            same_as = next((rowid for other, rowid in written if _same(other, messages)), None)
+            first = self._append(con, stream, topic, partition, messages, same_as)
+            if same_as is None:
+                written.append((messages, (self._partition(con, stream, topic, partition)[0] << OFFSET_BITS)
+                                + first))
+        else:
+            first = self._partition(con, stream, topic, partition)[2]
+        con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
+                        [(stream, key, value) for key, value in marks.items()])
+        # A sync covers the run of messages up to the next sync (or the end of the batch).
+        bounds = [index for index, _ in syncs[1:]] + [len(messages)]
+        con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
+                        [(stream, source, source_offset, partition, first + index, bound - index)
+                         for (index, source_offset), bound in zip(syncs, bounds)])
+        return first
+
+    @staticmethod
+    def _moved(con: sqlite3.Connection, stream: str, expect: Mapping[str, int | None]) -> Conflict | None:
+        """The Conflict if a mark of ``stream`` no longer holds its ``expect`` value, else None."""
+        for key, expected in expect.items():
+            row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
+            if (row[0] if row else None) != expected:
+                return Conflict(f"replication mark {key} of stream {stream} moved ({expected} -> "
+                                f"{row[0] if row else None}); another gateway applied this batch")
+        return None
 
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
         with self._write() as con:
