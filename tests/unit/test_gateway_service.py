@@ -394,3 +394,36 @@ def test_a_drain_by_a_gateway_the_source_does_not_list_says_so(linked, as_alice)
     assert err.count("\n") == 1 and "cluster sanfrancisco sends to newyork only through its listed gateways" in err
     code, out, err = cli("gateway", "run", "-cluster", "newyork", "-id", "gw2", "-engine", "local", "-once", "-json")
     assert code == 0 and json.loads(out)["data"][0]["messages"] == 3 and err == ""
+
+
+def test_a_running_gateway_rides_out_its_cluster_going_away_and_coming_back(linked, caplog):
+    """The gateway's own cluster's store disappears under it (its heartbeat and every pass fail
+    with Unavailable, as during a Kafka broker restart): the gateway logs and retries instead of
+    exiting; once the store is back, replication resumes from the stored positions with nothing
+    lost or doubled. (A source that goes away only marks its flows UNEXPECTED: see replica states.)"""
+    import os
+
+    produce(linked, 100)
+    own_file = linked.clusters.store("newyork").path
+    gateway = Gateway(linked, "newyork", "g1")
+    worker = threading.Thread(target=gateway.run, kwargs={"interval": 0.01, "stop_after": 12})
+    worker.start()
+    deadline = time.monotonic() + 10
+    while len(replica_values(linked)) < 100 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.rename(own_file, own_file + ".away")
+    try:
+        deadline = time.monotonic() + 10
+        while "pass failed, retrying" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "pass failed, retrying" in caplog.text and "newyork" in caplog.text
+        assert worker.is_alive()
+    finally:
+        os.rename(own_file + ".away", own_file)
+    produce(linked, 100)  # m0..m99 again, as new messages at offsets past the first 100
+    deadline = time.monotonic() + 10
+    while len(replica_values(linked)) < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.join(15)
+    assert not worker.is_alive()
+    assert sorted(replica_values(linked)) == sorted([f"m{i}" for i in range(100)] * 2)  # each exactly once

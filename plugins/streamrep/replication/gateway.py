@@ -15,6 +15,7 @@ source, and whichever gateway comes back resumes from the positions.
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections import defaultdict
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import StreamrepError
+from streamrep.errors import StreamrepError, Unavailable
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
 from streamrep.store.base import Store
@@ -39,6 +40,8 @@ from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_t
 # HEARTBEAT_KIND is defined with the other service documents in service.py; callers keep importing it from here.
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
+UNAVAILABLE_RETRY_MAX_SECONDS = 5.0  # a gateway retries a cluster that is down at least this often
+log = logging.getLogger(__name__)
 
 
 def default_gateway_id() -> str:
@@ -62,6 +65,30 @@ def gateway_outage(admin: StreamAdmin, source_cluster: str, cluster: str,
         return (f"ErrAllGatewaysUnreachable: none of the gateways {', '.join(listed)} that cluster "
                 f"{source_cluster} lists for cluster {cluster} has a live heartbeat")
     return f"ErrAllGatewaysUnreachable: no gateway of cluster {cluster} has a live heartbeat"
+
+
+class Outage:
+    """How a running gateway rides out a cluster that is down or restarting: a pass that fails
+    with ``Unavailable`` is logged and retried after a wait that doubles up to
+    UNAVAILABLE_RETRY_MAX_SECONDS. Nothing of the pass is half-applied (each apply is one
+    transaction), so the next pass resumes exactly from the stored positions.
+
+    :param wait: how to wait (``time.sleep``; an Event's ``wait`` to stay stoppable).
+    """
+
+    def __init__(self, gateway_id: str, interval: float, wait=time.sleep):
+        self.gateway_id = gateway_id
+        self.interval = interval
+        self.delay = interval
+        self.wait = wait
+
+    def failed(self, err: Unavailable) -> None:
+        log.warning("gateway %s: pass failed, retrying in %.1f s: %s", self.gateway_id, self.delay, err)
+        self.wait(self.delay)
+        self.delay = min(max(self.delay, 0.1) * 2, UNAVAILABLE_RETRY_MAX_SECONDS)
+
+    def ended(self) -> None:
+        self.delay = self.interval
 
 
 @dataclass
@@ -297,11 +324,18 @@ class Gateway:
             return f"gateway {self.id} not started: {self.stopped_line()}"
         deadline = None if stop_after is None else time.monotonic() + stop_after
         self.announce(where or placement("local"))
+        outage = Outage(self.id, interval)
         try:
             while deadline is None or time.monotonic() < deadline:
-                if self.stop_requested():  # between passes: the last pass's positions are committed
-                    return f"gateway {self.id} stopped: {self.stopped_line()}"
-                if self.run_once() == 0:
+                try:
+                    if self.stop_requested():  # between passes: the last pass's positions are committed
+                        return f"gateway {self.id} stopped: {self.stopped_line()}"
+                    moved = self.run_once()
+                except Unavailable as err:
+                    outage.failed(err)
+                    continue
+                outage.ended()
+                if moved == 0:
                     time.sleep(interval)
             return None
         finally:

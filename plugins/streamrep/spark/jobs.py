@@ -19,7 +19,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import copying, plan_copy, summary
-from streamrep.replication.gateway import Gateway, default_gateway_id
+from streamrep.replication.gateway import Gateway, Outage, default_gateway_id
 from streamrep.replication.service import placement
 from streamrep.spark.source import (
     FORMAT,
@@ -164,8 +164,16 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
     passes = _Passes(spark, gateway, home or admin.clusters.home, once, max_records)
     progress = ProgressReport(gateway.id)
     try:
+        outage = Outage(gateway.id, interval, stop.wait)
         while not stop.is_set():
-            moved = passes.run_one()
+            try:
+                moved = passes.run_one()
+            except Unavailable as err:
+                if once:  # a drain reports the outage; a running gateway rides it out
+                    raise
+                outage.failed(err)
+                continue
+            outage.ended()
             if moved is None:  # once: nothing left to drain
                 break
             gateway.lag.after_pass(moved)  # lag sampled on the driver, at most every lag.SAMPLE_SECONDS

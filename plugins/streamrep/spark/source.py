@@ -582,13 +582,18 @@ def read_share(home: str | None, cluster: str, partition: GatewayPartition) -> I
     :param partition: the source partition, its end and its replicas.
     """
     admin = admin_for(home)
+    source_store = admin.store(partition.unit.source)
+    start = _share_start(admin, cluster, partition, source_store)
+    yield from read_range(source_store, partition.unit, start, partition.end, spans=True)
+
+
+def _share_start(admin: StreamAdmin, cluster: str, partition: GatewayPartition, source_store) -> int:
+    """Where a share's source partition resumes: the lowest stored position of its replicas."""
     unit = partition.unit
     dest_store = admin.clusters.store(cluster)
-    source_store = admin.store(unit.source)
     first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
     marks = {r: dest_store.marks(r) for r in set(partition.replica_uuids)}
-    start = min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
-    yield from read_range(source_store, unit, start, partition.end, spans=True)
+    return min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
 
 
 def plan_share(units: Mapping[SourcePartition, Sequence], progress: Mapping[SourcePartition, Progress],
@@ -616,12 +621,29 @@ def replicate_share(home: str | None, cluster: str, gateway_id: str,
                     partitions: Iterable[GatewayPartition]) -> Iterator[ApplyCommit]:
     """Read and apply each source partition in this process (one Spark task of the gateway's
     driver loop): the same read and the same transactional apply as the streaming reader and
-    writer, so the stored positions stay the only truth. Yields one ApplyCommit per partition
-    (``key`` set to its offset key)."""
+    writer, so the stored positions stay the only truth, but the messages go straight from the
+    read to the apply (no Arrow rows and back). Yields one ApplyCommit per partition (``key``
+    set to its offset key)."""
+    gateway = gateway_for(home, cluster, gateway_id)
     for partition in partitions:
-        commit = _write_replicate(home, cluster, gateway_id, read_share(home, cluster, partition))
+        commit = _apply_runs(gateway, _share_runs(home, cluster, partition))
         commit.key = offset_key(partition.unit)
         yield commit
+
+
+def _share_runs(home: str | None, cluster: str, partition: GatewayPartition
+                ) -> Iterator[tuple[SourcePartition, list[Message], tuple[int, int]]]:
+    """``read_share``'s reads as runs (``batch_runs``' shape): the messages and the span of each."""
+    admin = admin_for(home)
+    unit = partition.unit
+    source_store = admin.store(unit.source)
+    position = _share_start(admin, cluster, partition, source_store)
+    while position < partition.end:
+        messages, read_next = read_until(source_store, unit, position, READ_CHUNK, partition.end)
+        if read_next <= position:
+            return
+        yield unit, messages, (position, read_next)
+        position = read_next
 
 
 # -- writers -----------------------------------------------------------------------------------
@@ -682,26 +704,32 @@ def _write_copy(home: str | None, destination: str, batches: Iterator[pa.RecordB
 
 def _write_replicate(home: str | None, cluster: str, gateway_id: str,
                      batches: Iterator[pa.RecordBatch]) -> ApplyCommit:
-    """Apply rows into every unpaused replica on ``cluster`` that their source feeds. A replica
-    that fails is reported and skipped for the rest of the task; the others go on."""
-    gateway = gateway_for(home, cluster, gateway_id)
+    """Apply rows into every unpaused replica on ``cluster`` that their source feeds."""
+    return _apply_runs(gateway_for(home, cluster, gateway_id),
+                       (run for batch in batches for run in batch_runs(batch)))
+
+
+def _apply_runs(gateway: Gateway, runs: Iterable[tuple[SourcePartition, list[Message], tuple[int, int] | None]]
+                ) -> ApplyCommit:
+    """Apply runs of one source partition each (``batch_runs``' shape) into every unpaused
+    replica on the gateway's cluster that their source feeds. A replica that fails is reported
+    and skipped for the rest of the task; the others go on."""
     by_source = None
     failed: set[tuple[SourcePartition, str]] = set()
     commit = ApplyCommit()
-    for batch in batches:
-        for unit, messages, span in batch_runs(batch):
-            if by_source is None:
-                by_source = gateway.active_flows()
-            flows = [f for f in by_source.get(unit.source_uuid, ()) if (unit, f.replica_uuid) not in failed]
-            start = source_start(gateway.admin.store(unit.source), unit)
-            written, errors = gateway.apply(unit, flows, messages, start, span)
-            commit.rows += len(messages)
-            for flow, n in written.items():
-                key = flow_key(flow.source_uuid, flow.replica_uuid)
-                commit.written[key] = commit.written.get(key, 0) + n
-            for flow, error in errors.items():
-                failed.add((unit, flow.replica_uuid))
-                commit.errors[flow_key(flow.source_uuid, flow.replica_uuid)] = error
+    for unit, messages, span in runs:
+        if by_source is None:
+            by_source = gateway.active_flows()
+        flows = [f for f in by_source.get(unit.source_uuid, ()) if (unit, f.replica_uuid) not in failed]
+        start = source_start(gateway.admin.store(unit.source), unit)
+        written, errors = gateway.apply(unit, flows, messages, start, span)
+        commit.rows += len(messages)
+        for flow, n in written.items():
+            key = flow_key(flow.source_uuid, flow.replica_uuid)
+            commit.written[key] = commit.written.get(key, 0) + n
+        for flow, error in errors.items():
+            failed.add((unit, flow.replica_uuid))
+            commit.errors[flow_key(flow.source_uuid, flow.replica_uuid)] = error
     return commit
 
 
