@@ -233,16 +233,36 @@ def produce_steadily(home: str, path: str, rate: int, seconds: float, size: int,
             time.sleep(delay)
 
 
-def replica_latencies(admin: StreamAdmin, path: str, until: float, poll: float = 0.02,
+def _done(until: float | Callable[[], bool]) -> Callable[[], bool]:
+    return until if callable(until) else lambda: time.time() >= until
+
+
+class AfterExit:
+    """``until`` for the readers: true ``grace`` seconds after ``proc`` (a producer) has ended, or at
+    ``limit`` seconds from now whatever happens."""
+
+    def __init__(self, proc, grace: float, limit: float):
+        self.proc, self.grace, self.limit = proc, grace, time.time() + limit
+        self.ended: float | None = None
+
+    def __call__(self) -> bool:
+        if self.ended is None and self.proc.exitcode is not None:
+            self.ended = time.time()
+        return time.time() >= self.limit or (self.ended is not None and time.time() >= self.ended + self.grace)
+
+
+def replica_latencies(admin: StreamAdmin, path: str, until: float | Callable[[], bool], poll: float = 0.02,
                       topic: str = TOPIC, pairs: list | None = None) -> list[float]:
     """Read an embedded replica as it fills; latency (ms) = first seen - produce timestamp.
 
+    :param until: a ``time.time()`` to stop at, or a function that says when to stop
     :param pairs: if given, also gets (latency ms, first seen ms) per message."""
     entry = admin.entry(path)
     store = admin.store(admin.path(path))
     positions: dict[int, int] = {}
     latencies: list[float] = []
-    while time.time() < until:
+    done = _done(until)
+    while not done():
         topics = store.topics(entry.uuid)
         for p in range(topics.get(topic, 0)):
             batch = store.read(entry.uuid, topic, p, positions.get(p, 0), 50_000)
@@ -318,7 +338,7 @@ def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
     admin.clusters.close()
     kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
     names = [t for t in kafka_admin.list_topics(timeout=30).topics
-             if t in topics or any(t.startswith(f"{ns}.") or t.startswith(f"_streamrep.{ns}.") for ns in namespaces)]
+             if t in topics or any(t.startswith((f"{ns}.", f"_streamrep.{ns}.")) for ns in namespaces)]
     if names:
         for future in kafka_admin.delete_topics(names, request_timeout=60).values():
             future.result()
@@ -402,7 +422,8 @@ def kafka_produce_steadily(bootstrap: str, name: str, rate: int, seconds: float,
     producer.flush(60)
 
 
-def kafka_replica_latencies(bootstrap: str, name: str, until: float, pairs: list | None = None) -> list[float]:
+def kafka_replica_latencies(bootstrap: str, name: str, until: float | Callable[[], bool],
+                            pairs: list | None = None) -> list[float]:
     """Read ``name`` (read_committed) as it fills; latency (ms) = read time - produce timestamp.
 
     :param pairs: if given, also gets (latency ms, read time ms) per record."""
@@ -410,8 +431,9 @@ def kafka_replica_latencies(bootstrap: str, name: str, until: float, pairs: list
                          "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
     consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     latencies: list[float] = []
+    done = _done(until)
     try:
-        while time.time() < until:
+        while not done():
             batch = consumer.consume(10000, timeout=0.02)
             now = time.time() * 1000
             latencies.extend(now - m.timestamp()[1] for m in batch if m.error() is None)
@@ -420,3 +442,18 @@ def kafka_replica_latencies(bootstrap: str, name: str, until: float, pairs: list
     finally:
         consumer.close()
     return latencies
+
+
+def kafka_count(bootstrap: str, name: str, target: int, timeout: float) -> int:
+    """Records a read_committed consumer reads from ``name``'s partitions, until ``target`` or ``timeout`` s."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
+    count = 0
+    deadline = time.time() + timeout
+    try:
+        while count < target and time.time() < deadline:
+            count += sum(1 for m in consumer.consume(10000, timeout=0.1) if m.error() is None)
+    finally:
+        consumer.close()
+    return count
