@@ -27,6 +27,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -304,7 +305,7 @@ def window_figures(lat_arrivals: list[tuple[float, float]], produced: int, secon
             "produced": produced}
 
 
-def caught_up(count: Callable[[], int], target: int, timeout: float = 180) -> float:
+def caught_up(count: Callable[[], int], target: int, timeout: float = 90) -> float:
     """Wait until ``count()`` reaches ``target`` (the Spark gateway has applied a window's backlog), so the
     next window starts with an idle gateway; returns the seconds waited (at most ``timeout``)."""
     t = time.perf_counter()
@@ -476,6 +477,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is kept; >= 3)")
     args = parser.parse_args()
+    # A SIGTERM ends the run through the finally blocks: Spark jobs and the broker are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     scale = 10 if args.quick else 1
     messages, backlog, fanout = 1_000_000 // scale, 500_000 // scale, 20_000 // scale
     seconds = 5.0 if args.quick else 20.0  # a steady-rate window; the rates themselves are the goals'

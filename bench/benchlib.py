@@ -444,16 +444,20 @@ def kafka_replica_latencies(bootstrap: str, name: str, until: float | Callable[[
     return latencies
 
 
-def kafka_count(bootstrap: str, name: str, target: int, timeout: float) -> int:
-    """Records a read_committed consumer reads from ``name``'s partitions, until ``target`` or ``timeout`` s."""
+def kafka_count(bootstrap: str, name: str, target: int, timeout: float, idle: float = 2.0) -> int:
+    """Records a read_committed consumer reads from ``name``'s partitions: until ``target``, ``timeout`` s,
+    or ``idle`` s without a new record once some were read (a producer that fell short of ``target``)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
     consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     count = 0
     deadline = time.time() + timeout
+    last = time.time()
     try:
-        while count < target and time.time() < deadline:
-            count += sum(1 for m in consumer.consume(10000, timeout=0.1) if m.error() is None)
+        while count < target and time.time() < deadline and not (count and time.time() - last > idle):
+            got = sum(1 for m in consumer.consume(10000, timeout=0.1) if m.error() is None)
+            if got:
+                count, last = count + got, time.time()
     finally:
         consumer.close()
     return count
