@@ -289,14 +289,16 @@ def window_figures(lat_arrivals: list[tuple[float, float]], produced: int, secon
 
     Messages produced but not read by the end of the reading count as the slowest: if a percentile
     falls among them it is given as ``grace_ms`` (the reading went on that long after the last
-    produce, so the true figure is at least that) and ``lower_bound`` says so."""
+    produce, so the true figure is at least that), or as the largest latency read if that is larger,
+    and ``lower_bound`` says so."""
     lat = sorted(latency for latency, _ in lat_arrivals)
     unseen = max(0, produced - len(lat))
     ranked = lat + [float("inf")] * unseen
+    bound = max([grace_ms, *lat[-1:]])  # an unread message ranks after every read one
     figures = {}
     for q, key in ((0.5, "p50_ms"), (0.99, "p99_ms")):
         value = percentile(ranked, q)
-        figures[key] = grace_ms if value == float("inf") else value
+        figures[key] = bound if value == float("inf") else value
         if value == float("inf"):
             figures["lower_bound"] = True
     last_produce = max((arrival - latency for latency, arrival in lat_arrivals), default=0)

@@ -107,6 +107,9 @@ def test_unread_messages_rank_as_the_slowest(bench):
     none = bench.window_figures([], produced=100, seconds=1.0, grace_ms=5000.0)
     assert none["p50_ms"] == 5000.0 and none["applied_rate"] == 0
     assert bench.measure("spark_gateway_5k_p99_embedded", none["p99_ms"], 150.0)["met"] is False
+    # read ones slower than the grace: the bound keeps p99 >= p50
+    slow = bench.window_figures([(6000.0, 7000.0)] * 60, produced=100, seconds=1.0, grace_ms=5000.0)
+    assert (slow["p50_ms"], slow["p99_ms"], slow["lower_bound"]) == (6000.0, 6000.0, True)
     few_late = bench.window_figures(pairs * 10, produced=101, seconds=1.0, grace_ms=5000.0)
     assert few_late["p50_ms"] == 100.0 and few_late["p99_ms"] == 100.0 and "lower_bound" not in few_late
 
