@@ -65,6 +65,11 @@ from streamrep.replication.copy import copy_stream
 from streamrep.spark.submit import start_app, stop_job
 
 MIB = 1 << 20
+MIN_RUNS = 3  # every figure is the median of at least this many runs
+
+
+class Stopped(Exception):
+    """SIGTERM: the long cases keep the runs they completed, the rest is reported as not run."""
 GRACE = 5.0  # seconds the replica is still read after the producer of a steady-rate window has ended
 
 # name -> (unit, kind, threshold). kind "max": value <= threshold; "ratio>=" / "ratio<=": value / baseline.
@@ -83,7 +88,7 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "scaling_copystream_spark_2_vs_1_cores": ("msg/s", "ratio>=", 1.6),
     "fanout_64_replicas": ("s", "ratio<=", 0.25),
 }
-CASES = ("continuous", "kafka", "copy", "memory", "fanout")
+CASES = ("fanout", "continuous", "kafka", "copy", "memory")  # the order they run in: the quickest first
 CASE_OF = {name: ("kafka" if name.endswith("_kafka") else "continuous" if name.startswith("spark_gateway")
                   else "memory" if name.startswith("memory") else "fanout" if name.startswith("fanout")
                   else "copy") for name in GOALS}
@@ -94,13 +99,15 @@ def goal_text(name: str) -> str:
     return f"<= {threshold:g} {unit}" if kind == "max" else f"{kind[5:]} {threshold:g}x"
 
 
-def measure(name: str, value: float | None, baseline: float | None, why: str | None = None, **detail) -> dict:
+def measure(name: str, value: float | None, baseline: float | None, why: str | None = None,
+            runs_done: int | None = None, **detail) -> dict:
     """One entry of the JSON: the figure, its same-run baseline, their ratio, the goal and whether it
     is met (``None`` when a figure is missing; ``why`` then says why).
 
     :param name: a key of ``GOALS``
     :param value: our median figure, in the goal's unit
     :param baseline: the baseline's median figure, in the same unit
+    :param runs_done: rounds completed, when the run was stopped early: fewer than ``MIN_RUNS`` is not judged
     :param detail: further figures (runs, wall times, ...) kept under ``detail``
     """
     unit, kind, threshold = GOALS[name]
@@ -113,6 +120,9 @@ def measure(name: str, value: float | None, baseline: float | None, why: str | N
         met = ratio >= threshold if kind == "ratio>=" else ratio <= threshold
     entry = {"name": name, "unit": unit, "value": value, "baseline": baseline, "ratio": ratio,
              "goal": goal_text(name), "met": met}
+    if runs_done is not None and runs_done < MIN_RUNS:
+        met = entry["met"] = None
+        why = f"only {runs_done} of {MIN_RUNS} runs before the benchmark was stopped (median of those)"
     if met is None:
         entry["why"] = why or "a figure is missing"
     if detail:
@@ -151,8 +161,10 @@ def copy_runs(count: int, size: int, repeats: int) -> dict[str, list]:
     kinds = ["baseline", "inprocess", "local[2]"] + (["local[1]"] if size == 100 else [])
     runs: dict[str, list] = {kind: [] for kind in kinds}
     n = 0
-    try:
+    try:  # a SIGTERM keeps the runs done so far
         for _ in range(repeats):  # interleaved: a change in load hits every kind alike
+            if STOPPED:
+                break
             for kind in kinds:
                 n += 1
                 dst = f"/mapr/{'la' if kind == 'baseline' else 'ny'}/c{n}"
@@ -167,10 +179,20 @@ def copy_runs(count: int, size: int, repeats: int) -> dict[str, list]:
                     runs[kind].append(spark_run(home, admin, "copystream", kind, n, count))
                 admin.delete_stream(dst)
                 log(f"  copy {size} B {kind}: {runs[kind][-1]}")
+    except Stopped:
+        STOPPED.append(True)
     finally:
         os.environ.pop("STREAMREP_SPARK_MASTER", None)  # spark_run set it; later cases use the default
         shutil.rmtree(home, ignore_errors=True)
     return runs
+
+
+def med(values: list[float]) -> float | None:
+    return median(values) if values else None
+
+
+def per_second(count: int, seconds: float | None) -> float | None:
+    return count / seconds if seconds else None
 
 
 def bench_copy(count: int, repeats: int) -> dict[str, dict]:
@@ -178,25 +200,27 @@ def bench_copy(count: int, repeats: int) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for size, label in ((100, "100B"), (1000, "1KB")):
         runs = copy_runs(count, size, repeats)
-        base = median(runs["baseline"])
-        inproc = median(runs["inprocess"])
-        spark_wall = median([w for w, _ in runs["local[2]"]])
+        base = med(runs["baseline"])
+        walls = [w for w, _ in runs["local[2]"]]
         out[f"copystream_inprocess_{label}"] = measure(
-            f"copystream_inprocess_{label}", count / inproc, count / base, messages=count,
-            baseline_runs_s=runs["baseline"], runs_s=runs["inprocess"])
+            f"copystream_inprocess_{label}", per_second(count, med(runs["inprocess"])), per_second(count, base),
+            runs_done=len(runs["inprocess"]), messages=count, baseline_runs_s=runs["baseline"],
+            runs_s=runs["inprocess"])
         out[f"copystream_spark_{label}"] = measure(
-            f"copystream_spark_{label}", count / spark_wall, count / base, messages=count, master="local[2]",
+            f"copystream_spark_{label}", per_second(count, med(walls)), per_second(count, base),
+            runs_done=len(walls), messages=count, master="local[2]",
             measured="wall time of spark-submit, Spark's start included",
-            baseline_runs_s=runs["baseline"], wall_runs_s=[w for w, _ in runs["local[2]"]])
+            baseline_runs_s=runs["baseline"], wall_runs_s=walls)
         if size == 100:
             moving = {kind: [m for _, m in runs[kind] if m is not None] for kind in ("local[1]", "local[2]")}
-            two = median(moving["local[2]"]) if moving["local[2]"] else None
-            one = median(moving["local[1]"]) if moving["local[1]"] else None
+            one_walls = [w for w, _ in runs["local[1]"]]
             out["scaling_copystream_spark_2_vs_1_cores"] = measure(
-                "scaling_copystream_spark_2_vs_1_cores", two and count / two, one and count / one, messages=count,
+                "scaling_copystream_spark_2_vs_1_cores", per_second(count, med(moving["local[2]"])),
+                per_second(count, med(moving["local[1]"])), why="the destination was not seen filling",
+                runs_done=min(len(moving["local[1]"]), len(moving["local[2]"])), messages=count,
                 measured="moving time (first to last message at the destination)",
-                wall_ratio=median([w for w, _ in runs["local[1]"]]) / spark_wall,
-                why="the destination was not seen filling", moving_runs_s=moving)
+                wall_ratio=med(one_walls) / med(walls) if one_walls and walls else None,
+                moving_runs_s=moving, wall_runs_s={"local[1]": one_walls, "local[2]": walls})
     return out
 
 
@@ -228,8 +252,10 @@ def bench_memory(small: int, repeats: int) -> dict[str, dict]:
     peaks: dict[tuple[str, str], list[int]] = {(app, b): [] for app in ("copystream", "gateway") for b in sources}
     n = [0]
     timeout = 120 + small * 10 / 5000  # a very slow 5k msg/s on the big backlog still finishes
-    try:
+    try:  # a SIGTERM keeps the runs done so far
         for _ in range(repeats):
+            if STOPPED:
+                break
             for app in ("copystream", "gateway"):
                 for backlog, (src, count) in sources.items():
                     n[0] += 1
@@ -249,13 +275,16 @@ def bench_memory(small: int, repeats: int) -> dict[str, dict]:
                     admin.delete_stream(dst)
                     peaks[(app, backlog)].append(peak)
                     log(f"  memory {app} {backlog} ({count:,}): peak {peak / MIB:.0f} MiB")
+    except Stopped:
+        STOPPED.append(True)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     out = {}
     for app in ("copystream", "gateway"):
         name = f"memory_spark_{app}_backlog"
-        out[name] = measure(name, median(peaks[(app, "big")]) / MIB, median(peaks[(app, "small")]) / MIB,
-                            backlog=small * 10, baseline_backlog=small,
+        big, base = med(peaks[(app, "big")]), med(peaks[(app, "small")])
+        out[name] = measure(name, big and big / MIB, base and base / MIB,
+                            runs_done=min(len(peaks[(app, "big")]), len(peaks[(app, "small")])), backlog=small * 10, baseline_backlog=small,
                             runs_mib={b: [p / MIB for p in peaks[(app, b)]] for b in sources})
     return out
 
@@ -263,19 +292,35 @@ def bench_memory(small: int, repeats: int) -> dict[str, dict]:
 # -- the Spark gateway under a steady produce rate -------------------------------------------------
 def start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str, cluster: str,
                         timeout: float = 300) -> subprocess.Popen:
+    """The Spark gateway, warmed up (``_start_spark_gateway``); a second try if the first fails to start
+    (on a loaded machine Spark's Python workers can miss their connect-back timeout)."""
+    try:
+        return _start_spark_gateway(admin, home, source, replica, cluster, timeout)
+    except RuntimeError as err:
+        log(f"  the Spark gateway failed to start, trying once more: {err}")
+        return _start_spark_gateway(admin, home, source, replica, cluster, timeout)
+
+
+def _start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str, cluster: str,
+                         timeout: float) -> subprocess.Popen:
     """The Spark gateway app through spark-submit; returns once it replicates. Warmed up before the
     clock: the first micro-batch with data starts Spark's Python workers (seconds), so a message on
     a separate topic must reach the replica first."""
+    output = open(os.path.join(home, "spark-gateway.log"), "w+")  # noqa: SIM115 - read back if it fails
     proc = start_app("gateway", ["--cluster", cluster, "--id", "spark", "--home", home, "--interval", "0.2"],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     stdout=output, stderr=subprocess.STDOUT)
     src_entry, src_store = admin.entry(source), admin.store(admin.path(source))
-    src_store.create_topic(src_entry.uuid, "warmup", 1)
+    if "warmup" not in src_store.topics(src_entry.uuid):
+        src_store.create_topic(src_entry.uuid, "warmup", 1)
     src_store.append(src_entry.uuid, "warmup", {0: [Message(b"warm", None, (), int(time.time() * 1000), 0)]})
     dst_entry, dst_store = admin.entry(replica), admin.store(admin.path(replica))
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the Spark gateway exited with status {proc.returncode} while warming up")
+            output.seek(0)
+            errors = [line.strip() for line in output if line.startswith("ERROR") or "Error" in line]
+            raise RuntimeError(f"the Spark gateway exited with status {proc.returncode} while warming up: "
+                               f"{errors[-1] if errors else 'no error line'}")
         if "warmup" in dst_store.topics(dst_entry.uuid) and dst_store.offsets(dst_entry.uuid, "warmup", 0)[1]:
             return proc
         time.sleep(0.5)
@@ -470,6 +515,15 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+STOPPED: list[bool] = []  # non-empty once a SIGTERM came
+
+
+def _stop(*_) -> None:
+    """SIGTERM: interrupt the current run (its Spark job is stopped on the way out) and report what is done."""
+    STOPPED.append(True)
+    raise Stopped()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="every measure on a tenth of the data (minutes)")
@@ -480,7 +534,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is kept; >= 3)")
     args = parser.parse_args()
     # A SIGTERM ends the run through the finally blocks: Spark jobs and the broker are stopped.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _stop)
     scale = 10 if args.quick else 1
     messages, backlog, fanout = 1_000_000 // scale, 500_000 // scale, 20_000 // scale
     seconds = 5.0 if args.quick else 20.0  # a steady-rate window; the rates themselves are the goals'
@@ -494,6 +548,9 @@ def main() -> int:
     for case in CASES:
         if case not in cases:
             why[case] = "not run (--only)"
+            continue
+        if STOPPED:
+            why[case] = "not run: the benchmark was stopped (SIGTERM)"
             continue
         if case == "kafka" and args.no_kafka:
             why[case] = "skipped: --no-kafka"
@@ -515,6 +572,8 @@ def main() -> int:
                 found.update(bench_memory(backlog, repeats))
             else:
                 found.update(bench_fanout(fanout, repeats))
+        except Stopped:
+            why[case] = "stopped (SIGTERM) during this case"
         except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
             why[case] = f"error: {type(err).__name__}: {err}"
             log(f"benchmark error in {case}: {type(err).__name__}: {err}\n{traceback.format_exc()}")
