@@ -62,7 +62,7 @@ from benchlib import (
 from streamrep.client import StreamAdmin
 from streamrep.model.message import Message
 from streamrep.replication.copy import copy_stream
-from streamrep.spark.submit import start_app, stop_job
+from streamrep.spark.submit import Terminated, start_app, stop_job
 
 MIB = 1 << 20
 MIN_RUNS = 3  # every figure is the median of at least this many runs
@@ -179,7 +179,7 @@ def copy_runs(count: int, size: int, repeats: int) -> dict[str, list]:
                     runs[kind].append(spark_run(home, admin, "copystream", kind, n, count))
                 admin.delete_stream(dst)
                 log(f"  copy {size} B {kind}: {runs[kind][-1]}")
-    except Stopped:
+    except (Stopped, Terminated):  # spark.submit turns a SIGTERM during a Spark run into Terminated
         STOPPED.append(True)
     finally:
         os.environ.pop("STREAMREP_SPARK_MASTER", None)  # spark_run set it; later cases use the default
@@ -275,7 +275,7 @@ def bench_memory(small: int, repeats: int) -> dict[str, dict]:
                     admin.delete_stream(dst)
                     peaks[(app, backlog)].append(peak)
                     log(f"  memory {app} {backlog} ({count:,}): peak {peak / MIB:.0f} MiB")
-    except Stopped:
+    except (Stopped, Terminated):  # spark.submit turns a SIGTERM during a Spark run into Terminated
         STOPPED.append(True)
     finally:
         shutil.rmtree(home, ignore_errors=True)
@@ -572,7 +572,8 @@ def main() -> int:
                 found.update(bench_memory(backlog, repeats))
             else:
                 found.update(bench_fanout(fanout, repeats))
-        except Stopped:
+        except (Stopped, Terminated):
+            STOPPED.append(True)
             why[case] = "stopped (SIGTERM) during this case"
         except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
             why[case] = f"error: {type(err).__name__}: {err}"
