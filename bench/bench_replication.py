@@ -232,7 +232,7 @@ def peak_of(app: str, args: list[str], timeout: float) -> int:
     watch.start()
     try:
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException:  # a timeout or a SIGTERM: the job goes too
         stop_job(proc)
         raise
     finally:

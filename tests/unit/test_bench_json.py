@@ -88,6 +88,13 @@ def test_a_missing_figure_is_met_null_with_the_reason(bench):
     assert all(KEYS <= set(m) for m in result["measures"])
 
 
+def test_fewer_than_three_runs_are_shown_but_not_judged(bench):
+    partial = bench.measure("copystream_spark_100B", 90_000.0, 100_000.0, runs_done=2)
+    assert (partial["value"], partial["ratio"], partial["met"]) == (90_000.0, 0.9, None)
+    assert partial["why"].startswith("only 2 of 3 runs")
+    assert bench.measure("copystream_spark_100B", 90_000.0, 100_000.0, runs_done=3)["met"] is True
+
+
 def test_window_figures(bench):
     # 100 messages produced from t=0 to t=990 ms, each readable 200 ms later, and 10 more 5 s late
     pairs = [(200.0, t + 200.0) for t in range(0, 1000, 10)] + [(5000.0, 6000.0)] * 10
