@@ -1,22 +1,23 @@
-"""Replication benchmarks, each printed as a ratio to a baseline measured in the same run.
+"""Replication benchmarks: one measure per goal of issue 11, each against a baseline measured in the same run.
 
-The baseline is a plain single-process Python loop that copies the same messages between the
-same two embedded clusters: ``read`` a batch from the source store, ``append`` it to the
-destination store, with no positions, origins or transactions of its own.
+Baselines: on embedded clusters a plain single-process Python loop (``benchlib.baseline_copy`` /
+``baseline_loop``: read a batch, append it, no positions, origins or transactions); on Kafka a plain
+confluent-kafka consume-produce loop with no transactions (``benchlib.kafka_baseline_loop``).
+Every figure is the median of ``--repeats`` (>= 3) runs, the runs of the baseline and ours interleaved.
 
-Cases:
+Measures (``--only`` picks cases):
 
-* ``copystream``: N messages (100 B and 1 KB values) copied by ``copy_stream`` in-process,
-  and by the Spark app through spark-submit (``--spark``; its wall time includes starting Spark).
-* ``gateway``: continuous replication while a producer process writes at a steady rate; the
-  gateway's apply rate against the baseline loop's under the same load.
-* ``latency``: produce at the source to readable at the replica, p50 and p99, at a steady
-  5k messages/s, with the in-process gateway polling every 50 ms.
-* ``fanout``: replicating one stream to 64 replicas in one gateway pass, against 64 times the
-  time for one replica.
+* ``continuous``: the Spark gateway app under a steady produce rate: p50 and p99 produce-to-readable
+  latency at 5k msg/s, and at 50k msg/s the rate it applies against the rate produced (keep-up).
+* ``kafka``: the same latency at 5k msg/s on Kafka clusters (a broker started here).
+* ``copy``: copystream in-process and on Spark (spark-submit, Spark's start included), 1M messages
+  at 100 B and 1 KB; scaling: copystream on Spark ``local[2]`` against ``local[1]`` (moving time).
+* ``memory``: peak resident memory of the whole process tree of the copystream and gateway apps on
+  Spark, with a 5M-message backlog against a 500k one.
+* ``fanout``: one in-process gateway pass to 64 replicas against 64 times a pass to one replica.
 
-Run: ``.venv/bin/python bench/bench_replication.py [--messages N] [--spark] [--json]``.
-Always exits 0: it reports, it does not gate.
+Run: ``.venv/bin/python bench/bench_replication.py [--quick] [--json] [--no-kafka] [--only CASE ...]``.
+``--quick`` runs every measure on a tenth of the data. Always exits 0: it reports, it does not gate.
 """
 
 from __future__ import annotations
@@ -26,296 +27,569 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import statistics
+import signal
 import subprocess
 import sys
-import tempfile
 import time
+import traceback
+from collections.abc import Callable
 
-from streamrep.client import Clusters, StreamAdmin
-from streamrep.model.ace import Identity
+from benchlib import (
+    IDENTITY,
+    PARTITIONS,
+    AfterExit,
+    PeakRss,
+    baseline_copy,
+    baseline_loop,
+    drop,
+    fill,
+    fresh_home,
+    held,
+    kafka_baseline_loop,
+    kafka_count,
+    kafka_home,
+    kafka_produce_steadily,
+    kafka_replica_latencies,
+    kafka_topic,
+    link,
+    median,
+    percentile,
+    produce_steadily,
+    replica_latencies,
+    start_broker,
+    stop_broker,
+)
+from streamrep.client import StreamAdmin
 from streamrep.model.message import Message
 from streamrep.replication.copy import copy_stream
-from streamrep.replication.gateway import Gateway
+from streamrep.spark.submit import Terminated, start_app, stop_job
 
-BATCH = 10_000
-PARTITIONS = 4
-IDENTITY = Identity(user="bench")
-
-
-def fresh_home(clusters=("sf", "ny", "la")) -> tuple[str, StreamAdmin]:
-    home = tempfile.mkdtemp(prefix="streamrep-bench-")
-    os.environ["STREAMREP_HOME"] = home
-    reg = Clusters(home)
-    for name in clusters:
-        reg.add(name)
-    return home, StreamAdmin(reg, IDENTITY)
+MIB = 1 << 20
+MIN_RUNS = 3  # every figure is the median of at least this many runs
 
 
-def fill(admin: StreamAdmin, path: str, count: int, size: int, topic: str = "t") -> None:
-    entry = admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
-    admin.create_topic(path, topic)
-    store = admin.store(admin.path(path))
-    value = os.urandom(size)
-    per = count // PARTITIONS
-    for p in range(PARTITIONS):
-        for i in range(0, per, BATCH):
-            n = min(BATCH, per - i)
-            store.append(entry.uuid, topic, {p: [Message(value, None, (), 1, p)] * n})
+class Stopped(Exception):
+    """SIGTERM: the long cases keep the runs they completed, the rest is reported as not run."""
+GRACE = 5.0  # seconds the replica is still read after the producer of a steady-rate window has ended
+
+# name -> (unit, kind, threshold). kind "max": value <= threshold; "ratio>=" / "ratio<=": value / baseline.
+GOALS: dict[str, tuple[str, str, float]] = {
+    "spark_gateway_5k_p50_embedded": ("ms", "max", 1000),
+    "spark_gateway_5k_p99_embedded": ("ms", "max", 2000),
+    "spark_gateway_5k_p50_kafka": ("ms", "max", 1000),
+    "spark_gateway_5k_p99_kafka": ("ms", "max", 2000),
+    "spark_gateway_50k_keepup_embedded": ("msg/s", "ratio>=", 0.95),
+    "copystream_spark_100B": ("msg/s", "ratio>=", 0.8),
+    "copystream_spark_1KB": ("msg/s", "ratio>=", 0.8),
+    "copystream_inprocess_100B": ("msg/s", "ratio>=", 0.8),
+    "copystream_inprocess_1KB": ("msg/s", "ratio>=", 0.8),
+    "memory_spark_gateway_backlog": ("MiB", "ratio<=", 1.2),
+    "memory_spark_copystream_backlog": ("MiB", "ratio<=", 1.2),
+    "scaling_copystream_spark_2_vs_1_cores": ("msg/s", "ratio>=", 1.6),
+    "fanout_64_replicas": ("s", "ratio<=", 0.25),
+}
+CASES = ("fanout", "continuous", "kafka", "copy", "memory")  # the order they run in: the quickest first
+CASE_OF = {name: ("kafka" if name.endswith("_kafka") else "continuous" if name.startswith("spark_gateway")
+                  else "memory" if name.startswith("memory") else "fanout" if name.startswith("fanout")
+                  else "copy") for name in GOALS}
 
 
-def baseline_copy(admin: StreamAdmin, src: str, dst: str, topic: str = "t") -> int:
-    """The plain loop: read a batch, append it. Returns messages copied."""
-    s_entry, d_entry = admin.entry(src), admin.create_stream(dst, defaultpartitions=PARTITIONS, ttl=0)
-    admin.create_topic(dst, topic)
-    s_store, d_store = admin.store(admin.path(src)), admin.store(admin.path(dst))
-    copied = 0
-    for p in range(PARTITIONS):
-        offset = 0
-        while True:
-            batch = s_store.read(s_entry.uuid, topic, p, offset, BATCH)
-            if not batch:
-                break
-            d_store.append(d_entry.uuid, topic, {p: batch})
-            offset = batch[-1].offset + 1
-            copied += len(batch)
-    return copied
+def goal_text(name: str) -> str:
+    unit, kind, threshold = GOALS[name]
+    return f"<= {threshold:g} {unit}" if kind == "max" else f"{kind[5:]} {threshold:g}x"
 
 
-def bench_copy(count: int, size: int, spark: bool, repeats: int) -> dict:
+def measure(name: str, value: float | None, baseline: float | None, why: str | None = None,
+            runs_done: int | None = None, **detail) -> dict:
+    """One entry of the JSON: the figure, its same-run baseline, their ratio, the goal and whether it
+    is met (``None`` when a figure is missing; ``why`` then says why).
+
+    :param name: a key of ``GOALS``
+    :param value: our median figure, in the goal's unit
+    :param baseline: the baseline's median figure, in the same unit
+    :param runs_done: rounds completed, when the run was stopped early: fewer than ``MIN_RUNS`` is not judged
+    :param detail: further figures (runs, wall times, ...) kept under ``detail``
+    """
+    unit, kind, threshold = GOALS[name]
+    ratio = value / baseline if value is not None and baseline else None
+    if kind == "max":
+        met = None if value is None else value <= threshold
+    elif ratio is None:
+        met = None
+    else:
+        met = ratio >= threshold if kind == "ratio>=" else ratio <= threshold
+    entry = {"name": name, "unit": unit, "value": value, "baseline": baseline, "ratio": ratio,
+             "goal": goal_text(name), "met": met}
+    if runs_done is not None and runs_done < MIN_RUNS:
+        met = entry["met"] = None
+        why = f"only {runs_done} of {MIN_RUNS} runs before the benchmark was stopped (median of those)"
+    if met is None:
+        entry["why"] = why or "a figure is missing"
+    if detail:
+        entry["detail"] = detail
+    return entry
+
+
+def missing(name: str, why: str) -> dict:
+    return measure(name, None, None, why=why)
+
+
+def assemble(found: dict[str, dict], why_missing: dict[str, str]) -> dict:
+    """The JSON object: one entry per goal, in ``GOALS`` order; a goal not measured gets ``met: null``
+    and the reason (its case's error, ``--no-kafka``, ``--only``)."""
+    measures = [found[name] if name in found else missing(name, why_missing.get(CASE_OF[name], "not measured"))
+                for name in GOALS]
+    return {"measures": measures}
+
+
+def log(text: str) -> None:
+    """Progress on stderr as runs end: a long run shows partial figures, and --json stays one object."""
+    print(text, file=sys.stderr, flush=True)
+
+
+# -- copystream: in-process, on Spark, and Spark's scaling ---------------------------------------
+def copy_runs(count: int, size: int, repeats: int) -> dict[str, list]:
+    """Times of copystream in-process and on Spark (``local[2]``; at 100 B also ``local[1]``) and of the
+    plain loop, on the same ``count`` messages of ``size`` bytes; runs interleaved, each copy into a
+    fresh stream that is deleted after (1 GB a copy at 1 KB). Spark runs are (wall, moving) seconds."""
+    from scale import (
+        spark_run,  # the scale benchmark's own Spark run: /mapr/sf/s into /mapr/ny/c<n>
+    )
+
     home, admin = fresh_home()
     fill(admin, "/mapr/sf/s", count, size)
+    kinds = ["baseline", "inprocess", "local[2]"] + (["local[1]"] if size == 100 else [])
+    runs: dict[str, list] = {kind: [] for kind in kinds}
+    n = 0
+    try:  # a SIGTERM keeps the runs done so far
+        for _ in range(repeats):  # interleaved: a change in load hits every kind alike
+            if STOPPED:
+                break
+            for kind in kinds:
+                n += 1
+                dst = f"/mapr/{'la' if kind == 'baseline' else 'ny'}/c{n}"
+                t = time.perf_counter()
+                if kind == "baseline":
+                    assert baseline_copy(admin, "/mapr/sf/s", dst) == count
+                    runs[kind].append(time.perf_counter() - t)
+                elif kind == "inprocess":
+                    copy_stream(admin, "/mapr/sf/s", dst)
+                    runs[kind].append(time.perf_counter() - t)
+                else:
+                    runs[kind].append(spark_run(home, admin, "copystream", kind, n, count))
+                admin.delete_stream(dst)
+                log(f"  copy {size} B {kind}: {runs[kind][-1]}")
+    except (Stopped, Terminated):  # spark.submit turns a SIGTERM during a Spark run into Terminated
+        STOPPED.append(True)
+    finally:
+        os.environ.pop("STREAMREP_SPARK_MASTER", None)  # spark_run set it; later cases use the default
+        shutil.rmtree(home, ignore_errors=True)
+    return runs
+
+
+def med(values: list[float]) -> float | None:
+    return median(values) if values else None
+
+
+def per_second(count: int, seconds: float | None) -> float | None:
+    return count / seconds if seconds else None
+
+
+def bench_copy(count: int, repeats: int) -> dict[str, dict]:
+    """copystream in-process and on Spark against the plain loop at 100 B and 1 KB, and Spark's scaling."""
+    out: dict[str, dict] = {}
+    for size, label in ((100, "100B"), (1000, "1KB")):
+        runs = copy_runs(count, size, repeats)
+        base = med(runs["baseline"])
+        walls = [w for w, _ in runs["local[2]"]]
+        out[f"copystream_inprocess_{label}"] = measure(
+            f"copystream_inprocess_{label}", per_second(count, med(runs["inprocess"])), per_second(count, base),
+            runs_done=len(runs["inprocess"]), messages=count, baseline_runs_s=runs["baseline"],
+            runs_s=runs["inprocess"])
+        out[f"copystream_spark_{label}"] = measure(
+            f"copystream_spark_{label}", per_second(count, med(walls)), per_second(count, base),
+            runs_done=len(walls), messages=count, master="local[2]",
+            measured="wall time of spark-submit, Spark's start included",
+            baseline_runs_s=runs["baseline"], wall_runs_s=walls)
+        if size == 100:
+            moving = {kind: [m for _, m in runs[kind] if m is not None] for kind in ("local[1]", "local[2]")}
+            one_walls = [w for w, _ in runs["local[1]"]]
+            out["scaling_copystream_spark_2_vs_1_cores"] = measure(
+                "scaling_copystream_spark_2_vs_1_cores", per_second(count, med(moving["local[2]"])),
+                per_second(count, med(moving["local[1]"])), why="the destination was not seen filling",
+                runs_done=min(len(moving["local[1]"]), len(moving["local[2]"])), messages=count,
+                measured="moving time (first to last message at the destination)",
+                wall_ratio=med(one_walls) / med(walls) if one_walls and walls else None,
+                moving_runs_s=moving, wall_runs_s={"local[1]": one_walls, "local[2]": walls})
+    return out
+
+
+# -- memory with a growing backlog -----------------------------------------------------------------
+def peak_of(app: str, args: list[str], timeout: float) -> int:
+    """Run a Spark app to its end (spark-submit, tethered); the peak resident bytes of its process tree."""
+    proc = start_app(app, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    watch = PeakRss(proc.pid)
+    watch.start()
+    try:
+        proc.wait(timeout=timeout)
+    except BaseException:  # a timeout or a SIGTERM: the job goes too
+        stop_job(proc)
+        raise
+    finally:
+        peak = watch.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{app} on Spark exited with status {proc.returncode}")
+    return peak
+
+
+def bench_memory(small: int, repeats: int) -> dict[str, dict]:
+    """copystream and the gateway (``--once``) on Spark, each draining a backlog of ``small`` and of
+    ten times ``small`` messages (100 B) into a fresh stream; runs interleaved."""
+    home, admin = fresh_home(("sf", "ny"))
+    sources = {"small": ("/mapr/sf/small", small), "big": ("/mapr/sf/big", small * 10)}
+    for path, count in sources.values():
+        fill(admin, path, count, 100)
+    peaks: dict[tuple[str, str], list[int]] = {(app, b): [] for app in ("copystream", "gateway") for b in sources}
     n = [0]
-
-    def base() -> float:
-        target = f"/mapr/la/b{n[0]}"
-        n[0] += 1
-        t = time.perf_counter()
-        baseline_copy(admin, "/mapr/sf/s", target)
-        return time.perf_counter() - t
-
-    def ours() -> float:
-        target = f"/mapr/ny/c{n[0]}"
-        n[0] += 1
-        t = time.perf_counter()
-        copy_stream(admin, "/mapr/sf/s", target)
-        return time.perf_counter() - t
-
-    # Interleaved, so a change in machine load hits both sides alike; the best of each is kept.
-    times = [(base(), ours()) for _ in range(repeats)]
-    b, o = min(t[0] for t in times), min(t[1] for t in times)
-    result = {"case": f"copystream {size}B", "messages": count, "baseline_rate": count / b,
-              "local_rate": count / o, "local_ratio": b / o}
-    if spark:
-        from streamrep.spark.submit import run_app
-
-        t = time.perf_counter()
-        out = run_app("copystream", ["--src", "/mapr/sf/s", "--dst", "/mapr/ny/spark", "--home", home])
-        s = time.perf_counter() - t
-        result.update(spark_rate=count / s, spark_ratio=b / s, spark_ok=out.ok)
-    shutil.rmtree(home, ignore_errors=True)
-    return result
-
-
-def _produce_steadily(home: str, path: str, rate: int, seconds: float, size: int) -> None:
-    """A producer process writing ``rate`` messages/s for ``seconds``, timestamps = send time."""
-    admin = StreamAdmin(Clusters(home), IDENTITY)
-    entry = admin.entry(path)
-    store = admin.store(admin.path(path))
-    value = b"x" * size
-    tick = 0.01
-    per_tick = max(1, int(rate * tick))
-    start = time.time()
-    sent = 0
-    while time.time() - start < seconds:
-        now = int(time.time() * 1000)
-        batch = [Message(value, None, (), now, 0)] * per_tick
-        store.append(entry.uuid, "t", {sent // per_tick % PARTITIONS: batch})
-        sent += per_tick
-        delay = start + sent / rate - time.time()
-        if delay > 0:
-            time.sleep(delay)
+    timeout = 1200 + small * 10 / 2000  # Spark alone took 5 min to start under a load average of 25
+    try:  # a SIGTERM keeps the runs done so far
+        for _ in range(repeats):
+            if STOPPED:
+                break
+            for app in ("copystream", "gateway"):
+                for backlog, (src, count) in sources.items():
+                    n[0] += 1
+                    dst = f"/mapr/ny/m{n[0]}"
+                    if app == "copystream":
+                        args = ["--src", src, "--dst", dst, "--home", home]
+                    else:
+                        for other, _ in sources.values():  # the gateway serves only this replica
+                            for old in list(admin.entry(other).replicas):
+                                admin.remove_replica(other, old.path)
+                        link(admin, src, dst)
+                        args = ["--cluster", "ny", "--id", f"mem{n[0]}", "--home", home, "--once"]
+                    peak = peak_of(app, args, timeout)
+                    assert held(admin, dst) == count, (app, backlog, held(admin, dst), count)
+                    if app == "gateway":
+                        admin.remove_replica(src, dst)
+                    admin.delete_stream(dst)
+                    peaks[(app, backlog)].append(peak)
+                    log(f"  memory {app} {backlog} ({count:,}): peak {peak / MIB:.0f} MiB")
+    except (Stopped, Terminated):  # spark.submit turns a SIGTERM during a Spark run into Terminated
+        STOPPED.append(True)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    out = {}
+    for app in ("copystream", "gateway"):
+        name = f"memory_spark_{app}_backlog"
+        big, base = med(peaks[(app, "big")]), med(peaks[(app, "small")])
+        out[name] = measure(name, big and big / MIB, base and base / MIB,
+                            runs_done=min(len(peaks[(app, "big")]), len(peaks[(app, "small")])), backlog=small * 10, baseline_backlog=small,
+                            runs_mib={b: [p / MIB for p in peaks[(app, b)]] for b in sources})
+    return out
 
 
-def replica_latencies(admin: StreamAdmin, path: str, until: float, poll: float = 0.02) -> list[float]:
-    """Read the replica as it fills; latency = first seen - produce timestamp, per message."""
-    entry = admin.entry(path)
-    store = admin.store(admin.path(path))
-    positions: dict[int, int] = {}
-    latencies: list[float] = []
-    while time.time() < until:
-        topics = store.topics(entry.uuid)
-        for p in range(topics.get("t", 0)):
-            batch = store.read(entry.uuid, "t", p, positions.get(p, 0), 50_000)
-            if batch:
-                now = time.time() * 1000
-                latencies.extend(now - m.timestamp for m in batch)
-                positions[p] = batch[-1].offset + 1
-        time.sleep(poll)
-    return latencies
+# -- the Spark gateway under a steady produce rate -------------------------------------------------
+def start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str, cluster: str,
+                        timeout: float = 300) -> subprocess.Popen:
+    """The Spark gateway, warmed up (``_start_spark_gateway``); a second try if the first fails to start
+    (on a loaded machine Spark's Python workers can miss their connect-back timeout)."""
+    try:
+        return _start_spark_gateway(admin, home, source, replica, cluster, timeout)
+    except RuntimeError as err:
+        log(f"  the Spark gateway failed to start, trying once more: {err}")
+        return _start_spark_gateway(admin, home, source, replica, cluster, timeout)
 
 
-def _gateway_loop(home: str, cluster: str, seconds: float, interval: float) -> None:
-    admin = StreamAdmin(Clusters(home), IDENTITY)
-    Gateway(admin, cluster, "bench").run(interval=interval, stop_after=seconds)
-
-
-def _baseline_loop(home: str, src: str, dst: str, seconds: float, interval: float) -> None:
-    admin = StreamAdmin(Clusters(home), IDENTITY)
-    s_entry, d_entry = admin.entry(src), admin.entry(dst)
-    s_store, d_store = admin.store(admin.path(src)), admin.store(admin.path(dst))
-    positions: dict[int, int] = {}
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        moved = 0
-        for p in range(PARTITIONS):
-            batch = s_store.read(s_entry.uuid, "t", p, positions.get(p, 0), BATCH)
-            if batch:
-                d_store.append(d_entry.uuid, "t", {p: batch})
-                positions[p] = batch[-1].offset + 1
-                moved += len(batch)
-        if not moved:
-            time.sleep(interval)
-
-
-def start_spark_gateway(home: str, cluster: str, admin: StreamAdmin, timeout: float = 240) -> subprocess.Popen:
-    """The Spark gateway app, started through spark-submit; returns once it heartbeats."""
-    from streamrep.spark.submit import start_app
-
+def _start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str, cluster: str,
+                         timeout: float) -> subprocess.Popen:
+    """The Spark gateway app through spark-submit; returns once it replicates. Warmed up before the
+    clock: the first micro-batch with data starts Spark's Python workers (seconds), so a message on
+    a separate topic must reach the replica first."""
+    output = open(os.path.join(home, "spark-gateway.log"), "w+")  # noqa: SIM115 - read back if it fails
     proc = start_app("gateway", ["--cluster", cluster, "--id", "spark", "--home", home, "--interval", "0.2"],
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    # Warm up before the clock: the first micro-batch with data starts Spark's Python workers
-    # (seconds); a message on a separate topic must reach the replica first.
-    source = admin.entry("/mapr/sf/s")
-    store = admin.store(admin.path("/mapr/sf/s"))
-    store.create_topic(source.uuid, "warmup", 1)
-    store.append(source.uuid, "warmup", {0: [Message(b"warm", None, (), int(time.time() * 1000), 0)]})
-    replica = admin.entry(f"/mapr/{cluster}/s")
-    replica_store = admin.store(admin.path(f"/mapr/{cluster}/s"))
+                     stdout=output, stderr=subprocess.STDOUT)
+    src_entry, src_store = admin.entry(source), admin.store(admin.path(source))
+    if "warmup" not in src_store.topics(src_entry.uuid):
+        src_store.create_topic(src_entry.uuid, "warmup", 1)
+    src_store.append(src_entry.uuid, "warmup", {0: [Message(b"warm", None, (), int(time.time() * 1000), 0)]})
+    dst_entry, dst_store = admin.entry(replica), admin.store(admin.path(replica))
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if "warmup" in replica_store.topics(replica.uuid) and replica_store.offsets(replica.uuid, "warmup", 0)[1]:
-            break
+        if proc.poll() is not None:
+            output.seek(0)
+            errors = [line.strip() for line in output if line.startswith("ERROR") or "Error" in line]
+            raise RuntimeError(f"the Spark gateway exited with status {proc.returncode} while warming up: "
+                               f"{errors[-1] if errors else 'no error line'}")
+        if "warmup" in dst_store.topics(dst_entry.uuid) and dst_store.offsets(dst_entry.uuid, "warmup", 0)[1]:
+            return proc
         time.sleep(0.5)
-    return proc
+    stop_job(proc)
+    raise RuntimeError(f"the Spark gateway did not replicate a first message in {timeout:.0f} s")
 
 
-def bench_continuous(rate: int, seconds: float, spark: bool, size: int = 100) -> dict:
-    """The gateway (in-process, and on Spark) and the baseline loop, each under the same steady
-    produce rate: the rate applied and the produce-to-readable latency."""
+def window_figures(lat_arrivals: list[tuple[float, float]], produced: int, seconds: float, grace_ms: float) -> dict:
+    """Figures of one steady-rate window from (latency ms, arrival ms) per message read at the replica:
+    p50, p99, and the rate applied: messages readable by 1 s after the last produce (the p50 goal).
+
+    Messages produced but not read by the end of the reading count as the slowest: if a percentile
+    falls among them it is given as ``grace_ms`` (the reading went on that long after the last
+    produce, so the true figure is at least that), or as the largest latency read if that is larger,
+    and ``lower_bound`` says so."""
+    lat = sorted(latency for latency, _ in lat_arrivals)
+    unseen = max(0, produced - len(lat))
+    ranked = lat + [float("inf")] * unseen
+    bound = max([grace_ms, *lat[-1:]])  # an unread message ranks after every read one
+    figures = {}
+    for q, key in ((0.5, "p50_ms"), (0.99, "p99_ms")):
+        value = percentile(ranked, q)
+        figures[key] = bound if value == float("inf") else value
+        if value == float("inf"):
+            figures["lower_bound"] = True
+    last_produce = max((arrival - latency for latency, arrival in lat_arrivals), default=0)
+    in_time = sum(1 for latency, arrival in lat_arrivals if arrival <= last_produce + 1000)
+    return {**figures, "applied_rate": in_time / seconds, "produced_rate": produced / seconds, "read": len(lat),
+            "produced": produced}
+
+
+def caught_up(count: Callable[[], int], target: int, timeout: float = 90) -> float:
+    """Wait until ``count()`` reaches ``target`` (the Spark gateway has applied a window's backlog), so the
+    next window starts with an idle gateway; returns the seconds waited (at most ``timeout``)."""
+    t = time.perf_counter()
+    while count() < target and time.perf_counter() - t < timeout:
+        time.sleep(0.5)
+    return time.perf_counter() - t
+
+
+def _embedded_window(admin: StreamAdmin, home: str, src: str, dst: str, topic: str, rate: int, seconds: float,
+                     loop: bool) -> dict:
     ctx = mp.get_context("spawn")
-    result = {"case": f"continuous @ {rate}/s", "rate": rate}
-    for name in ("baseline", "gateway", "spark_gateway") if spark else ("baseline", "gateway"):
-        home, admin = fresh_home(("sf", "ny"))
-        admin.create_stream("/mapr/sf/s", defaultpartitions=PARTITIONS, ttl=0)
-        admin.create_topic("/mapr/sf/s", "t")
-        admin.create_stream("/mapr/ny/s", copymetafrom="/mapr/sf/s")
-        admin.create_topic("/mapr/ny/s", "t")
-        admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
-        admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
-        producer = ctx.Process(target=_produce_steadily, args=(home, "/mapr/sf/s", rate, seconds, size))
-        spark_proc = worker = None
-        if name == "spark_gateway":
-            spark_proc = start_spark_gateway(home, "ny", admin)
-        else:
-            worker = (ctx.Process(target=_gateway_loop, args=(home, "ny", seconds + 3, 0.05)) if name == "gateway"
-                      else ctx.Process(target=_baseline_loop,
-                                       args=(home, "/mapr/sf/s", "/mapr/ny/s", seconds + 3, 0.05)))
-            worker.start()
-            time.sleep(1.0)  # let the worker start before the clock
-        producer.start()
-        lat = replica_latencies(admin, "/mapr/ny/s", time.time() + seconds + 2.5)
-        producer.join()
-        if worker is not None:
-            worker.join()
-        if spark_proc is not None:
-            os.killpg(spark_proc.pid, 15)
-            spark_proc.wait(timeout=60)
-        lat.sort()
-        result[f"{name}_applied_rate"] = len(lat) / seconds
-        result[f"{name}_p50_ms"] = statistics.median(lat) if lat else None
-        result[f"{name}_p99_ms"] = lat[int(len(lat) * 0.99) - 1] if lat else None
+    worker = None
+    if loop:
+        worker = ctx.Process(target=baseline_loop, args=(home, src, dst, seconds + 6, 0.05, topic))
+        worker.start()
+        time.sleep(1.5)  # let the loop start before the clock
+    producer = ctx.Process(target=produce_steadily, args=(home, src, rate, seconds, 100, topic))
+    producer.start()
+    pairs: list[tuple[float, float]] = []
+    replica_latencies(admin, dst, AfterExit(producer, GRACE, seconds + 60), topic=topic, pairs=pairs)
+    producer.join()
+    if worker is not None:
+        worker.join()
+    produced = topic_count(admin, src, topic)
+    figures = window_figures(pairs, produced, seconds, GRACE * 1000)
+    figures["catch_up_s"] = caught_up(lambda: topic_count(admin, dst, topic), produced)
+    return figures
+
+
+def topic_count(admin: StreamAdmin, path: str, topic: str) -> int:
+    entry, store = admin.entry(path), admin.store(admin.path(path))
+    return sum(store.offsets(entry.uuid, topic, p)[1] for p in range(PARTITIONS))
+
+
+def bench_continuous(rates: list[int], seconds: float, repeats: int) -> dict[str, dict]:
+    """The Spark gateway (started once, warmed up) and the plain loop, each in turn under the same steady
+    produce rate, on topics created before the clock (one per window)."""
+    home, admin = fresh_home(("sf", "ny", "la"))
+    windows = [(r, rate, kind) for r in range(repeats) for rate in rates for kind in ("baseline", "spark")]
+    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", "/mapr/la/b")):
+        admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
+        admin.create_stream(peer, copymetafrom=path)
+        for i in range(len(windows)):
+            admin.create_topic(path, f"w{i}")
+            admin.create_topic(peer, f"w{i}")
+    admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
+    admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
+    figures: dict[tuple[int, str], list[dict]] = {(rate, kind): [] for rate in rates for kind in ("baseline", "spark")}
+    proc = start_spark_gateway(admin, home, "/mapr/sf/s", "/mapr/ny/s", "ny")
+    try:
+        for i, (_, rate, kind) in enumerate(windows):
+            src, dst = ("/mapr/sf/b", "/mapr/la/b") if kind == "baseline" else ("/mapr/sf/s", "/mapr/ny/s")
+            f = _embedded_window(admin, home, src, dst, f"w{i}", rate, seconds, loop=kind == "baseline")
+            figures[(rate, kind)].append(f)
+            log(f"  continuous embedded {kind} @ {rate}/s: {f}")
+    finally:
+        stop_job(proc)
         shutil.rmtree(home, ignore_errors=True)
-    for name in ("gateway", "spark_gateway"):
-        if f"{name}_applied_rate" in result:
-            result[f"{name}_ratio"] = result[f"{name}_applied_rate"] / max(result["baseline_applied_rate"], 1e-9)
-    return result
+    out = {}
+
+    def med(rate: int, kind: str, key: str) -> float | None:
+        values = [f[key] for f in figures[(rate, kind)] if f[key] is not None]
+        return median(values) if values else None
+
+    for rate in rates:
+        if rate == 5000:
+            for q in ("p50", "p99"):
+                name = f"spark_gateway_5k_{q}_embedded"
+                out[name] = measure(name, med(rate, "spark", f"{q}_ms"), med(rate, "baseline", f"{q}_ms"),
+                                    why="no message reached the replica", runs=figures[(rate, "spark")],
+                                    baseline_runs=figures[(rate, "baseline")], seconds=seconds)
+        if rate == 50000:
+            produced = med(rate, "spark", "produced_rate")
+            entry = measure(
+                "spark_gateway_50k_keepup_embedded", med(rate, "spark", "applied_rate"),
+                produced, why="nothing was produced", target_rate=rate,
+                baseline_loop_applied_rate=med(rate, "baseline", "applied_rate"),
+                runs=figures[(rate, "spark")], seconds=seconds)
+            if produced is not None and produced < 0.9 * rate:  # the goal's load was not reached: not judged
+                entry["met"] = None
+                entry["why"] = f"the producer reached only {produced:,.0f} of {rate:,} msg/s (machine load)"
+            out["spark_gateway_50k_keepup_embedded"] = entry
+    return out
 
 
-def bench_fanout(count: int, replicas: int = 64) -> dict:
-    home, admin = fresh_home(("sf", "ny"))
-    fill(admin, "/mapr/sf/s", count, 100)
+def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) -> dict[str, dict]:
+    """The Spark gateway between two namespaces of one Kafka broker, against the plain confluent-kafka
+    loop, each in turn under a steady 5k msg/s; replicas read with read_committed consumers."""
+    home, admin = kafka_home(bootstrap)
+    windows = [(r, kind) for r in range(repeats) for kind in ("baseline", "spark")]
+    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", "/mapr/ny/b")):
+        admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
+        admin.create_stream(peer, copymetafrom=path)
+        for i in range(len(windows)):
+            admin.create_topic(path, f"w{i}")
+            admin.create_topic(peer, f"w{i}")
+    admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
+    admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
+    ctx = mp.get_context("spawn")
+    figures: dict[str, list[dict]] = {"baseline": [], "spark": []}
+    proc = start_spark_gateway(admin, home, "/mapr/sf/s", "/mapr/ny/s", "ny")
+    try:
+        for i, (_, kind) in enumerate(windows):
+            src_path, dst_path = ("/mapr/sf/b", "/mapr/ny/b") if kind == "baseline" else ("/mapr/sf/s", "/mapr/ny/s")
+            src, dst = kafka_topic(admin, src_path, f"w{i}"), kafka_topic(admin, dst_path, f"w{i}")
+            worker = None
+            if kind == "baseline":
+                worker = ctx.Process(target=kafka_baseline_loop, args=(bootstrap, src, dst, seconds + 8))
+                worker.start()
+                time.sleep(3.0)  # the loop's consumer assigned before the clock
+            producer = ctx.Process(target=kafka_produce_steadily, args=(bootstrap, src, rate, seconds, 100))
+            producer.start()
+            pairs: list[tuple[float, float]] = []
+            kafka_replica_latencies(bootstrap, dst, AfterExit(producer, GRACE, seconds + 60), pairs=pairs)
+            producer.join()
+            if worker is not None:
+                worker.join()
+            produced = kafka_count(bootstrap, src, int(rate * seconds), timeout=30)
+            f = window_figures(pairs, produced, seconds, GRACE * 1000)
+            f["catch_up_s"] = caught_up(lambda d=dst, n=produced: kafka_count(bootstrap, d, n, timeout=10), produced)
+            figures[kind].append(f)
+            log(f"  continuous kafka {kind} @ {rate}/s: {f}")
+    finally:
+        stop_job(proc)
+        drop(admin, home)
+    out = {}
+    for q in ("p50", "p99"):
+        name = f"spark_gateway_5k_{q}_kafka"
+        ours = [f[f"{q}_ms"] for f in figures["spark"] if f[f"{q}_ms"] is not None]
+        base = [f[f"{q}_ms"] for f in figures["baseline"] if f[f"{q}_ms"] is not None]
+        out[name] = measure(name, median(ours) if ours else None, median(base) if base else None,
+                            why="no message reached the replica", runs=figures["spark"],
+                            baseline_runs=figures["baseline"], seconds=seconds)
+    return out
 
-    def setup(n: int, tag: str) -> None:
-        for i in range(n):
-            dst = f"/mapr/ny/{tag}{i}"
-            admin.create_stream(dst, copymetafrom="/mapr/sf/s")
-            admin.add_replica("/mapr/sf/s", dst)
-            admin.add_upstream(dst, "/mapr/sf/s")
 
-    def drain() -> float:
-        gw = Gateway(admin, "ny", "bench")
-        t = time.perf_counter()
-        while gw.run_once():
-            pass
-        return time.perf_counter() - t
+# -- fan-out ---------------------------------------------------------------------------------------
+def bench_fanout(messages: int, repeats: int, replicas: int = 64) -> dict[str, dict]:
+    """One in-process gateway pass to 64 replicas against 64 x a pass to one; steady: every replica and
+    its topics exist before the clock (scale.bench_fanout warms up)."""
+    from scale import bench_fanout as scale_fanout
 
-    setup(1, "one")
-    one = drain()
-    for i in range(1):
-        admin.remove_replica("/mapr/sf/s", f"/mapr/ny/one{i}")
-    setup(replicas, "fan")
-    fan = drain()
-    shutil.rmtree(home, ignore_errors=True)
-    return {"case": f"fan-out to {replicas}", "messages": count, "one_replica_s": one,
-            "fanout_s": fan, "ratio_vs_64x_one": (one * replicas) / fan}
+    rows = {r["replicas"]: r for r in scale_fanout([1, replicas], messages, PARTITIONS, repeats)}
+    fan, one = rows[replicas]["seconds"], rows[1]["seconds"]
+    return {"fanout_64_replicas": measure("fanout_64_replicas", fan, one * replicas, messages=messages,
+                                          one_replica_s=one, runs=rows[replicas]["runs"])}
+
+
+# -- the report ------------------------------------------------------------------------------------
+def table(result: dict) -> str:
+    def fmt(x: float | None) -> str:
+        return "-" if x is None else f"{x:,.2f}" if abs(x) < 100 else f"{x:,.0f}"
+
+    lines = [f"{'measure':40} {'value':>10} {'baseline':>10} {'unit':6} {'ratio':>7}  {'goal':12} met"]
+    for m in result["measures"]:
+        ratio = "-" if m["ratio"] is None else f"{m['ratio']:.2f}x"
+        met = {True: "yes", False: "NO", None: f"n/a ({m.get('why', '')})"}[m["met"]]
+        lines.append(f"{m['name']:40} {fmt(m['value']):>10} {fmt(m['baseline']):>10} {m['unit']:6} {ratio:>7}  "
+                     f"{m['goal']:12} {met}")
+    return "\n".join(lines)
+
+
+STOPPED: list[bool] = []  # non-empty once a SIGTERM came
+
+
+def _stop(*_) -> None:
+    """SIGTERM: interrupt the current run (its Spark job is stopped on the way out) and report what is done."""
+    STOPPED.append(True)
+    raise Stopped()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=1_000_000, help="messages per copystream case")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--spark", action="store_true", help="also run copystream on Spark (spark-submit)")
-    parser.add_argument("--rates", type=int, nargs="+", default=[5000, 50000], help="steady produce rates, messages/s")
-    parser.add_argument("--seconds", type=float, default=10.0, help="duration of the continuous cases")
-    parser.add_argument("--fanout-messages", type=int, default=20_000)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--only", choices=("copy", "continuous", "fanout"))
+    parser.add_argument("--quick", action="store_true", help="every measure on a tenth of the data (minutes)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object {\"measures\": [...]}")
+    parser.add_argument("--no-kafka", action="store_true", help="skip the Kafka measures (no broker started)")
+    parser.add_argument("--bootstrap", help="use this Kafka cluster instead of starting a broker")
+    parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is kept; >= 3)")
     args = parser.parse_args()
-    results = []
-    try:
-        if args.only in (None, "copy"):
-            for size in (100, 1000):
-                results.append(bench_copy(args.messages, size, args.spark, args.repeats))
-        if args.only in (None, "continuous"):
-            for rate in args.rates:
-                results.append(bench_continuous(rate, args.seconds, args.spark))
-        if args.only in (None, "fanout"):
-            results.append(bench_fanout(args.fanout_messages))
-    except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
-        print(f"benchmark error: {type(err).__name__}: {err}", file=sys.stderr)
+    # A SIGTERM ends the run through the finally blocks: Spark jobs and the broker are stopped.
+    signal.signal(signal.SIGTERM, _stop)
+    scale = 10 if args.quick else 1
+    messages, backlog, fanout = 1_000_000 // scale, 500_000 // scale, 20_000 // scale
+    seconds = 5.0 if args.quick else 20.0  # a steady-rate window; the rates themselves are the goals'
+    repeats = max(3, args.repeats)
+    # The Spark apps (driver and executors) act as the identity that owns the streams.
+    os.environ["STREAMREP_USER"] = IDENTITY.user
+    load = os.getloadavg()
+    found: dict[str, dict] = {}
+    why: dict[str, str] = {}
+    cases = args.only or CASES
+    for case in CASES:
+        if case not in cases:
+            why[case] = "not run (--only)"
+            continue
+        if STOPPED:
+            why[case] = "not run: the benchmark was stopped (SIGTERM)"
+            continue
+        if case == "kafka" and args.no_kafka:
+            why[case] = "skipped: --no-kafka"
+            continue
+        log(f"{case} (load average {os.getloadavg()[0]:.2f})")
+        broker = None
+        try:
+            if case == "continuous":
+                found.update(bench_continuous([5000, 50000], seconds, repeats))
+            elif case == "kafka":
+                bootstrap = args.bootstrap
+                if bootstrap is None:
+                    broker = start_broker()
+                    bootstrap = broker.bootstrap
+                found.update(bench_kafka(bootstrap, seconds, repeats))
+            elif case == "copy":
+                found.update(bench_copy(messages, repeats))
+            elif case == "memory":
+                found.update(bench_memory(backlog, repeats))
+            else:
+                found.update(bench_fanout(fanout, repeats))
+        except (Stopped, Terminated):
+            STOPPED.append(True)
+            why[case] = "stopped (SIGTERM) during this case"
+        except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
+            why[case] = f"error: {type(err).__name__}: {err}"
+            log(f"benchmark error in {case}: {type(err).__name__}: {err}\n{traceback.format_exc()}")
+        finally:
+            if broker is not None:
+                stop_broker(broker)
+    result = assemble(found, why)
+    result.update(load_average_start=list(load), load_average_end=list(os.getloadavg()), quick=args.quick,
+                  repeats=repeats)
     if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print(f"load average {os.getloadavg()[0]:.2f}; ratios are against the same-run baseline")
-    for r in results:
-        if r["case"].startswith("copystream"):
-            line = (f"{r['case']:18} {r['messages']:>9,} msgs  baseline {r['baseline_rate']:>9,.0f}/s  "
-                    f"local {r['local_rate']:>9,.0f}/s  ratio {r['local_ratio']:.2f}x (goal >= 0.80x)")
-            if "spark_rate" in r:
-                line += f"  spark {r['spark_rate']:>9,.0f}/s ratio {r['spark_ratio']:.2f}x (incl. Spark start)"
-            print(line)
-        elif r["case"].startswith("continuous"):
-            print(f"{r['case']:18} baseline loop: applied {r['baseline_applied_rate']:,.0f}/s, "
-                  f"p50 {r['baseline_p50_ms']:.0f} ms, p99 {r['baseline_p99_ms']:.0f} ms")
-            for name, label in (("gateway", "gateway (local)"), ("spark_gateway", "gateway (Spark)")):
-                if f"{name}_applied_rate" in r:
-                    print(f"{'':18} {label}: applied {r[f'{name}_applied_rate']:,.0f}/s "
-                          f"ratio {r[f'{name}_ratio']:.2f}x, p50 {r[f'{name}_p50_ms']:.0f} ms, "
-                          f"p99 {r[f'{name}_p99_ms']:.0f} ms (goal at 5k/s: p50 <= 1000, p99 <= 2000)")
-        else:
-            print(f"{r['case']:18} {r['messages']:,} msgs: one replica {r['one_replica_s']:.2f} s, 64 replicas "
-                  f"{r['fanout_s']:.2f} s, {r['ratio_vs_64x_one']:.1f}x faster than 64 x one")
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"load average {load[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; medians of {repeats} "
+              f"interleaved runs; ratios against a baseline measured in the same run")
+        print(table(result))
     return 0
 
 

@@ -23,132 +23,32 @@ unless ``--bootstrap`` names one. Run: ``.venv/bin/python bench/kafka_replicatio
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import multiprocessing as mp
 import os
-import shutil
-import socket
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from benchlib import IDENTITY, PARTITIONS, drop, kafka_topic, start_broker, stop_broker
+from benchlib import kafka_baseline_copy as baseline_copy
+from benchlib import kafka_baseline_loop as _baseline_loop
+from benchlib import kafka_fill as fill
+from benchlib import kafka_home as fresh_home
+from benchlib import kafka_produce_steadily as _produce_steadily
+from benchlib import kafka_replica_latencies as replica_latencies
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from streamrep.client import Clusters, StreamAdmin
-from streamrep.model.ace import Identity
-from streamrep.model.naming import naming_for
 from streamrep.replication.gateway import Gateway
 
-PARTITIONS = 4
-IDENTITY = Identity(user="bench")
 SOURCE = "/mapr/sf/s"
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _kafka_local():
-    spec = importlib.util.spec_from_file_location("kafka_local", REPO / "scripts" / "kafka_local.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kafka_local"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def fresh_home(bootstrap: str) -> tuple[str, StreamAdmin]:
-    """A STREAMREP_HOME with clusters ``sf`` and ``ny``: two new namespaces on ``bootstrap``."""
-    home = tempfile.mkdtemp(prefix="streamrep-kbench-")
-    os.environ["STREAMREP_HOME"] = home
-    reg = Clusters(home)
-    run = uuid.uuid4().hex[:8]
-    for name in ("sf", "ny"):
-        reg.add(name, url=f"kafka://{bootstrap}", settings={"streamrep.namespace": f"bench{run}-{name}"})
-    return home, StreamAdmin(reg, IDENTITY)
-
-
-def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
-    """Delete the run's Kafka topics (both namespaces, and ``topics``) and its STREAMREP_HOME."""
-    namespaces = [admin.clusters.store(name).namespace for name in ("sf", "ny")]
-    bootstrap = admin.clusters.store("sf").bootstrap
-    admin.clusters.close()
-    kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [t for t in kafka_admin.list_topics(timeout=30).topics
-             if t in topics or any(t.startswith(f"{ns}.") or t.startswith(f"_streamrep.{ns}.") for ns in namespaces)]
-    if names:
-        for future in kafka_admin.delete_topics(names, request_timeout=60).values():
-            future.result()
-    shutil.rmtree(home, ignore_errors=True)
-
-
-def kafka_topic(admin: StreamAdmin, path: str, topic: str = "t") -> str:
-    sp = admin.path(path)
-    entry = admin.entry(sp)
-    return naming_for(entry.naming, entry.path, admin.store(sp).namespace).kafka_topic(topic)
-
-
-def producer_for(bootstrap: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                     "batch.size": 1 << 20})
-
-
-def send(producer: Producer, name: str, partition: int, value: bytes, timestamp: int = 0) -> None:
-    while True:
-        try:
-            producer.produce(name, value=value, partition=partition, timestamp=timestamp)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
-def fill(bootstrap: str, name: str, count: int, size: int) -> None:
-    producer = producer_for(bootstrap)
-    value = os.urandom(size)
-    for i in range(count):
-        send(producer, name, i % PARTITIONS, value)
-    producer.flush(120)
 
 
 def new_replica(admin: StreamAdmin, path: str) -> None:
     admin.create_stream(path, copymetafrom=SOURCE)
     admin.add_replica(SOURCE, path)
     admin.add_upstream(path, SOURCE)
-
-
-def baseline_copy(bootstrap: str, src: str, dst: str, count: int, stop_at: float | None = None) -> int:
-    """The plain loop: consume the source partitions, produce each record to the same partition of
-    ``dst``, flush. Stops after ``count`` records (or at ``stop_at``, a ``time.time()``)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 20})
-    consumer.assign([TopicPartition(src, p, 0) for p in range(PARTITIONS)])
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20})
-    copied = 0
-    try:
-        while copied < count and (stop_at is None or time.time() < stop_at):
-            for msg in consumer.consume(10000, timeout=0.05):
-                if msg.error() is not None:
-                    continue
-                while True:
-                    try:
-                        producer.produce(dst, value=msg.value(), key=msg.key(), partition=msg.partition(),
-                                         headers=msg.headers(), timestamp=msg.timestamp()[1])
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
-                copied += 1
-            producer.poll(0)
-        producer.flush(120)
-    finally:
-        consumer.close()
-    return copied
 
 
 def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dict:
@@ -197,49 +97,9 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
             "ratio": b / o, "runs_s": times}
 
 
-def _produce_steadily(bootstrap: str, name: str, rate: int, seconds: float, size: int) -> None:
-    """A producer process writing ``rate`` messages/s for ``seconds``; timestamps are send times."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    value = b"x" * size
-    tick = 0.01
-    per_tick = max(1, int(rate * tick))
-    start = time.time()
-    sent = 0
-    while time.time() - start < seconds:
-        now = int(time.time() * 1000)
-        for _ in range(per_tick):
-            send(producer, name, sent % PARTITIONS, value, now)
-            sent += 1
-        producer.poll(0)
-        delay = start + sent / rate - time.time()
-        if delay > 0:
-            time.sleep(delay)
-    producer.flush(60)
-
-
 def _gateway_loop(home: str, seconds: float, interval: float) -> None:
     admin = StreamAdmin(Clusters(home), IDENTITY)
     Gateway(admin, "ny", "bench").run(interval=interval, stop_after=seconds)
-
-
-def _baseline_loop(bootstrap: str, src: str, dst: str, seconds: float) -> None:
-    baseline_copy(bootstrap, src, dst, sys.maxsize, stop_at=time.time() + seconds)
-
-
-def replica_latencies(bootstrap: str, name: str, until: float) -> list[float]:
-    """Read ``name`` (read_committed) as it fills; latency (ms) = read time - produce timestamp."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
-    consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
-    latencies: list[float] = []
-    try:
-        while time.time() < until:
-            batch = consumer.consume(10000, timeout=0.02)
-            now = time.time() * 1000
-            latencies.extend(now - m.timestamp()[1] for m in batch if m.error() is None)
-    finally:
-        consumer.close()
-    return latencies
 
 
 def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) -> dict:
@@ -286,9 +146,7 @@ def main() -> int:
     try:
         bootstrap = args.bootstrap
         if bootstrap is None:
-            kafka_local = _kafka_local()
-            broker = kafka_local.Broker("bench", _free_port(), _free_port(), Path(tempfile.mkdtemp(prefix="kbench-")))
-            kafka_local.start(broker, die_with_parent=True)
+            broker = start_broker()
             bootstrap = broker.bootstrap
         if args.only in (None, "throughput"):
             for size in (100, 1000):
@@ -299,8 +157,7 @@ def main() -> int:
         print(f"benchmark error: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
         if broker is not None:
-            kafka_local.stop(broker, timeout=30)
-            shutil.rmtree(broker.home, ignore_errors=True)
+            stop_broker(broker)
     if args.json:
         print(json.dumps(results, indent=2))
         return 0

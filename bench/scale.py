@@ -35,124 +35,49 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import json
 import multiprocessing as mp
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from bench_replication import IDENTITY, fresh_home
-
+from benchlib import (
+    IDENTITY,
+    Watch,
+    drain,
+    fresh_home,
+    held,
+    interleaved,
+    link,
+    load_kafka_local,
+    median,
+    new_stream,
+)
+from benchlib import produce as _produce
 from streamrep.cli.main import run as cli_run
 from streamrep.client import Clusters, StreamAdmin
-from streamrep.client.producer import Producer
-from streamrep.errors import StreamrepError
 from streamrep.replication.gateway import Gateway
-from streamrep.spark.submit import run_copystream, run_gateway, stop_job, submit_env, tether
+from streamrep.spark.submit import (
+    run_copystream,
+    run_gateway,
+    stop_job,
+    submit_env,
+    tether,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-TOPIC = "t"
 SIZE = 100  # value bytes of every message
 
 
-# -- shared helpers ----------------------------------------------------------------------------
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def interleaved(points: dict, run: Callable[[object], float], repeats: int, warmup: bool = False) -> dict:
-    """``run(point)`` ``repeats`` times for each point, round-robin; the times by point.
-
-    :param warmup: one round first, not counted (first calls pay for imports and caches).
-    """
-    times: dict = {p: [] for p in points}
-    if warmup:
-        for p in points:
-            run(p)
-    for _ in range(repeats):
-        for p in points:
-            times[p].append(run(p))
-    return times
-
-
-def new_stream(admin: StreamAdmin, path: str, partitions: int) -> None:
-    admin.create_stream(path, defaultpartitions=partitions, ttl=0)
-    admin.create_topic(path, TOPIC)
-
-
 def produce(admin: StreamAdmin, path: str, count: int) -> None:
-    """``count`` messages of ``SIZE`` bytes through the project's producer, round-robin over the
-    stream's partitions."""
-    value = os.urandom(SIZE)
-    with Producer(admin, batch_size=10_000) as producer:
-        for _ in range(count):
-            producer.send(f"{path}:{TOPIC}", value)
-
-
-def link(admin: StreamAdmin, source: str, replica: str, alone: bool = False) -> None:
-    """Create ``replica`` (the source's metadata) with both links; with ``alone`` the source's
-    other replicas are removed first, so that a gateway serves only this one."""
-    if alone:
-        for old in list(admin.entry(source).replicas):
-            admin.remove_replica(source, old.path)
-    admin.create_stream(replica, copymetafrom=source)
-    admin.add_replica(source, replica)
-    admin.add_upstream(replica, source)
-
-
-def held(admin: StreamAdmin, path: str) -> int:
-    """Messages a stream on an embedded cluster holds (0 while it does not exist)."""
-    try:
-        entry = admin.entry(path)
-    except StreamrepError:
-        return 0
-    store = admin.store(admin.path(path))
-    return sum(store.offsets(entry.uuid, topic, p)[1] - store.offsets(entry.uuid, topic, p)[0]
-               for topic, count in store.topics(entry.uuid).items() for p in range(count))
-
-
-def drain(gateway: Gateway) -> int:
-    moved = 0
-    while (step := gateway.run_once(max_messages=10_000)):
-        moved += step
-    return moved
-
-
-# -- spark: executors ----------------------------------------------------------------------------
-class Watch(threading.Thread):
-    """Polls a destination stream every 50 ms: when its first message and its ``expected``-th
-    arrived (the moving time of a Spark job, without Spark's start)."""
-
-    def __init__(self, home: str, path: str, expected: int):
-        super().__init__(daemon=True)
-        self.home, self.path, self.expected = home, path, expected
-        self.first = self.last = None
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        admin = StreamAdmin(Clusters(self.home), IDENTITY)  # its own connections, in this thread
-        while not self.halt.is_set():
-            n = held(admin, self.path)
-            now = time.perf_counter()
-            if n and self.first is None:
-                self.first = now
-            if n >= self.expected:
-                self.last = now
-                return
-            time.sleep(0.05)
-
-    def moving(self) -> float | None:
-        return None if self.first is None or self.last is None else max(self.last - self.first, 0.05)
+    _produce(admin, path, count, SIZE)
 
 
 class Standalone:
@@ -339,20 +264,10 @@ def gateways_run(home: str, admin: StreamAdmin, k: int, n: int, count: int, back
     return max(r[2] for r in rows) - min(r[1] for r in rows)
 
 
-def load_kafka_local():
-    if "kafka_local" in sys.modules:
-        return sys.modules["kafka_local"]
-    spec = importlib.util.spec_from_file_location("kafka_local", REPO / "scripts" / "kafka_local.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kafka_local"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def bench_gateways(count: int, partitions: int, counts: list[int], repeats: int, backend: str,
                    bootstrap: str | None = None) -> list[dict]:
     if backend == "kafka":
-        from kafka_replication import drop, fresh_home as kafka_home
+        from benchlib import drop, kafka_home
 
         home, admin = kafka_home(bootstrap)
     else:
@@ -429,6 +344,8 @@ def bench_fanout(counts: list[int], messages: int, partitions: int, repeats: int
         for i in range(r):
             link(admin, "/mapr/sf/s", f"/mapr/ny/r{i}")
         gateway = Gateway(admin, "ny", "bench")
+        # Steady state before the clock: a message in every partition makes every replica's topic.
+        produce(admin, "/mapr/sf/s", partitions)
         drain(gateway)
         homes[r] = (home, admin, gateway)
 

@@ -1,0 +1,463 @@
+"""What the replication benchmarks share: clusters, data, the baselines and the ways of measuring.
+
+``bench_replication.py``, ``kafka_replication.py`` and ``scale.py`` import from here (the scripts run
+with ``bench/`` on ``sys.path``), so each baseline and each measuring loop exists once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Producer as KafkaProducer
+from confluent_kafka.admin import AdminClient
+from streamrep.client import Clusters, StreamAdmin
+from streamrep.client.producer import Producer
+from streamrep.errors import StreamrepError
+from streamrep.model.ace import Identity
+from streamrep.model.message import Message
+from streamrep.model.naming import naming_for
+from streamrep.replication.gateway import Gateway
+
+REPO = Path(__file__).resolve().parents[1]
+BATCH = 10_000
+PARTITIONS = 4
+TOPIC = "t"
+IDENTITY = Identity(user="bench")
+
+
+# -- measuring ---------------------------------------------------------------------------------
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def interleaved(points: dict, run: Callable[[object], float], repeats: int, warmup: bool = False) -> dict:
+    """``run(point)`` ``repeats`` times for each point, round-robin; the times by point.
+
+    :param warmup: one round first, not counted (first calls pay for imports and caches).
+    """
+    times: dict = {p: [] for p in points}
+    if warmup:
+        for p in points:
+            run(p)
+    for _ in range(repeats):
+        for p in points:
+            times[p].append(run(p))
+    return times
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of ``values`` by rank, as the benchmarks have always taken it."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, int(len(ordered) * q) - 1)] if q < 1 else ordered[-1]
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of ``pid`` and every process below it (a Spark job is a launcher, a JVM,
+    a Python driver and pyspark's daemon and workers); 0 once it is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class PeakRss(threading.Thread):
+    """Samples ``tree_rss(pid)`` every ``every`` seconds until stopped; ``peak`` is the largest."""
+
+    def __init__(self, pid: int, every: float = 0.2):
+        super().__init__(daemon=True)
+        self.pid, self.every, self.peak = pid, every, 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.peak = max(self.peak, tree_rss(self.pid))
+            self.halt.wait(self.every)
+
+    def stop(self) -> int:
+        self.halt.set()
+        self.join(timeout=5)
+        return self.peak
+
+
+# -- embedded clusters -------------------------------------------------------------------------
+def fresh_home(clusters=("sf", "ny", "la")) -> tuple[str, StreamAdmin]:
+    home = tempfile.mkdtemp(prefix="streamrep-bench-")
+    os.environ["STREAMREP_HOME"] = home
+    reg = Clusters(home)
+    for name in clusters:
+        reg.add(name)
+    return home, StreamAdmin(reg, IDENTITY)
+
+
+def fill(admin: StreamAdmin, path: str, count: int, size: int, topic: str = TOPIC) -> None:
+    """A new stream of ``PARTITIONS`` holding ``count`` messages of ``size`` bytes, written
+    straight to the store (fast: the data, not the producer, is what the cases need)."""
+    entry = admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
+    admin.create_topic(path, topic)
+    store = admin.store(admin.path(path))
+    value = os.urandom(size)
+    per = count // PARTITIONS
+    for p in range(PARTITIONS):
+        for i in range(0, per, BATCH):
+            n = min(BATCH, per - i)
+            store.append(entry.uuid, topic, {p: [Message(value, None, (), 1, p)] * n})
+
+
+def baseline_copy(admin: StreamAdmin, src: str, dst: str, topic: str = TOPIC) -> int:
+    """The plain loop: read a batch, append it. Returns messages copied."""
+    s_entry, d_entry = admin.entry(src), admin.create_stream(dst, defaultpartitions=PARTITIONS, ttl=0)
+    admin.create_topic(dst, topic)
+    s_store, d_store = admin.store(admin.path(src)), admin.store(admin.path(dst))
+    copied = 0
+    for p in range(PARTITIONS):
+        offset = 0
+        while True:
+            batch = s_store.read(s_entry.uuid, topic, p, offset, BATCH)
+            if not batch:
+                break
+            d_store.append(d_entry.uuid, topic, {p: batch})
+            offset = batch[-1].offset + 1
+            copied += len(batch)
+    return copied
+
+
+def new_stream(admin: StreamAdmin, path: str, partitions: int) -> None:
+    admin.create_stream(path, defaultpartitions=partitions, ttl=0)
+    admin.create_topic(path, TOPIC)
+
+
+def produce(admin: StreamAdmin, path: str, count: int, size: int = 100) -> None:
+    """``count`` messages of ``size`` bytes through the project's producer, round-robin over the
+    stream's partitions."""
+    value = os.urandom(size)
+    with Producer(admin, batch_size=10_000) as producer:
+        for _ in range(count):
+            producer.send(f"{path}:{TOPIC}", value)
+
+
+def link(admin: StreamAdmin, source: str, replica: str, alone: bool = False) -> None:
+    """Create ``replica`` (the source's metadata) with both links; with ``alone`` the source's
+    other replicas are removed first, so that a gateway serves only this one."""
+    if alone:
+        for old in list(admin.entry(source).replicas):
+            admin.remove_replica(source, old.path)
+    admin.create_stream(replica, copymetafrom=source)
+    admin.add_replica(source, replica)
+    admin.add_upstream(replica, source)
+
+
+def held(admin: StreamAdmin, path: str) -> int:
+    """Messages a stream on an embedded cluster holds (0 while it does not exist)."""
+    try:
+        entry = admin.entry(path)
+    except StreamrepError:
+        return 0
+    store = admin.store(admin.path(path))
+    return sum(store.offsets(entry.uuid, topic, p)[1] - store.offsets(entry.uuid, topic, p)[0]
+               for topic, count in store.topics(entry.uuid).items() for p in range(count))
+
+
+def drain(gateway: Gateway) -> int:
+    moved = 0
+    while (step := gateway.run_once(max_messages=10_000)):
+        moved += step
+    return moved
+
+
+class Watch(threading.Thread):
+    """Polls a destination stream every 50 ms: when its first message and its ``expected``-th
+    arrived (the moving time of a Spark job, without Spark's start)."""
+
+    def __init__(self, home: str, path: str, expected: int):
+        super().__init__(daemon=True)
+        self.home, self.path, self.expected = home, path, expected
+        self.first = self.last = None
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        admin = StreamAdmin(Clusters(self.home), IDENTITY)  # its own connections, in this thread
+        while not self.halt.is_set():
+            n = held(admin, self.path)
+            now = time.perf_counter()
+            if n and self.first is None:
+                self.first = now
+            if n >= self.expected:
+                self.last = now
+                return
+            time.sleep(0.05)
+
+    def moving(self) -> float | None:
+        return None if self.first is None or self.last is None else max(self.last - self.first, 0.05)
+
+
+def produce_steadily(home: str, path: str, rate: int, seconds: float, size: int, topic: str = TOPIC) -> None:
+    """A producer process writing ``rate`` messages/s for ``seconds`` to an embedded stream, timestamps
+    = send time, batches of 10 ms round-robin over the partitions."""
+    admin = StreamAdmin(Clusters(home), IDENTITY)
+    entry = admin.entry(path)
+    store = admin.store(admin.path(path))
+    value = b"x" * size
+    tick = 0.01
+    per_tick = max(1, int(rate * tick))
+    start = time.time()
+    sent = 0
+    while time.time() - start < seconds:
+        now = int(time.time() * 1000)
+        batch = [Message(value, None, (), now, 0)] * per_tick
+        store.append(entry.uuid, topic, {sent // per_tick % PARTITIONS: batch})
+        sent += per_tick
+        delay = start + sent / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def _done(until: float | Callable[[], bool]) -> Callable[[], bool]:
+    return until if callable(until) else lambda: time.time() >= until
+
+
+class AfterExit:
+    """``until`` for the readers: true ``grace`` seconds after ``proc`` (a producer) has ended, or at
+    ``limit`` seconds from now whatever happens."""
+
+    def __init__(self, proc, grace: float, limit: float):
+        self.proc, self.grace, self.limit = proc, grace, time.time() + limit
+        self.ended: float | None = None
+
+    def __call__(self) -> bool:
+        if self.ended is None and self.proc.exitcode is not None:
+            self.ended = time.time()
+        return time.time() >= self.limit or (self.ended is not None and time.time() >= self.ended + self.grace)
+
+
+def replica_latencies(admin: StreamAdmin, path: str, until: float | Callable[[], bool], poll: float = 0.02,
+                      topic: str = TOPIC, pairs: list | None = None) -> list[float]:
+    """Read an embedded replica as it fills; latency (ms) = first seen - produce timestamp.
+
+    :param until: a ``time.time()`` to stop at, or a function that says when to stop
+    :param pairs: if given, also gets (latency ms, first seen ms) per message."""
+    entry = admin.entry(path)
+    store = admin.store(admin.path(path))
+    positions: dict[int, int] = {}
+    latencies: list[float] = []
+    done = _done(until)
+    while not done():
+        topics = store.topics(entry.uuid)
+        for p in range(topics.get(topic, 0)):
+            batch = store.read(entry.uuid, topic, p, positions.get(p, 0), 50_000)
+            if batch:
+                now = time.time() * 1000
+                latencies.extend(now - m.timestamp for m in batch)
+                if pairs is not None:
+                    pairs.extend((now - m.timestamp, now) for m in batch)
+                positions[p] = batch[-1].offset + 1
+        time.sleep(poll)
+    return latencies
+
+
+def baseline_loop(home: str, src: str, dst: str, seconds: float, interval: float, topic: str = TOPIC) -> None:
+    """The plain loop, continuous: read what is new in each partition, append it; sleep when idle."""
+    admin = StreamAdmin(Clusters(home), IDENTITY)
+    s_entry, d_entry = admin.entry(src), admin.entry(dst)
+    s_store, d_store = admin.store(admin.path(src)), admin.store(admin.path(dst))
+    positions: dict[int, int] = {}
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        moved = 0
+        for p in range(PARTITIONS):
+            batch = s_store.read(s_entry.uuid, topic, p, positions.get(p, 0), BATCH)
+            if batch:
+                d_store.append(d_entry.uuid, topic, {p: batch})
+                positions[p] = batch[-1].offset + 1
+                moved += len(batch)
+        if not moved:
+            time.sleep(interval)
+
+
+# -- Kafka clusters ----------------------------------------------------------------------------
+def load_kafka_local():
+    """``scripts/kafka_local.py`` as the module ``kafka_local`` (it is a script, not a package)."""
+    if "kafka_local" in sys.modules:
+        return sys.modules["kafka_local"]
+    spec = importlib.util.spec_from_file_location("kafka_local", REPO / "scripts" / "kafka_local.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kafka_local"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def start_broker(prefix: str = "kbench-"):
+    """A single-node broker on free loopback ports in a temp folder, dying with this process."""
+    kafka_local = load_kafka_local()
+    broker = kafka_local.Broker("bench", *kafka_local.free_ports(2), Path(tempfile.mkdtemp(prefix=prefix)))
+    kafka_local.start(broker, die_with_parent=True)
+    return broker
+
+
+def stop_broker(broker) -> None:
+    load_kafka_local().stop(broker, timeout=30)
+    shutil.rmtree(broker.home, ignore_errors=True)
+
+
+def kafka_home(bootstrap: str) -> tuple[str, StreamAdmin]:
+    """A STREAMREP_HOME with clusters ``sf`` and ``ny``: two new namespaces on ``bootstrap``."""
+    home = tempfile.mkdtemp(prefix="streamrep-kbench-")
+    os.environ["STREAMREP_HOME"] = home
+    reg = Clusters(home)
+    run = uuid.uuid4().hex[:8]
+    for name in ("sf", "ny"):
+        reg.add(name, url=f"kafka://{bootstrap}", settings={"streamrep.namespace": f"bench{run}-{name}"})
+    return home, StreamAdmin(reg, IDENTITY)
+
+
+def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
+    """Delete the run's Kafka topics (both namespaces, and ``topics``) and its STREAMREP_HOME."""
+    namespaces = [admin.clusters.store(name).namespace for name in ("sf", "ny")]
+    bootstrap = admin.clusters.store("sf").bootstrap
+    admin.clusters.close()
+    kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = [t for t in kafka_admin.list_topics(timeout=30).topics
+             if t in topics or any(t.startswith((f"{ns}.", f"_streamrep.{ns}.")) for ns in namespaces)]
+    if names:
+        for future in kafka_admin.delete_topics(names, request_timeout=60).values():
+            future.result()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def kafka_topic(admin: StreamAdmin, path: str, topic: str = TOPIC) -> str:
+    """The Kafka topic behind ``path:topic``."""
+    sp = admin.path(path)
+    entry = admin.entry(sp)
+    return naming_for(entry.naming, entry.path, admin.store(sp).namespace).kafka_topic(topic)
+
+
+def kafka_send(producer: KafkaProducer, name: str, partition: int, value: bytes, timestamp: int = 0) -> None:
+    while True:
+        try:
+            producer.produce(name, value=value, partition=partition, timestamp=timestamp)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
+def kafka_fill(bootstrap: str, name: str, count: int, size: int) -> None:
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                              "batch.size": 1 << 20})
+    value = os.urandom(size)
+    for i in range(count):
+        kafka_send(producer, name, i % PARTITIONS, value)
+    producer.flush(120)
+
+
+def kafka_baseline_copy(bootstrap: str, src: str, dst: str, count: int, stop_at: float | None = None) -> int:
+    """The plain Kafka loop: consume the source partitions, produce each record to the same partition
+    of ``dst``, flush. No transactions. Stops after ``count`` records (or at ``stop_at``, a ``time.time()``)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 20})
+    consumer.assign([TopicPartition(src, p, 0) for p in range(PARTITIONS)])
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20})
+    copied = 0
+    try:
+        while copied < count and (stop_at is None or time.time() < stop_at):
+            for msg in consumer.consume(10000, timeout=0.05):
+                if msg.error() is not None:
+                    continue
+                while True:
+                    try:
+                        producer.produce(dst, value=msg.value(), key=msg.key(), partition=msg.partition(),
+                                         headers=msg.headers(), timestamp=msg.timestamp()[1])
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                copied += 1
+            producer.poll(0)
+        producer.flush(120)
+    finally:
+        consumer.close()
+    return copied
+
+
+def kafka_baseline_loop(bootstrap: str, src: str, dst: str, seconds: float) -> None:
+    kafka_baseline_copy(bootstrap, src, dst, sys.maxsize, stop_at=time.time() + seconds)
+
+
+def kafka_produce_steadily(bootstrap: str, name: str, rate: int, seconds: float, size: int) -> None:
+    """A producer process writing ``rate`` messages/s for ``seconds``; timestamps are send times."""
+    producer = KafkaProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    value = b"x" * size
+    tick = 0.01
+    per_tick = max(1, int(rate * tick))
+    start = time.time()
+    sent = 0
+    while time.time() - start < seconds:
+        now = int(time.time() * 1000)
+        for _ in range(per_tick):
+            kafka_send(producer, name, sent % PARTITIONS, value, now)
+            sent += 1
+        producer.poll(0)
+        delay = start + sent / rate - time.time()
+        if delay > 0:
+            time.sleep(delay)
+    producer.flush(60)
+
+
+def kafka_replica_latencies(bootstrap: str, name: str, until: float | Callable[[], bool],
+                            pairs: list | None = None) -> list[float]:
+    """Read ``name`` (read_committed) as it fills; latency (ms) = read time - produce timestamp.
+
+    :param pairs: if given, also gets (latency ms, read time ms) per record."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
+    latencies: list[float] = []
+    done = _done(until)
+    try:
+        while not done():
+            batch = consumer.consume(10000, timeout=0.02)
+            now = time.time() * 1000
+            latencies.extend(now - m.timestamp()[1] for m in batch if m.error() is None)
+            if pairs is not None:
+                pairs.extend((now - m.timestamp()[1], now) for m in batch if m.error() is None)
+    finally:
+        consumer.close()
+    return latencies
+
+
+def kafka_count(bootstrap: str, name: str, target: int, timeout: float, idle: float = 2.0) -> int:
+    """Records a read_committed consumer reads from ``name``'s partitions: until ``target``, ``timeout`` s,
+    or ``idle`` s without a new record once some were read (a producer that fell short of ``target``)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
+    count = 0
+    deadline = time.time() + timeout
+    last = time.time()
+    try:
+        while count < target and time.time() < deadline and not (count and time.time() - last > idle):
+            got = sum(1 for m in consumer.consume(10000, timeout=0.1) if m.error() is None)
+            if got:
+                count, last = count + got, time.time()
+    finally:
+        consumer.close()
+    return count
