@@ -200,13 +200,13 @@ class _Passes:
     """The gateway's passes, planned in the driver's own Python and run as one Spark job each.
 
     Why not the streaming query (``start_gateway``): a PySpark Python data source plans every
-    micro-batch in a separate Python process (latestOffset, partitions: each reading the
-    catalog), and its writer commits in another one, about 0.4-0.5 s of every micro-batch
-    (bench/PROFILE-spark-gateway.md). Here a pass reads the assignment and the stored positions
-    once, in this process, and runs ``source.replicate_share`` over the source partitions with
-    messages to move, one task each: read and apply in the same task as before, the apply
-    transactional, so a killed pass leaves each partition applied or not, and the next pass
-    resumes from the stored positions.
+    micro-batch in a separate Python process and commits its writes in another, and Spark
+    writes an offset log and a commit log per micro-batch: 475-584 ms a micro-batch against
+    about 125 ms a pass here (bench/README.md, "Profile of one Spark gateway micro-batch").
+    A pass reads the assignment and the stored positions once, in this process, and runs
+    ``source.replicate_share`` over the source partitions with messages to move: read and apply
+    in the same task as before, the apply transactional, so a killed pass leaves each batch
+    applied or not, and the next pass resumes from the stored positions.
 
     :param once: drain what is there when the run starts (every partition the source clusters
         let this gateway pull, as ``Trigger.AvailableNow``), then ``run_one`` returns None.
@@ -223,6 +223,7 @@ class _Passes:
         self.target: dict[str, int] | None = None
         self.started: dict[str, int] = {}  # offset key -> the position the last pass started it from
         self.stuck: dict[str, float] = {}  # offset key -> when it was found not to move (failing replicas)
+        self.failed: set[str] = set()  # offset keys whose last pass had a replica fail
 
     def run_one(self) -> int | None:
         """One pass; returns the source messages it moved (None: a drain has ended)."""
@@ -236,8 +237,11 @@ class _Passes:
         now = time.monotonic()
         for unit, p in progress.items():
             key = offset_key(unit)
-            if self.started.pop(key, None) == p.position:
-                self.stuck[key] = now  # the last pass did not move it: retry later (never, in a drain)
+            # The last pass did not move it and a replica failed (or, in a drain, for any reason):
+            # retry later (never, in a drain, so that it ends). A partition that merely found
+            # nothing readable yet (Kafka: an open transaction) is read again at the next pass.
+            if self.started.pop(key, None) == p.position and (self.once or key in self.failed):
+                self.stuck[key] = now
         skip = {k for k, at in self.stuck.items() if self.once or now - at < RETRY_SECONDS}
         plan = plan_share(units, progress, self.max_records, self.target, skip)
         if not plan:
@@ -250,6 +254,7 @@ class _Passes:
         # trip, and a task applies its partitions one by one, each in its own transaction.
         slices = max(1, min(len(plan), self.context.defaultParallelism))
         commits = self.context.parallelize(plan, slices).mapPartitions(job).collect()
+        self.failed = {commit.key for commit in commits if commit.errors}
         total = totals(commits)
         by_source: dict[str, list] = {}
         for flows in units.values():
