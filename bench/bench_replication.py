@@ -387,19 +387,25 @@ def topic_count(admin: StreamAdmin, path: str, topic: str) -> int:
     return sum(store.offsets(entry.uuid, topic, p)[1] for p in range(PARTITIONS))
 
 
+def window_streams(admin, baseline_peer: str, windows: int) -> None:
+    """/mapr/sf/s replicated to /mapr/ny/s (the gateway's), and /mapr/sf/b with ``baseline_peer``
+    (the loop's, not linked), each with one topic per window, created before the clock."""
+    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", baseline_peer)):
+        admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
+        admin.create_stream(peer, copymetafrom=path)
+        for i in range(windows):
+            admin.create_topic(path, f"w{i}")
+            admin.create_topic(peer, f"w{i}")
+    admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
+    admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
+
+
 def bench_continuous(rates: list[int], seconds: float, repeats: int) -> dict[str, dict]:
     """The Spark gateway (started once, warmed up) and the plain loop, each in turn under the same steady
     produce rate, on topics created before the clock (one per window)."""
     home, admin = fresh_home(("sf", "ny", "la"))
     windows = [(r, rate, kind) for r in range(repeats) for rate in rates for kind in ("baseline", "spark")]
-    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", "/mapr/la/b")):
-        admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
-        admin.create_stream(peer, copymetafrom=path)
-        for i in range(len(windows)):
-            admin.create_topic(path, f"w{i}")
-            admin.create_topic(peer, f"w{i}")
-    admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
-    admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
+    window_streams(admin, "/mapr/la/b", len(windows))
     figures: dict[tuple[int, str], list[dict]] = {(rate, kind): [] for rate in rates for kind in ("baseline", "spark")}
     proc = start_spark_gateway(admin, home, "/mapr/sf/s", "/mapr/ny/s", "ny")
     try:
@@ -443,14 +449,7 @@ def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) 
     loop, each in turn under a steady 5k msg/s; replicas read with read_committed consumers."""
     home, admin = kafka_home(bootstrap)
     windows = [(r, kind) for r in range(repeats) for kind in ("baseline", "spark")]
-    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", "/mapr/ny/b")):
-        admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
-        admin.create_stream(peer, copymetafrom=path)
-        for i in range(len(windows)):
-            admin.create_topic(path, f"w{i}")
-            admin.create_topic(peer, f"w{i}")
-    admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
-    admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
+    window_streams(admin, "/mapr/ny/b", len(windows))
     ctx = mp.get_context("spawn")
     figures: dict[str, list[dict]] = {"baseline": [], "spark": []}
     proc = start_spark_gateway(admin, home, "/mapr/sf/s", "/mapr/ny/s", "ny")
