@@ -631,6 +631,19 @@ def replicate_share(home: str | None, cluster: str, gateway_id: str,
         yield commit
 
 
+def warm_worker(home: str | None, cluster: str, gateway_id: str, _slice: Iterable[int]) -> Iterator[int]:
+    """One task of the gateway's warm-up job (``jobs._Passes.warm``): this Python worker imports
+    what a pass's task needs and opens its gateway, so the first pass with data does not wait
+    for it. Yields the worker's process id.
+
+    :param home: STREAMREP_HOME (None: the default).
+    :param cluster: the gateway's (destination) cluster.
+    :param gateway_id: the gateway's id.
+    """
+    gateway_for(home, cluster, gateway_id)
+    yield os.getpid()
+
+
 def _share_runs(home: str | None, cluster: str, partition: GatewayPartition
                 ) -> Iterator[tuple[SourcePartition, list[Message], tuple[int, int]]]:
     """``read_share``'s reads as runs (``batch_runs``' shape): the messages and the span of each."""
