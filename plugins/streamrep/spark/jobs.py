@@ -28,8 +28,9 @@ from streamrep.spark.source import (
     offset_key,
     plan_share,
     record_pass,
+    next_holders,
     register,
-    replicate_share,
+    replicate_slot,
     resolve_home,
     totals,
     warm_worker,
@@ -261,6 +262,7 @@ class _Passes:
         self.stuck: dict[str, float] = {}  # offset key -> when it was found not to move (failing replicas)
         self.failed: set[str] = set()  # offset keys whose last pass had a replica fail
         self.last_job = float("-inf")  # monotonic time the last Spark job of this gateway ended
+        self.holders: dict[str, str] = {}  # offset key -> the Python worker that applied it last
 
     def warm(self) -> list[int]:
         """Start a Python worker on every core and open the gateway in each (``source.warm_worker``).
@@ -304,13 +306,18 @@ class _Passes:
             return None if self.once else 0
         for partition in plan:
             self.started[offset_key(partition.unit)] = progress[partition.unit].position
-        job = functools.partial(replicate_share, self.home, gateway.cluster, gateway.id)
         self.context.setJobGroup(self.group, f"gateway {gateway.id}: {len(plan)} source partitions", True)
         # As many tasks as cores, not one per source partition: each task is a scheduling round
         # trip, and a task applies its partitions one by one, each in its own transaction.
         slices = max(1, min(len(plan), self.context.defaultParallelism))
-        commits = self.context.parallelize(plan, slices).mapPartitions(job).collect()
+        keys = [offset_key(p.unit) for p in plan]
+        holders = {k: self.holders[k] for k in keys if k in self.holders}
+        if len(set(holders.values())) > slices:  # fewer tasks than holders: some holders run none
+            holders = {}
+        job = functools.partial(replicate_slot, self.home, gateway.cluster, gateway.id, plan, holders, slices)
+        commits = self.context.parallelize(range(slices), slices).mapPartitions(job).collect()
         self.last_job = time.monotonic()
+        self.holders = next_holders(self.holders, keys, {c.key: c.worker for c in commits if c.worker}, slices)
         self.failed = {commit.key for commit in commits if commit.errors}
         total = totals(commits)
         by_source: dict[str, list] = {}
