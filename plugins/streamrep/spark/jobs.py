@@ -241,7 +241,8 @@ class _Passes:
     writes an offset log and a commit log per micro-batch: 475-584 ms a micro-batch against
     about 125 ms a pass here (bench/README.md, "Profile of one Spark gateway micro-batch").
     A pass reads the assignment and the stored positions once, in this process, and runs
-    ``source.replicate_share`` over the source partitions with messages to move: read and apply
+    ``source.replicate_slot`` over the source partitions with messages to move (each task takes
+    those its Python worker applied last: ``source.slot_share``): read and apply
     in the same task as before, the apply transactional, so a killed pass leaves each batch
     applied or not, and the next pass resumes from the stored positions.
 
