@@ -347,6 +347,25 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters,
     assert_same_messages(admin, source, paused)
 
 
+def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(spark, clusters, tmp_path,
+                                                                                caplog):
+    """The Spark gateway starts its Python workers before its first pass (and an idle one keeps
+    them alive): the warm-up opens the gateway in each worker, and failing there (here: a
+    STREAMREP_HOME without the cluster) costs only a warning, never the gateway."""
+    from streamrep.spark import jobs
+
+    gateway = Gateway(clusters, NY, "warm")
+    pids = jobs._Passes(spark, gateway, home_of(clusters), once=False, max_records=None).warm()
+    assert pids and os.getpid() not in pids  # one per task, each in a Python worker
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    broken = jobs._Passes(spark, gateway, str(empty), once=False, max_records=None)
+    with caplog.at_level(logging.WARNING, logger=jobs.__name__):
+        assert broken.warm() == []
+    assert any("warm-up job failed" in r.getMessage() for r in caplog.records)
+    assert broken.last_job > float("-inf")  # the next warm-up waits WARM_SECONDS, not one idle pass
+
+
 def test_gateway_stream_picks_up_new_topics_partitions_and_replicas(spark, clusters, tmp_path):
     from streamrep.spark import jobs
 

@@ -242,3 +242,30 @@ def test_a_cluster_that_is_down_is_refused_in_one_line(empty_home):
         empty_home.add("down", url="kafka://127.0.0.1:1")
     assert "\n" not in str(err.value)
     assert empty_home.list() == []
+
+
+def test_a_writer_fenced_between_its_transactions_gets_a_conflict_then_writes(kafka_broker, namespace):
+    """Two processes applying one replica partition in turn (Spark hands a gateway's tasks to any
+    idle Python worker): each finds its cached producer fenced by the other's. That must be a
+    Conflict (the apply retries at once with a new producer), never Unavailable (the gateway would
+    report the replica failed and leave the partition for seconds), and nothing is doubled."""
+    first, second = store_for(kafka_broker, namespace), store_for(kafka_broker, namespace)
+    stream = add_stream(first)
+    first.create_topic(stream, "t", 1)
+    key = "p|src|t|0"
+    first.apply(stream, "t", 0, [Message(b"1")], {key: 1}, {key: None})
+    second.apply(stream, "t", 0, [Message(b"2")] * 3, {key: 2}, {key: 1})  # fences first's producer
+    # A batch large enough to meet the fencing in produce() (librdkafka: "Local: Fatal error").
+    batch = [Message(b"3")] * 500
+    with pytest.raises(Conflict, match="another writer took over"):
+        first.apply(stream, "t", 0, batch, {key: 3}, {key: 2})
+    first.apply(stream, "t", 0, batch, {key: 3}, {key: 2})  # the retry: a new producer, which fences second's
+    with pytest.raises(Conflict, match="another writer took over"):
+        second.apply(stream, "t", 0, [Message(b"4")], {key: 4}, {key: 3})
+    second.apply(stream, "t", 0, [Message(b"4")], {key: 4}, {key: 3})
+    reader = store_for(kafka_broker, namespace)
+    values = [m.value for m in reader.read(stream, "t", 0, 0, 1000)]
+    assert values == [b"1"] + [b"2"] * 3 + [b"3"] * 500 + [b"4"]
+    assert reader.marks(stream) == {key: 4}
+    for s in (first, second, reader):
+        s.close()

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 from streamrep.model.paths import parse_stream_path
 from streamrep.replication.gateway import Progress
 from streamrep.replication.transfer import SourcePartition
-from streamrep.spark.source import offset_key, plan_share
+from streamrep.spark.source import next_holders, offset_key, plan_share, slot_share
 
 SRC = parse_stream_path("/mapr/sf/s", None)
 A, B, C = (SourcePartition("u1", "t", p, SRC) for p in range(3))
@@ -32,3 +32,28 @@ def test_the_budget_is_shared_and_a_drain_stops_at_its_target():
 def test_skipped_partitions_are_left_out():
     progress = {A: Progress(0, 100, 0), B: Progress(0, 100, 0), C: Progress(0, 0, 0)}
     assert set(ends(plan_share(UNITS, progress, skip=[offset_key(A)]))) == {1}
+
+
+def test_a_pass_keeps_each_partition_in_the_worker_that_applied_it_and_deals_the_rest_by_slot():
+    """Spark gives a pass's tasks to any idle Python worker: each task takes what its worker
+    applied last (its Kafka transactional producers are there), and what no worker holds by slot."""
+    plan = plan_share(UNITS, {A: Progress(0, 9, 0), B: Progress(0, 9, 0), C: Progress(0, 9, 0)})
+    holders = {offset_key(A): "h:1", offset_key(C): "h:2"}
+    parts = {(w, slot): [p.unit.partition for p in slot_share(plan, holders, 2, slot, w)]
+             for w in ("h:1", "h:2") for slot in (0, 1)}
+    assert parts[("h:2", 0)] == [2] and parts[("h:1", 1)] == [0, 1]  # B (index 1) falls to slot 1
+    assert parts[("h:1", 0)] == [0] and parts[("h:2", 1)] == [1, 2]  # the tasks swapped workers: same
+    assert slot_share(plan, holders, 2, 0, "h:3") == []  # a new worker: only unheld partitions of its slot
+    assert slot_share(plan, holders, 1, 0, "h:3") == plan  # one task applies everything
+
+
+def test_holders_follow_the_workers_forget_the_unapplied_and_stay_balanced():
+    a, b, c, d = (offset_key(SourcePartition("u1", "t", p, SRC)) for p in range(4))
+    held = next_holders({}, [a, b, c, d], {a: "w1", b: "w1", c: "w2", d: "w2"}, 2)
+    assert held == {a: "w1", b: "w1", c: "w2", d: "w2"}
+    # w2 ran no task (gone): its partitions are dealt again by slot at the next pass.
+    assert next_holders(held, [a, b, c, d], {a: "w1", b: "w1"}, 2) == {a: "w1", b: "w1"}
+    # One worker applied all four (it ran both tasks): it keeps its fair half, the rest is released.
+    assert next_holders(held, [a, b, c, d], dict.fromkeys([a, b, c, d], "w1"), 2) == {a: "w1", b: "w1"}
+    # a moved to w2, which then holds three of four: it releases one beyond its fair two.
+    assert next_holders(held, [a], {a: "w2"}, 2) == {a: "w2", b: "w1", c: "w2"}

@@ -28,15 +28,21 @@ from streamrep.spark.source import (
     offset_key,
     plan_share,
     record_pass,
+    next_holders,
     register,
-    replicate_share,
+    replicate_slot,
     resolve_home,
     totals,
+    warm_worker,
 )
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_SECONDS = 30.0  # a busy gateway's log grows by one line this often at most
+# Spark stops its pooled Python workers once none was used for a minute (PythonWorkerFactory's
+# IDLE_WORKER_TIMEOUT_NS), and a new one takes seconds to start (imports, stores): an idle gateway
+# runs its warm-up job this often, so the next pass with data finds its workers ready.
+WARM_SECONDS = 30.0
 
 
 def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
@@ -161,9 +167,13 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
     gateway.announce(placement("spark", context.master, context.applicationId))
     beat = _Heartbeat(gateway, stop=None if once else stop)
     beat.start()
+    sampler = _LagSampler(gateway, min(1.0, max(interval, 0.1)))
+    sampler.start()
     passes = _Passes(spark, gateway, home or admin.clusters.home, once, max_records)
     progress = ProgressReport(gateway.id)
     try:
+        if not once:  # a drain's first pass starts the workers anyway; a running gateway's must be quick
+            passes.warm()
         outage = Outage(gateway.id, interval, stop.wait)
         while not stop.is_set():
             try:
@@ -176,16 +186,19 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
             outage.ended()
             if moved is None:  # once: nothing left to drain
                 break
-            gateway.lag.after_pass(moved)  # lag sampled on the driver, at most every lag.SAMPLE_SECONDS
+            gateway.lag.passed(moved)  # the pass counted; the lag itself is sampled by ``sampler``
             progress.passed(moved)
             if not moved:
                 stop.wait(interval)
         progress.report(final=True)
+        sampler.halt.set()
+        sampler.join(timeout=30)
         gateway.lag.sample()
         if stop.is_set() and gateway.stop_requested():
             print(f"gateway {gateway.id} stopped: {gateway.stopped_line()}", file=sys.stderr, flush=True)
     finally:
         beat.halt.set()
+        sampler.halt.set()
         try:
             context.cancelJobGroup(passes.group)  # a pass interrupted (a signal): its transactions decide
         except Exception:  # noqa: BLE001 - the JVM may already be gone on a signal
@@ -196,6 +209,30 @@ def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None 
             metrics.close()
 
 
+class _LagSampler(threading.Thread):
+    """Samples the replicas' lag on the driver (``LagRecorder.sample``: every agreed flow, at most
+    every ``lag.SAMPLE_SECONDS``) beside the passes, not between them: a sample reads what is
+    pending of every flow, which took 4.5 s on Kafka under load (bench/README.md), and in the
+    pass loop it held the next pass back as long (a latency stall at p99).
+
+    :param check: seconds between two looks at whether a sample is due.
+    """
+
+    def __init__(self, gateway: Gateway, check: float):
+        super().__init__(name="streamrep-lag", daemon=True)
+        self.gateway = gateway
+        self.check = check
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                self.gateway.lag.sample()  # itself logs what it could not sample
+            except Exception as err:  # noqa: BLE001 - lag is an observation: it never stops the gateway
+                log.warning("gateway %s: lag not sampled: %s", self.gateway.id, err)
+            self.halt.wait(self.check)
+
+
 class _Passes:
     """The gateway's passes, planned in the driver's own Python and run as one Spark job each.
 
@@ -204,7 +241,8 @@ class _Passes:
     writes an offset log and a commit log per micro-batch: 475-584 ms a micro-batch against
     about 125 ms a pass here (bench/README.md, "Profile of one Spark gateway micro-batch").
     A pass reads the assignment and the stored positions once, in this process, and runs
-    ``source.replicate_share`` over the source partitions with messages to move: read and apply
+    ``source.replicate_slot`` over the source partitions with messages to move (each task takes
+    those its Python worker applied last: ``source.slot_share``): read and apply
     in the same task as before, the apply transactional, so a killed pass leaves each batch
     applied or not, and the next pass resumes from the stored positions.
 
@@ -224,6 +262,25 @@ class _Passes:
         self.started: dict[str, int] = {}  # offset key -> the position the last pass started it from
         self.stuck: dict[str, float] = {}  # offset key -> when it was found not to move (failing replicas)
         self.failed: set[str] = set()  # offset keys whose last pass had a replica fail
+        self.last_job = float("-inf")  # monotonic time the last Spark job of this gateway ended
+        self.holders: dict[str, str] = {}  # offset key -> the Python worker that applied it last
+
+    def warm(self) -> list[int]:
+        """Start a Python worker on every core and open the gateway in each (``source.warm_worker``).
+        Without it, the first pass that has more source partitions than the last waits seconds
+        for a new worker (5.2 s measured on Kafka under load, bench/README.md). Failing here only
+        costs that wait, so an error is logged, not raised. Returns the workers' process ids
+        (none if it failed)."""
+        slices = max(1, self.context.defaultParallelism)
+        job = functools.partial(warm_worker, self.home, self.gateway.cluster, self.gateway.id)
+        self.context.setJobGroup(self.group, f"gateway {self.gateway.id}: warm-up", True)
+        try:
+            pids = self.context.parallelize(range(slices), slices).mapPartitions(job).collect()
+        except Exception as err:  # noqa: BLE001 - an optimisation; the passes report real failures
+            log.warning("gateway %s: warm-up job failed: %s", self.gateway.id, error_line(err))
+            pids = []
+        self.last_job = time.monotonic()
+        return pids
 
     def run_one(self) -> int | None:
         """One pass; returns the source messages it moved (None: a drain has ended)."""
@@ -245,15 +302,23 @@ class _Passes:
         skip = {k for k, at in self.stuck.items() if self.once or now - at < RETRY_SECONDS}
         plan = plan_share(units, progress, self.max_records, self.target, skip)
         if not plan:
+            if not self.once and time.monotonic() - self.last_job > WARM_SECONDS:
+                self.warm()  # keeps Spark's Python workers alive for the next pass with data
             return None if self.once else 0
         for partition in plan:
             self.started[offset_key(partition.unit)] = progress[partition.unit].position
-        job = functools.partial(replicate_share, self.home, gateway.cluster, gateway.id)
         self.context.setJobGroup(self.group, f"gateway {gateway.id}: {len(plan)} source partitions", True)
         # As many tasks as cores, not one per source partition: each task is a scheduling round
         # trip, and a task applies its partitions one by one, each in its own transaction.
         slices = max(1, min(len(plan), self.context.defaultParallelism))
-        commits = self.context.parallelize(plan, slices).mapPartitions(job).collect()
+        keys = [offset_key(p.unit) for p in plan]
+        holders = {k: self.holders[k] for k in keys if k in self.holders}
+        if len(set(holders.values())) > slices:  # fewer tasks than holders: some holders run none
+            holders = {}
+        job = functools.partial(replicate_slot, self.home, gateway.cluster, gateway.id, plan, holders, slices)
+        commits = self.context.parallelize(range(slices), slices).mapPartitions(job).collect()
+        self.last_job = time.monotonic()
+        self.holders = next_holders(self.holders, keys, {c.key: c.worker for c in commits if c.worker}, slices)
         self.failed = {commit.key for commit in commits if commit.errors}
         total = totals(commits)
         by_source: dict[str, list] = {}

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping, Sequence
@@ -631,6 +632,77 @@ def replicate_share(home: str | None, cluster: str, gateway_id: str,
         yield commit
 
 
+def worker_id() -> str:
+    """This Python worker process, as the driver of a gateway remembers it: ``<host>:<pid>``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def slot_share(plan: Sequence[GatewayPartition], holders: Mapping[str, str], slices: int, slot: int,
+               worker: str) -> list[GatewayPartition]:
+    """The source partitions of ``plan`` that the task of ``slot`` (of ``slices``) applies when it
+    runs in ``worker``: those this worker applied last (``holders``: offset key -> worker id), and
+    of those no worker holds, every ``slices``-th from ``slot`` on. A partition held by a worker
+    that runs no task of this pass is left to the next pass (the driver forgets its holder); so a
+    single task (``slices`` 1) applies the whole plan."""
+    if slices <= 1:
+        return list(plan)
+    return [p for i, p in enumerate(plan)
+            if holders.get(offset_key(p.unit)) == worker
+            or (offset_key(p.unit) not in holders and i % slices == slot)]
+
+
+def next_holders(holders: Mapping[str, str], keys: Iterable[str], applied: Mapping[str, str],
+                 slices: int) -> dict[str, str]:
+    """Which worker holds each source partition after a pass: the one that applied it
+    (``applied``: offset key -> worker id); none for a key of the pass (``keys``) that nobody
+    applied (its worker ran no task: gone, or one worker ran two tasks). A worker holding more
+    than its fair share (of ``slices`` tasks) releases the rest, so no core stays idle for good.
+    """
+    held = dict(holders)
+    keys = list(keys)
+    fair = -(-len(held.keys() | set(keys)) // max(1, slices))  # of every partition, held or not
+    for key in keys:
+        if key in applied:
+            held[key] = applied[key]
+        else:
+            held.pop(key, None)
+    by_worker: dict[str, list[str]] = {}
+    for key, worker in sorted(held.items()):
+        by_worker.setdefault(worker, []).append(key)
+    for keys_held in by_worker.values():
+        for key in keys_held[fair:]:
+            del held[key]
+    return held
+
+
+def replicate_slot(home: str | None, cluster: str, gateway_id: str, plan: Sequence[GatewayPartition],
+                   holders: Mapping[str, str], slices: int, slots: Iterable[int]) -> Iterator[ApplyCommit]:
+    """One task of a gateway pass (``jobs._Passes``): ``replicate_share`` over this task's
+    ``slot_share``, each ApplyCommit naming this worker. Spark gives a task to any idle Python
+    worker, so the task picks its partitions by the worker it finds itself in: a replica
+    partition applied by another worker than last time must initialise its transactional
+    producer there, fencing the first (106 ms a pass in one process, 275 ms alternating:
+    bench/kafka_fencing.py)."""
+    me = worker_id()
+    for slot in slots:
+        for commit in replicate_share(home, cluster, gateway_id, slot_share(plan, holders, slices, slot, me)):
+            commit.worker = me
+            yield commit
+
+
+def warm_worker(home: str | None, cluster: str, gateway_id: str, _slice: Iterable[int]) -> Iterator[int]:
+    """One task of the gateway's warm-up job (``jobs._Passes.warm``): this Python worker imports
+    what a pass's task needs and opens its gateway, so the first pass with data does not wait
+    for it. Yields the worker's process id.
+
+    :param home: STREAMREP_HOME (None: the default).
+    :param cluster: the gateway's (destination) cluster.
+    :param gateway_id: the gateway's id.
+    """
+    gateway_for(home, cluster, gateway_id)
+    yield os.getpid()
+
+
 def _share_runs(home: str | None, cluster: str, partition: GatewayPartition
                 ) -> Iterator[tuple[SourcePartition, list[Message], tuple[int, int]]]:
     """``read_share``'s reads as runs (``batch_runs``' shape): the messages and the span of each."""
@@ -656,6 +728,7 @@ class ApplyCommit(WriterCommitMessage):
     written: dict[str, int] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     key: str | None = None  # the source partition's offset key, when one task applied one
+    worker: str | None = None  # the Python worker that applied it (``worker_id``), in a gateway pass
 
 
 def flow_key(source_uuid: str, replica_uuid: str) -> str:

@@ -248,11 +248,22 @@ class KafkaStore(Store):
             producer.flush(TIMEOUT_SECONDS)  # serves the delivery reports that give the offsets
             self._commit(producer)
         except BaseException as exc:
+            fenced = False
             try:
                 producer.abort_transaction(TIMEOUT_SECONDS)
-            except KafkaException:  # fenced, fatal, or a commit still under way: the next transaction starts
-                # a new producer, whose init_transactions waits until this one's transaction has ended
+            except KafkaException as refused:  # fenced, fatal, or a commit still under way: the next transaction
+                # starts a new producer, whose init_transactions waits until this one's transaction has ended
                 self._txns.pop(txid, None)
+                err = _kafka_error(refused)
+                fenced = err is not None and err.code() in _FENCED
+            if fenced and isinstance(exc, Exception):
+                # Another writer of this id (another process applying this replica partition: Spark gives a
+                # gateway's tasks to any idle Python worker) fenced this cached producer since its last
+                # transaction. librdkafka then fails the produce ("Local: Fatal error"), or a delivery
+                # report during flush, before the commit could say "fenced". A Conflict makes the caller
+                # retry at once from the stored state, read again by a new producer after it fenced the
+                # other (so exact whether or not anything committed), instead of failing the replica.
+                raise Conflict(f"cluster {self.cluster}: another writer took over ({err.str()}); retry") from None
             if isinstance(exc, KafkaException):
                 err = _kafka_error(exc)
                 if err is not None and err.txn_requires_abort() and err.code() in _FENCING_RACE:
