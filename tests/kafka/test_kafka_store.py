@@ -146,6 +146,35 @@ def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
     assert store.offsets(stream, "t", 0)[1] == 8 and store.marks(stream) == {"p|src|t|0": 6}
 
 
+class _ProducerAlwaysAhead(KafkaStore):
+    """A store whose every read is followed by another message produced to the partition read:
+    a topic produced to faster than it is counted (real writes to the real broker)."""
+
+    reads = 0
+
+    def read_span(self, stream, topic, partition, start, max_messages):
+        self.reads += 1
+        assert self.reads < 100, "the count chased the producer"
+        read = super().read_span(stream, topic, partition, start, max_messages)
+        self.append(stream, topic, {partition: [Message(b"late")]})
+        return read
+
+
+def test_range_stats_ends_where_the_partition_ended_when_the_count_began(kafka_broker, namespace):
+    store = _ProducerAlwaysAhead("kc", kafka_broker, {"streamrep.namespace": namespace})
+    try:
+        stream = add_stream(store)
+        store.create_topic(stream, "t", 1)
+        store.append(stream, "t", {0: [Message(b"x" * 10, timestamp=1_700_000_000_000 + i) for i in range(25_000)]})
+        count, size, oldest, newest = store.range_stats(stream, "t", 0, 0)
+        assert (count, size, oldest, newest) == (25_000, 250_000, 1_700_000_000_000, 1_700_000_024_999)
+        late = store.reads
+        assert late >= 3  # read in several spans, each followed by a new message
+        assert store.range_stats(stream, "t", 0, 25_000)[0] == late  # the late ones, counted by the next count
+    finally:
+        store.close()
+
+
 def test_a_zombie_gateway_is_fenced(kafka_broker, namespace):
     """The successor takes the partition over after the zombie read the marks and before it
     commits (the worst timing): the zombie's transaction cannot commit, and nothing is doubled."""

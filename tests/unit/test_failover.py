@@ -430,11 +430,7 @@ class App:
         assert not self.errors, self.errors
 
 
-# Embedded only for now. Open defect: the Kafka variant never ended in two runs (a CI run on
-# 23 Nov, and a run with branch kpin merged on 24 Nov: pytest's timeout hit while the consumer
-# thread polled and the main thread read the replica in read_span); it passed 5 of 5 runs and in
-# the 24 Nov CI (172 s). The next session debugs it and brings Kafka back here.
-@pytest.mark.backends("embedded")
+@ON_BOTH
 def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_nothing(linked):
     admin = linked
     app = App(admin)

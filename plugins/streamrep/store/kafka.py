@@ -658,17 +658,23 @@ class KafkaStore(Store):
         return dropped
 
     def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+        # Kafka keeps no counts, so the range is read. It ends where the partition ended when
+        # the count began (a busy topic would otherwise never be counted to its end), and the
+        # store is not held between reads, so gateways sharing it keep applying meanwhile.
+        _, end = self.offsets(stream, topic, partition)
         count = size = 0
         oldest = newest = None
         position = start
-        while True:
-            batch, position = self.read_span(stream, topic, partition, position, 10000)
+        while position < end:
+            batch, position = self.read_span(stream, topic, partition, position, min(10000, end - position))
+            batch = [m for m in batch if m.offset < end]
             if not batch:
                 break
             count += len(batch)
             size += sum(len(m.value) for m in batch)
-            oldest = min([oldest or batch[0].timestamp] + [m.timestamp for m in batch])
-            newest = max([newest or 0] + [m.timestamp for m in batch])
+            stamps = [m.timestamp for m in batch]
+            oldest = min(stamps) if oldest is None else min(oldest, *stamps)
+            newest = max(stamps) if newest is None else max(newest, *stamps)
         return count, size, oldest, newest
 
     # -- cursors -------------------------------------------------------------------
@@ -840,7 +846,7 @@ def _serialized(method: Callable) -> Callable:
 # that two threads must not share mid-call (gateways in threads of one process share a store).
 for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
               "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
-              "purge_before", "range_stats", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply",
+              "purge_before", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply",
               "drop_marks", "offset_syncs", "location", "close"):
     setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
