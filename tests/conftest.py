@@ -97,16 +97,6 @@ def pytest_configure(config):
                                        "(embedded, kafka); its clusters come from the home fixture")
 
 
-def pytest_collection_modifyitems(config, items):
-    """For pytest-xdist's ``--dist loadgroup`` (``./run test``): a module's tests run on one worker,
-    so its module fixtures start once, and the Airflow end-to-end modules share one worker and its
-    session fixtures (Airflow's migrated database). They come first in the collection, so the
-    longest group starts first."""
-    for item in items:
-        group = "e2e" if item.path.parent.name == "e2e" else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def pytest_generate_tests(metafunc):
     """Tests marked ``backends(...)`` run once per backend: the ``backend`` fixture decides what
     ``home`` registers. A Kafka run is also marked ``kafka``."""
