@@ -4,7 +4,9 @@ export STREAMREP_HOME="${STREAMREP_HOME:-$HOME/.streamrep}"
 export PATH="$REPO/.venv/bin:$PATH"              # spark-submit and airflow from this venv
 export PYSPARK_PYTHON="$REPO/.venv/bin/python"
 export AIRFLOW__CORE__DAGS_FOLDER="$REPO/dags"
-export AIRFLOW__CORE__PLUGINS_FOLDER="$REPO/plugins"
+# No plugins folder of ours: the installed package brings its page (the airflow.plugins entry point).
+# The connection form's Test button (off by default in Airflow 3).
+export AIRFLOW__CORE__TEST_CONNECTION="${AIRFLOW__CORE__TEST_CONNECTION:-Enabled}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # Login off (every visitor an admin) unless the caller says False: then the simple auth manager
 # asks for the users of AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS (passwords in $AIRFLOW_HOME).

@@ -377,7 +377,11 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
         airflow.wait_healthy()
         airflow.timings["four services until healthy"] = round(time.monotonic() - started, 1)
         airflow.login("admin", password)
-        airflow.wait_dags({path.stem for path in (REPO / "dags").glob("*.py")})  # one DAG per file, named after it
+        # the package's DAGs (through dags/streamrep_dags.py) and the examples, each named after its file
+        import streamrep.dags
+
+        airflow.wait_dags({*streamrep.dags.__all__,
+                           *(path.stem for path in (REPO / "dags").glob("*example.py"))})
         airflow.timings["four services until healthy and the DAGs parsed"] = round(time.monotonic() - started, 1)
         yield airflow
     finally:

@@ -65,7 +65,8 @@ class Session:
             "AIRFLOW_HOME": str(self.airflow_home),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
+            # the plugins folder stays AIRFLOW_HOME's empty one: the page comes from the package
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),

@@ -564,7 +564,7 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     assert Path(argv[0]).name == "spark-submit" and Path(argv[0]).parent == Path(sys.executable).parent
     assert argv[argv.index("--master") + 1] == "local[2]"
     assert "spark.ui.enabled=false" in argv and "spark.python.worker.reuse=true" in argv
-    assert argv[-5:] == [str(Path(submit.__file__).resolve().parents[3] / "spark_apps" / "copystream.py"),
+    assert argv[-5:] == [str(Path(submit.__file__).resolve().parent / "apps" / "copystream.py"),
                          "--src", "/mapr/a/s", "--dst", "/mapr/b/s"]
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
@@ -576,7 +576,7 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     assert argv[argv.index("--master") + 1] == "spark://somewhere:7077" and "spark.executor.memory=2g" in argv
 
     path, args, conf = submit.application("gateway", ["--cluster", "c", "--once"])
-    assert path.endswith("spark_apps/gateway.py") and args == ["--cluster", "c", "--once"]
+    assert path.endswith("streamrep/spark/apps/gateway.py") and args == ["--cluster", "c", "--once"]
     assert conf["spark.ui.enabled"] == "false"
 
     apps = tmp_path / "apps"
@@ -590,6 +590,20 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     monkeypatch.setattr(submit.shutil, "which", lambda *a, **k: None)
     with pytest.raises(Unavailable, match="spark-submit was not found"):
         submit.run_app("gateway", ["--cluster", "c"])
+
+
+def test_a_worker_without_java_gets_one_line_naming_the_fix(tmp_path):
+    """spark-submit on a machine with no JRE fails in its shell script; streamrep says so first."""
+    from streamrep.spark import submit
+
+    venv_bin = str(Path(sys.executable).parent)  # spark-submit is here, java is not
+    with pytest.raises(Unavailable, match=r"Spark needs Java on this worker \(no java on PATH\): install a JRE"):
+        submit.spark_submit_command("copystream", ["--src", "a", "--dst", "b"], env={"PATH": venv_bin})
+    bogus = tmp_path / "jdk"
+    with pytest.raises(Unavailable, match=f"JAVA_HOME={bogus} has no bin/java.*set JAVA_HOME"):
+        submit.spark_submit_command("gateway", ["--cluster", "c"], env={"PATH": venv_bin, "JAVA_HOME": str(bogus)})
+    java = submit.require_java({"PATH": os.environ["PATH"]})  # this machine has one
+    assert os.access(java, os.X_OK)
 
 
 # --- cursors ---

@@ -251,3 +251,13 @@ def test_the_monitor_checks_every_five_minutes_without_catchup_or_retries(dagbag
     assert dag.schedule == timedelta(minutes=5)
     assert dag.catchup is False and dag.max_active_runs == 1
     assert set(dag.params) == {"cluster"} and accepts(dag, cluster="newyork") and not accepts(dag, cluster="a b")
+
+
+def test_the_package_dags_come_through_the_dags_folder_short_file(dagbag):
+    """A dags folder needs only ``dags/streamrep_dags.py`` (README): every packaged DAG is
+    registered as defined there, so the scheduler and workers parse that file to find it."""
+    import streamrep.dags
+
+    assert set(streamrep.dags.__all__) <= set(dagbag.dag_ids)
+    for dag_id in streamrep.dags.__all__:
+        assert Path(dagbag.dags[dag_id].fileloc) == DAGS / "streamrep_dags.py", dag_id

@@ -444,7 +444,7 @@ def airflow_api(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     from airflow import settings
 
-    plugins = str(Path(__file__).resolve().parents[2] / "plugins")
+    plugins = str(home / "plugins")  # empty: the page comes through the package's entry point
     patch.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", plugins)
     patch.setattr(settings, "PLUGINS_FOLDER", plugins)  # read from the config once, at import
     patch.setenv("AIRFLOW__CORE__AUTH_MANAGER",

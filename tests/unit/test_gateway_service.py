@@ -240,16 +240,11 @@ def test_supervisor_needs_adminperm_to_launch(linked, bob):
 # -- the supervisor DAG -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def service_dag():
-    """The DAG as its file defines it (imported directly: a DagBag costs far more here; DAG
-    integrity for every file is tests/unit/test_airflow_dags.py's)."""
-    import importlib.util
-    from pathlib import Path
+    """The DAG as the package defines it (imported directly: a DagBag costs far more here; DAG
+    integrity for every DAG is tests/unit/test_airflow_dags.py's)."""
+    from streamrep.dags.stream_gateway_service import dag
 
-    path = Path(__file__).resolve().parents[2] / "dags" / "stream_gateway_service.py"
-    spec = importlib.util.spec_from_file_location("stream_gateway_service_dag", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.dag
+    return dag
 
 
 def test_the_supervisor_dag_runs_every_minute_one_at_a_time(service_dag):

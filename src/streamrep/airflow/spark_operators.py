@@ -1,6 +1,6 @@
 """copystream and gateways as thin subclasses of the Spark provider's ``SparkSubmitOperator``.
 
-They run ``spark_apps/copystream.py`` and ``spark_apps/gateway.py`` on the ``spark_default``
+They run the package's Spark apps (``streamrep/spark/apps/copystream.py`` and ``gateway.py``) on the ``spark_default``
 connection (e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``).
 If that connection is not defined they run Spark locally (``STREAMREP_SPARK_MASTER``, else
 ``local[2]``), so the DAGs need no set-up on one machine. What spark-submit needs (the app,
@@ -20,11 +20,13 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from streamrep.airflow.hook import StreamrepHook, user_errors
+from streamrep.airflow.provider import spark_conn_id
 from streamrep.airflow.params import as_bool
 from streamrep.replication.copy import copy_ended, plan_copy, summary
 from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
-from streamrep.spark.submit import LOG_JAVA_OPTIONS, application, master_url, stop_job, submit_env, tether
+from streamrep.spark.submit import (LOG_JAVA_OPTIONS, application, master_url, require_java, stop_job, submit_env,
+                                    tether)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -58,17 +60,18 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
     lets Spark's Python processes import streamrep and see the same clusters.
 
     :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
-    :param conn_id: the Spark connection (default ``spark_default``).
+    :param conn_id: the Spark connection (default: ``[streamrep] spark_conn_id`` of Airflow's config,
+        itself ``spark_default`` unless set).
     :param conf: extra Spark conf, over streamrep's defaults. (templated)
     """
 
     app = ""
     ui_color = "#fde68a"
 
-    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str = "spark_default",
+    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str | None = None,
                  **kwargs: Any):
         kwargs.setdefault("name", f"streamrep-{self.app}")
-        super().__init__(conn_id=conn_id, **kwargs)
+        super().__init__(conn_id=conn_id or spark_conn_id(), **kwargs)
         self.streamrep_conn_id = streamrep_conn_id
 
     # -- what subclasses provide -------------------------------------------------------
@@ -105,7 +108,9 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
                 # Spark's own logging as the CLI has it (warnings only): its INFO lines would
                 # otherwise fill the task log (the provider logs every line spark-submit prints).
                 conf.setdefault("spark.driver.extraJavaOptions", LOG_JAVA_OPTIONS)
-                env = {k: v for k, v in submit_env().items() if k in SUBMIT_ENV_KEYS}
+                full_env = submit_env()
+                require_java(full_env)
+                env = {k: v for k, v in full_env.items() if k in SUBMIT_ENV_KEYS}
             env.update(hook.process_env())
             env.update(self.env_vars or {})
             self.application, self.application_args, self.conf, self.env_vars = path, args, conf, env
@@ -201,7 +206,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
 
 
 class StreamGatewayOperator(StreamrepSparkSubmitOperator):
-    """A gateway of ``cluster`` as a Spark Structured Streaming job (``spark_apps/gateway.py``).
+    """A gateway of ``cluster`` as a Spark Structured Streaming job (``streamrep/spark/apps/gateway.py``).
 
     It pulls its share of every source stream that flows into the replicas on ``cluster`` and
     applies it exactly once (positions are stored with the messages). Without ``once`` it runs

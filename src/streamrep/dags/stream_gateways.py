@@ -14,7 +14,7 @@ DOC = """
 ### Gateways of a cluster
 
 Starts the gateways that replicate into the replicas on `cluster`, one task per gateway, each a
-Spark Structured Streaming job (`spark_apps/gateway.py`):
+Spark Structured Streaming job (`streamrep/spark/apps/gateway.py`):
 
 1. `plan_gateways` — the gateways the source clusters list for `cluster`
    (`streamrep cluster gateway set -dstcluster <cluster> -gateways "gw1 gw2"`), or one gateway

@@ -8,8 +8,8 @@ A job never outlives the process that started it: ``tether()`` gives the ``subpr
 options every launch uses (the CLI's and the Airflow operators'), and ``stop_job`` stops a job
 with everything it started. See "the job's lifetime" below for why these mechanisms.
 
-The apps live in ``<repo>/spark_apps/<app>.py`` (``STREAMREP_SPARK_APPS`` overrides the
-folder). The master is ``local[2]`` unless ``STREAMREP_SPARK_MASTER`` or ``master`` says
+The apps are package data, ``streamrep/spark/apps/<app>.py`` (``STREAMREP_SPARK_APPS`` overrides
+the folder). The master is ``local[2]`` unless ``STREAMREP_SPARK_MASTER`` or ``master`` says
 otherwise (``spark://host:port`` for a standalone cluster). Every Python process Spark starts runs
 this interpreter (the venv that has streamrep and pyarrow) unless ``STREAMREP_SPARK_PYTHON`` names
 the Python of the cluster's workers, and ``spark-submit`` is taken from this venv first.
@@ -114,12 +114,13 @@ def master_url(master: str | None = None) -> str:
     return check_master(master or os.environ.get("STREAMREP_SPARK_MASTER") or DEFAULT_MASTER)
 
 
+APPS_DIR = Path(__file__).resolve().with_name("apps")  # installed with the package
+
+
 def apps_dir() -> Path:
-    """The folder holding the app scripts."""
+    """The folder holding the app scripts: ``STREAMREP_SPARK_APPS``, else the package's own."""
     override = os.environ.get("STREAMREP_SPARK_APPS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[3] / "spark_apps"
+    return Path(override) if override else APPS_DIR
 
 
 def app_path(app: str) -> str:
@@ -127,7 +128,9 @@ def app_path(app: str) -> str:
         raise InvalidArgument(f"unknown Spark app {app!r}: expected one of {', '.join(APPS)}")
     path = apps_dir() / f"{app}.py"
     if not path.is_file():
-        raise Unavailable(f"Spark app {app} not found at {path}; set STREAMREP_SPARK_APPS to the spark_apps folder")
+        fix = ("unset STREAMREP_SPARK_APPS or point it at a folder holding the apps" if os.environ.get("STREAMREP_SPARK_APPS")
+               else "reinstall streamrep (pip install --force-reinstall streamrep)")
+        raise Unavailable(f"Spark app {app} not found at {path}: {fix}")
     return str(path)
 
 
@@ -154,6 +157,19 @@ def _numthreads(app: str, args: Sequence[str]) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def require_java(env: Mapping[str, str] | None = None) -> str:
+    """The ``java`` spark-submit will run (``JAVA_HOME/bin/java``, else ``java`` on PATH), or
+    Unavailable naming the fix: without it spark-submit fails with a shell error, not this line."""
+    env = os.environ if env is None else env
+    java_home = env.get("JAVA_HOME")
+    java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java", path=env.get("PATH", ""))
+    if not java or not os.access(java, os.X_OK):
+        where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no java on PATH"
+        raise Unavailable(f"Spark needs Java on this worker ({where}): install a JRE 17 or 21 "
+                          f"(apt-get install default-jre-headless) or set JAVA_HOME")
+    return java
 
 
 def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -191,6 +207,7 @@ def spark_submit_command(app: str, args: Sequence[str] = (), master: str | None 
     exe = shutil.which("spark-submit", path=run_env["PATH"])
     if exe is None:
         raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment")
+    require_java(run_env)
     argv = [exe, "--master", master, "--name", f"streamrep-{app}"]
     if "spark.driver.extraJavaOptions" not in merged:
         argv += ["--driver-java-options", LOG_JAVA_OPTIONS]

@@ -1,5 +1,7 @@
-"""Provider metadata, so that Airflow's connection form offers the ``streamrep`` connection
-type with its own form. Airflow reads it through the entry point (in pyproject.toml)::
+"""Provider metadata, as Airflow's own providers declare theirs: the integration, its hooks,
+operators, sensors and triggers, the ``streamrep`` connection type with its own form, the
+``streamrep://`` asset scheme, the UI plugin and the ``[streamrep]`` config section. Airflow reads
+it through the entry point (in pyproject.toml)::
 
     [project.entry-points.apache_airflow_provider]
     provider_info = "streamrep.airflow.provider:get_provider_info"
@@ -22,6 +24,10 @@ HOOK_CLASS_NAME = "streamrep.airflow.hook.StreamrepHook"
 HOOK_NAME = "Streamrep cluster"
 ASSET_SCHEME = "streamrep"
 ASSET_URI_HANDLER = "streamrep.airflow.assets.normalize_uri"
+INTEGRATION = "streamrep"
+CONFIG_SECTION = "streamrep"
+SPARK_CONN_OPTION = "spark_conn_id"
+DEFAULT_SPARK_CONN_ID = "spark_default"
 
 # The form of a streamrep connection: host is the cluster URL (embedded:<file> or
 # kafka://host:port,...), login the identity the tasks act as; a Kafka cluster's client settings
@@ -40,11 +46,51 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
 }
 
 
+def spark_conn_id() -> str:
+    """The Spark connection copystream and the gateways use unless an operator names one:
+    ``[streamrep] spark_conn_id`` of Airflow's config (``AIRFLOW__STREAMREP__SPARK_CONN_ID``)."""
+    from airflow.configuration import conf
+
+    return conf.get(CONFIG_SECTION, SPARK_CONN_OPTION, fallback=DEFAULT_SPARK_CONN_ID) or DEFAULT_SPARK_CONN_ID
+
+
+def _modules(*names: str) -> list[dict[str, Any]]:
+    return [{"integration-name": INTEGRATION, "python-modules": [f"streamrep.airflow.{n}" for n in names]}]
+
+
 def get_provider_info() -> dict[str, Any]:
+    from streamrep import __version__
+
     return {
         "package-name": "streamrep",
         "name": "streamrep",
         "description": "MapR Event Store style stream replication: clusters, replicas, copystream, gateways.",
+        "versions": [__version__],
+        "integrations": [{
+            "integration-name": INTEGRATION,
+            "tags": ["software"],
+        }],
+        "hooks": _modules("hook"),
+        "operators": _modules("operators", "spark_operators"),
+        "sensors": _modules("sensors"),
+        "triggers": _modules("triggers"),
+        "plugins": [{"name": "streamrep", "plugin-class": "streamrep.airflow.plugin.StreamrepPlugin"}],
+        "config": {
+            CONFIG_SECTION: {
+                "description": "streamrep, the stream replication provider.",
+                "options": {
+                    SPARK_CONN_OPTION: {
+                        "description": "The Spark connection that copystream and the gateways run on, unless "
+                                       "an operator's conn_id names another. Its host is the Spark master "
+                                       "(local[2], spark://host:7077, yarn).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "spark_cluster",
+                        "default": DEFAULT_SPARK_CONN_ID,
+                    },
+                },
+            },
+        },
         "connection-types": [
             {
                 "connection-type": CONN_TYPE,

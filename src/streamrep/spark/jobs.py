@@ -1,5 +1,5 @@
 """The two Spark jobs, as functions over a SparkSession: copystream (batch) and the gateway
-(Structured Streaming). ``spark_apps/*.py`` parse arguments and call these; tests call them on
+(Structured Streaming). ``streamrep/spark/apps/*.py`` parse arguments and call these; tests call them on
 a shared session. Every rule stays in ``streamrep.replication``.
 """
 
@@ -365,7 +365,7 @@ class ProgressReport:
             self.last = now
 
 
-# -- what the spark_apps entry points share ------------------------------------------------
+# -- what the Spark apps share ------------------------------------------------
 class Stopped(SystemExit):
     """Raised in the main thread by SIGTERM or SIGINT: a requested stop, exit status 0."""
 

@@ -1,0 +1,86 @@
+"""Virtual environments holding a released Airflow, for the wheel-install test.
+
+Each supported Airflow release has a lock in ``tests/wheel/airflow-<version>.txt``: what uv
+resolved from the package index for that release plus streamrep's declared dependencies (and
+pytest, to run the README's example test), with hashes. Airflow's published constraint files
+are not reachable from this machine, so the locks stand in for them.
+
+    python scripts/wheel_envs.py lock      # re-resolve every lock (a developer's step)
+    python scripts/wheel_envs.py install   # ./run test: one venv per lock in .cache/wheel-envs
+
+``install`` makes ``.cache/wheel-envs/airflow-<version>/`` only when it is missing or its lock
+changed (a stamp holds the lock's SHA-256), so the test itself downloads nothing. The venvs are
+not the repository's ``.venv``: streamrep is not in them until the test installs the built wheel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+LOCKS = REPO / "tests" / "wheel"
+ENVS = REPO / ".cache" / "wheel-envs"
+# The Airflow releases the wheel is tested on: the newest of each supported minor.
+AIRFLOW_RELEASES = ("3.2.2", "3.3.2")
+PYTHON = "3.11"
+# What the README's example test needs beside streamrep: the repository's pinned pytest.
+TEST_REQUIREMENTS = ("pytest==9.2.0",)
+
+
+def lock_path(release: str) -> Path:
+    return LOCKS / f"airflow-{release}.txt"
+
+
+def env_path(release: str) -> Path:
+    return ENVS / f"airflow-{release}"
+
+
+def pyspark_pin(lock: Path) -> str:
+    """The ``pyspark==X`` line of a lock (hash-checked on reinstall, see ``install``)."""
+    for line in lock.read_text().splitlines():
+        if line.startswith("pyspark=="):
+            return line.split()[0]
+    raise SystemExit(f"{lock}: no pyspark pin")
+
+
+def lock() -> None:
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    for release in AIRFLOW_RELEASES:
+        wanted = LOCKS / f"airflow-{release}.in"
+        wanted.write_text("\n".join([f"apache-airflow=={release}", *TEST_REQUIREMENTS]) + "\n")
+        subprocess.run(["uv", "pip", "compile", "--quiet", str(REPO / "pyproject.toml"), str(wanted),
+                        "--python-version", PYTHON, "--generate-hashes", "--no-header",
+                        "--custom-compile-command", "python scripts/wheel_envs.py lock",
+                        "-o", str(lock_path(release))], check=True, cwd=REPO)
+        print(f"wheel_envs: {lock_path(release).relative_to(REPO)}")
+
+
+def install() -> None:
+    for release in AIRFLOW_RELEASES:
+        lock_file, env = lock_path(release), env_path(release)
+        digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
+        stamp = env / ".lock.sha256"
+        if stamp.is_file() and stamp.read_text() == digest:
+            continue
+        shutil.rmtree(env, ignore_errors=True)
+        python = shutil.which(f"python{PYTHON}") or sys.executable
+        run = lambda *args: subprocess.run(["uv", *args], check=True, cwd=REPO)  # noqa: E731
+        run("venv", "--quiet", "--seed", "--python", python, str(env))
+        run("pip", "sync", "--quiet", "--python", str(env / "bin" / "python"), "--require-hashes", str(lock_file))
+        # The Spark provider requires pyspark-client, an older copy of pyspark's Python files that
+        # overwrites them; pyspark is put back over it, as the README tells pip users to.
+        run("pip", "install", "--quiet", "--python", str(env / "bin" / "python"), "--reinstall", "--no-deps",
+            pyspark_pin(lock_file))
+        stamp.write_text(digest)
+        print(f"wheel_envs: {env.relative_to(REPO)} (Airflow {release})")
+
+
+if __name__ == "__main__":
+    commands = {"lock": lock, "install": install}
+    if len(sys.argv) != 2 or sys.argv[1] not in commands:
+        raise SystemExit("usage: python scripts/wheel_envs.py lock | install")
+    commands[sys.argv[1]]()

@@ -1,0 +1,190 @@
+"""pytest fixtures for testing DAGs and operators that use streamrep, in your own repository.
+
+Installed with the package and loaded by pytest on its own (the ``pytest11`` entry point), so a
+test needs no import and no conftest. Every fixture works on embedded clusters in the test's
+temporary folder: no broker, no Spark cluster, no Airflow server.
+
+``streamrep_clusters``
+    Embedded clusters (``streamrep_cluster_names``, by default ``sanfrancisco`` and ``newyork``),
+    registered in a fresh ``STREAMREP_HOME`` and defined as the Airflow connections
+    ``streamrep_<cluster>`` that operators look them up by; ``spark_default`` is a local Spark.
+    It is a :class:`TestClusters`: ``.admin`` (the admin API as the test's user), ``.produce``,
+    ``.count``, ``.replica_state`` and ``.assert_replica_state``.
+``streamrep_run_operator``
+    ``streamrep_run_operator(operator)`` runs one operator's ``execute`` with a task context and
+    returns what it returned (its XCom value).
+``streamrep_run_dag``
+    ``streamrep_run_dag(dag, conf)`` runs a whole DAG with Airflow's ``dag.test()`` (every task in
+    this process, against a throwaway SQLite metadata database) and returns the run's state and
+    each task's state.
+
+Airflow reads ``AIRFLOW_HOME`` once, when it is first imported: unless your test session sets it,
+this plugin gives the session a throwaway one (at ``pytest_configure``), so no test touches
+``~/airflow``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+import pytest
+
+if TYPE_CHECKING:
+    from streamrep.client.admin import StreamAdmin
+
+DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
+LOCAL_SPARK = {"conn_type": "spark", "host": "local[2]"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "AIRFLOW_HOME" not in os.environ and "airflow" not in sys.modules:
+        home = tempfile.mkdtemp(prefix="streamrep-pytest-airflow-")
+        os.environ["AIRFLOW_HOME"] = home
+        os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+        atexit.register(shutil.rmtree, home, ignore_errors=True)
+
+
+@dataclass
+class TestClusters:
+    """Embedded clusters of one test, by name, and what a test asks of them."""
+
+    __test__ = False  # not a test class, whatever pytest's name rules say
+
+    home: Path
+    urls: dict[str, str]
+    admin: StreamAdmin
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def produce(self, topic_path: str, values: Iterable[bytes | str], key: bytes | str | None = None) -> int:
+        """Produce ``values`` to ``<stream>:<topic>`` as the test's user; returns how many."""
+        from streamrep.client import Producer
+
+        sent = 0
+        with Producer(self.admin) as producer:
+            for value in values:
+                producer.send(topic_path, _bytes(value), key=None if key is None else _bytes(key))
+                sent += 1
+        return sent
+
+    def count(self, path: str) -> int:
+        """The messages ``<stream>`` (every topic) or ``<stream>:<topic>`` holds now."""
+        from streamrep.model.paths import parse_stream_or_topic
+
+        stream, topic = parse_stream_or_topic(path, None)
+        if topic:
+            return sum(p["messages"] for p in self.admin.topic_info(str(stream), topic))
+        return sum(t["messages"] for t in self.admin.list_topics(str(stream)))
+
+    def replica_state(self, source: str, replica: str) -> dict[str, Any]:
+        """The row of ``stream replica list -path <source>`` for ``replica`` (``replicaState``,
+        ``paused``, ``errors``, lag and pending counts)."""
+        from streamrep.replication.status import replica_status
+
+        wanted = self.admin.path(replica)
+        for row in replica_status(self.admin, source):
+            if self.admin.path(row["replicaPath"]) == wanted:
+                return row
+        raise AssertionError(f"{replica} is not a replica of {source}")
+
+    def assert_replica_state(self, source: str, replica: str, state: str, *, paused: bool | None = None) -> None:
+        """Assert the replica's state, given in MapR's name (``REPLICA_STATE_REPLICATING``) or
+        short (``replicating``), and optionally whether it is paused."""
+        row = self.replica_state(source, replica)
+        expected = state if state.startswith("REPLICA_STATE_") else f"REPLICA_STATE_{state.upper()}"
+        actual = getattr(row["replicaState"], "value", row["replicaState"])
+        assert actual == expected, f"{source} -> {replica}: {actual}, expected {expected} (errors: {row.get('errors')})"
+        if paused is not None:
+            assert row["paused"] is paused, f"{source} -> {replica}: paused is {row['paused']}, expected {paused}"
+
+
+def _bytes(value: bytes | str) -> bytes:
+    return value if isinstance(value, bytes) else value.encode()
+
+
+@pytest.fixture
+def streamrep_cluster_names() -> tuple[str, ...]:
+    """The embedded clusters ``streamrep_clusters`` makes; override it to choose others."""
+    return DEFAULT_CLUSTERS
+
+
+@pytest.fixture
+def streamrep_clusters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       streamrep_cluster_names: tuple[str, ...]) -> Iterable[TestClusters]:
+    """Embedded clusters in ``tmp_path``, registered and defined as Airflow connections."""
+    from streamrep.client.admin import StreamAdmin
+    from streamrep.client.config import Clusters
+    from streamrep.client.identity import current_identity
+
+    home = tmp_path / "streamrep-home"
+    monkeypatch.setenv("STREAMREP_HOME", str(home))
+    for name in ("STREAMREP_DEFAULT_CLUSTER", "STREAMREP_SYNC"):
+        monkeypatch.delenv(name, raising=False)
+    clusters = Clusters()
+    urls = {}
+    for i, name in enumerate(streamrep_cluster_names):
+        url = f"embedded:{tmp_path / 'clusters' / f'{name}.db'}"
+        (tmp_path / "clusters").mkdir(exist_ok=True)
+        admin = StreamAdmin(clusters, current_identity())
+        admin.add_cluster(name, url, default=(i == 0))
+        urls[name] = url
+        monkeypatch.setenv(f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps({"conn_type": "streamrep", "host": url}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(LOCAL_SPARK))
+    found = TestClusters(home=home, urls=urls, admin=StreamAdmin(clusters, current_identity()))
+    yield found
+    clusters.close()
+
+
+@pytest.fixture
+def streamrep_run_operator() -> Callable[..., Any]:
+    """``run(operator, try_number=1)``: the operator's ``execute`` with a task context."""
+
+    def run(operator: Any, try_number: int = 1, **context: Any) -> Any:
+        ti = SimpleNamespace(try_number=try_number, xcom_push=lambda *a, **k: None, task=operator)
+        return operator.execute({"ti": ti, "task": operator, "params": getattr(operator, "params", {}), **context})
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def streamrep_airflow_db() -> None:
+    """Airflow's metadata database, migrated once per session when it is a throwaway SQLite file
+    inside ``AIRFLOW_HOME`` (never a database the session did not make)."""
+    from airflow.configuration import conf
+    from airflow.utils.db import initdb
+
+    url = conf.get("database", "sql_alchemy_conn")
+    if not url.startswith(f"sqlite:///{os.environ.get('AIRFLOW_HOME', '~')}/"):
+        pytest.skip(f"streamrep_run_dag migrates only a throwaway SQLite database in AIRFLOW_HOME, not {url.split('@')[-1]}")
+    initdb()
+
+
+@dataclass(frozen=True)
+class DagResult:
+    """A finished ``dag.test()`` run: its state and each task's."""
+
+    state: str
+    tasks: dict[str, str]
+
+    def __str__(self) -> str:
+        return f"{self.state}: " + ", ".join(f"{t}={s}" for t, s in sorted(self.tasks.items()))
+
+
+@pytest.fixture
+def streamrep_run_dag(streamrep_airflow_db: None) -> Callable[..., DagResult]:
+    """``run(dag, conf=None)``: the DAG run by ``dag.test()``, as a :class:`DagResult`."""
+
+    def run(dag: Any, conf: dict[str, Any] | None = None) -> DagResult:
+        dag_run = dag.test(run_conf=conf or {})
+        tasks = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dag_run.get_task_instances()}
+        return DagResult(str(getattr(dag_run.state, "value", dag_run.state)), tasks)
+
+    return run
