@@ -484,7 +484,7 @@ def check(stack: Stack) -> CheckResult:
     started = time.monotonic()
     sr("stream", "create", "-path", source, "-defaultpartitions", "3")
     sr("stream", "topic", "create", "-path", source, "-topic", "clicks")
-    sr("stream", "produce", "-path", f"{source}:clicks", "-keysep", "=", input="user1=hello\nuser2=world\n")
+    sr("produce", "-path", f"{source}:clicks", "-keysep", "=", input="user1=hello\nuser2=world\n")
     stack.timed("check: stream created, 2 messages produced on sanfrancisco", started)
 
     airflow = Airflow()
@@ -498,19 +498,22 @@ def check(stack: Stack) -> CheckResult:
     sr("cluster", "gateway", "set", "-cluster", "sanfrancisco", "-dstcluster", "newyork", "-gateways", "gw1")
     airflow.wait_run("stream_gateway_service",
                      airflow.trigger("stream_gateway_service", {"action": "start", "cluster": "newyork"}))
-    sr("stream", "produce", "-path", f"{source}:clicks", "-keysep", "=", input="user3=again\n")
-    row = _wait_up_to_date(sr, source, replica)
-    stack.timed("check: gateway started, 1 message produced and replicated", started)
+    try:
+        sr("produce", "-path", f"{source}:clicks", "-keysep", "=", input="user3=again\n")
+        row = _wait_up_to_date(sr, source, replica)
+        stack.timed("check: gateway started, 1 message produced and replicated", started)
 
-    started = time.monotonic()
-    out = sr("stream", "consume", "-path", f"{replica}:clicks", "-fromstart", "true", "-json")
-    consumed = sorted(m["value"] for m in _json_lines(out))
-    stack.timed("check: consumed on newyork", started)
-
-    started = time.monotonic()
-    airflow.wait_run("stream_gateway_service",
-                     airflow.trigger("stream_gateway_service", {"action": "stop", "cluster": "newyork"}))
-    stack.timed("check: gateway stopped", started)
+        started = time.monotonic()
+        out = sr("consume", "-path", f"{replica}:clicks", "-fromstart", "true", "-json")
+        consumed = sorted(m["value"] for m in _json_lines(out))
+        stack.timed("check: consumed on newyork", started)
+    finally:
+        # A gateway runs until stopped, holding a Spark core and a worker slot: never leave one behind.
+        started = time.monotonic()
+        airflow.wait_run("stream_gateway_service",
+                         airflow.trigger("stream_gateway_service", {"action": "stop", "cluster": "newyork"}))
+        _wait_gateways_stopped(sr, "newyork")
+        stack.timed("check: gateway stopped", started)
     print(f"stack: check: {replica} holds {consumed}; replica list: {row}", flush=True)
     return CheckResult(source, replica, consumed, row, dict(stack.timings))
 
@@ -526,11 +529,21 @@ def _json_lines(out: str) -> list[dict]:
     return data if isinstance(data, list) else data.get("data", [data])
 
 
+def _wait_gateways_stopped(sr, cluster: str, timeout: float = 300) -> None:
+    """Until no gateway of ``cluster`` is live: each ends after its micro-batch, and its Spark app with it."""
+    deadline = time.monotonic() + timeout
+    while live := [g["id"] for g in _json_lines(sr("gateway", "list", "-cluster", cluster, "-json"))
+                   if g.get("status") == "live"]:
+        if time.monotonic() > deadline:
+            raise StackError(f"gateways {live} of {cluster} still live {timeout:.0f} s after gateway stop")
+        time.sleep(3)
+
+
 def _wait_up_to_date(sr, source: str, replica: str, timeout: float = 300) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         rows = _json_lines(sr("stream", "replica", "list", "-path", source, "-json"))
-        row = next((r for r in rows if r.get("replica", "").endswith(replica)), {})
+        row = next((r for r in rows if r.get("replicaPath") == replica), {})
         if row.get("isUptodate") and row.get("pendingMessages") == 0:
             return row
         if time.monotonic() > deadline:
