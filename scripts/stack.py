@@ -163,11 +163,10 @@ def _start_dockerd() -> None:
 
 
 def stop_dockerd() -> bool:
-    """Stop the dockerd that this script started (SIGTERM, then SIGKILL); ``True`` if it ran."""
+    """Stop the dockerd that this script started (SIGTERM, then SIGKILL) and undo what it left
+    mounted; ``True`` if it ran."""
     pid = _own_dockerd_pid()
-    if pid is None:
-        return False
-    for sig, wait in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)):
+    for sig, wait in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)) if pid is not None else ():
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -177,9 +176,21 @@ def stop_dockerd() -> bool:
             time.sleep(0.2)
         if not Path(f"/proc/{pid}").exists():
             break
-    PIDFILE.unlink(missing_ok=True)
-    SOCKET.unlink(missing_ok=True)
-    return True
+    if pid is not None or not SOCKET.exists() or not _answers(f"unix://{SOCKET}"):
+        PIDFILE.unlink(missing_ok=True)
+        SOCKET.unlink(missing_ok=True)
+        # dockerd keeps its default network namespace mounted in the exec root after it exits.
+        for mount in reversed(engine_mounts()):
+            subprocess.run(["umount", mount], capture_output=True)
+    return pid is not None
+
+
+def engine_mounts() -> list[str]:
+    """Mount points inside this repository's engine folders (the exec root, the data root)."""
+    roots = (str(DOCKER_DIR) + "/", str(_exec_root()) + "/")
+    with open("/proc/self/mounts") as mounts:
+        points = [line.split()[1].replace("\\040", " ") for line in mounts]
+    return [p for p in points if p.startswith(roots)]
 
 
 # ---------------------------------------------------------------- docker and compose calls

@@ -14,10 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import kafka_local, load_script
+from conftest import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
-stack = load_script("stack")
+# scripts/ is not a package; tests/conftest.py's load_script may have loaded it already.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import stack  # noqa: E402
 
 PORT_VARIABLES = ("AIRFLOW_PORT", "SPARK_MASTER_UI_PORT", "SANFRANCISCO_PORT", "NEWYORK_PORT")
 
@@ -60,7 +62,7 @@ def stack_run():
     except stack.DockerUnavailable as err:
         pytest.skip(str(err))
     saved = {name: os.environ.get(name) for name in PORT_VARIABLES}
-    os.environ.update({name: str(port) for name, port in zip(PORT_VARIABLES, kafka_local.free_ports(4))})
+    os.environ.update({name: str(free_port()) for name in PORT_VARIABLES})
     engine = stack.Stack(host)
     try:
         engine.up()
@@ -96,4 +98,5 @@ def test_down_leaves_nothing_behind(stack_run):
     assert down.returncode == 0 and down.stderr == "", down.stderr
     if host == f"unix://{stack.SOCKET}":
         assert engine_processes() == []
+        assert stack.engine_mounts() == [], "dockerd left mounts behind"
         assert not stack.SOCKET.exists() and not stack.PIDFILE.exists()
