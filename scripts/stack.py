@@ -30,9 +30,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kafka_local import _relative  # noqa: E402
+
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO / "docker-compose.yaml"
 PROJECT = "streamrep"
+COMPOSE = ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE_FILE)]
 DOCKER_DIR = REPO / ".docker"  # git- and docker-ignored
 DATA_ROOT = DOCKER_DIR / "data"
 SOCKET = DOCKER_DIR / "docker.sock"
@@ -64,13 +68,6 @@ class StackError(Exception):
 
 class DockerUnavailable(StackError):
     """No Docker engine can be used here; the stack (and its test) cannot run."""
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.relative_to(REPO))
-    except ValueError:
-        return str(path)
 
 
 def _exec_root() -> Path:
@@ -218,7 +215,7 @@ class Stack:
 
     def compose(self, *args: str, log: Path | None = None, input: str | None = None,
                 check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess:
-        command = ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE_FILE), *args]
+        command = [*COMPOSE, *args]
         if log is not None:
             with log.open("a") as out:
                 out.write(f"\n$ {' '.join(command)}\n")
@@ -341,7 +338,7 @@ def json_config(stack: Stack | None = None) -> dict:
     import yaml
 
     env = stack.env if stack else os.environ
-    done = subprocess.run(["docker-compose", "-p", PROJECT, "-f", str(COMPOSE_FILE), "config"], cwd=REPO,
+    done = subprocess.run([*COMPOSE, "config"], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise StackError(f"docker-compose.yaml is not valid: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -431,6 +428,9 @@ class Airflow:
                 return json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as err:
             raise StackError(f"Airflow {method} {path} answered {err.code}: {err.read()[:200]!r}") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise StackError(f"Airflow at {self.base} does not answer ({err}): "
+                             "see ./run stack logs airflow-apiserver") from None
 
     def wait_dag(self, dag_id: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -482,6 +482,9 @@ CLI_SERVICE = "airflow-worker"  # the CLI runs where the tasks run, as the same 
 def check(stack: Stack) -> CheckResult:
     """The README's walkthrough: autosetup (copystream on Spark), a continuous gateway, produce on
     sanfrancisco, consume on newyork, and ``replica list`` up to date."""
+    down = set(json_config(stack)["services"]) - {"airflow-init"} - stack.running_services()
+    if down:
+        raise StackError(f"the stack is not up ({', '.join(sorted(down))} not running): run ./run stack up first")
     name = f"check{time.strftime('%H%M%S')}"
     source, replica = f"/mapr/sanfrancisco/{name}", f"/mapr/newyork/{name}"
 
@@ -587,8 +590,8 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "logs" and len(argv) == 2:
         stack = Stack(engine_host(start=False))
-        command = ["docker-compose", "-p", PROJECT, "-f", str(COMPOSE_FILE), "logs", "--no-color", "--tail", "200"]
-        return subprocess.run([*command, argv[1]], cwd=REPO, env=stack.env).returncode
+        return subprocess.run([*COMPOSE, "logs", "--no-color", "--tail", "200", argv[1]], cwd=REPO,
+                              env=stack.env).returncode
     print("usage: ./run stack [up|check|down|logs SERVICE]", file=sys.stderr)
     return 2
 
