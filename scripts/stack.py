@@ -239,6 +239,7 @@ class Stack:
         if self.docker("image", "inspect", BASE_IMAGE, check=False, timeout=60).returncode == 0:
             return
         started = time.monotonic()
+        print(f"stack: making {BASE_IMAGE} (mmdebstrap, then docker import)", flush=True)
         if not BASE_TARBALL.is_file():
             if shutil.which("mmdebstrap") is None:
                 install_packages()
@@ -259,6 +260,7 @@ class Stack:
         """Every image of the compose file (cached layers); a failure names the build log."""
         started = time.monotonic()
         _copy_host_cas()
+        print(f"stack: building the images (log: {_relative(BUILD_LOG)})", flush=True)
         BUILD_LOG.write_text("")
         # One service per image: several services share one (the Airflow image runs 8 of them).
         per_image = {}
@@ -280,6 +282,7 @@ class Stack:
             check_ports()
         started = time.monotonic()
         UP_LOG.write_text("")
+        print("stack: starting the services, waiting until each is healthy", flush=True)
         failed = self.compose("up", "-d", "--no-build", log=UP_LOG).returncode != 0
         self.wait_healthy(failed)
         self.timed("up", started)
