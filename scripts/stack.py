@@ -476,6 +476,9 @@ class CheckResult:
     replica: str
     consumed: list[str]
     replica_row: dict
+    gateway: dict  # gateway list's row of gw1 while it ran
+    worker_hostnames: list[str]  # of the airflow-worker containers
+    spark_apps: list[str]  # the Spark master's applications, finished and running
     timings: dict[str, float]
 
 
@@ -518,6 +521,8 @@ def check(stack: Stack) -> CheckResult:
     try:
         sr("produce", "-path", f"{source}:clicks", "-keysep", "=", input="user3=again\n")
         row = _wait_up_to_date(sr, source, replica)
+        gateway = next(g for g in _json_lines(sr("gateway", "list", "-cluster", "newyork", "-json"))
+                       if g["id"] == "gw1")
         stack.timed("check: gateway started, 1 message produced and replicated", started)
 
         started = time.monotonic()
@@ -531,8 +536,15 @@ def check(stack: Stack) -> CheckResult:
                          airflow.trigger("stream_gateway_service", {"action": "stop", "cluster": "newyork"}))
         _wait_gateways_stopped(sr, "newyork")
         stack.timed("check: gateway stopped", started)
+    workers = [c["Config"]["Hostname"] for name, c in stack.containers().items() if name == "airflow-worker"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{published_ports()['SPARK_MASTER_UI_PORT']}/json/",
+                                timeout=30) as answer:
+        master = json.load(answer)
+    apps = [a["name"] for a in master["completedapps"] + master["activeapps"]]
     print(f"stack: check: {replica} holds {consumed}; replica list: {row}", flush=True)
-    return CheckResult(source, replica, consumed, row, dict(stack.timings))
+    print(f"stack: check: gateway gw1 ran as {gateway.get('engine')} on {gateway.get('master')} from host "
+          f"{gateway.get('host')} (workers: {workers}); Spark applications: {apps}", flush=True)
+    return CheckResult(source, replica, consumed, row, gateway, workers, apps, dict(stack.timings))
 
 
 def _json_lines(out: str) -> list[dict]:

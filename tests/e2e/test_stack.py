@@ -87,6 +87,10 @@ def test_check_replicates_through_the_stack(stack_run):
     assert result.consumed == ["again", "hello", "world"]
     assert result.replica_row["isUptodate"] is True
     assert result.replica_row["pendingMessages"] == 0
+    # copystream and the gateway ran on the stack's Spark cluster, their drivers on the Celery worker
+    assert "streamrep-copystream" in result.spark_apps and "streamrep-gateway-newyork" in result.spark_apps
+    assert result.gateway["engine"] == "spark" and result.gateway["master"] == "spark://spark-master:7077"
+    assert result.gateway["host"] in result.worker_hostnames
     for part in ("up", "check: autosetup DAG (copystream on the Spark cluster)",
                  "check: gateway started, 1 message produced and replicated"):
         assert part in result.timings

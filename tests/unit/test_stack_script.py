@@ -7,10 +7,13 @@ import socket
 import subprocess
 import sys
 
-import pytest
-from conftest import load_script
+from pathlib import Path
 
-stack = load_script("stack")
+import pytest
+
+# scripts/ is not a package (and "conftest" may name another folder's under pytest-xdist).
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import stack  # noqa: E402
 
 
 def run_script(*args: str, **env: str) -> subprocess.CompletedProcess:
