@@ -34,7 +34,7 @@ WORKDIR /src
 # The environment of uv.lock: --frozen (exactly the lock), no dev group, the extras of the
 # stack (PostgreSQL, Celery with Redis), not the project. Rebuilt only when the lock changes.
 FROM uv AS deps
-COPY pyproject.toml uv.lock README.md ./
+COPY pyproject.toml uv.lock ./
 RUN uv sync --frozen --no-dev --no-install-project --extra postgres --extra celery
 
 # The project as a wheel, as `uv build` makes it for PyPI.
