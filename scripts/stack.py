@@ -362,13 +362,16 @@ def _copy_host_cas() -> None:
 
 
 def _build_failure() -> str:
-    """The build log's most telling line: the failed step's error."""
-    lines = BUILD_LOG.read_text(errors="replace").splitlines()
-    for pattern in (r"returned a non-zero code", r"^ERROR", r"(?i)error"):
-        hits = [line.strip() for line in lines if re.search(pattern, line)]
-        if hits:
-            return hits[-1][:200]
-    return "docker-compose build exited non-zero"
+    """The build log's failed service and its most telling error line (apt's ``E:``, Maven's
+    ``[ERROR]``, pip's or uv's ``error:``)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", BUILD_LOG.read_text(errors="replace"))  # the builder's colours
+    lines = [line.strip() for line in text.splitlines()]
+    service = next((m.group(1) for line in reversed(lines)
+                    if (m := re.search(r"Service '([\w-]+)' failed to build", line))), None)
+    details = [line for line in lines if re.match(r"(E: |\[ERROR\] |error: |ERROR: )", line)
+               and "failed to build" not in line and not line.startswith("ERROR: for ")]
+    detail = details[0] if details else (lines[-1] if lines else "docker-compose build exited non-zero")
+    return f"{service or 'an image'}: {detail[:200]}"
 
 
 # ---------------------------------------------------------------- ports

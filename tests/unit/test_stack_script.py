@@ -16,6 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import stack  # noqa: E402
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_script(*args: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(stack.REPO / "scripts" / "stack.py"), *args],
                           env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
@@ -40,6 +46,8 @@ def test_a_port_in_use_names_the_port_and_its_env_variable(monkeypatch):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
+        for name in stack.published_ports():  # the others free, whatever runs here
+            monkeypatch.setenv(name, str(free_port()))
         monkeypatch.setenv("NEWYORK_PORT", str(port))
         with pytest.raises(stack.StackError) as err:
             stack.check_ports()
@@ -52,11 +60,12 @@ def test_every_published_port_has_its_variable():
                                             "NEWYORK_PORT"}
 
 
-def test_a_failed_build_points_to_its_log(monkeypatch, tmp_path):
+def test_a_failed_build_names_the_service_and_its_error(monkeypatch, tmp_path):
     log = tmp_path / "build.log"
-    log.write_text("Step 6/14 : RUN mvn ...\n[ERROR] Failed to execute goal\n"
-                   "ERROR: Service 'newyork' failed to build : The command '/bin/sh -c mvn' returned a "
-                   "non-zero code: 1\n")
+    log.write_text("Step 2/4 : RUN apt-get update && apt-get install -y redis-server nothing-such\n"
+                   "\x1b[91mE: Unable to locate package nothing-such\n"
+                   "ERROR: for redis  (<Service: redis>, \"The command ...\")\n"
+                   "Service 'redis' failed to build : The command '/bin/sh -c apt-get update' returned a "
+                   "non-zero code: 100\n")
     monkeypatch.setattr(stack, "BUILD_LOG", log)
-    assert stack._build_failure() == ("ERROR: Service 'newyork' failed to build : The command '/bin/sh -c mvn' "
-                                      "returned a non-zero code: 1")
+    assert stack._build_failure() == "redis: E: Unable to locate package nothing-such"
