@@ -8,6 +8,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -33,12 +36,22 @@ def test_the_provider_info_is_valid_for_airflow_and_names_what_exists():
         found = [cls for name in entry["python-modules"] for _, cls in inspect.getmembers(importlib.import_module(name),
                  inspect.isclass) if cls.__module__ == name and base in [c.__name__ for c in cls.__mro__]]
         assert found, f"no {base} in {entry['python-modules']}"
-    (plugin,) = info["plugins"]
-    module, _, name = plugin["plugin-class"].rpartition(".")
-    assert getattr(importlib.import_module(module), name).name == plugin["name"]
     (conn,) = info["connection-types"]
     module, _, name = conn["hook-class-name"].rpartition(".")
     assert getattr(importlib.import_module(module), name).conn_type == conn["connection-type"]
+
+
+@pytest.mark.parametrize("lazy", ["True", "False"])
+def test_airflow_loads_the_page_once_whether_providers_are_discovered_lazily_or_not(lazy, tmp_path):
+    """Through the airflow.plugins entry point, with no plugin import error in either mode (a
+    provider-info "plugins" entry would be loaded a second time with lazy discovery off)."""
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": lazy,
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([sys.executable, "-c", "import json; from airflow import plugins_manager as m; "
+                           "plugins, errors = m._get_plugins(); print(json.dumps([[p.name for p in plugins], errors]))"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    names, errors = json.loads(done.stdout.strip().splitlines()[-1])
+    assert names.count("streamrep") == 1 and errors == {}, done.stdout + done.stderr
 
 
 def test_airflow_reads_the_declared_config_option(monkeypatch):
