@@ -164,7 +164,7 @@ def test_the_page_answers_only_behind_login(api_server):
 
 def test_the_connection_form_has_its_fields_and_the_test_button_works(api_server, installed):
     api_server.login("admin", "admin-password")
-    hooks = api_server.get("/ui/connections/hook_meta")  
+    hooks = api_server.get("/ui/connections/hook_meta")  # what the UI builds the form from
     (form,) = [h for h in hooks if h["connection_type"] == "streamrep"]
     assert form["hook_name"] == "Streamrep cluster"
     fields = form["standard_fields"]
