@@ -29,6 +29,7 @@ from streamrep.errors import StreamrepError
 REPO = Path(__file__).resolve().parent.parent
 POM = REPO / "kafka" / "pom.xml"
 LOG4J2_CONFIG = REPO / "kafka" / "log4j2.properties"
+SHARED_PROPERTIES = REPO / "kafka" / "server.properties"
 KAFKA_CACHE = REPO / ".cache" / "kafka"
 LIBS = KAFKA_CACHE / "libs"
 STAMP = KAFKA_CACHE / "pom.sha256"
@@ -178,29 +179,14 @@ def local_broker(name: str) -> Broker:
 
 
 def _server_properties(broker: Broker) -> str:
-    # Single node: every internal topic has one replica, and few partitions so that the first
-    # consumer group and the first transactional producer are ready quickly.
-    return "\n".join([
-        "process.roles=broker,controller",
-        "node.id=1",
+    # kafka/server.properties holds the settings every cluster shares (the compose stack's too).
+    return SHARED_PROPERTIES.read_text() + "\n".join([
         f"controller.quorum.voters=1@127.0.0.1:{broker.controller_port}",
         f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
         f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port}",
-        "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
         "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         f"log.dirs={broker.data_dir}",
-        "num.partitions=1",
-        # Topics are created on purpose: a mistyped name is an error, not a new topic.
-        "auto.create.topics.enable=false",
-        "offsets.topic.replication.factor=1",
-        "offsets.topic.num.partitions=4",
-        "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1",
-        "transaction.state.log.num.partitions=4",
-        "share.coordinator.state.topic.replication.factor=1",
-        "share.coordinator.state.topic.min.isr=1",
-        "group.initial.rebalance.delay.ms=0",
         "",
     ])
 
