@@ -3,7 +3,11 @@
 Each supported Airflow release has a lock in ``tests/wheel/airflow-<version>.txt``: what uv
 resolved from the package index for that release plus streamrep's declared dependencies (and
 pytest, to run the README's example test), with hashes. Airflow's published constraint files
-are not reachable from this machine, so the locks stand in for them.
+are not reachable from this machine, so the locks stand in for them: Airflow and everything it
+brings are resolved as the index stood the day after the release (``--exclude-newer``), which is
+what its constraint file pins; streamrep's own direct dependencies as the index stands today.
+(Resolved with today's index instead, Airflow 3.2.2's API server does not start: pydantic 2.14,
+released after it, rejects its models.)
 
     python scripts/wheel_envs.py lock      # re-resolve every lock (a developer's step)
     python scripts/wheel_envs.py install   # ./run test: one venv per lock in .cache/wheel-envs
@@ -24,8 +28,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 LOCKS = REPO / "tests" / "wheel"
 ENVS = REPO / ".cache" / "wheel-envs"
-# The Airflow releases the wheel is tested on: the newest of each supported minor.
-AIRFLOW_RELEASES = ("3.2.2", "3.3.2")
+# The Airflow releases the wheel is tested on, the newest of each supported minor, with the day
+# after each was published on PyPI (3.2.2: 2026-05-29, 3.3.2: 2026-09-17).
+AIRFLOW_RELEASED = {"3.2.2": "2026-05-30", "3.3.2": "2026-09-18"}
+AIRFLOW_RELEASES = tuple(AIRFLOW_RELEASED)
+# streamrep's direct dependencies (pyproject.toml), the test's, and the providers' common-compat
+# that Spark provider 6.3.4 requires (providers are released apart from Airflow): not held back.
+DIRECT = ("apache-airflow-providers-apache-spark", "apache-airflow-providers-common-compat", "pyspark", "pyarrow",
+          "pandas", "confluent-kafka", "prometheus-client", "pytest")
+LOCKED_ON = "2026-11-25"
 PYTHON = "3.11"
 # What the README's example test needs beside streamrep: the repository's pinned pytest.
 TEST_REQUIREMENTS = ("pytest==9.2.0",)
@@ -49,11 +60,14 @@ def pyspark_pin(lock: Path) -> str:
 
 def lock() -> None:
     LOCKS.mkdir(parents=True, exist_ok=True)
-    for release in AIRFLOW_RELEASES:
+    for release, released in AIRFLOW_RELEASED.items():
         wanted = LOCKS / f"airflow-{release}.in"
         wanted.write_text("\n".join([f"apache-airflow=={release}", *TEST_REQUIREMENTS]) + "\n")
-        subprocess.run(["uv", "pip", "compile", "--quiet", str(REPO / "pyproject.toml"), str(wanted),
-                        "--python-version", PYTHON, "--generate-hashes", "--no-header",
+        # --no-config: without the repository's own override that drops pyspark-client, so the
+        # lock holds what pip gives a user.
+        subprocess.run(["uv", "pip", "compile", "--quiet", "--no-config", str(REPO / "pyproject.toml"), str(wanted),
+                        "--python-version", PYTHON, "--generate-hashes", "--no-header", "--exclude-newer", released,
+                        *(f"--exclude-newer-package={name}={LOCKED_ON}" for name in DIRECT),
                         "--custom-compile-command", "python scripts/wheel_envs.py lock",
                         "-o", str(lock_path(release))], check=True, cwd=REPO)
         print(f"wheel_envs: {lock_path(release).relative_to(REPO)}")

@@ -48,6 +48,7 @@ def load_script(name: str):
 
 
 kafka_local = load_script("kafka_local")
+wheel_envs = load_script("wheel_envs")
 
 BACKENDS = ("embedded", "kafka")
 

@@ -167,6 +167,20 @@ def streamrep_airflow_db() -> None:
     initdb()
 
 
+def _serialize(dag: Any) -> None:
+    """Write ``dag`` to the metadata database as the dag-processor would: ``dag.test()`` runs only
+    serialized DAGs, and finds by itself only those of the dags folder, not one a test defines."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    manager = DagBundlesManager()
+    manager.sync_bundles_to_db()
+    bundle = next(iter(manager.get_all_dag_bundles()))
+    bag = DagBag(collect_dags=False)
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, bundle.name, None)
+
+
 @dataclass(frozen=True)
 class DagResult:
     """A finished ``dag.test()`` run: its state and each task's."""
@@ -183,6 +197,7 @@ def streamrep_run_dag(streamrep_airflow_db: None) -> Callable[..., DagResult]:
     """``run(dag, conf=None)``: the DAG run by ``dag.test()``, as a :class:`DagResult`."""
 
     def run(dag: Any, conf: dict[str, Any] | None = None) -> DagResult:
+        _serialize(dag)
         dag_run = dag.test(run_conf=conf or {})
         tasks = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dag_run.get_task_instances()}
         return DagResult(str(getattr(dag_run.state, "value", dag_run.state)), tasks)

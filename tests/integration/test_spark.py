@@ -634,3 +634,21 @@ def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
     while batch := resumed.poll(1000):
         rest += batch
     assert sorted(m.value for m in first + rest) == sorted(f"o-{i}".encode() for i in range(300))
+
+
+def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_path):
+    """The Spark provider's pyspark-client overwrites pyspark's Python files with an older
+    release (PLATFORM.md); spark-submit is refused with the reinstall that repairs it."""
+    import pyspark
+
+    from streamrep.spark import submit
+
+    jars = tmp_path / "pyspark" / "jars"
+    jars.mkdir(parents=True)
+    (jars / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
+    with pytest.raises(Unavailable, match=r"Python files are 4\.2\.0 but its jars are 4\.3\.0 .*"
+                                          r"pip install --force-reinstall --no-deps pyspark==4\.3\.0"):
+        submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.2.0")
+    submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.3.0")
+    submit.require_matching_pyspark()  # this venv's pyspark is whole
+    assert pyspark.__version__ == "4.3.0"

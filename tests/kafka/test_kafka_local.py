@@ -27,7 +27,7 @@ WAIT_S = 60  # bound of every wait below; none is expected to come near it
 def repo_copy(tmp_path) -> Path:
     """The parts of the repository the install and the Kafka tests use, with an empty cache."""
     copy = tmp_path / "repo"
-    for part in ("scripts/kafka_local.py", "kafka/pom.xml", "kafka/log4j2.properties",
+    for part in ("scripts/kafka_local.py", "scripts/wheel_envs.py", "kafka/pom.xml", "kafka/log4j2.properties",
                  "tests/conftest.py", "tests/kafka/test_broker.py"):
         (copy / part).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / part, copy / part)

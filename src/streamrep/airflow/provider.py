@@ -1,6 +1,7 @@
 """Provider metadata, as Airflow's own providers declare theirs: the integration, its hooks,
 operators, sensors and triggers, the ``streamrep`` connection type with its own form, the
-``streamrep://`` asset scheme, the UI plugin and the ``[streamrep]`` config section. Airflow reads
+``streamrep://`` asset scheme and the ``[streamrep]`` config section (the UI plugin comes through
+its own entry point, see below). Airflow reads
 it through the entry point (in pyproject.toml)::
 
     [project.entry-points.apache_airflow_provider]
@@ -74,7 +75,9 @@ def get_provider_info() -> dict[str, Any]:
         "operators": _modules("operators", "spark_operators"),
         "sensors": _modules("sensors"),
         "triggers": _modules("triggers"),
-        "plugins": [{"name": "streamrep", "plugin-class": "streamrep.airflow.plugin.StreamrepPlugin"}],
+        # No "plugins" entry: the page registers through the airflow.plugins entry point, which Airflow
+        # loads in every configuration. Airflow loads provider-info plugins only with
+        # lazy_discover_providers off, and then reports the second registration as an import error.
         "config": {
             CONFIG_SECTION: {
                 "description": "streamrep, the stream replication provider.",

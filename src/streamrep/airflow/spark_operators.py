@@ -25,8 +25,8 @@ from streamrep.airflow.params import as_bool
 from streamrep.replication.copy import copy_ended, plan_copy, summary
 from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
-from streamrep.spark.submit import (LOG_JAVA_OPTIONS, application, master_url, require_java, stop_job, submit_env,
-                                    tether)
+from streamrep.spark.submit import (LOG_JAVA_OPTIONS, application, master_url, require_java, require_matching_pyspark,
+                                    stop_job, submit_env, tether)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -110,6 +110,7 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
                 conf.setdefault("spark.driver.extraJavaOptions", LOG_JAVA_OPTIONS)
                 full_env = submit_env()
                 require_java(full_env)
+                require_matching_pyspark()
                 env = {k: v for k, v in full_env.items() if k in SUBMIT_ENV_KEYS}
             env.update(hook.process_env())
             env.update(self.env_vars or {})

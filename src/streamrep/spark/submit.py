@@ -172,6 +172,24 @@ def require_java(env: Mapping[str, str] | None = None) -> str:
     return java
 
 
+def require_matching_pyspark(package_dir: str | None = None, version: str | None = None) -> None:
+    """Unavailable when pyspark's Python files are not the release of its jars: the Spark
+    provider's dependency pyspark-client installs an older copy of the same files over pyspark's,
+    and jobs then fail in Spark's Python workers far from the cause."""
+    if package_dir is None:
+        import pyspark
+
+        package_dir, version = os.path.dirname(pyspark.__file__), pyspark.__version__
+    cores = sorted(Path(package_dir, "jars").glob("spark-core_*.jar"))
+    if not cores:
+        return  # pyspark-client alone (Spark Connect): no local Spark to compare with
+    jars = cores[0].stem.rsplit("-", 1)[-1]
+    if jars != version:
+        raise Unavailable(f"pyspark's Python files are {version} but its jars are {jars} (pyspark-client, which the "
+                          f"Spark provider requires, overwrote them): pip install --force-reinstall --no-deps "
+                          f"pyspark=={jars}")
+
+
 def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of spark-submit: this venv's bin first on PATH, SPARK_HOME at this
     venv's pyspark, and this interpreter for the driver and the workers."""
@@ -208,6 +226,7 @@ def spark_submit_command(app: str, args: Sequence[str] = (), master: str | None 
     if exe is None:
         raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment")
     require_java(run_env)
+    require_matching_pyspark()
     argv = [exe, "--master", master, "--name", f"streamrep-{app}"]
     if "spark.driver.extraJavaOptions" not in merged:
         argv += ["--driver-java-options", LOG_JAVA_OPTIONS]
