@@ -4,8 +4,9 @@
 #   scripts/airflow-ui.sh          then open http://localhost:8080  (Ctrl-C stops everything)
 #
 # It runs `airflow standalone` (api-server, scheduler, dag-processor, triggerer) on SQLite with:
-#   dags/ as the DAG folder and plugins/ as the plugins folder (the page is at
-#   /plugin/stream-replication in the UI, and at /streamrep/replication on its own);
+#   dags/ as the DAG folder (streamrep_dags.py brings the package's DAGs); the page comes from the
+#   installed package's airflow.plugins entry point (at /plugin/stream-replication in the UI, and
+#   at /streamrep/replication on its own); the connection form's Test button on;
 #   the same clusters as the streamrep CLI ($STREAMREP_HOME, default ~/.streamrep);
 #   Spark in local mode for copystream and the gateways (connection spark_default).
 # Settings: PORT (8080), AIRFLOW_HOME (<repo>/.airflow-home), STREAMREP_HOME, and any AIRFLOW__*.
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 if [ ! -x .venv/bin/airflow ]; then
-  echo "airflow-ui: .venv/bin/airflow is missing; install first (./run test --co -q, or uv sync --frozen)" >&2
+  echo "airflow-ui: .venv/bin/airflow is missing; install first (./run test --co -q, or uv sync --frozen --all-extras)" >&2
   exit 1
 fi
 
