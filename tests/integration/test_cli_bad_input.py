@@ -143,3 +143,24 @@ def test_usage_errors_and_json_envelope_from_the_executable(streamrep_home, topi
 def test_no_internal_error_without_any_standard_stream(streamrep_home, topic, shell):
     code, _, err = shell(f'"$S" stream info -path {SF} <&- >&- 2>&-; echo $? >&2')
     assert err.strip() == "1"
+
+
+def test_a_truncated_store_is_never_recreated_and_gives_no_one_its_administration(streamrep_home, topic, shell):
+    """Audit hole (issue 18): a store file truncated to zero bytes was silently re-created, empty
+    and with no cluster ACE, by produce, consume or replica list; a user with no rights then ran
+    ``cluster ace set`` and became the cluster's administrator."""
+    db = streamrep_home / "clusters" / "sanfrancisco.db"
+    for extra in (Path(f"{db}-wal"), Path(f"{db}-shm")):
+        extra.unlink(missing_ok=True)
+    db.write_bytes(b"")
+    commands = {
+        "produce": (f'"$S" produce -path {TOPIC}', b"x\n"),
+        "consume": (f'"$S" consume -path {TOPIC} -fromstart -timeout 0', b""),
+        "replica list": (f'"$S" stream replica list -path {SF}', b""),
+        "cluster ace set": ('STREAMREP_USER=mallory "$S" cluster ace set -cluster sanfrancisco -adminperm u:mallory', b""),
+    }
+    for name, (script, stdin) in commands.items():
+        code, _, err = shell(script, stdin=stdin)
+        assert code == 1, (name, err)
+        one_line(err, "cluster sanfrancisco", str(db), "the file is empty, not the registered store")
+        assert db.stat().st_size == 0, f"{name} wrote into the truncated store"

@@ -193,6 +193,12 @@ class EmbeddedStore(Store):
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "store_info" not in tables:
             raise sqlite3.DatabaseError("the file is a SQLite database but not a streamrep store")
+        if not tables and not self.create:
+            # A registered store always has its tables (cluster add made them). An empty file is one
+            # truncated or replaced: a new store in its place would have no cluster ACE, so anyone
+            # could make themselves its administrator.
+            raise sqlite3.DatabaseError("the file is empty, not the registered store (truncated?): restore it "
+                                        "from a backup, or remove the cluster and add it again")
         if "store_info" in tables:
             row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
             if row and row[0] == FORMAT_1:
