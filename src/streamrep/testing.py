@@ -31,7 +31,7 @@ import os
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Iterable
@@ -62,7 +62,6 @@ class TestClusters:
     home: Path
     urls: dict[str, str]
     admin: StreamAdmin
-    _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def produce(self, topic_path: str, values: Iterable[bytes | str], key: bytes | str | None = None) -> int:
         """Produce ``values`` to ``<stream>:<topic>`` as the test's user; returns how many."""
