@@ -208,7 +208,8 @@ class StreamrepHook(BaseHook):
 
     def get_conn(self) -> StreamAdmin:
         """The admin API over the clusters this hook resolves."""
-        return StreamAdmin(self.clusters, self.identity)
+        # Only a connection's user names an identity; else the admin decides as the CLI does.
+        return StreamAdmin(self.clusters, self.identity if self.settings["user"] else None)
 
     @cached_property
     def admin(self) -> StreamAdmin:

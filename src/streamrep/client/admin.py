@@ -8,6 +8,7 @@ every call is safe to retry: it finds the state it wanted or fails with a clear 
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any, Callable, Mapping
@@ -15,6 +16,7 @@ from typing import Any, Callable, Mapping
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
+from streamrep.model.acls import Principals
 from streamrep.model.failover import FailoverRecord
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_name, validate_cluster_name
@@ -46,6 +48,31 @@ class StreamAdmin:
     def __init__(self, clusters: Clusters | None = None, identity: Identity | None = None):
         self.clusters = clusters or Clusters()
         self.identity = identity or current_identity()
+        # Whether someone named the identity (the caller, STREAMREP_USER or a connection's user),
+        # rather than it being the OS user: a cluster that authenticates someone else refuses it.
+        self._named = identity is not None or bool(os.environ.get("STREAMREP_USER"))
+        self._callers: dict[str, Identity] = {}
+
+    def caller(self, cluster: str) -> Identity:
+        """Who is calling on ``cluster``: the principal its settings authenticate as (with the
+        groups its settings map to that principal), else this admin's identity.
+
+        :raises PermissionDenied: the identity was named and is not the authenticated principal
+        """
+        identity = self._callers.get(cluster)
+        if identity is None:
+            info = self.clusters.get(cluster)
+            principal = info.principal
+            if principal is None:
+                identity = self.identity
+            elif self._named and self.identity.user != principal:
+                raise PermissionDenied(
+                    f"cluster {cluster} authenticates this client as {principal}; acting as "
+                    f"{self.identity.user} is refused (the caller is the authenticated principal)")
+            else:
+                identity = Principals.from_settings(info.settings).identity(principal)
+            self._callers[cluster] = identity
+        return identity
 
     # -- helpers -------------------------------------------------------------------
     def path(self, text: str | StreamPath) -> StreamPath:
@@ -65,24 +92,24 @@ class StreamAdmin:
             raise NotFound(f"stream {sp} does not exist")
         return StreamEntry.from_dict(doc)
 
-    def may(self, meta: StreamMeta, perm: str) -> bool:
-        """Whether the caller satisfies the ACE ``perm`` of stream metadata ``meta``."""
-        return parse_ace(getattr(meta, perm)).allows(self.identity)
+    def may(self, meta: StreamMeta, perm: str, cluster: str) -> bool:
+        """Whether the caller on ``cluster`` satisfies the ACE ``perm`` of stream metadata ``meta``."""
+        return parse_ace(getattr(meta, perm)).allows(self.caller(cluster))
 
     def require(self, entry: StreamEntry, sp: StreamPath, *perms: str) -> None:
         """PermissionDenied unless the caller satisfies every ACE in ``perms``."""
         for perm in perms:
-            if not self.may(entry.meta, perm):
+            if not self.may(entry.meta, perm, sp.cluster):
                 ace = getattr(entry.meta, perm)
                 raise PermissionDenied(
-                    f"user {self.identity.user} does not have {perm} on stream {sp} ({perm} is {ace!r})"
+                    f"user {self.caller(sp.cluster).user} does not have {perm} on stream {sp} ({perm} is {ace!r})"
                 )
 
     def require_any(self, entry: StreamEntry, sp: StreamPath, *perms: str) -> None:
         """PermissionDenied unless the caller satisfies at least one ACE in ``perms``."""
-        if not any(self.may(entry.meta, perm) for perm in perms):
+        if not any(self.may(entry.meta, perm, sp.cluster) for perm in perms):
             raise PermissionDenied(
-                f"user {self.identity.user} has none of {', '.join(perms)} on stream {sp} "
+                f"user {self.caller(sp.cluster).user} has none of {', '.join(perms)} on stream {sp} "
                 f"({'; '.join(f'{p} is {getattr(entry.meta, p)!r}' for p in perms)})"
             )
 
@@ -90,10 +117,10 @@ class StreamAdmin:
         """PermissionDenied unless the caller would hold every ACE in ``perms`` on the stream
         ``dst`` that is about to be created with the metadata of ``source`` (at ``src``)."""
         for perm in perms:
-            if not self.may(source.meta, perm):
+            if not self.may(source.meta, perm, dst.cluster):
                 ace = getattr(source.meta, perm)
                 raise PermissionDenied(
-                    f"user {self.identity.user} would not have {perm} on stream {dst}, which would be created "
+                    f"user {self.caller(dst.cluster).user} would not have {perm} on stream {dst}, which would be created "
                     f"with the metadata of {src} ({perm} is {ace!r})"
                 )
 
@@ -123,12 +150,13 @@ class StreamAdmin:
             the stream as that autosetup's until it finishes; see ``replication.setup``).
         """
         sp = self.path(path)
+        creator = self.caller(sp.cluster).user
         if copymetafrom is not None:
             meta = self.entry(copymetafrom).meta.edited(**settings)
         else:
-            meta = StreamMeta.for_creator(self.identity.user, **settings)
+            meta = StreamMeta.for_creator(creator, **settings)
         entry = StreamEntry(
-            uuid=str(uuid.uuid4()), path=sp.path, creator=self.identity.user, created=now_ms(), meta=meta,
+            uuid=str(uuid.uuid4()), path=sp.path, creator=creator, created=now_ms(), meta=meta,
             autosetup_from=autosetup_from, naming=topicnaming or None,
         )
         store = self.store(sp)
@@ -467,7 +495,8 @@ class StreamAdmin:
         registering someone's cluster never makes the caller its administrator."""
         info = self.clusters.add(name, url, default, settings)
         store = self.clusters.store(name)
-        ace = ClusterAce(adminperm=f"u:{self.identity.user}", creator=self.identity.user, created=now_ms())
+        creator = self.caller(name).user
+        ace = ClusterAce(adminperm=f"u:{creator}", creator=creator, created=now_ms())
 
         holds_streams = bool(store.catalog_list(STREAM_KIND))
 
@@ -490,9 +519,9 @@ class StreamAdmin:
         self._check_cluster_ace(self.cluster_ace(cluster), cluster)
 
     def _check_cluster_ace(self, ace: ClusterAce | None, cluster: str) -> None:
-        if ace is not None and not parse_ace(ace.adminperm).allows(self.identity):
+        if ace is not None and not parse_ace(ace.adminperm).allows(self.caller(cluster)):
             raise PermissionDenied(
-                f"user {self.identity.user} does not have adminperm on cluster {cluster} (adminperm is {ace.adminperm!r})"
+                f"user {self.caller(cluster).user} does not have adminperm on cluster {cluster} (adminperm is {ace.adminperm!r})"
             )
 
     def get_cluster_ace(self, cluster: str | None = None) -> dict[str, Any]:
@@ -514,7 +543,7 @@ class StreamAdmin:
             old = None if doc is None else ClusterAce.from_dict(doc)
             self._check_cluster_ace(old, name)  # inside the update: no change slips in between
             if old is None:
-                return ClusterAce(text, self.identity.user, now_ms()).to_dict()
+                return ClusterAce(text, self.caller(name).user, now_ms()).to_dict()
             return ClusterAce(text, old.creator, old.created).to_dict()
 
         self.clusters.store(name).catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY, change)

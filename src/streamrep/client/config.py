@@ -47,6 +47,14 @@ class ClusterInfo:
     def kind(self) -> str:
         return "kafka" if self.url.startswith(KAFKA_SCHEME) else "embedded"
 
+    @property
+    def principal(self) -> str | None:
+        """The user the cluster's settings authenticate as (SASL with a user name: SCRAM or PLAIN),
+        else None: then the cluster does not say who is calling."""
+        protocol = str(self.settings.get("security.protocol", "")).upper()
+        user = self.settings.get("sasl.username")
+        return str(user) if protocol.startswith("SASL") and user else None
+
 
 def kafka_bootstrap(url: str) -> str:
     """The bootstrap servers of a ``kafka://host:port[,host:port...]`` url."""

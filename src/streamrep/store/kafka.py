@@ -46,6 +46,7 @@ from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import CatalogDoc, Store
+from streamrep.store.kafka_acls import KafkaAcls
 
 NAMESPACE_SETTING = "streamrep.namespace"
 TIMEOUT_SECONDS = 15.0  # one admin call, flush or commit; a cluster that is down fails within it
@@ -109,14 +110,18 @@ class KafkaStore(Store):
 
     def __init__(self, cluster: str, bootstrap: str, settings: Mapping[str, Any] | None = None):
         super().__init__(cluster)
-        client = {str(k): v for k, v in (settings or {}).items()}
-        self.namespace = str(client.pop(NAMESPACE_SETTING, "") or "")
+        everything = {str(k): v for k, v in (settings or {}).items()}
+        self.namespace = str(everything.get(NAMESPACE_SETTING, "") or "")
+        # streamrep.* settings are streamrep's own (namespace, groups mapping); the rest is confluent-kafka's.
+        client = {k: v for k, v in everything.items() if not k.startswith("streamrep.")}
         self.bootstrap = bootstrap
         self._settings = client
+        self._own = {k: v for k, v in everything.items() if k.startswith("streamrep.") and k != NAMESPACE_SETTING}
         # librdkafka's own log lines go through logging (errors only, unless configured otherwise).
         self._client = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOG, **client}
         internal = f"{INTERNAL_PREFIX}.{self.namespace}." if self.namespace else f"{INTERNAL_PREFIX}."
         self._internal = internal
+        self.acls = KafkaAcls(self, self._admin, self._own)
         self._topics = {name: internal + name for name in ("catalog", "marks", "syncs")}
         self._lock = threading.RLock()
         self._reset()
@@ -132,6 +137,11 @@ class KafkaStore(Store):
         self._folds: dict[str, _Fold] = {}
         self._internal_ready = False
         self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
+
+    @property
+    def internal_prefix(self) -> str:
+        """The prefix of this installation's internal topics and transactional ids."""
+        return self._internal
 
     def _fresh(self) -> None:
         if self._pid != os.getpid():  # librdkafka handles do not survive a fork
@@ -376,6 +386,8 @@ class KafkaStore(Store):
                     except Conflict as exc:  # the change's own refusal, not a fenced writer: never retried
                         refused = exc
                         raise
+                    if kind == STREAM_KIND:  # the broker's ACLs follow the stream's ACEs, set before the commit
+                        self.acls.sync_stream(self.catalog_get(kind, key), new)
                     txn.internal("catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8"))
                 return new
             except Conflict as exc:
@@ -827,7 +839,7 @@ class KafkaStore(Store):
     def __getstate__(self) -> dict:
         # Pickled into Spark tasks: clients are opened again where the store is used.
         return {"cluster": self.cluster, "bootstrap": self.bootstrap,
-                "settings": {**self._settings, NAMESPACE_SETTING: self.namespace}}
+                "settings": {**self._settings, **self._own, NAMESPACE_SETTING: self.namespace}}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["cluster"], state["bootstrap"], state["settings"])
