@@ -128,8 +128,8 @@ class Clusters:
     def _editing(self) -> Iterator[dict]:
         """Read-modify-write the registry under a file lock, replacing it atomically."""
         try:
-            os.makedirs(self.home, exist_ok=True)
-            lock = open(os.path.join(self.home, ".clusters.lock"), "a")
+            os.makedirs(self.home, mode=0o700, exist_ok=True)  # the registry may hold Kafka credentials
+            lock = os.fdopen(os.open(os.path.join(self.home, ".clusters.lock"), os.O_CREAT | os.O_WRONLY, 0o600), "a")
         except OSError as err:
             raise Unavailable(f"cannot write to STREAMREP_HOME {self.home}: {err.strerror}") from None
         with lock:

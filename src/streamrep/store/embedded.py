@@ -149,6 +149,15 @@ def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topi
     return out
 
 
+def _create_owner_only(path: str) -> None:
+    """Create the store file readable and writable by its owner alone, unless it exists: its file
+    modes are the only boundary of an embedded cluster (SQLite gives its journal the same modes)."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        pass
+
+
 class EmbeddedStore(Store):
     """A cluster kept in one SQLite file.
 
@@ -175,7 +184,9 @@ class EmbeddedStore(Store):
         if not self.create and not os.path.exists(self.path):
             raise Unavailable(f"cluster {self.cluster}: store file {self.path} is missing (deleted or moved)")
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), mode=0o700, exist_ok=True)
+            if self.create:
+                _create_owner_only(self.path)
             con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
                                   check_same_thread=False)
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
