@@ -8,7 +8,6 @@ every call is safe to retry: it finds the state it wanted or fails with a clear 
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from typing import Any, Callable, Mapping
@@ -23,7 +22,7 @@ from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_
 from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
 from streamrep.model.stream import StreamMeta, validate_partition_count
 from streamrep.client.config import ClusterInfo, Clusters
-from streamrep.client.identity import current_identity
+from streamrep.client.identity import current_identity, named_user
 from streamrep.store.base import Store
 
 
@@ -50,7 +49,7 @@ class StreamAdmin:
         self.identity = identity or current_identity()
         # Whether someone named the identity (the caller, STREAMREP_USER or a connection's user),
         # rather than it being the OS user: a cluster that authenticates someone else refuses it.
-        self._named = identity is not None or bool(os.environ.get("STREAMREP_USER"))
+        self._named = identity is not None or named_user() is not None
         self._callers: dict[str, Identity] = {}
 
     def caller(self, cluster: str) -> Identity:

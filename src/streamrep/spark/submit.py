@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
-from streamrep.client.identity import current_identity
+from streamrep.client.identity import LAUNCHER_USER, current_identity, named_user
 
 
 class Terminated(StreamrepError):
@@ -95,7 +95,9 @@ def spark_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     # Executors check permissions too (each copy task, each gateway): as the launching caller,
     # not as whatever OS user a cluster's workers run as.
     identity = current_identity()
-    merged["spark.executorEnv.STREAMREP_USER"] = identity.user
+    # A named user stays named; the OS user stands in for the executor's OS user without naming
+    # anyone, so a cluster that authenticates its own principal is not refused.
+    merged[f"spark.executorEnv.{'STREAMREP_USER' if named_user() else LAUNCHER_USER}"] = identity.user
     merged["spark.executorEnv.STREAMREP_GROUPS"] = " ".join(sorted(identity.groups))
     merged.update(conf or {})
     return merged
