@@ -497,10 +497,11 @@ class StreamAdmin:
         creator = self.caller(name).user
         ace = ClusterAce(adminperm=f"u:{creator}", creator=creator, created=now_ms())
 
-        holds_streams = bool(store.catalog_list(STREAM_KIND))
+        if store.catalog_get(CLUSTER_KIND, CLUSTER_ACE_KEY) is not None or store.catalog_list(STREAM_KIND):
+            return info  # nothing to write: a principal that may not write the catalog can register it too
 
         def claim_if_new(doc: dict | None) -> dict | None:
-            return doc if doc is not None or holds_streams else ace.to_dict()
+            return doc if doc is not None or store.catalog_list(STREAM_KIND) else ace.to_dict()
 
         store.catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY, claim_if_new)
         return info

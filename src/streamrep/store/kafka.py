@@ -377,6 +377,7 @@ class KafkaStore(Store):
         self, kind: str, key: str, change: Callable[[CatalogDoc | None], CatalogDoc | None]
     ) -> CatalogDoc | None:
         txid = self._txid("catalog", kind, key)
+        self.acls.enforced()  # the first catalog write on a cluster with an authorizer sets streamrep's own ACLs
         for _ in range(CATALOG_RETRIES):
             refused: Conflict | None = None
             try:
