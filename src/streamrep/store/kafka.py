@@ -20,6 +20,28 @@ the store interface, over confluent-kafka.
 
 Client settings (security.protocol, SASL, SSL files) pass through to confluent-kafka unchanged;
 ``streamrep.namespace`` is streamrep's own: it lets several installations share one Kafka cluster.
+
+**Installations on shared brokers own their topics** (issue 18: a namespace-less installation created
+``/prod/apps/clicks`` and read a ``prod`` stream's topic). A store finds the other installations from
+the topic list (their ``_streamrep[.<ns>].catalog``) and folds their catalogs read-only into claims:
+each stream's naming, and each namespace's prefix ``<ns>.`` (every topic under it is that
+installation's, but for a namespace nested in it). Of a stream and a claim that could both name a
+Kafka topic, the higher rank holds it (``naming.rank``: a naming that creates its topics outranks an
+adopting one, a narrower prefix a wider one; the namespace prefix outranks both).
+
+- ``stream create`` refuses a naming that would share or take another installation's topics; it
+  allows only an adopting naming wider than the other's (``cluster`` beside other installations),
+  and a creating naming over an adopting one. The default and ``hpe`` namings never adopt: a Kafka
+  topic already in their range is refused, so nothing existing changes hands on creation.
+- ``topics``, reads, writes, cursors and ``drop_stream`` skip topics another installation holds, so
+  a ``cluster`` stream never sees them (nor anyone's internal topics); ``topic create`` refuses them.
+- Cost: creating reads the others anew (a topic list and one offset request per installation). Other
+  calls use what the store last read, and read again only for a Kafka topic name it has not judged:
+  a judgement holds while the topic exists, since the rules above keep it from changing hands.
+- With ACLs, an installation may be refused another's catalog: that installation's streams are then
+  unknown here (its namespace prefix still counts, from the topic list) and the broker's ACLs guard
+  its topics; streamrep never fails for it. Two installations blind to each other, or creating at the
+  same moment, can still both name a topic: the rank decides, and an exact tie gives it to neither.
 """
 
 from __future__ import annotations
