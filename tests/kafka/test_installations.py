@@ -96,15 +96,16 @@ def test_a_cluster_stream_never_lists_reads_or_writes_another_installations_topi
     _create(kafka_broker, [outside])
     bare.create_stream("/mapr/kc/all", topicnaming="cluster", consumeperm="p", produceperm="p", topicperm="p")
     theirs = f"{ns}.apps.clicks__home"
+    owner = f"belongs to stream /apps/clicks of the streamrep installation with namespace '{ns}'"
     store = bare.store(bare.path("/mapr/kc/all"))
     stream = bare.entry("/mapr/kc/all").uuid
     names = store.topics(stream)
     assert theirs not in names and outside not in names and not any(n.startswith("_streamrep") for n in names)
     with pytest.raises(NotFound, match=f":{theirs} does not exist"):
         Consumer(f"/mapr/kc/all:{theirs}", from_start=True, admin=bare)
-    with pytest.raises(NotFound, match=f"belongs to stream /apps/clicks of the streamrep installation with namespace '{ns}'"):
+    with pytest.raises(NotFound, match=owner):
         store.read(stream, theirs, 0, 0, 10)
-    with pytest.raises(Conflict, match=f"belongs to stream /apps/clicks of the streamrep installation with namespace '{ns}'"):
+    with pytest.raises(Conflict, match=owner):
         bare.create_topic("/mapr/kc/all", theirs, 1)
     with pytest.raises(NotFound, match="belongs to"):
         store.append(stream, theirs, {0: []})
@@ -119,7 +120,8 @@ def test_two_namespaces_with_the_same_paths_coexist(tmp_path, kafka_broker, kafk
     try:
         other.create_stream("/mapr/kc/apps/clicks")
         other.create_topic("/mapr/kc/apps/clicks", "home", 1)
-        assert other.store(other.path("/mapr/kc/apps/clicks")).topics(other.entry("/mapr/kc/apps/clicks").uuid) == {"home": 1}
+        store = other.store(other.path("/mapr/kc/apps/clicks"))
+        assert store.topics(other.entry("/mapr/kc/apps/clicks").uuid) == {"home": 1}
         assert Consumer("/mapr/kc/apps/clicks:home", from_start=True, admin=other).poll(10, timeout=0.5) == []
     finally:
         other.clusters.close()

@@ -62,7 +62,8 @@ def test_what_kafka_cannot_name_is_refused_in_one_line(spec, path, message):
 
 
 def test_a_naming_that_creates_its_topics_outranks_one_that_adopts_and_narrower_outranks_wider():
-    default, narrow, wide = naming_for(None, "/apps/clicks", "prod"), naming_for("prefix:prod.apps.", "/a"), naming_for("cluster", "/b")
+    default, narrow = naming_for(None, "/apps/clicks", "prod"), naming_for("prefix:prod.apps.", "/a")
+    wide = naming_for("cluster", "/b")
     assert default.rank > narrow.rank > wide.rank
     assert naming_for("hpe", "/s").rank > default.rank
     assert narrow.within(wide) and not wide.within(narrow) and default.within(naming_for("prefix:prod.", "/c"))
