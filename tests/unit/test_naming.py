@@ -59,3 +59,12 @@ def test_what_kafka_cannot_name_is_refused_in_one_line(spec, path, message):
     with pytest.raises(InvalidArgument, match=message) as err:
         naming_for(spec, path)
     assert "\n" not in str(err.value)
+
+
+def test_a_naming_that_creates_its_topics_outranks_one_that_adopts_and_narrower_outranks_wider():
+    default, narrow = naming_for(None, "/apps/clicks", "prod"), naming_for("prefix:prod.apps.", "/a")
+    wide = naming_for("cluster", "/b")
+    assert default.rank > narrow.rank > wide.rank
+    assert naming_for("hpe", "/s").rank > default.rank
+    assert narrow.within(wide) and not wide.within(narrow) and default.within(naming_for("prefix:prod.", "/c"))
+    assert naming_for("hpe", "/s").within(HpeNaming("/s")) and not naming_for("hpe", "/s").within(wide)

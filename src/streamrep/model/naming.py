@@ -13,6 +13,8 @@ Three forms (the ``-topicnaming`` option of ``stream create``):
 - ``hpe``: HPE Data Fabric's Kafka API form, ``<stream path>:<topic>`` (only HPE's brokers accept it).
 
 Two streams of one cluster may not claim the same Kafka topic: ``overlaps`` says whether they could.
+Streams of different installations on the same brokers may overlap in the ways ``store/kafka.py``
+allows: ``rank`` and ``within`` say which of them holds a Kafka topic both could name.
 """
 
 from __future__ import annotations
@@ -59,6 +61,17 @@ class TopicNaming(ABC):
     def overlaps(self, other: "TopicNaming") -> bool:
         """Whether one Kafka topic could belong to both namings."""
 
+    @abstractmethod
+    def within(self, other: "TopicNaming") -> bool:
+        """Whether every Kafka topic of this naming could belong to ``other`` too."""
+
+    @property
+    @abstractmethod
+    def rank(self) -> tuple[int, int]:
+        """Which of two overlapping namings holds a Kafka topic both name: the higher. A naming that
+        creates its topics outranks one that adopts existing topics; of two adopting namings, the
+        narrower (longer prefix) outranks the wider."""
+
 
 @dataclass(frozen=True)
 class PrefixNaming(TopicNaming):
@@ -85,6 +98,13 @@ class PrefixNaming(TopicNaming):
             return self.prefix.startswith(other.prefix) or other.prefix.startswith(self.prefix)
         return False  # hpe names hold ':' and '/', which no prefix form produces
 
+    def within(self, other: TopicNaming) -> bool:
+        return isinstance(other, PrefixNaming) and self.prefix.startswith(other.prefix)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return (0 if self.adopts else 1, len(self.prefix))
+
 
 @dataclass(frozen=True)
 class HpeNaming(TopicNaming):
@@ -102,6 +122,13 @@ class HpeNaming(TopicNaming):
 
     def overlaps(self, other: TopicNaming) -> bool:
         return isinstance(other, HpeNaming) and other.path == self.path
+
+    def within(self, other: TopicNaming) -> bool:
+        return self.overlaps(other)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        return (1, 1 << 16)  # one path names its topics exactly: longer than any prefix
 
 
 def naming_for(spec: str | None, path: str, namespace: str = "") -> TopicNaming:

@@ -20,6 +20,28 @@ the store interface, over confluent-kafka.
 
 Client settings (security.protocol, SASL, SSL files) pass through to confluent-kafka unchanged;
 ``streamrep.namespace`` is streamrep's own: it lets several installations share one Kafka cluster.
+
+**Installations on shared brokers own their topics** (issue 18: a namespace-less installation created
+``/prod/apps/clicks`` and read a ``prod`` stream's topic). A store finds the other installations from
+the topic list (their ``_streamrep[.<ns>].catalog``) and folds their catalogs read-only into claims:
+each stream's naming, and each namespace's prefix ``<ns>.`` (every topic under it is that
+installation's, but for a namespace nested in it). Of a stream and a claim that could both name a
+Kafka topic, the higher rank holds it (``naming.rank``: a naming that creates its topics outranks an
+adopting one, a narrower prefix a wider one; the namespace prefix outranks both).
+
+- ``stream create`` refuses a naming that would share or take another installation's topics; it
+  allows only an adopting naming wider than the other's (``cluster`` beside other installations),
+  and a creating naming over an adopting one. The default and ``hpe`` namings never adopt: a Kafka
+  topic already in their range is refused, so nothing existing changes hands on creation.
+- ``topics``, reads, writes, cursors and ``drop_stream`` skip topics another installation holds, so
+  a ``cluster`` stream never sees them (nor anyone's internal topics); ``topic create`` refuses them.
+- Cost: creating reads the others anew (a topic list and one offset request per installation). Other
+  calls use what the store last read, and read again only for a Kafka topic name it has not judged:
+  a judgement holds while the topic exists, since the rules above keep it from changing hands.
+- With ACLs, an installation may be refused another's catalog: that installation's streams are then
+  unknown here (its namespace prefix still counts, from the topic list) and the broker's ACLs guard
+  its topics; streamrep never fails for it. Two installations blind to each other, or creating at the
+  same moment, can still both name a topic: the rank decides, and an exact tie gives it to neither.
 """
 
 from __future__ import annotations
@@ -34,7 +56,7 @@ import time
 import uuid
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
@@ -43,7 +65,7 @@ from streamrep.errors import (AlreadyExists, Conflict, InvalidArgument, LimitExc
                               StreamrepError, Unavailable)
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
-from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
+from streamrep.model.naming import DEFAULT_NAMING, INTERNAL_PREFIX, PrefixNaming, TopicNaming, naming_for
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import CatalogDoc, Store
 from streamrep.store.kafka_acls import KafkaAcls
@@ -119,7 +141,7 @@ class KafkaStore(Store):
         self._own = {k: v for k, v in everything.items() if k.startswith("streamrep.") and k != NAMESPACE_SETTING}
         # librdkafka's own log lines go through logging (errors only, unless configured otherwise).
         self._client = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOG, **client}
-        internal = f"{INTERNAL_PREFIX}.{self.namespace}." if self.namespace else f"{INTERNAL_PREFIX}."
+        internal = _internal_prefix(self.namespace)
         self._internal = internal
         self.acls = KafkaAcls(self, self._admin, self._own)
         self._topics = {name: internal + name for name in ("catalog", "marks", "syncs")}
@@ -137,6 +159,9 @@ class KafkaStore(Store):
         self._folds: dict[str, _Fold] = {}
         self._internal_ready = False
         self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
+        self._others: dict[str, _Fold] = {}  # namespace of another installation on the brokers -> its catalog
+        self._claims: list[_Claim] = []  # what the other installations hold, as last read
+        self._claimed: dict[str, list[_Claim]] = {}  # Kafka topic -> the claims on it (kept while it exists)
 
     @property
     def internal_prefix(self) -> str:
@@ -422,6 +447,107 @@ class KafkaStore(Store):
             if other_path != path and naming.overlaps(other):
                 raise Conflict(f"the Kafka topics of {path} ({naming.spec}) would overlap those of stream "
                                f"{other_path} ({other.spec}); choose another -topicnaming")
+        if path in others:
+            return  # the stream exists: creating it is refused as AlreadyExists
+        listed = self._kafka_topics()
+        self._refresh_others(listed)  # creating a stream always reads the other installations anew
+        rank = self._rank(naming)
+        for claim in self._claims:
+            # Two overlaps are allowed: an adopting naming wider than the other's (it yields the other's
+            # topics when read), and a naming that creates its topics over an adopting one (which yields
+            # them; none exist yet, checked below). Anything else would share, or take, the other's topics.
+            yields = rank < claim.rank and not naming.within(claim.naming)
+            creates_new = not naming.adopts and claim.naming.adopts
+            if naming.overlaps(claim.naming) and not (yields or creates_new):
+                raise Conflict(f"the Kafka topics of {path} ({naming.spec}) would overlap those of {claim.whose} "
+                               "on the same brokers; choose another path or -topicnaming")
+        if not naming.adopts:
+            existing = sorted(name for name in listed if naming.topic_of(name) is not None)
+            if existing:  # no stream of this installation names it (checked above): someone else's, or left over
+                raise Conflict(f"Kafka topic {existing[0]} already exists, and the {naming.spec} naming of {path} "
+                               "never adopts a topic; adopt existing topics with -topicnaming prefix:<P>, "
+                               "or choose another path")
+
+    # -- other installations on the same brokers ------------------------------------
+    def _rank(self, naming: TopicNaming) -> tuple[int, ...]:
+        """Of two overlapping streams of different installations, the higher rank holds a shared topic;
+        the longer namespace breaks a tie (it is the one whose prefix the topic is under)."""
+        return (*naming.rank, len(self.namespace))
+
+    def _refresh_others(self, listed: Mapping[str, int]) -> None:
+        """Read again what the other installations on these brokers hold (``listed`` is the topic list):
+        each one's namespace prefix ``<ns>.``, and its streams' namings, from its catalog (read-only;
+        folded on from where this store left it, so a refresh costs one offset request per installation)."""
+        found = {ns for ns in map(_installation_of, listed) if ns is not None and ns != self.namespace}
+        for gone in set(self._others) - found:
+            self._others.pop(gone).close()
+        streams: list[_Claim] = []
+        namespaces: list[_Claim] = []
+        for ns in sorted(found):
+            installation = (f"the streamrep installation with namespace {ns!r}" if ns
+                            else "the streamrep installation without a namespace")
+            if ns and not f"{self.namespace}.".startswith(f"{ns}."):  # not ours when ours is nested in it
+                namespaces.append(_Claim(PrefixNaming(f"{ns}.", DEFAULT_NAMING), (2, len(ns) + 1, len(ns)),
+                                         f"{installation} (every topic under '{ns}.')"))
+            fold = self._others.get(ns)
+            if fold is None:
+                fold = self._others[ns] = _Fold(self, _internal_prefix(ns) + "catalog", learn=False)
+            try:
+                fold.catch_up()
+            except PermissionDenied:
+                # ACLs keep its catalog from this installation: its streams are unknown here, and the
+                # broker's ACLs on its topics are what guards them (its namespace prefix still counts).
+                continue
+            except NotFound:  # deleted since it was listed
+                self._others.pop(ns).close()
+                continue
+            for (kind, path), doc in sorted(fold.state.items()):
+                try:
+                    if kind == STREAM_KIND:
+                        naming = naming_for(doc.get("naming"), doc["path"], ns)
+                        streams.append(_Claim(naming, (*naming.rank, len(ns)), f"stream {path} of {installation}"))
+                except (StreamrepError, KeyError, TypeError, AttributeError):
+                    continue  # a stream whose naming cannot be used holds no topics
+        self._claims = streams + namespaces  # a stream's claim names what overlaps most precisely
+        self._claimed = {}
+
+    def _foreign(self, naming: TopicNaming, names: Sequence[str], listed: Mapping[str, int] | None = None,
+                 refresh: bool = False) -> dict[str, "_Claim"]:
+        """Of the Kafka topics ``names`` (named by ``naming``, a stream of this installation), those another
+        installation holds against it: name -> its claim.
+
+        The others are read again when asked to (creating), or when a name comes up that this store has
+        not judged. A judgement is kept while the Kafka topic exists (``listed`` is the topic list, when
+        the caller has it): the checks on creating keep an existing topic from changing hands."""
+        if listed is not None:
+            for gone in [name for name in self._claimed if name not in listed]:
+                del self._claimed[gone]  # deleted: judged again if made again
+        judged = self._claimed
+        if refresh or any(name not in judged for name in names):
+            listed = self._kafka_topics() if listed is None else listed
+            self._refresh_others(listed)
+            judged = {name: [c for c in self._claims if c.naming.topic_of(name) is not None] for name in names}
+            self._claimed.update((name, claims) for name, claims in judged.items() if name in listed)
+        rank = self._rank(naming)
+        held = {name: [c for c in judged[name] if c.rank >= rank] for name in names}
+        return {name: claims[0] for name, claims in held.items() if claims}  # a stream's first: the most precise
+
+    def _held(self, naming: TopicNaming) -> dict[str, int]:
+        """The Kafka topics of ``naming`` that no other installation holds: name -> partition count."""
+        listed = self._kafka_topics()
+        names = [name for name in listed if naming.topic_of(name) is not None]
+        foreign = self._foreign(naming, names, listed)
+        return {name: listed[name] for name in names if name not in foreign}
+
+    def _kafka_name(self, stream: str, topic: str) -> str:
+        """The Kafka topic of the stream's ``topic``; NotFound if another installation holds it."""
+        naming = self._naming(stream)
+        name = naming.kafka_topic(topic)
+        claim = self._foreign(naming, [name]).get(name)
+        if claim is not None:
+            raise NotFound(f"topic {topic} does not exist: Kafka topic {name} belongs to {claim.whose} "
+                           "on the same brokers")
+        return name
 
     def location(self, stream: str, topic: str) -> dict[str, str]:
         return {"kafkaTopic": self._naming(stream).kafka_topic(topic)}
@@ -434,15 +560,15 @@ class KafkaStore(Store):
 
     def topics(self, stream: str) -> dict[str, int]:
         naming = self._naming(stream)
-        found = {}
-        for name, count in self._kafka_topics().items():
-            topic = naming.topic_of(name)
-            if topic is not None:
-                found[topic] = count
-        return dict(sorted(found.items()))
+        return dict(sorted((naming.topic_of(name), count) for name, count in self._held(naming).items()))
 
     def create_topic(self, stream: str, topic: str, partitions: int) -> None:
-        name = self._naming(stream).kafka_topic(topic)
+        naming = self._naming(stream)
+        name = naming.kafka_topic(topic)
+        claim = self._foreign(naming, [name], self._kafka_topics(), refresh=True).get(name)
+        if claim is not None:
+            raise Conflict(f"topic {topic} would be Kafka topic {name}, which belongs to {claim.whose} "
+                           "on the same brokers; choose another topic name")
         future = self._admin().create_topics([NewTopic(name, partitions, config=_STREAM_TOPIC_CONFIG)],
                                              request_timeout=TIMEOUT_SECONDS)[name]
         try:
@@ -455,7 +581,7 @@ class KafkaStore(Store):
         self._await_topics([name])
 
     def add_partitions(self, stream: str, topic: str, partitions: int) -> None:
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         count = self._kafka_topics().get(name)
         if count is None:
             raise NotFound(f"topic {topic} does not exist")
@@ -472,7 +598,7 @@ class KafkaStore(Store):
             time.sleep(0.05)
 
     def delete_topic(self, stream: str, topic: str) -> None:
-        self._delete_kafka_topics([self._naming(stream).kafka_topic(topic)], topic)
+        self._delete_kafka_topics([self._kafka_name(stream, topic)], topic)
 
     def _delete_kafka_topics(self, names: list[str], topic: str | None = None) -> None:
         if not names:
@@ -494,7 +620,7 @@ class KafkaStore(Store):
     def drop_stream(self, stream: str) -> None:
         naming = self._naming(stream)
         if not naming.adopts:  # adopted topics were there before the stream: they stay in Kafka
-            self._delete_kafka_topics([n for n in self._kafka_topics() if naming.topic_of(n) is not None])
+            self._delete_kafka_topics(list(self._held(naming)))
         marks = self._fold("marks")
         syncs = self._fold("syncs")
         marks.catch_up()
@@ -551,7 +677,7 @@ class KafkaStore(Store):
                     raise self._translate(exc, f"cannot write to {name}") from None
 
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         producer = self._producer()
         results: dict[int, list[int]] = {}
         errors: list = []
@@ -587,7 +713,7 @@ class KafkaStore(Store):
 
     def read_span(self, stream: str, topic: str, partition: int, start: int,
                   max_messages: int) -> tuple[list[Message], int]:
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         first, end = self._watermarks(name, partition, topic)
         start = max(start, first)
         if start >= end or max_messages <= 0:
@@ -648,10 +774,10 @@ class KafkaStore(Store):
                 raise self._translate(exc, f"cannot read offsets of {name}") from None
 
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
-        return self._watermarks(self._naming(stream).kafka_topic(topic), partition, topic)
+        return self._watermarks(self._kafka_name(stream, topic), partition, topic)
 
     def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         count = self._kafka_topics().get(name, 0)
         wanted = []
         dropped = 0
@@ -696,7 +822,7 @@ class KafkaStore(Store):
 
     def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:
         from confluent_kafka import ConsumerGroupTopicPartitions
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         request = ConsumerGroupTopicPartitions(self._group(group),
                                                [TopicPartition(name, p, o) for p, o in sorted(cursors.items())])
         try:
@@ -722,7 +848,7 @@ class KafkaStore(Store):
 
     def groups(self, stream: str) -> list[str]:
         from confluent_kafka import ConsumerGroupTopicPartitions
-        naming = self._naming(stream)
+        held = self._held(self._naming(stream))
         candidates = self._namespaced_groups()
         if not candidates:
             return []
@@ -733,7 +859,7 @@ class KafkaStore(Store):
                 [ConsumerGroupTopicPartitions(self._group(group))], request_timeout=TIMEOUT_SECONDS).values())[0]
                 for group in candidates}
             return [group for group, future in futures.items()
-                    if any(tp.offset >= 0 and naming.topic_of(tp.topic) is not None
+                    if any(tp.offset >= 0 and tp.topic in held
                            for tp in future.result().topic_partitions)]
 
     def active_groups(self, groups: Sequence[str]) -> set[str]:
@@ -746,7 +872,7 @@ class KafkaStore(Store):
 
     def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         count = self._kafka_topics().get(name, 0)
         if not count:
             return {}
@@ -773,7 +899,7 @@ class KafkaStore(Store):
         source: str = "",
         syncs: Sequence[tuple[int, int]] = (),
     ) -> int:
-        name = self._naming(stream).kafka_topic(topic)
+        name = self._kafka_name(stream, topic)
         with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks") as txn:
             producer = txn.producer
             current = self.marks(stream)  # read after this writer fenced every other of the partition
@@ -825,7 +951,7 @@ class KafkaStore(Store):
 
     def close(self) -> None:
         if self._pid == os.getpid():
-            for fold in self._folds.values():
+            for fold in (*self._folds.values(), *self._others.values()):
                 fold.close()
             for consumer, _ in self._readers.values():
                 consumer.close()
@@ -862,6 +988,29 @@ for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "chec
               "purge_before", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply",
               "drop_marks", "offset_syncs", "location", "close"):
     setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
+
+
+def _internal_prefix(namespace: str) -> str:
+    """The start of the internal topics' names of the installation with ``namespace``."""
+    return f"{INTERNAL_PREFIX}.{namespace}." if namespace else f"{INTERNAL_PREFIX}."
+
+
+def _installation_of(name: str) -> str | None:
+    """The namespace ('' for none) of the installation whose catalog is Kafka topic ``name``, or None."""
+    head, tail = _internal_prefix(""), ".catalog"
+    if name == head + "catalog":
+        return ""
+    if name.startswith(head) and name.endswith(tail) and len(name) > len(head + tail):
+        return name[len(head):-len(tail)]
+    return None
+
+
+class _Claim(NamedTuple):
+    """Kafka topics another installation on the same brokers holds: those of ``naming``."""
+
+    naming: TopicNaming
+    rank: tuple[int, ...]  # see KafkaStore._rank; a namespace's own prefix outranks every stream's
+    whose: str  # "stream /a of the streamrep installation with namespace 'prod'"
 
 
 def watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:
@@ -902,9 +1051,10 @@ class _Transaction:
 class _Fold:
     """The state of one internal compacted topic, folded from its committed records."""
 
-    def __init__(self, store: KafkaStore, name: str):
+    def __init__(self, store: KafkaStore, name: str, learn: bool = True):
         self.store = store
         self.name = name
+        self.learn = learn  # the store's own catalog: its streams' namings are the store's
         self.state: dict = {}
         self.position = 0
         self.consumer = store._consumer()
@@ -942,7 +1092,7 @@ class _Fold:
             else:
                 doc = json.loads(value)
                 self.state[(doc_kind, doc_key)] = doc
-                if doc_kind == STREAM_KIND:
+                if doc_kind == STREAM_KIND and self.learn:
                     self.store._learn(doc)
         elif kind == "marks":
             stream, mark = key.split("\x1f", 1)
