@@ -110,6 +110,9 @@ class KafkaStore(Store):
     def __init__(self, cluster: str, bootstrap: str, settings: Mapping[str, Any] | None = None):
         super().__init__(cluster)
         client = {str(k): v for k, v in (settings or {}).items()}
+        # The cluster's url names its servers; a settings file's own bootstrap.servers (as in the files
+        # of ./run kafka secure) would silently point the store elsewhere, so the url wins.
+        client.pop("bootstrap.servers", None)
         self.namespace = str(client.pop(NAMESPACE_SETTING, "") or "")
         self.bootstrap = bootstrap
         self._settings = client
