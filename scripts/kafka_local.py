@@ -367,6 +367,12 @@ def _check_java(broker: Broker) -> None:
         raise KafkaLocalError(f"kafka {broker.name}: java (17 or newer) is not on PATH")
 
 
+def _check_ports(broker: Broker) -> None:
+    for port in (broker.port, broker.controller_port):
+        if _port_open(port):
+            raise KafkaLocalError(f"kafka {broker.name}: port {port} is already in use by another process")
+
+
 def _write_server_properties(broker: Broker) -> None:
     broker.log_dir.mkdir(parents=True, exist_ok=True)
     _write_private(broker.properties_file, _server_properties(broker))
@@ -383,9 +389,7 @@ def launch(broker: Broker, *, die_with_parent: bool = False) -> subprocess.Popen
     if running_pid(broker) is not None:
         return None
     _check_java(broker)
-    for port in (broker.port, broker.controller_port):
-        if _port_open(port):
-            raise KafkaLocalError(f"kafka {broker.name}: port {port} is already in use by another process")
+    _check_ports(broker)
     _write_server_properties(broker)
     _format_storage(broker)
     with broker.console_log.open("ab") as console:
@@ -595,7 +599,7 @@ def secure_cluster(name: str, ports: Sequence[int] | None = None, home: Path | s
         raise ValueError(f"a secure cluster takes 6 ports, not {len(ports)}")
     clients, controllers = ports[:3], ports[3:]
     voters = ",".join(f"{node}@127.0.0.1:{port}" for node, port in enumerate(controllers, 1))
-    cluster = SecureCluster(name, home, ())
+    cluster = SecureCluster(name, home, ())  # no brokers yet: for the paths they are given
     brokers = tuple(
         Broker(f"{name}/broker-{node}", clients[node - 1], controllers[node - 1], home / f"broker-{node}",
                node_id=node, voters=voters, protocol="SASL_SSL", controller_protocol="SSL",
@@ -644,7 +648,11 @@ def _prepare_secure(cluster: SecureCluster) -> None:
     """Everything the three nodes need before they start: certificates, passwords, the cluster id,
     the server settings that hold them, formatted storage and the client settings files."""
     _check_java(cluster.brokers[0])
+    stopped = [broker for broker in cluster.brokers if running_pid(broker) is None]
+    for broker in stopped:  # before anything is made: a taken port fails the start anyway
+        _check_ports(broker)
     cluster.home.mkdir(parents=True, exist_ok=True)
+    cluster.home.chmod(0o700)  # the metadata logs hold the salted SCRAM credentials
     _make_tls(cluster)
     if not cluster.passwords_file.is_file():
         # URL-safe characters: they need no quoting in JAAS or in --add-scram.
@@ -669,10 +677,9 @@ def _prepare_secure(cluster: SecureCluster) -> None:
         _write_private(cluster.properties_file(principal),
                        "".join(f"{key}={value}\n" for key, value in cluster.settings(principal).items()))
     scram = [f"{SCRAM}=[name={p},password={passwords[p]}]" for p in PRINCIPALS]
-    for broker in cluster.brokers:
-        if running_pid(broker) is None:
-            _write_server_properties(broker)
-            _format_storage(broker, id_file.read_text().strip(), scram)
+    for broker in stopped:
+        _write_server_properties(broker)
+        _format_storage(broker, id_file.read_text().strip(), scram)
 
 
 def _wait_all_registered(cluster: SecureCluster, timeout: float = START_TIMEOUT_S) -> None:

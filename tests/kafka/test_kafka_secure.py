@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -250,6 +251,22 @@ def test_a_missing_openssl_is_one_line_naming_the_cluster_and_nothing_starts(tmp
                                               r"certificates\)$"):
         kafka_local.start_secure(cluster)
     assert all(kafka_local.running_pid(broker) is None for broker in cluster.brokers)
+
+
+def test_a_taken_port_is_one_line_naming_the_broker_before_anything_is_made(tmp_path):
+    missing = kafka_local.jars_missing_reason()
+    if missing:
+        pytest.skip(missing)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cluster = kafka_local.secure_cluster("busy", [*kafka_local.free_ports(4), port, kafka_local.free_ports(1)[0]],
+                                             tmp_path / "busy")
+        with pytest.raises(KafkaLocalError, match=f"^kafka busy/broker-2: port {port} is already in use by another "
+                                                  f"process$"):
+            kafka_local.start_secure(cluster)
+    assert not cluster.home.exists()
 
 
 @pytest.fixture
