@@ -1,11 +1,17 @@
 """Local Apache Kafka for tests and demos: install the pinned jars, start, stop and report brokers.
 
-The one copy of the broker logic. ``./run kafka [stop|status]`` and ``./run``'s install call the
-command line below; the test fixture in ``tests/kafka/conftest.py`` imports :func:`start` and
-:func:`stop`. Each broker is a single-node KRaft cluster (broker and controller in one JVM) run from
-the jars that ``kafka/pom.xml`` pins, resolved by Maven into ``.cache/kafka/libs``.
+The one copy of the broker logic. ``./run kafka [secure] [stop|status]`` and ``./run``'s install call
+the command line below; the test fixtures in ``tests/conftest.py`` import :func:`start`,
+:func:`stop`, :func:`secure_cluster`, :func:`start_secure` and :func:`stop_secure`. Every JVM is a
+KRaft node with broker and controller in one process, run from the jars that ``kafka/pom.xml`` pins,
+resolved by Maven into ``.cache/kafka/libs``:
 
-    python scripts/kafka_local.py install | start | stop | status
+- ``./run kafka``: two single-node PLAINTEXT clusters, ``sanfrancisco`` and ``newyork``;
+- ``./run kafka secure``: the same two names as production runs Kafka: three nodes each (a quorum of
+  three), replication factor 3 with min ISR 2, SASL_SSL SCRAM-SHA-512 clients, mutual TLS between
+  controllers, and ACLs (:class:`SecureCluster`).
+
+    python scripts/kafka_local.py install | [secure] start | [secure] stop | [secure] status
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import base64
 import ctypes
 import hashlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -21,15 +28,19 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
+from streamrep.client.config import read_client_settings
 from streamrep.errors import StreamrepError
 
 REPO = Path(__file__).resolve().parent.parent
 POM = REPO / "kafka" / "pom.xml"
 LOG4J2_CONFIG = REPO / "kafka" / "log4j2.properties"
 SHARED_PROPERTIES = REPO / "kafka" / "server.properties"
+SECURE_PROPERTIES = REPO / "kafka" / "secure.properties"  # overrides of the shared ones for secure clusters
 KAFKA_CACHE = REPO / ".cache" / "kafka"
 LIBS = KAFKA_CACHE / "libs"
 STAMP = KAFKA_CACHE / "pom.sha256"
@@ -42,9 +53,17 @@ LOCAL_HOME = REPO / ".kafka-local"
 # ./run kafka: name -> (client port, controller port)
 LOCAL_CLUSTERS = {"sanfrancisco": (19092, 19093), "newyork": (29092, 29093)}
 
+# ./run kafka secure: name -> first of six ports: brokers 1-3 listen for clients on the first three,
+# their controllers on the next three.
+SECURE_CLUSTERS = {"sanfrancisco": 19192, "newyork": 29192}
+SECURE_HOME = LOCAL_HOME / "secure"
+PRINCIPALS = ("admin", "gateway", "alice", "bob", "carol")
+SCRAM = "SCRAM-SHA-512"
+
 START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 JVM_HEAP = "-Xmx512m"
+SECURE_HEAP = "-Xmx384m"  # six JVMs at once on a small machine; see docs/platform.md for what they use
 
 
 class KafkaLocalError(StreamrepError):
@@ -130,18 +149,35 @@ def jars_missing_reason() -> str | None:
 
 @dataclass(frozen=True)
 class Broker:
-    """A single-node KRaft cluster on loopback, with everything it writes under ``home``.
+    """One KRaft node on loopback (broker and controller in one JVM), with everything it writes under ``home``.
 
-    :param name: shown in messages (``sanfrancisco``)
-    :param port: the client (PLAINTEXT) port
+    The defaults make a single-node PLAINTEXT cluster (``./run kafka``); :func:`secure_cluster` sets
+    the rest for a node of a three-node secured cluster.
+
+    :param name: shown in messages (``sanfrancisco``, ``sanfrancisco/broker-2``)
+    :param port: the client (and inter-broker) port
     :param controller_port: the KRaft controller port
     :param home: folder for ``server.properties``, ``data/``, ``logs/`` and ``broker.pid``
+    :param node_id: the node's id in its quorum
+    :param voters: ``controller.quorum.voters`` of a quorum of several nodes; empty for this node alone
+    :param protocol: security protocol of the client listener, which is also its listener name
+    :param controller_protocol: security protocol of the controller listener
+    :param overrides: properties files appended to the generated settings, in order (later keys win)
+    :param client_file: librdkafka settings (key=value lines) the readiness check connects with
+    :param heap: the JVM's heap option
     """
 
     name: str
     port: int
     controller_port: int
     home: Path
+    node_id: int = 1
+    voters: str = ""
+    protocol: str = "PLAINTEXT"
+    controller_protocol: str = "PLAINTEXT"
+    overrides: tuple[Path, ...] = ()
+    client_file: Path | None = None
+    heap: str = JVM_HEAP
 
     @property
     def bootstrap(self) -> str:
@@ -179,21 +215,33 @@ def local_broker(name: str) -> Broker:
 
 
 def _server_properties(broker: Broker) -> str:
-    # kafka/server.properties holds the settings every cluster shares (the compose stack's too).
+    # kafka/server.properties holds the settings every cluster shares (the compose stack's too); the
+    # lines after it win over it, the override files over both.
+    listener, voters = broker.protocol, broker.voters or f"{broker.node_id}@127.0.0.1:{broker.controller_port}"
     return SHARED_PROPERTIES.read_text() + "\n".join([
-        f"controller.quorum.voters=1@127.0.0.1:{broker.controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{broker.port}",
-        "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        f"node.id={broker.node_id}",
+        f"controller.quorum.voters={voters}",
+        f"listeners={listener}://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
+        f"advertised.listeners={listener}://127.0.0.1:{broker.port}",
+        f"inter.broker.listener.name={listener}",
+        f"listener.security.protocol.map=CONTROLLER:{broker.controller_protocol},{listener}:{listener}",
         f"log.dirs={broker.data_dir}",
         "",
-    ])
+    ]) + "".join(path.read_text() + "\n" for path in broker.overrides)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` readable by its owner only (it may hold passwords or keys)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file made earlier with a wider mode is narrowed too
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def _java(main_class: str, *args: str, broker: Broker) -> list[str]:
     return [
-        "java", JVM_HEAP, "-Djava.awt.headless=true",
+        "java", broker.heap, "-Djava.awt.headless=true",
         f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", f"-Dkafka.logs.dir={broker.log_dir}",
         "-cp", str(LIBS / "*"), main_class, *args,
     ]
@@ -207,11 +255,17 @@ def _new_cluster_id() -> str:
             return cluster_id
 
 
-def _format_storage(broker: Broker) -> None:
+def _format_storage(broker: Broker, cluster_id: str | None = None, scram: Sequence[str] = ()) -> None:
+    """Format ``broker``'s storage unless done before.
+
+    :param cluster_id: the id every node of the cluster shares; a new one when ``None``
+    :param scram: ``--add-scram`` values: credentials in the first metadata, so none is missing at start
+    """
     if (broker.data_dir / "meta.properties").is_file():
         return
-    command = _java("kafka.tools.StorageTool", "format", "-t", _new_cluster_id(),
-                    "-c", str(broker.properties_file), broker=broker)
+    command = _java("kafka.tools.StorageTool", "format", "-t", cluster_id or _new_cluster_id(),
+                    "-c", str(broker.properties_file), *(arg for value in scram for arg in ("--add-scram", value)),
+                    broker=broker)
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines() or ["no output"]
@@ -271,15 +325,17 @@ def free_ports(count: int) -> list[int]:
 
 
 def _accepts_clients(broker: Broker) -> bool:
-    """True once the broker answers a metadata request from confluent-kafka's AdminClient."""
+    """True once the broker answers a metadata request from confluent-kafka's AdminClient (with the
+    broker's client settings) that lists the broker itself: registered and unfenced, so it serves."""
     if not _port_open(broker.port):  # no client logging "connection refused" while the JVM starts
         return False
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+    settings = read_client_settings(str(broker.client_file)) if broker.client_file else {}
+    admin = AdminClient({**settings, "bootstrap.servers": broker.bootstrap, "log_level": 0})
     try:
-        return len(admin.list_topics(timeout=2).brokers) > 0
+        return broker.node_id in admin.list_topics(timeout=2).brokers
     except KafkaException:
         return False
 
@@ -303,6 +359,25 @@ def _last_error_line(broker: Broker) -> str:
     return ""
 
 
+def _check_java(broker: Broker) -> None:
+    missing = jars_missing_reason()
+    if missing:
+        raise KafkaLocalError(missing)
+    if shutil.which("java") is None:
+        raise KafkaLocalError(f"kafka {broker.name}: java (17 or newer) is not on PATH")
+
+
+def _check_ports(broker: Broker) -> None:
+    for port in (broker.port, broker.controller_port):
+        if _port_open(port):
+            raise KafkaLocalError(f"kafka {broker.name}: port {port} is already in use by another process")
+
+
+def _write_server_properties(broker: Broker) -> None:
+    broker.log_dir.mkdir(parents=True, exist_ok=True)
+    _write_private(broker.properties_file, _server_properties(broker))
+
+
 def launch(broker: Broker, *, die_with_parent: bool = False) -> subprocess.Popen | None:
     """Start ``broker``'s JVM in the background, formatting its storage the first time; do not wait.
 
@@ -313,16 +388,9 @@ def launch(broker: Broker, *, die_with_parent: bool = False) -> subprocess.Popen
     """
     if running_pid(broker) is not None:
         return None
-    missing = jars_missing_reason()
-    if missing:
-        raise KafkaLocalError(missing)
-    if shutil.which("java") is None:
-        raise KafkaLocalError(f"kafka {broker.name}: java (17 or newer) is not on PATH")
-    for port in (broker.port, broker.controller_port):
-        if _port_open(port):
-            raise KafkaLocalError(f"kafka {broker.name}: port {port} is already in use by another process")
-    broker.log_dir.mkdir(parents=True, exist_ok=True)
-    broker.properties_file.write_text(_server_properties(broker))
+    _check_java(broker)
+    _check_ports(broker)
+    _write_server_properties(broker)
     _format_storage(broker)
     with broker.console_log.open("ab") as console:
         process = subprocess.Popen(
@@ -408,7 +476,285 @@ def stop(broker: Broker, timeout: float = STOP_TIMEOUT_S) -> bool:
     return pid is not None
 
 
+def _start_together(brokers: Sequence[Broker], *, die_with_parent: bool = False,
+                    ) -> tuple[list[tuple[Broker, bool]], list[KafkaLocalError]]:
+    """Launch every broker, then wait for each: a node of a quorum of three is ready only once
+    enough of its peers run. One failing leaves the others running.
+
+    :returns: the brokers that are ready, each with whether it was started now; the failures
+    """
+    failures: list[KafkaLocalError] = []
+    launched: list[tuple[Broker, subprocess.Popen | None]] = []
+    for broker in brokers:
+        try:
+            launched.append((broker, launch(broker, die_with_parent=die_with_parent)))
+        except KafkaLocalError as err:
+            failures.append(err)
+    ready = []
+    for broker, process in launched:
+        try:
+            wait_ready(broker, process)
+        except KafkaLocalError as err:
+            failures.append(err)
+            continue
+        ready.append((broker, process is not None))
+    return ready, failures
+
+
+# ---------------------------------------------------------------- secure clusters
+
+
+@dataclass(frozen=True)
+class SecureCluster:
+    """A three-node KRaft cluster secured as production runs Kafka, with everything under ``home``.
+
+    ``home`` holds ``broker-<n>/`` (each node's data and logs), ``tls/`` (the cluster's CA and the
+    brokers' key and certificate), ``passwords.properties`` (every principal's SCRAM password,
+    made at first start) and ``cluster.id``. The client settings files lie beside ``home``:
+    ``<home>/../<name>-<principal>.properties``.
+
+    :param name: the cluster's name (``sanfrancisco``)
+    :param home: the cluster's folder
+    :param brokers: its three nodes
+    """
+
+    name: str
+    home: Path
+    brokers: tuple[Broker, ...]
+
+    @property
+    def bootstrap(self) -> str:
+        """The client addresses of the three brokers, comma-separated."""
+        return ",".join(broker.bootstrap for broker in self.brokers)
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.home / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        """The cluster's CA certificate (PEM), which clients trust."""
+        return self.tls_dir / "ca.pem"
+
+    @property
+    def keystore(self) -> Path:
+        """The brokers' PKCS#8 key, certificate and CA in one PEM file (Kafka's PEM keystore)."""
+        return self.tls_dir / "broker.pem"
+
+    @property
+    def broker_principal(self) -> str:
+        """The principal of the brokers' certificate, as Kafka names it (the subject's DN)."""
+        return f"User:CN=kafka-broker.{self.name}"
+
+    @property
+    def passwords_file(self) -> Path:
+        return self.home / "passwords.properties"
+
+    @property
+    def cluster_properties(self) -> Path:
+        """The server settings that hold the cluster's secrets and paths, written at each start."""
+        return self.home / "cluster.properties"
+
+    def properties_file(self, principal: str) -> Path:
+        """The librdkafka settings file of ``principal`` (written at start).
+
+        :param principal: one of :data:`PRINCIPALS`
+        """
+        return self.home.parent / f"{self.name}-{principal}.properties"
+
+    def settings(self, principal: str) -> dict[str, str]:
+        """The librdkafka (confluent-kafka) settings ``principal`` connects with, bootstrap included.
+
+        :param principal: one of :data:`PRINCIPALS`
+        :raises KafkaLocalError: an unknown principal, or a cluster never started (no passwords yet)
+        """
+        if principal not in PRINCIPALS:
+            raise KafkaLocalError(f"kafka {self.name}: no principal {principal!r}; there are {', '.join(PRINCIPALS)}")
+        if not self.passwords_file.is_file():
+            raise KafkaLocalError(f"kafka {self.name}: no passwords in {_relative(self.home)}/ yet: "
+                                  f"the cluster was never started")
+        return {
+            "bootstrap.servers": self.bootstrap,
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": SCRAM,
+            "sasl.username": principal,
+            "sasl.password": read_client_settings(str(self.passwords_file))[principal],
+            "ssl.ca.location": str(self.ca_file),
+        }
+
+
+def secure_cluster(name: str, ports: Sequence[int] | None = None, home: Path | str | None = None) -> SecureCluster:
+    """A secured three-node cluster (not started).
+
+    :param name: the cluster's name
+    :param ports: six ports: the three brokers' client ports, then their three controller ports;
+        ``None`` for ``./run kafka secure``'s fixed ports when ``name`` is one of its clusters, else free ones
+    :param home: the cluster's folder; ``None`` for ``.kafka-local/secure/<name>``
+    """
+    home = Path(home).absolute() if home is not None else SECURE_HOME / name
+    if ports is None:
+        first = SECURE_CLUSTERS.get(name)
+        ports = list(range(first, first + 6)) if first else free_ports(6)
+    if len(ports) != 6:
+        raise ValueError(f"a secure cluster takes 6 ports, not {len(ports)}")
+    clients, controllers = ports[:3], ports[3:]
+    voters = ",".join(f"{node}@127.0.0.1:{port}" for node, port in enumerate(controllers, 1))
+    cluster = SecureCluster(name, home, ())  # no brokers yet: for the paths they are given
+    brokers = tuple(
+        Broker(f"{name}/broker-{node}", clients[node - 1], controllers[node - 1], home / f"broker-{node}",
+               node_id=node, voters=voters, protocol="SASL_SSL", controller_protocol="SSL",
+               overrides=(SECURE_PROPERTIES, cluster.cluster_properties),
+               client_file=cluster.properties_file("admin"), heap=SECURE_HEAP)
+        for node in (1, 2, 3)
+    )
+    return SecureCluster(name, home, brokers)
+
+
+def _openssl(cluster: SecureCluster, *args: str) -> None:
+    result = subprocess.run(["openssl", *args], capture_output=True, text=True, cwd=cluster.tls_dir)
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines() or ["no output"]
+        raise KafkaLocalError(f"kafka {cluster.name}: openssl {args[0]} failed in {_relative(cluster.tls_dir)}/: "
+                              f"{lines[-1]}")
+
+
+def _make_tls(cluster: SecureCluster) -> None:
+    """The cluster's CA and the brokers' key and certificate, unless made before.
+
+    One certificate serves the three brokers: on the controller listener it is the principal the
+    brokers authenticate as (a super user). Its SAN names 127.0.0.1 and localhost, which librdkafka
+    and Java clients verify.
+    """
+    if cluster.keystore.is_file() and cluster.ca_file.is_file():
+        return
+    if shutil.which("openssl") is None:
+        raise KafkaLocalError(f"kafka {cluster.name}: openssl is not on PATH (it makes the cluster's certificates)")
+    cluster.tls_dir.mkdir(parents=True, exist_ok=True)
+    cluster.tls_dir.chmod(0o700)  # holds the keys
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "3650")
+    _openssl(cluster, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem",
+             "-subj", f"/CN=streamrep local CA {cluster.name}",
+             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    # OpenSSL 3 writes the key unencrypted in PKCS#8, the form Kafka's PEM keystore reads.
+    _openssl(cluster, "req", "-x509", *ec, "-keyout", "broker.key", "-out", "broker.crt",
+             "-CA", "ca.pem", "-CAkey", "ca.key", "-subj", f"/{cluster.broker_principal.removeprefix('User:')}",
+             "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+             "-addext", "extendedKeyUsage=serverAuth,clientAuth", "-addext", "basicConstraints=critical,CA:FALSE")
+    parts = [(cluster.tls_dir / part).read_text() for part in ("broker.key", "broker.crt", "ca.pem")]
+    _write_private(cluster.keystore, "".join(parts))
+
+
+def _prepare_secure(cluster: SecureCluster) -> None:
+    """Everything the three nodes need before they start: certificates, passwords, the cluster id,
+    the server settings that hold them, formatted storage and the client settings files."""
+    _check_java(cluster.brokers[0])
+    stopped = [broker for broker in cluster.brokers if running_pid(broker) is None]
+    for broker in stopped:  # before anything is made: a taken port fails the start anyway
+        _check_ports(broker)
+    cluster.home.mkdir(parents=True, exist_ok=True)
+    cluster.home.chmod(0o700)  # the metadata logs hold the salted SCRAM credentials
+    _make_tls(cluster)
+    if not cluster.passwords_file.is_file():
+        # URL-safe characters: they need no quoting in JAAS or in --add-scram.
+        _write_private(cluster.passwords_file, "".join(f"{p}={secrets.token_urlsafe(18)}\n" for p in PRINCIPALS))
+    passwords = read_client_settings(str(cluster.passwords_file))
+    id_file = cluster.home / "cluster.id"
+    if not id_file.is_file():
+        id_file.write_text(_new_cluster_id() + "\n")
+    _write_private(cluster.cluster_properties, "\n".join([
+        "# Written by scripts/kafka_local.py at each start: the secrets and paths of this cluster.",
+        "ssl.keystore.type=PEM",
+        f"ssl.keystore.location={cluster.keystore}",
+        "ssl.truststore.type=PEM",
+        f"ssl.truststore.location={cluster.ca_file}",
+        f"super.users=User:admin;{cluster.broker_principal}",
+        # Brokers replicate as admin; SCRAM needs no server-side credentials in JAAS (they are in the metadata).
+        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram."
+        f'ScramLoginModule required username="admin" password="{passwords["admin"]}";',
+        "",
+    ]))
+    for principal in PRINCIPALS:
+        _write_private(cluster.properties_file(principal),
+                       "".join(f"{key}={value}\n" for key, value in cluster.settings(principal).items()))
+    scram = [f"{SCRAM}=[name={p},password={passwords[p]}]" for p in PRINCIPALS]
+    for broker in stopped:
+        _write_server_properties(broker)
+        _format_storage(broker, id_file.read_text().strip(), scram)
+
+
+def _wait_all_registered(cluster: SecureCluster, timeout: float = START_TIMEOUT_S) -> None:
+    """Wait until the admin principal sees all three brokers of ``cluster``."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({**cluster.settings("admin"), "log_level": 0})
+    deadline, seen = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        try:
+            seen = len(admin.list_topics(timeout=2).brokers)
+        except KafkaException:
+            seen = 0
+        if seen == len(cluster.brokers):
+            return
+        time.sleep(0.25)
+    raise KafkaLocalError(f"kafka {cluster.name}: {seen} of {len(cluster.brokers)} brokers registered after "
+                          f"{timeout:.0f} s; see {_relative(cluster.home)}/broker-*/logs/")
+
+
+def start_secure(cluster: SecureCluster, die_with_parent: bool = False) -> None:
+    """Start the three nodes of ``cluster`` together (making certificates, passwords and storage the
+    first time) and wait until the admin principal sees all three brokers. Running nodes are kept.
+
+    :param die_with_parent: kill the nodes when the calling process dies (test sessions)
+    :raises KafkaLocalError: no jars, java or openssl, a port taken, or a node that did not come up
+    """
+    _prepare_secure(cluster)
+    _, failures = _start_together(cluster.brokers, die_with_parent=die_with_parent)
+    if failures:
+        raise failures[0]
+    _wait_all_registered(cluster)
+
+
+def _stop_all(brokers: Sequence[Broker], timeout: float = STOP_TIMEOUT_S) -> list[bool]:
+    # All at once: a quorum's last nodes would otherwise wait for peers already gone.
+    with ThreadPoolExecutor(max_workers=max(1, len(brokers))) as pool:
+        return list(pool.map(lambda broker: stop(broker, timeout), brokers))
+
+
+def stop_secure(cluster: SecureCluster, timeout: float = STOP_TIMEOUT_S) -> list[bool]:
+    """Stop the three nodes of ``cluster`` together (see :func:`stop`).
+
+    :returns: for each node, whether it was running
+    """
+    return _stop_all(cluster.brokers, timeout)
+
+
 # ---------------------------------------------------------------- ./run kafka
+
+
+def _start_command(brokers: list[Broker], clusters: list[SecureCluster]) -> int:
+    reason = install()
+    if reason:
+        raise KafkaLocalError(reason)
+    began = time.monotonic()
+    for cluster in clusters:
+        _prepare_secure(cluster)
+    ready, failures = _start_together(brokers)
+    for broker, started in ready:
+        print(f"{broker.name}: {'started' if started else 'already running'} on {broker.bootstrap}"
+              f" (data and logs in {_relative(broker.home)}/)")
+    for cluster in clusters:
+        try:
+            _wait_all_registered(cluster)
+        except KafkaLocalError as err:
+            failures.append(err)
+            continue
+        print(f"{cluster.name}: {cluster.bootstrap} ready in {time.monotonic() - began:.0f} s; SASL_SSL "
+              f"{SCRAM}, CA {_relative(cluster.ca_file)}; client settings of {', '.join(PRINCIPALS)} in "
+              f"{_relative(cluster.properties_file('<principal>'))}")
+    for err in failures:
+        print(f"run: {err}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def _main(argv: list[str]) -> int:
@@ -418,36 +764,18 @@ def _main(argv: list[str]) -> int:
         if reason:
             print(f"run: {reason}; Kafka tests will be skipped", file=sys.stderr)
         return 0
-    brokers = [local_broker(name) for name in LOCAL_CLUSTERS]
+    clusters = []
+    if command == "secure":
+        command = argv[1] if len(argv) > 1 else "start"
+        clusters = [secure_cluster(name) for name in SECURE_CLUSTERS]
+        brokers = [broker for cluster in clusters for broker in cluster.brokers]
+    else:
+        brokers = [local_broker(name) for name in LOCAL_CLUSTERS]
     if command == "start":
-        reason = install()
-        if reason:
-            raise KafkaLocalError(reason)
-        # Both JVMs start together; then each is waited for. One failing leaves the other running.
-        failures: list[KafkaLocalError] = []
-        launched: dict[str, subprocess.Popen | None] = {}
-        for broker in brokers:
-            try:
-                launched[broker.name] = launch(broker)
-            except KafkaLocalError as err:
-                failures.append(err)
-        for broker in brokers:
-            if broker.name not in launched:
-                continue
-            process = launched[broker.name]
-            try:
-                wait_ready(broker, process)
-            except KafkaLocalError as err:
-                failures.append(err)
-                continue
-            print(f"{broker.name}: {'started' if process else 'already running'} on {broker.bootstrap}"
-                  f" (data and logs in {_relative(broker.home)}/)")
-        for err in failures:
-            print(f"run: {err}", file=sys.stderr)
-        return 1 if failures else 0
+        return _start_command(brokers, clusters)
     if command == "stop":
-        for broker in brokers:
-            print(f"{broker.name}: {'stopped' if stop(broker) else 'was not running'}")
+        for broker, was_running in zip(brokers, _stop_all(brokers)):
+            print(f"{broker.name}: {'stopped' if was_running else 'was not running'}")
         return 0
     if command == "status":
         up = 0
@@ -460,13 +788,13 @@ def _main(argv: list[str]) -> int:
                 state = "up" if _accepts_clients(broker) else "starting or not answering"
                 print(f"{broker.name}: {state} on {broker.bootstrap} (pid {pid})")
         return 0 if up == len(brokers) else 3
-    print("usage: ./run kafka [start|stop|status]", file=sys.stderr)
+    print("usage: ./run kafka [secure] [start|stop|status]", file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
     try:
         sys.exit(_main(sys.argv[1:]))
-    except KafkaLocalError as err:
+    except StreamrepError as err:  # KafkaLocalError, or a settings file that cannot be read
         print(f"run: {err}", file=sys.stderr)
         sys.exit(1)

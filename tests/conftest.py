@@ -74,6 +74,32 @@ def kafka_broker(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory) -> dict:
+    """``{"sanfrancisco": SecureCluster, "newyork": SecureCluster}``: the two secured three-node
+    clusters of ``./run kafka secure`` (``scripts/kafka_local.py``), on free loopback ports in a
+    temporary folder, started together once per session. Clients connect with
+    ``cluster.settings(principal)``. Killed at session end, and by the kernel if the session itself
+    is killed. Tests may stop, kill and restart single brokers but leave all three running.
+
+    Skips only when the install step could not get the jars; a cluster that fails to start is an error.
+    """
+    missing = kafka_local.jars_missing_reason()
+    if missing:
+        pytest.skip(missing)
+    home = tmp_path_factory.mktemp("secure-kafka")
+    ports = kafka_local.free_ports(12)  # held together, so the two clusters' ports differ
+    clusters = {name: kafka_local.secure_cluster(name, ports[6 * i:6 * i + 6], home / name)
+                for i, name in enumerate(("sanfrancisco", "newyork"))}
+    try:
+        for cluster in clusters.values():
+            kafka_local.start_secure(cluster, die_with_parent=True)
+        yield clusters
+    finally:
+        for cluster in clusters.values():
+            kafka_local.stop_secure(cluster, timeout=10)
+
+
+@pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A Spark standalone cluster for the whole session: a master and one worker (2 cores) from
     pyspark's own ``spark-class`` (``scripts/spark_local.py``, as ``./run spark``), on free loopback
@@ -96,6 +122,8 @@ def spark_cluster(tmp_path_factory):
 def pytest_configure(config):
     config.addinivalue_line("markers", "backends(*names): run the test on each named cluster backend "
                                        "(embedded, kafka); its clusters come from the home fixture")
+    config.addinivalue_line("markers", "secure_kafka: needs the secured three-node Kafka clusters of the "
+                                       "secure_kafka fixture (skipped when the Kafka jars are not installed)")
 
 
 def pytest_generate_tests(metafunc):

@@ -135,7 +135,9 @@ class KafkaStore(Store):
         everything = {str(k): v for k, v in (settings or {}).items()}
         self.namespace = str(everything.get(NAMESPACE_SETTING, "") or "")
         # streamrep.* settings are streamrep's own (namespace, groups mapping); the rest is confluent-kafka's.
-        client = {k: v for k, v in everything.items() if not k.startswith("streamrep.")}
+        # The cluster's url names its servers; a settings file's own bootstrap.servers (as in the files
+        # of ./run kafka secure) would silently point the store elsewhere, so the url wins.
+        client = {k: v for k, v in everything.items() if not k.startswith("streamrep.") and k != "bootstrap.servers"}
         self.bootstrap = bootstrap
         self._settings = client
         self._own = {k: v for k, v in everything.items() if k.startswith("streamrep.") and k != NAMESPACE_SETTING}
