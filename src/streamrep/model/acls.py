@@ -178,7 +178,8 @@ def installation_grants(internal_prefix: str, group_prefix: str, principals: Pri
     :param internal_prefix: the prefix of the installation's internal topics and transactional ids
     :param group_prefix: the prefix of its consumer groups, or ``""`` (every group) without a namespace
     """
-    grants = {Grant("topic", internal_prefix, True, EVERYONE, op) for op in ("READ", "DESCRIBE")}
+    grants = {Grant(resource, internal_prefix, True, EVERYONE, op)  # streamrep's readers name a group, and
+              for resource in ("topic", "group") for op in ("READ", "DESCRIBE")}  # commit nothing in it
     grants |= {Grant("group", group_prefix or EVERYONE, bool(group_prefix), EVERYONE, op)
                for op in ("READ", "DESCRIBE")}
     gateway = principals.gateway
