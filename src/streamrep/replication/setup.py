@@ -97,13 +97,17 @@ def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | St
         raise AlreadyExists(f"{dst} is already a replica of {src}, but of an earlier stream at that path, not "
                             f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
                             f"remove the replica from {src} and add it again")
-    have = {"synchronous": link.synchronous, **{name: getattr(link, name) for name in options}}
     wanted = {"synchronous": synchronous, **options}
+    have = {name: getattr(link, name) for name in wanted}
     if have != wanted or (link.paused and not paused):
-        def shown(values: dict[str, Any]) -> str:
-            return " ".join(f"{name}={str(value).lower()}" for name, value in values.items())
-        raise AlreadyExists(f"{dst} is already a replica of {src} with paused={str(link.paused).lower()} "
-                            f"{shown(have)}, not paused={str(paused).lower()} {shown(wanted)}")
+        # paused and synchronous always, the network options where they differ
+        names = ["synchronous", *(name for name in options if have[name] != wanted[name])]
+
+        def shown(was_paused: bool, values: dict[str, Any]) -> str:
+            return " ".join([f"paused={str(was_paused).lower()}",
+                             *(f"{name}={str(values[name]).lower()}" for name in names)])
+        raise AlreadyExists(f"{dst} is already a replica of {src} with {shown(link.paused, have)}, "
+                            f"not {shown(paused, wanted)}")
     return link, False
 
 
