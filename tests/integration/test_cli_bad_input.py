@@ -164,3 +164,22 @@ def test_a_truncated_store_is_never_recreated_and_gives_no_one_its_administratio
         assert code == 1, (name, err)
         one_line(err, "cluster sanfrancisco", str(db), "the file is empty, not the registered store")
         assert db.stat().st_size == 0, f"{name} wrote into the truncated store"
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ("-networkcompression foo", "invalid networkcompression 'foo'"),
+    ("-networkcompression lzf", "Kafka has no LZF codec"),
+    ("-networkencryption maybe", "option -networkencryption takes true/false"),
+    ("-throttle 2", "option -throttle takes true/false"),
+])
+def test_bad_network_options_from_the_executable(streamrep_home, topic, shell, options, fragment):
+    existing, new = "/mapr/sanfrancisco/copy", "/mapr/sanfrancisco/new"
+    assert shell(f'"$S" stream create -path {existing}')[0] == 0
+    for command in (f"stream replica add -path {SF} -replica {existing}",
+                    f"stream replica autosetup -path {SF} -replica {new}"):
+        code, _, err = shell(f'"$S" {command} {options}')
+        assert code in (1, 2)
+        one_line(err, fragment)
+    code, out, _ = shell(f'"$S" stream replica list -path {SF} -json')
+    assert code == 0 and b'"total": 0' in out  # nothing registered
+    assert shell(f'"$S" stream info -path {new}')[0] == 1  # and nothing created

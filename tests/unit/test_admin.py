@@ -321,8 +321,11 @@ def test_replica_add_and_list_waits_for_upstream(admin, pair):
         "stream": "/activity",
         "replicaPath": NY,
         "paused": True,
+        "throttle": False,
         "idx": 1,
+        "networkencryption": False,
         "synchronous": False,
+        "networkcompression": "lz4",  # MapR's default: a stream's compression, lz4 unless set
         "replicaState": "REPLICA_STATE_WAITING_FOR_UPSTREAM",
         "uuid": admin.entry(NY).uuid,
         "errors": None,

@@ -107,7 +107,9 @@ def test_manual_setup_is_the_seeds_seven_steps_in_order(dagbag):
     assert (tasks["add_upstream"].path, tasks["add_upstream"].upstream) == ("{{ params.replica }}", "{{ params.path }}")
     copy = tasks["copystream"]
     assert isinstance(copy, SparkSubmitOperator) and copy._conn_id == "spark_default"
-    assert set(dag.params) == {"path", "replica"}
+    assert set(dag.params) == {"path", "replica", "throttle", "networkencryption", "networkcompression"}
+    for name in ("throttle", "networkencryption", "networkcompression"):
+        assert getattr(tasks["add_replica_paused"], name) == f"{{{{ params.{name} }}}}"
     assert all(t.retries >= 1 for t in dag.tasks)  # safe to retry, so retried
 
 
@@ -129,11 +131,27 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     assert tasks["resume_replica"].trigger_rule == TriggerRule.NONE_FAILED  # runs when the reverse steps skip
     assert (tasks["resume_reverse_replica"].path, tasks["resume_reverse_replica"].replica) == (
         "{{ params.replica }}", "{{ params.path }}")
-    assert set(dag.params) == {"path", "replica", "multimaster", "synchronous"}
+    assert set(dag.params) == {"path", "replica", "multimaster", "synchronous", "throttle", "networkencryption",
+                               "networkcompression"}
+    for task in ("check", "add_replica_paused", "add_reverse_replica"):  # checked first, then on both links
+        for name in ("throttle", "networkencryption", "networkcompression"):
+            assert getattr(tasks[task], name) == f"{{{{ params.{name} }}}}"
     wait = tasks["wait_caught_up"]
     assert isinstance(wait, ReplicaUpToDateSensor) and wait.outlets == [REPLICAS_ALIAS]
     assert (wait.path, wait.replica) == ("{{ params.path }}", "{{ params.replica }}")
     assert dag.render_template_as_native_obj
+
+
+@pytest.mark.parametrize("dag_id", ["stream_replica_manual_setup", "stream_replica_autosetup"])
+def test_network_params_default_to_maprs_and_refuse_bad_values(dagbag, dag_id):
+    dag = dagbag.dags[dag_id]
+    assert {name: dag.params[name] for name in ("throttle", "networkencryption", "networkcompression")} == {
+        "throttle": False, "networkencryption": False, "networkcompression": "lz4"}
+    assert accepts(dag, networkcompression="zlib", networkencryption=True, throttle=True)
+    assert not accepts(dag, networkcompression="foo")
+    assert not accepts(dag, networkcompression="lzf")  # no Kafka codec: refused at trigger time
+    assert not accepts(dag, networkencryption="maybe")
+    assert not accepts(dag, throttle=2)
 
 
 def test_gateways_dag_maps_one_supervised_spark_task_per_gateway(dagbag):

@@ -217,6 +217,30 @@ def test_replica_add_fails_for_a_missing_replica_and_without_permission(admin, s
     fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST), "user bob does not have adminperm")
 
 
+def test_replica_add_passes_the_network_options_and_refuses_bad_ones(admin, source):
+    admin.create_stream(DST, copymetafrom=SRC)
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="foo"),
+               "invalid networkcompression 'foo'")
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkencryption="maybe"),
+               "invalid networkencryption 'maybe': true or false")
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, throttle=2), "invalid throttle 2")
+    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="lzf"),
+               "Kafka has no LZF codec")
+    assert admin.entry(SRC).replicas == ()
+    op = ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True, throttle="True",
+                            networkencryption=False, networkcompression="zlib")
+    link = op.execute(ctx())
+    assert (link["throttle"], link["networkencryption"], link["networkcompression"]) == (True, False, "zlib")
+    assert op.execute(ctx(2))["networkcompression"] == "zlib"  # a retry finds the same link
+
+
+def test_autosetup_check_refuses_bad_network_options_before_creating_the_replica(admin, source):
+    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=DST, networkcompression="lzf"),
+               "Kafka has no LZF codec")
+    with pytest.raises(NotFound):
+        admin.entry(DST)
+
+
 # -- step 3: replica list (verify) -------------------------------------------------------------
 def test_replica_verify_pushes_the_replica_list(replicated):
     rows = ReplicaVerifyOperator(task_id="verify", path=SRC, replica=DST).execute(ctx())

@@ -77,7 +77,8 @@ def test_replica_list_uses_maprs_field_names(linked):
     produce(linked, "a")
     gateway.run_once()
     row = row_of(linked)
-    assert {"cluster", "stream", "replicaPath", "replicaState", "paused", "idx", "synchronous", "isUptodate",
+    assert {"cluster", "stream", "replicaPath", "replicaState", "paused", "throttle", "idx", "networkencryption",
+            "synchronous", "networkcompression", "isUptodate",
             "uuid", "errors", "pendingMessages", "bytesPending", "minPendingTS", "maxPendingTS",
             "replicationLagMillis", "gateways", "maxLagMillis", "maxLagMessages"} == set(row)
     assert (row["cluster"], row["stream"], row["replicaPath"], row["idx"]) == ("newyork", "/activity", NY, 1)

@@ -127,8 +127,18 @@ class StreamCreateOperator(StreamrepOperator):
         return admin.stream_info(str(sp))
 
 
+NETWORK_FIELDS = ("throttle", "networkencryption", "networkcompression")  # MapR's network options of a replica
+
+
+def network_options(operator: Any) -> dict[str, Any]:
+    """An operator's network options as given (templated): the core library checks them
+    (``model/network.py``), so a bad value fails the task with its one line."""
+    return {name: getattr(operator, name) for name in NETWORK_FIELDS}
+
+
 class ReplicaAddOperator(StreamrepOperator):
-    """``maprcli stream replica add -path <source> -replica <replica> [-paused] [-synchronous]``.
+    """``maprcli stream replica add -path <source> -replica <replica> [-paused] [-synchronous]
+    [-throttle] [-networkencryption] [-networkcompression]``.
 
     Succeeds on a retry (or a rerun of the DAG) when the link is already there to the same
     replica stream, by UUID, with the same settings (``setup.ensure_replica``: a link registered
@@ -139,25 +149,37 @@ class ReplicaAddOperator(StreamrepOperator):
     :param replica: the replica stream; it must exist. (templated)
     :param paused: register it paused, so replication waits for ``replica resume``. (templated)
     :param synchronous: synchronous replication. (templated)
+    :param throttle: MapR's ``-throttle``, true or false (default false; recorded). (templated)
+    :param networkencryption: true or false (default false): replicate over TLS only; refused
+        if a Kafka cluster of the pair is not SSL/SASL_SSL. (templated)
+    :param networkcompression: off, lz4, zlib, gzip, snappy or zstd (default lz4): the codec the
+        gateway writes the replica with on Kafka. (templated)
     :return: (XCom) the replica link: ``path``, ``paused``, ``synchronous``, ``state``...
     """
 
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica", "paused", "synchronous")
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica", "paused", "synchronous",
+                                      *NETWORK_FIELDS)
 
-    def __init__(self, *, path: str, replica: str, paused: Any = False, synchronous: Any = False, **kwargs: Any):
+    def __init__(self, *, path: str, replica: str, paused: Any = False, synchronous: Any = False,
+                 throttle: Any = None, networkencryption: Any = None, networkcompression: Any = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.path = path
         self.replica = replica
         self.paused = paused
         self.synchronous = synchronous
+        self.throttle = throttle
+        self.networkencryption = networkencryption
+        self.networkcompression = networkcompression
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         src, dst = admin.path(self.path), admin.path(self.replica)
         paused, synchronous = as_bool(self.paused), as_bool(self.synchronous)
-        link, added = ensure_replica(admin, src, dst, paused=paused, synchronous=synchronous)
+        link, added = ensure_replica(admin, src, dst, paused=paused, synchronous=synchronous, **network_options(self))
         if added:
-            self.log.info("stream replica add -path %s -replica %s -paused %s -synchronous %s: registered",
-                          src, dst, str(paused).lower(), str(synchronous).lower())
+            self.log.info("stream replica add -path %s -replica %s -paused %s -synchronous %s -throttle %s "
+                          "-networkencryption %s -networkcompression %s: registered",
+                          src, dst, str(paused).lower(), str(synchronous).lower(), str(link.throttle).lower(),
+                          str(link.networkencryption).lower(), link.networkcompression)
         else:
             self.log.info("%s is already a replica of %s (the same stream and settings): nothing to do", dst, src)
         return {"source": str(src), **link.to_dict()}
@@ -357,25 +379,32 @@ class ReplicaStatusOperator(StreamrepOperator):
 
 
 class AutosetupCheckOperator(StreamrepOperator):
-    """The precondition of ``maprcli stream replica autosetup``: the source exists, the caller
-    may administer and copy it, and the replica stream does not exist yet (autosetup creates it),
-    or an unfinished autosetup of this source created it. Then it creates the replica marked as
-    this autosetup's (``setup.begin_autosetup``), so a rerun of a failed run completes it.
+    """The precondition of ``maprcli stream replica autosetup``: the network options are valid
+    and can be given, the source exists, the caller may administer and copy it, and the replica
+    stream does not exist yet (autosetup creates it), or an unfinished autosetup of this source
+    created it. Then it creates the replica marked as this autosetup's
+    (``setup.begin_autosetup``), so a rerun of a failed run completes it.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream to be created. (templated)
+    :param throttle: as ``ReplicaAddOperator``, and ``networkencryption``, ``networkcompression``:
+        checked here, before the replica is created. (templated)
     :return: (XCom) ``stream info`` of the source.
     """
 
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica", *NETWORK_FIELDS)
 
-    def __init__(self, *, path: str, replica: str, **kwargs: Any):
+    def __init__(self, *, path: str, replica: str, throttle: Any = None, networkencryption: Any = None,
+                 networkcompression: Any = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.path = path
         self.replica = replica
+        self.throttle = throttle
+        self.networkencryption = networkencryption
+        self.networkcompression = networkcompression
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
-        src, dst = begin_autosetup(admin, self.path, self.replica)
+        src, dst = begin_autosetup(admin, self.path, self.replica, **network_options(self))
         self.log.info("autosetup of %s from %s can go on: the replica stream is this autosetup's", dst, src)
         return admin.stream_info(str(src))
 

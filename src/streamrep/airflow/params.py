@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import Param
 
+from streamrep.model.network import DEFAULT_NETWORK_COMPRESSION, KAFKA_CODECS
 from streamrep.model.paths import CLUSTER_NAME, MAPR_ROOT, MAX_PATH_LENGTH, PATH_COMPONENT
 
 
@@ -58,6 +59,22 @@ def seconds_param(default: float, title: str, description: str, maximum: float =
 
 def flag_param(default: bool, title: str, description: str) -> Param:
     return Param(default, type="boolean", title=title, description=description)
+
+
+def network_params() -> dict[str, Param]:
+    """A replica's network options (``model/network.py``), as MapR's ``replica add`` and
+    ``autosetup`` take them, with MapR's defaults."""
+    return {
+        "throttle": flag_param(False, "Throttle",
+                               "MapR's -throttle: recorded and listed; it limits nothing yet."),
+        "networkencryption": flag_param(False, "Network encryption",
+                                        "Replicate over TLS only: refused unless each Kafka cluster of the pair "
+                                        "uses security.protocol SSL or SASL_SSL."),
+        "networkcompression": Param(DEFAULT_NETWORK_COMPRESSION, type="string", enum=list(KAFKA_CODECS),
+                                    title="Network compression",
+                                    description="The codec the gateways write the replica with on Kafka: off, lz4, "
+                                                "zlib (as gzip), gzip, snappy or zstd. MapR's lzf has no Kafka codec."),
+    }
 
 
 def as_bool(value: Any) -> bool:

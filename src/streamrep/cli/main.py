@@ -21,6 +21,7 @@ from streamrep.client import Consumer, Producer, StreamAdmin
 from streamrep.client.config import read_client_settings
 from streamrep.cli.grammar import Command, Option, split_words, wants_help, wants_json
 from streamrep.cli.output import print_error_json, print_messages, print_rows
+from streamrep.model import network
 from streamrep.model.naming import NAMING_HELP
 from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
@@ -52,6 +53,13 @@ DSTCLUSTER = Option("dstcluster", required=True, help="the destination cluster")
 TOPIC = Option("topic", required=True, help="topic name")
 UPSTREAM = Option("upstream", required=True, help="upstream (source) stream path")
 SYNCHRONOUS = Option("synchronous", bool, help="producers wait for this replica")
+# MapR's network options of a replica; their values are checked by the admin API (model/network.py).
+NETWORK_OPTIONS = (
+    Option("throttle", bool, help="throttle replication under load (recorded; no limit applied yet)"),
+    Option("networkencryption", bool, help="replicate over TLS only: Kafka clusters must use SSL or SASL_SSL"),
+    Option("networkcompression", help=f"{'|'.join(network.NETWORK_COMPRESSIONS)} (lzf refused: Kafka has no "
+                                      f"LZF codec); default {network.DEFAULT_NETWORK_COMPRESSION}"),
+)
 STREAM_SETTINGS = (
     Option("defaultpartitions", int, help="partitions of a new topic"),
     Option("ttl", int, help="seconds a message is kept; 0 forever"),
@@ -185,8 +193,9 @@ def topic_delete(ctx: Context, path: str, topic: str) -> Rows:
     return []
 
 
-def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, synchronous: bool = False) -> Rows:
-    ctx.admin.add_replica(path, replica, paused, synchronous)
+def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, synchronous: bool = False,
+                **network_options: Any) -> Rows:
+    ctx.admin.add_replica(path, replica, paused, synchronous, **network_options)
     return []
 
 
@@ -200,10 +209,11 @@ def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
 
 
 def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool = False,
-                      synchronous: bool = False, engine: str = "auto", master: str | None = None) -> Rows:
+                      synchronous: bool = False, engine: str = "auto", master: str | None = None,
+                      **network_options: Any) -> Rows:
     spark_master(master)
     copier = lambda admin, src, dst: run_copy(admin, src, dst, engine, master=master)  # noqa: E731
-    return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier)]
+    return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options)]
 
 
 def plan_rows(plan: dict[str, Any]) -> Rows:
@@ -529,7 +539,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("stream", "topic", "info"), topic_info, (PATH, TOPIC), "show a topic's partitions"),
     Command(("stream", "topic", "delete"), topic_delete, (PATH, TOPIC), "delete a topic"),
     Command(("stream", "replica", "add"), replica_add,
-            (PATH, REPLICA, Option("paused", bool, help="register without starting replication"), SYNCHRONOUS),
+            (PATH, REPLICA, Option("paused", bool, help="register without starting replication"), SYNCHRONOUS,
+             *NETWORK_OPTIONS),
             "register a replica of a stream"),
     Command(("stream", "replica", "list"), replica_list,
             (PATH, Option("refreshnow", bool, help="accepted for maprcli compatibility: figures are always live")),
@@ -556,7 +567,7 @@ COMMANDS: tuple[Command, ...] = (
             "give a failed-over source its role back, copying back only what it lacks"),
     Command(("stream", "replica", "autosetup"), replica_autosetup,
             (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
-             COPY_ENGINE, SPARK_MASTER),
+             *NETWORK_OPTIONS, COPY_ENGINE, SPARK_MASTER),
             "create, register, copy and start a replica in one step"),
     Command(("stream", "replica", "alert"), replica_alert,
             (PATH, REPLICA, Option("maxlagms", int, help="alert when the oldest unreplicated message waited longer "

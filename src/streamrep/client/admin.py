@@ -17,6 +17,7 @@ from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
 from streamrep.model.acls import Principals
 from streamrep.model.failover import FailoverRecord
+from streamrep.model import network
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_name, validate_cluster_name
 from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
@@ -313,13 +314,42 @@ class StreamAdmin:
         return info
 
     # -- replicas (kept on the source) ---------------------------------------------
-    def add_replica(self, path: str, replica: str, paused: bool = False, synchronous: bool = False) -> ReplicaLink:
+    def network_options(self, path: str | StreamPath, replica: str | StreamPath, throttle: Any = None,
+                        networkencryption: Any = None, networkcompression: Any = None) -> dict[str, Any]:
+        """The network options of a replica of ``path`` at ``replica``, validated
+        (``model/network.py``): ``throttle``, ``networkencryption`` and ``networkcompression``,
+        None taking MapR's defaults.
+
+        :raises InvalidArgument: a bad value, or encryption that a gateway connection to the
+            source or the replica's cluster (a Kafka cluster without TLS) could not give.
+        """
+        options = {
+            "throttle": network.parse_flag("throttle", throttle),
+            "networkencryption": network.parse_flag("networkencryption", networkencryption),
+            "networkcompression": network.parse_network_compression(networkcompression),
+        }
+        if options["networkencryption"]:
+            src, dst = self.path(path), self.path(replica)
+            network.check_encryption(self.clusters.get(src.cluster), self.clusters.get(dst.cluster))
+        return options
+
+    def add_replica(self, path: str, replica: str, paused: bool = False, synchronous: bool = False,
+                    throttle: Any = None, networkencryption: Any = None, networkcompression: Any = None) -> ReplicaLink:
         """``stream replica add``: register ``replica`` on the source; needs adminperm and copyperm
         on the source. The replica stream must exist (create it with -copymetafrom); the link
-        records its UUID, so a stream created later at that path is not this replica."""
+        records its UUID, so a stream created later at that path is not this replica.
+
+        :param throttle: MapR's ``-throttle`` (default false): recorded and listed.
+        :param networkencryption: MapR's ``-networkencryption`` (default false): the gateway's
+            connections to both clusters must be TLS (``network_options``).
+        :param networkcompression: MapR's ``-networkcompression`` (default lz4): the codec the
+            gateway writes the replica with on Kafka.
+        """
         src, dst = self.path(path), self.path(replica)
+        options = self.network_options(src, dst, throttle, networkencryption, networkcompression)
         dst_entry = self.entry(dst)  # must exist
-        link = ReplicaLink(path=str(dst), paused=paused, synchronous=synchronous, added=now_ms(), uuid=dst_entry.uuid)
+        link = ReplicaLink(path=str(dst), paused=paused, synchronous=synchronous, added=now_ms(), uuid=dst_entry.uuid,
+                           **options)
 
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, src, "adminperm", "copyperm")
@@ -448,8 +478,8 @@ class StreamAdmin:
 
     def list_replicas(self, path: str, health: ReplicaHealth | None = None) -> list[dict[str, Any]]:
         """``stream replica list``: each replica in MapR's field names (``cluster``, ``stream``,
-        ``replicaPath``, ``replicaState``, ``paused``, ``idx``, ``synchronous``, ``uuid``,
-        ``errors``), with the agreement checked live (a replica that does not list the source is
+        ``replicaPath``, ``replicaState``, ``paused``, ``throttle``, ``idx``, ``networkencryption``,
+        ``synchronous``, ``networkcompression``, ``uuid``, ``errors``), with the agreement checked live (a replica that does not list the source is
         waiting for its upstream; a link whose stream was deleted and recreated at its path is an
         error naming both UUIDs).
 
@@ -478,8 +508,11 @@ class StreamAdmin:
                 "replicaPath": link.path,
                 "replicaState": state,
                 "paused": link.paused,
+                "throttle": link.throttle,
                 "idx": idx,
+                "networkencryption": link.networkencryption,
                 "synchronous": link.synchronous,
+                "networkcompression": link.networkcompression,
                 "uuid": replica_entry.uuid if replica_entry is not None else None,
                 "errors": error,
             })

@@ -8,13 +8,14 @@ from airflow.sdk import DAG, TriggerRule, chain
 
 from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import (
+    NETWORK_FIELDS,
     AutosetupCheckOperator,
     ReplicaAddOperator,
     ReplicaResumeOperator,
     StreamCreateOperator,
     UpstreamAddOperator,
 )
-from streamrep.airflow.params import flag_param, stream_path_param
+from streamrep.airflow.params import flag_param, network_params, stream_path_param
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator
 
@@ -43,7 +44,9 @@ as a DAG, one task a step:
    alias `streamrep-replicas`), so DAGs scheduled on the replica's Asset run.
 
 **Params**: `path` (source stream), `replica` (replica stream to create), `multimaster`,
-`synchronous`. **A failed run is completed by triggering the DAG again with the same params.**
+`synchronous`, and the replica's network options `throttle`, `networkencryption`,
+`networkcompression` (checked by `check` before anything is created; both links of
+multi-master get them). **A failed run is completed by triggering the DAG again with the same params.**
 Data flows once gateways run (DAG `stream_gateways`, on the replica's cluster,
 and on the source's cluster too for multi-master).
 """
@@ -64,20 +67,23 @@ with DAG(
                                   "Also replicate from the replica back to the source (the reverse link)."),
         "synchronous": flag_param(False, "Synchronous",
                                   "Acknowledge producers only once the replica has the messages."),
+        **network_params(),
     },
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
     source, replica = "{{ params.path }}", "{{ params.replica }}"
     multimaster, synchronous = "{{ params.multimaster }}", "{{ params.synchronous }}"
+    # the replica's network options, for both links of multi-master (as stream replica autosetup)
+    network = {name: f"{{{{ params.{name} }}}}" for name in NETWORK_FIELDS}
     chain(
-        AutosetupCheckOperator(task_id="check", path=source, replica=replica, retries=0),
+        AutosetupCheckOperator(task_id="check", path=source, replica=replica, retries=0, **network),
         StreamCreateOperator(task_id="create_replica", path=replica, copymetafrom=source),
         ReplicaAddOperator(task_id="add_replica_paused", path=source, replica=replica, paused=True,
-                           synchronous=synchronous),
+                           synchronous=synchronous, **network),
         UpstreamAddOperator(task_id="add_upstream", path=replica, upstream=source),
         StreamCopyOperator(task_id="copystream", source=source, destination=replica),
         ReplicaAddOperator(task_id="add_reverse_replica", path=replica, replica=source, paused=True,
-                           synchronous=synchronous, only_if=multimaster),
+                           synchronous=synchronous, only_if=multimaster, **network),
         UpstreamAddOperator(task_id="add_reverse_upstream", path=source, upstream=replica, only_if=multimaster),
         ReplicaResumeOperator(task_id="resume_reverse_replica", path=replica, replica=source,
                               only_if=multimaster, trigger_rule=TriggerRule.NONE_FAILED),

@@ -16,7 +16,7 @@ from streamrep.airflow.operators import (
     UpstreamAddOperator,
     UpstreamVerifyOperator,
 )
-from streamrep.airflow.params import stream_path_param
+from streamrep.airflow.params import network_params, stream_path_param
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator
 
@@ -42,8 +42,9 @@ once if the source took no messages since the copy; otherwise it waits (in the t
 the gateways to replicate them, for up to an hour.
 
 **Params**: `path`, the source stream, and `replica`, the replica stream to create, both as
-`/mapr/<cluster>/<stream>`. Data then flows once gateways run on the replica's cluster
-(DAG `stream_gateways`).
+`/mapr/<cluster>/<stream>`; `throttle`, `networkencryption` and `networkcompression`, the
+replica's network options as `stream replica add` takes them (step 2). Data then flows once
+gateways run on the replica's cluster (DAG `stream_gateways`).
 
 Every task is safe to retry: it finds the state it wanted (stream created with the same
 metadata, replica registered with the same settings, upstream registered, nothing left to copy)
@@ -62,6 +63,7 @@ with DAG(
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
         "replica": stream_path_param("/mapr/newyork/activity", "Replica stream",
                                      "The replica to create, usually on another cluster."),
+        **network_params(),
     },
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
@@ -69,7 +71,9 @@ with DAG(
         StreamCreateOperator(task_id="create_replica", path="{{ params.replica }}",
                              copymetafrom="{{ params.path }}"),
         ReplicaAddOperator(task_id="add_replica_paused", path="{{ params.path }}", replica="{{ params.replica }}",
-                           paused=True),
+                           paused=True, throttle="{{ params.throttle }}",
+                           networkencryption="{{ params.networkencryption }}",
+                           networkcompression="{{ params.networkcompression }}"),
         ReplicaVerifyOperator(task_id="verify_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
         UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),

@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
+from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
 from streamrep.model.paths import StreamPath
 
 MAX_REPLICAS = 64
@@ -59,6 +60,12 @@ class ReplicaLink:
     error: str | None = None
     added: int = 0
     uuid: str | None = None  # the replica stream agreed to; None in links written before UUIDs (see binds)
+    # MapR's network options (``model/network.py``). The defaults are what a link written before
+    # they existed had: no throttle, no encryption check, uncompressed writes. ``replica add``
+    # sets all three (its compression default is lz4).
+    throttle: bool = False
+    networkencryption: bool = False
+    networkcompression: str = LEGACY_NETWORK_COMPRESSION
 
     def to_dict(self) -> dict:
         return asdict(self)

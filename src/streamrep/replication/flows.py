@@ -14,6 +14,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
+from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
 from streamrep.model.paths import StreamPath
 
 
@@ -29,6 +30,10 @@ class Flow:
     synchronous: bool
     state: str
     error: str | None
+    # The link's network options (``model/network.py``).
+    throttle: bool = False
+    networkencryption: bool = False
+    networkcompression: str = LEGACY_NETWORK_COMPRESSION
 
 
 @dataclass(frozen=True)
@@ -64,4 +69,4 @@ def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Block
 def flow_of(source: StreamPath, source_entry: StreamEntry, replica: StreamPath, replica_entry: StreamEntry,
             link: rules.ReplicaLink) -> Flow:
     return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous,
-                link.state, link.error)
+                link.state, link.error, link.throttle, link.networkencryption, link.networkcompression)

@@ -24,6 +24,7 @@ from typing import Iterable, Mapping, Sequence
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
+from streamrep.model import network
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
 from streamrep.store.base import Store
@@ -167,13 +168,27 @@ class Gateway:
 
     # -- work ----------------------------------------------------------------------
     def active_flows(self) -> dict[str, list[Flow]]:
-        """The agreed, unpaused flows into this cluster, by source stream UUID."""
+        """The agreed, unpaused flows into this cluster, by source stream UUID. A flow that asks
+        for network encryption while this gateway would reach its source or this cluster in
+        plaintext is left out and its replica put in error, with the reason, until it can be
+        given (the clusters' settings are read now: they may have changed since ``replica add``)."""
         flows, _ = flows_into(self.admin, self.cluster)
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
-            if not flow.paused:
-                by_source[flow.source_uuid].append(flow)
+            if flow.paused:
+                continue
+            refused = self._encryption_refusal(flow)
+            if refused is not None:
+                self._record_state(flow, ReplicaState.UNEXPECTED, refused)
+                continue
+            by_source[flow.source_uuid].append(flow)
         return dict(by_source)
+
+    def _encryption_refusal(self, flow: Flow) -> str | None:
+        if not flow.networkencryption:
+            return None
+        clusters = self.admin.clusters
+        return network.encryption_refusal(clusters.get(flow.source.cluster), clusters.get(self.cluster))
 
     def assignment(self, whole: bool = False) -> Assignment:
         """The source partitions this gateway replicates now, each with its flows.
@@ -254,7 +269,8 @@ class Gateway:
     def _apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message], source_start: int,
                span: tuple[int, int] | None) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
         by_replica = {flow.replica_uuid: flow for flow in flows}
-        written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span)
+        codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
+        written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span, codecs)
         return ({by_replica[r]: n for r, n in written.items()},
                 {by_replica[r]: err for r, err in errors.items()})
 

@@ -24,13 +24,19 @@ from streamrep.replication.copy import copy_stream
 Copier = Callable[[StreamAdmin, str, str], dict]
 
 
-def check_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[StreamPath, StreamPath]:
-    """The precondition of autosetup, checked before anything is created: the caller may
+def check_autosetup(admin: StreamAdmin, path: str, replica: str, **network: Any) -> tuple[StreamPath, StreamPath]:
+    """The precondition of autosetup, checked before anything is created: the network options
+    are valid and can be given (``StreamAdmin.network_options``: encryption needs TLS to both
+    clusters, which covers the multi-master reverse link too), and the caller may
     administer and copy the source (so it may administer the replica it creates with the
     source's ACEs, which lets its copy step write into it). The replica stream must not exist yet (the seeds:
     "If the replica already exists, the command terminates with an error message"), unless an
-    unfinished autosetup of this same source created it: then this run completes it."""
+    unfinished autosetup of this same source created it: then this run completes it.
+
+    :param network: ``throttle``, ``networkencryption``, ``networkcompression`` (None: defaults).
+    """
     src, dst = admin.path(path), admin.path(replica)
+    admin.network_options(src, dst, **network)
     src_entry = admin.entry(src)
     admin.require(src_entry, src, "adminperm", "copyperm")
     try:
@@ -44,10 +50,13 @@ def check_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[Stream
     return src, dst
 
 
-def begin_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[StreamPath, StreamPath]:
+def begin_autosetup(admin: StreamAdmin, path: str, replica: str, **network: Any) -> tuple[StreamPath, StreamPath]:
     """Check the precondition and create the replica marked as this autosetup's (or find it
-    from an earlier, unfinished run). Safe to retry."""
-    src, dst = check_autosetup(admin, path, replica)
+    from an earlier, unfinished run). Safe to retry.
+
+    :param network: the replica's network options, checked first (``check_autosetup``).
+    """
+    src, dst = check_autosetup(admin, path, replica, **network)
     source_uuid = admin.entry(src).uuid
     try:
         admin.create_stream(str(dst), copymetafrom=str(src), autosetup_from=source_uuid)
@@ -58,24 +67,27 @@ def begin_autosetup(admin: StreamAdmin, path: str, replica: str) -> tuple[Stream
 
 
 def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | StreamPath, paused: bool = True,
-                   synchronous: bool = False) -> tuple[ReplicaLink, bool]:
+                   synchronous: bool = False, **network: Any) -> tuple[ReplicaLink, bool]:
     """``stream replica add``, or the link an earlier run (or try) added: safe to retry.
 
     An existing link is accepted only if it names the stream now at ``replica`` (its UUID) and
-    has the same ``synchronous`` setting. A link asked for paused may have been resumed since
-    (a later step of the earlier run resumes it); one asked for running must be running.
+    has the same ``synchronous`` setting and network options. A link asked for paused may have
+    been resumed since (a later step of the earlier run resumes it); one asked for running must
+    be running.
 
     :param path: the source stream.
     :param replica: the replica stream; it must exist.
     :param paused: register it paused, so replication waits for ``replica resume``.
     :param synchronous: synchronous replication.
+    :param network: ``throttle``, ``networkencryption``, ``networkcompression`` (None: defaults).
     :return: the link, and whether this call added it.
     :raises AlreadyExists: the link names a stream since deleted and recreated at ``replica``,
         or has other settings.
     """
     src, dst = admin.path(path), admin.path(replica)
+    options = admin.network_options(src, dst, **network)
     try:
-        return admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous), True
+        return admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous, **options), True
     except AlreadyExists:
         link = rules.find_link(admin.entry(src).replicas, dst)
         if link is None:
@@ -85,12 +97,17 @@ def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | St
         raise AlreadyExists(f"{dst} is already a replica of {src}, but of an earlier stream at that path, not "
                             f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
                             f"remove the replica from {src} and add it again")
-    if link.synchronous != synchronous or (link.paused and not paused):
-        raise AlreadyExists(
-            f"{dst} is already a replica of {src} with paused={str(link.paused).lower()} "
-            f"synchronous={str(link.synchronous).lower()}, not paused={str(paused).lower()} "
-            f"synchronous={str(synchronous).lower()}"
-        )
+    wanted = {"synchronous": synchronous, **options}
+    have = {name: getattr(link, name) for name in wanted}
+    if have != wanted or (link.paused and not paused):
+        # paused and synchronous always, the network options where they differ
+        names = ["synchronous", *(name for name in options if have[name] != wanted[name])]
+
+        def shown(was_paused: bool, values: dict[str, Any]) -> str:
+            return " ".join([f"paused={str(was_paused).lower()}",
+                             *(f"{name}={str(values[name]).lower()}" for name in names)])
+        raise AlreadyExists(f"{dst} is already a replica of {src} with {shown(link.paused, have)}, "
+                            f"not {shown(paused, wanted)}")
     return link, False
 
 
@@ -124,27 +141,34 @@ def _binds(link: ReplicaLink | UpstreamLink, entry: StreamEntry) -> bool:
 
 
 def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = False,
-              synchronous: bool = False, copier: Copier = copy_stream) -> dict[str, Any]:
+              synchronous: bool = False, copier: Copier = copy_stream, throttle: Any = None,
+              networkencryption: Any = None, networkcompression: Any = None) -> dict[str, Any]:
     """Create the replica, register it paused, agree upstream, copy, (reverse link for
     multi-master), resume. If it fails part-way, the same call again completes it (see the
     module's docstring).
 
     :param copier: runs the copy (in-process by default; the CLI and Airflow pass a Spark one).
+    :param throttle: MapR's ``-throttle``, and ``networkencryption``, ``networkcompression``
+        its other network options (``StreamAdmin.add_replica``), for both links of multi-master.
+        Checked before anything is created.
     """
-    src, dst = begin_autosetup(admin, path, replica)
+    network = {"throttle": throttle, "networkencryption": networkencryption,
+               "networkcompression": networkcompression}
+    src, dst = begin_autosetup(admin, path, replica, **network)
     steps = ["create"]
-    ensure_replica(admin, src, dst, synchronous=synchronous)
+    link, _ = ensure_replica(admin, src, dst, synchronous=synchronous, **network)
     steps.append("replica add -paused true")
     ensure_upstream(admin, dst, src)
     steps.append("upstream add")
     copied = copier(admin, str(src), str(dst))
     steps.append("copystream")
     if multimaster:
-        ensure_replica(admin, dst, src, synchronous=synchronous)
+        ensure_replica(admin, dst, src, synchronous=synchronous, **network)
         ensure_upstream(admin, src, dst)
         steps.append("reverse replica add + upstream add")
         admin.resume_replica(str(dst), str(src))
     admin.resume_replica(str(src), str(dst))  # last: it finishes the autosetup
     steps.append("resume")
     return {"path": str(src), "replica": str(dst), "multimaster": multimaster, "synchronous": synchronous,
-            "steps": steps, "copied": copied["messages"]}
+            "throttle": link.throttle, "networkencryption": link.networkencryption,
+            "networkcompression": link.networkcompression, "steps": steps, "copied": copied["messages"]}

@@ -111,7 +111,8 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
 
 
 def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: SourcePartition,
-                      batch: Sequence[Message], source_start: int = 0, span: tuple[int, int] | None = None
+                      batch: Sequence[Message], source_start: int = 0, span: tuple[int, int] | None = None,
+                      compression: Mapping[str, str] | None = None
                       ) -> tuple[dict[str, int], dict[str, StreamrepError]]:
     """Apply ``batch`` (the messages of ``unit`` in ``span``) to replicas of one cluster, each
     exactly once: read once, written many times (``Store.apply_many``, one transaction where
@@ -126,6 +127,8 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
 
     :param source_start: the oldest offset the source holds, read after ``batch`` was.
     :param span: as ``apply_batch``.
+    :param compression: the Kafka codec to write each replica with, by UUID (``Store.apply``);
+        a replica not in it gets the store's default.
     :return: messages written, and the errors, by replica UUID (each replica in one of them).
     """
     stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
@@ -165,7 +168,8 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
             expect = {key: marks.get(key) for key in plan.marks}
             expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
             plans[replica_uuid] = plan
-            applies.append(ReplicaApply(replica_uuid, plan.messages, plan.marks, expect, plan.syncs))
+            applies.append(ReplicaApply(replica_uuid, plan.messages, plan.marks, expect, plan.syncs,
+                                        (compression or {}).get(replica_uuid)))
         pending = []
         if applies:
             try:

@@ -28,6 +28,7 @@ class ReplicaApply(NamedTuple):
     marks: Mapping[str, int]
     expect: Mapping[str, int | None]
     syncs: Sequence[tuple[int, int]] = ()
+    compression: str | None = None  # the Kafka codec of the replica's writes (``model/network.py``)
 
 
 class Store(ABC):
@@ -192,6 +193,7 @@ class Store(ABC):
         expect: Mapping[str, int | None],
         source: str = "",
         syncs: Sequence[tuple[int, int]] = (),
+        compression: str | None = None,
     ) -> int:
         """The transactional apply: append ``messages`` to one partition and store ``marks``,
         all or nothing, only if the stored marks still equal ``expect`` (None: absent).
@@ -201,6 +203,8 @@ class Store(ABC):
         :param source: the position key of the source partition the messages came from.
         :param syncs: ``(index in messages, source offset)`` pairs, in index order: each starts a
             run of consecutive source offsets, recorded as an offset sync for cursor translation.
+        :param compression: the Kafka codec (``compression.type``) to write the messages with;
+            None: the store's default. A store that sends nothing over a network ignores it.
         :return: the first offset assigned.
         """
 
@@ -217,9 +221,10 @@ class Store(ABC):
         :return: per apply, in order, the first offset assigned or the error.
         """
         results: list[int | StreamrepError] = []
-        for stream, messages, marks, expect, syncs in applies:
+        for stream, messages, marks, expect, syncs, compression in applies:
             try:
-                results.append(self.apply(stream, topic, partition, messages, marks, expect, source, syncs))
+                results.append(self.apply(stream, topic, partition, messages, marks, expect, source, syncs,
+                                          compression))
             except StreamrepError as err:
                 results.append(err)
         return results

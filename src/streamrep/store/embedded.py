@@ -518,6 +518,7 @@ class EmbeddedStore(Store):
         expect: Mapping[str, int | None],
         source: str = "",
         syncs: Sequence[tuple[int, int]] = (),
+        compression: str | None = None,
     ) -> int:
         result, = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
         if isinstance(result, StreamrepError):
@@ -531,7 +532,8 @@ class EmbeddedStore(Store):
         results: list[int | StreamrepError] = []
         written: list[tuple[Sequence[Message], int]] = []  # (messages, their first rowid)
         with self._write() as con:
-            for stream, messages, marks, expect, syncs in applies:
+            # The codec is not used: a write to a local file crosses no network (model/network.py).
+            for stream, messages, marks, expect, syncs, _ in applies:
                 conflict = self._moved(con, stream, expect)
                 if conflict is not None:
                     results.append(conflict)

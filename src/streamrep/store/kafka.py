@@ -157,6 +157,7 @@ class KafkaStore(Store):
         self._meta_consumer: Consumer | None = None
         self._uncommitted_consumer: Consumer | None = None  # sees the high watermark, not the LSO
         self._txns: OrderedDict[str, Producer] = OrderedDict()
+        self._txn_codecs: dict[str, str] = {}  # txid -> the compression.type its cached producer writes with
         self._readers: OrderedDict[tuple[str, int], list] = OrderedDict()  # (kafka topic, partition) -> [consumer, next]
         self._folds: dict[str, _Fold] = {}
         self._internal_ready = False
@@ -229,26 +230,38 @@ class KafkaStore(Store):
             self._plain_producer = Producer({**self._client, "enable.idempotence": True, "linger.ms": 2})
         return self._plain_producer
 
-    def _txn(self, txid: str, reads: str) -> Producer:
+    def _txn(self, txid: str, reads: str, compression: str | None = None) -> Producer:
         """The transactional producer of ``txid``, initialised (which fences every older one).
 
         :param reads: the internal topic (``catalog``, ``marks``) whose state this id's writes are decided on.
+        :param compression: the ``compression.type`` its records must be written with; None: any
+            (a new producer gets librdkafka's default, none).
         """
         self._fresh()
         producer = self._txns.get(txid)
+        if producer is not None and compression is not None and self._txn_codecs.get(txid) != compression:
+            # A producer's codec is fixed when it is made: a replica now written with another one
+            # gets a new producer of the same id, whose init fences the old one (between transactions).
+            self._txns.pop(txid).flush(0)
+            producer = None
         if producer is not None:
             self._txns.move_to_end(txid)
             return producer
+        # None keeps the cluster's client settings (librdkafka's default: none)
+        codec = compression or str(self._client.get("compression.type", "none"))
         producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
-                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "compression.type": codec})
         with self._errors("cannot start a transaction"):
             # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer.
             producer.list_topics(timeout=TIMEOUT_SECONDS)
             producer.init_transactions(TIMEOUT_SECONDS)
         self._await_decided(reads)
         self._txns[txid] = producer
+        self._txn_codecs[txid] = codec
         while len(self._txns) > MAX_TRANSACTIONAL_PRODUCERS:
-            self._txns.popitem(last=False)[1].flush(0)
+            evicted, oldest = self._txns.popitem(last=False)
+            self._txn_codecs.pop(evicted, None)
+            oldest.flush(0)
         return producer
 
     def _txid(self, *parts: str) -> str:
@@ -273,11 +286,14 @@ class KafkaStore(Store):
             time.sleep(0.005)
 
     @contextmanager
-    def _transaction(self, txid: str, reads: str) -> Iterator["_Transaction"]:
+    def _transaction(self, txid: str, reads: str, compression: str | None = None) -> Iterator["_Transaction"]:
         """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
         It returns once its internal records are readable: Kafka writes commit markers after the commit
-        returns, and the next read (by this process or another) must see what was just written."""
-        producer = self._txn(txid, reads)
+        returns, and the next read (by this process or another) must see what was just written.
+
+        :param compression: as ``_txn``.
+        """
+        producer = self._txn(txid, reads, compression)
         txn = _Transaction(self, producer)
         try:
             producer.begin_transaction()
@@ -900,9 +916,10 @@ class KafkaStore(Store):
         expect: Mapping[str, int | None],
         source: str = "",
         syncs: Sequence[tuple[int, int]] = (),
+        compression: str | None = None,
     ) -> int:
         name = self._kafka_name(stream, topic)
-        with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks") as txn:
+        with self._transaction(self._txid("apply", stream, topic, str(partition)), "marks", compression) as txn:
             producer = txn.producer
             current = self.marks(stream)  # read after this writer fenced every other of the partition
             for key, expected in expect.items():
