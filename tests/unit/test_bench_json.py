@@ -32,7 +32,7 @@ def test_every_goal_has_one_entry_in_order_with_the_schema(bench):
     found = {name: bench.measure(name, 1.0, 2.0) for name in bench.GOALS}
     result = bench.assemble(found, {})
     assert [m["name"] for m in result["measures"]] == list(bench.GOALS)
-    assert len(result["measures"]) == 13
+    assert len(result["measures"]) == 16
     for m in result["measures"]:
         assert KEYS <= set(m), m
         assert m["ratio"] == 0.5

@@ -82,6 +82,7 @@ class StreamAdmin:
         return parse_stream_path(text, self.clusters.default)
 
     def store(self, path: StreamPath) -> Store:
+        self.caller(path.cluster)  # acting as someone a cluster does not authenticate is refused on every call
         return self.clusters.store(path.cluster)
 
     def entry(self, path: str | StreamPath) -> StreamEntry:

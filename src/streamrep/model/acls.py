@@ -44,7 +44,8 @@ TOPIC_OPERATIONS: Mapping[str, tuple[str, ...]] = {
     "adminperm": TOPIC_ADMIN,
 }
 GATEWAY_SOURCE = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")  # a stream with replicas: the gateway reads it
-GATEWAY_REPLICA = ("WRITE", "DESCRIBE", "CREATE", "ALTER", "DESCRIBE_CONFIGS")  # a replica: it writes and adds topics
+GATEWAY_REPLICA = ("WRITE", "READ", "DESCRIBE", "CREATE", "ALTER", "DESCRIBE_CONFIGS")  # it writes a replica, adds
+# its topics, and places consumer groups' cursors there (a commit needs the topic's READ)
 
 
 @dataclass(frozen=True, order=True)
