@@ -1,4 +1,4 @@
-"""Replication benchmarks: one measure per goal of issue 11, each against a baseline measured in the same run.
+"""Replication benchmarks: one measure per goal of issues 11 and 18, each against a baseline measured in the same run.
 
 Baselines: on embedded clusters a plain single-process Python loop (``benchlib.baseline_copy`` /
 ``baseline_loop``: read a batch, append it, no positions, origins or transactions); on Kafka a plain
@@ -10,6 +10,9 @@ Measures (``--only`` picks cases):
 * ``continuous``: the Spark gateway app under a steady produce rate: p50 and p99 produce-to-readable
   latency at 5k msg/s, and at 50k msg/s the rate it applies against the rate produced (keep-up).
 * ``kafka``: the same latency at 5k msg/s on Kafka clusters (a broker started here).
+* ``kafka-secure`` (issue 18): the in-process gateway Kafka to Kafka on two secured three-broker clusters
+  (SASL_SSL SCRAM, ACLs, RF 3 / min ISR 2) against two single-broker plaintext ones, and two three-broker
+  plaintext ones to tell replication from security: backlog throughput and p50/p99 at 5k msg/s.
 * ``copy``: copystream in-process and on Spark (spark-submit, Spark's start included), 1M messages
   at 100 B and 1 KB; scaling: copystream on Spark ``local[2]`` against ``local[1]`` (moving time).
 * ``memory``: peak resident memory of the whole process tree of the copystream and gateway apps on
@@ -38,15 +41,20 @@ from benchlib import (
     IDENTITY,
     PARTITIONS,
     AfterExit,
+    TOPIC,
+    Conn,
     PeakRss,
     baseline_copy,
     baseline_loop,
+    drain,
     drop,
     fill,
     fresh_home,
+    gateway_loop,
     held,
     kafka_baseline_loop,
     kafka_count,
+    kafka_fill,
     kafka_home,
     kafka_produce_steadily,
     kafka_replica_latencies,
@@ -57,11 +65,15 @@ from benchlib import (
     produce_steadily,
     replica_latencies,
     start_broker,
+    start_plain_quorum,
+    start_secure_cluster,
     stop_broker,
+    stop_secure_cluster,
 )
 from streamrep.client import StreamAdmin
 from streamrep.model.message import Message
 from streamrep.replication.copy import copy_stream
+from streamrep.replication.gateway import Gateway
 from streamrep.spark.submit import Terminated, start_app, stop_job
 
 MIB = 1 << 20
@@ -87,9 +99,14 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "memory_spark_copystream_backlog": ("MiB", "ratio<=", 1.2),
     "scaling_copystream_spark_2_vs_1_cores": ("msg/s", "ratio>=", 1.6),
     "fanout_64_replicas": ("s", "ratio<=", 0.25),
+    # issue 18: TLS + SASL (three brokers, RF 3) cost under 20% against single-broker plaintext
+    "kafka_secure_gateway_backlog_100B": ("msg/s", "ratio>=", 0.8),
+    "kafka_secure_gateway_5k_p50": ("ms", "ratio<=", 1.2),
+    "kafka_secure_gateway_5k_p99": ("ms", "ratio<=", 1.2),
 }
-CASES = ("fanout", "continuous", "kafka", "copy", "memory")  # the order they run in: the quickest first
-CASE_OF = {name: ("kafka" if name.endswith("_kafka") else "continuous" if name.startswith("spark_gateway")
+CASES = ("fanout", "continuous", "kafka", "kafka-secure", "copy", "memory")  # the order they run in: the quickest first
+KAFKA_CASES = ("kafka", "kafka-secure")  # skipped by --no-kafka
+CASE_OF = {name: ("kafka-secure" if name.startswith("kafka_secure") else "kafka" if name.endswith("_kafka") else "continuous" if name.startswith("spark_gateway")
                   else "memory" if name.startswith("memory") else "fanout" if name.startswith("fanout")
                   else "copy") for name in GOALS}
 
@@ -387,10 +404,10 @@ def topic_count(admin: StreamAdmin, path: str, topic: str) -> int:
     return sum(store.offsets(entry.uuid, topic, p)[1] for p in range(PARTITIONS))
 
 
-def window_streams(admin, baseline_peer: str, windows: int) -> None:
-    """/mapr/sf/s replicated to /mapr/ny/s (the gateway's), and /mapr/sf/b with ``baseline_peer``
-    (the loop's, not linked), each with one topic per window, created before the clock."""
-    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", baseline_peer)):
+def window_streams(admin, baseline_peer: str | None, windows: int) -> None:
+    """/mapr/sf/s replicated to /mapr/ny/s (the gateway's), and unless ``baseline_peer`` is None /mapr/sf/b
+    with ``baseline_peer`` (the loop's, not linked), each with one topic per window, created before the clock."""
+    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", baseline_peer))[:2 if baseline_peer else 1]:
         admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
         admin.create_stream(peer, copymetafrom=path)
         for i in range(windows):
@@ -444,6 +461,26 @@ def bench_continuous(rates: list[int], seconds: float, repeats: int) -> dict[str
     return out
 
 
+def kafka_window(src_conn: Conn, dst_conn: Conn, src: str, dst: str, rate: int, seconds: float,
+                 worker: mp.Process | None = None) -> tuple[dict, int]:
+    """One steady-rate window on Kafka: ``worker`` (a process that replicates ``src`` to ``dst``, started here,
+    or None when a gateway already runs), a producer at ``rate`` msg/s for ``seconds``, and a read_committed
+    consumer of ``dst`` until ``GRACE`` s after the producer ends. Returns ``window_figures`` and the count produced."""
+    ctx = mp.get_context("spawn")
+    if worker is not None:
+        worker.start()
+        time.sleep(3.0)  # the worker's consumer assigned, or the gateway's share taken, before the clock
+    producer = ctx.Process(target=kafka_produce_steadily, args=(src_conn, src, rate, seconds, 100))
+    producer.start()
+    pairs: list[tuple[float, float]] = []
+    kafka_replica_latencies(dst_conn, dst, AfterExit(producer, GRACE, seconds + 60), pairs=pairs)
+    producer.join()
+    if worker is not None:
+        worker.join()
+    produced = kafka_count(src_conn, src, int(rate * seconds), timeout=30)
+    return window_figures(pairs, produced, seconds, GRACE * 1000), produced
+
+
 def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) -> dict[str, dict]:
     """The Spark gateway between two namespaces of one Kafka broker, against the plain confluent-kafka
     loop, each in turn under a steady 5k msg/s; replicas read with read_committed consumers."""
@@ -457,20 +494,9 @@ def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) 
         for i, (_, kind) in enumerate(windows):
             src_path, dst_path = ("/mapr/sf/b", "/mapr/ny/b") if kind == "baseline" else ("/mapr/sf/s", "/mapr/ny/s")
             src, dst = kafka_topic(admin, src_path, f"w{i}"), kafka_topic(admin, dst_path, f"w{i}")
-            worker = None
-            if kind == "baseline":
-                worker = ctx.Process(target=kafka_baseline_loop, args=(bootstrap, src, dst, seconds + 8))
-                worker.start()
-                time.sleep(3.0)  # the loop's consumer assigned before the clock
-            producer = ctx.Process(target=kafka_produce_steadily, args=(bootstrap, src, rate, seconds, 100))
-            producer.start()
-            pairs: list[tuple[float, float]] = []
-            kafka_replica_latencies(bootstrap, dst, AfterExit(producer, GRACE, seconds + 60), pairs=pairs)
-            producer.join()
-            if worker is not None:
-                worker.join()
-            produced = kafka_count(bootstrap, src, int(rate * seconds), timeout=30)
-            f = window_figures(pairs, produced, seconds, GRACE * 1000)
+            worker = (ctx.Process(target=kafka_baseline_loop, args=(bootstrap, src, dst, seconds + 8))
+                      if kind == "baseline" else None)
+            f, produced = kafka_window(bootstrap, bootstrap, src, dst, rate, seconds, worker)
             f["catch_up_s"] = caught_up(lambda d=dst, n=produced: kafka_count(bootstrap, d, n, timeout=10), produced)
             figures[kind].append(f)
             log(f"  continuous kafka {kind} @ {rate}/s: {f}")
@@ -485,6 +511,132 @@ def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) 
         out[name] = measure(name, median(ours) if ours else None, median(base) if base else None,
                             why="no message reached the replica", runs=figures["spark"],
                             baseline_runs=figures["baseline"], seconds=seconds)
+    return out
+
+
+# -- Kafka to Kafka: secured three-broker clusters against single-broker plaintext ones (issue 18) ---------
+# label -> what the pair is; the first is the baseline of every kafka_secure_ measure.
+SECURE_PAIRS = {
+    "plain1": "two single-broker PLAINTEXT clusters (RF 1)",
+    "secure3": "two three-broker SASL_SSL SCRAM-SHA-512 clusters with ACLs (RF 3, min ISR 2), as principal admin",
+    "plain3": "two three-broker PLAINTEXT clusters (RF 3, min ISR 2, no TLS, SASL or ACLs)",
+}
+BULK = "/mapr/sf/bulk"  # the throughput case's backlog
+
+
+def exactly(what: str, source: int, replica: int) -> None:
+    """Exactly-once or a loud failure: the replica holds exactly as many records as the source."""
+    if replica != source:
+        raise RuntimeError(f"{what}: the replica holds {replica:,} records, the source {source:,} "
+                           f"({max(0, source - replica):,} lost, {max(0, replica - source):,} duplicated at least)")
+
+
+def start_pairs(stack: list) -> dict[str, tuple]:
+    """Every pair's two clusters (``stack`` gets each started cluster with its stop, for the caller's
+    finally); label -> (source conn, replica conn) as ``benchlib.kafka_conf`` takes them."""
+    conns = {}
+    for label in SECURE_PAIRS:
+        ends = []
+        for side in ("sf", "ny"):
+            t = time.perf_counter()
+            if label == "plain1":
+                broker = start_broker()
+                stack.append((stop_broker, broker))
+                ends.append(broker.bootstrap)
+            else:
+                start = start_secure_cluster if label == "secure3" else start_plain_quorum
+                cluster = start(f"bench-{side}")
+                stack.append((stop_secure_cluster, cluster))
+                ends.append(cluster.settings("admin") if label == "secure3" else cluster.bootstrap)
+            log(f"  {label} {side} started in {time.perf_counter() - t:.0f} s")
+        conns[label] = tuple(ends)
+    return conns
+
+
+def secure_drain(admin: StreamAdmin, dst_conn: Conn, n: int, count: int) -> dict:
+    """One backlog run: the in-process gateway drains ``BULK`` into a fresh replica ``/mapr/ny/r<n>``; the
+    replica is then read to its end and must hold exactly ``count``."""
+    replica = f"/mapr/ny/r{n}"
+    link(admin, BULK, replica, alone=True)  # the gateway serves only this replica
+    t0 = time.perf_counter()
+    gateway = Gateway(admin, "ny", "bench")
+    gateway.heartbeat()  # the gateway's start: its catalog records (the clusters are connected already)
+    t1 = time.perf_counter()
+    moved = drain(gateway)
+    t2 = time.perf_counter()
+    held = kafka_count(dst_conn, kafka_topic(admin, replica), None, timeout=600)
+    exactly(f"backlog run {n}", count, held)
+    return {"s": t2 - t1, "with_start_s": t2 - t0, "moved": moved, "replica": held}
+
+
+def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 5000) -> dict[str, dict]:
+    """The in-process gateway on each pair of ``SECURE_PAIRS`` (runs interleaved): a backlog of ``count``
+    x 100 B drained into a fresh replica, then p50/p99 at ``rate`` msg/s for ``seconds`` (a gateway process
+    per window). The replica must hold exactly what the source holds after every run."""
+    stack: list = []
+    homes: dict[str, tuple[str, StreamAdmin]] = {}
+    drains: dict[str, list[dict]] = {label: [] for label in SECURE_PAIRS}
+    windows: dict[str, list[dict]] = {label: [] for label in SECURE_PAIRS}
+    ctx = mp.get_context("spawn")
+    try:
+        conns = start_pairs(stack)
+        for label, (src_conn, _) in conns.items():
+            homes[label] = home, admin = kafka_home(*conns[label])
+            admin.create_stream(BULK, defaultpartitions=PARTITIONS, ttl=0)
+            admin.create_topic(BULK, TOPIC)
+            kafka_fill(src_conn, kafka_topic(admin, BULK), count, 100)
+            exactly(f"{label} backlog", count, kafka_count(src_conn, kafka_topic(admin, BULK), None, timeout=600))
+        n = 0
+        for _ in range(repeats):  # interleaved: a change in load hits every pair alike
+            for label, (_, dst_conn) in conns.items():
+                n += 1
+                drains[label].append(secure_drain(homes[label][1], dst_conn, n, count))
+                log(f"  kafka-secure {label} backlog: {drains[label][-1]}")
+        for label in conns:
+            admin = homes[label][1]
+            for old in list(admin.entry(BULK).replicas):  # the latency gateway serves only /mapr/ny/s
+                admin.remove_replica(BULK, old.path)
+            window_streams(admin, None, repeats)
+        for i in range(repeats):
+            for label, (src_conn, dst_conn) in conns.items():
+                home, admin = homes[label]
+                src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
+                worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
+                f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
+                f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))  # what the gateway process left
+                exactly(f"{label} window {i}", kafka_count(src_conn, src, None, timeout=120),
+                        kafka_count(dst_conn, dst, None, timeout=120))
+                windows[label].append(f)
+                log(f"  kafka-secure {label} @ {rate}/s: {f}")
+    finally:
+        for home, admin in homes.values():
+            try:
+                drop(admin, home)
+            except Exception as err:  # noqa: BLE001 - the clusters go next anyway
+                log(f"  dropping the run's topics failed: {err}")
+        for stop, cluster in reversed(stack):
+            stop(cluster)
+
+    def figure(label: str, key: str) -> float | None:
+        if key == "rate":
+            return per_second(count, med([d["s"] for d in drains[label]]))
+        return med([f[key] for f in windows[label]])
+
+    out = {}
+    for key, name in (("rate", "kafka_secure_gateway_backlog_100B"), ("p50_ms", "kafka_secure_gateway_5k_p50"),
+                      ("p99_ms", "kafka_secure_gateway_5k_p99")):
+        pair_figures = {label: figure(label, key) for label in SECURE_PAIRS}
+        plain1, secure3, plain3 = (pair_figures[label] for label in SECURE_PAIRS)
+        out[name] = measure(
+            name, secure3, plain1, why="a pair did not complete its runs", runs_done=len(windows["secure3"]),
+            pairs=SECURE_PAIRS, figures=pair_figures,
+            # the two differences apart: RF 3 on three brokers, then TLS + SASL + ACLs on top
+            replication_ratio=plain3 / plain1 if plain3 and plain1 else None,
+            security_ratio=secure3 / plain3 if secure3 and plain3 else None,
+            runs={label: drains[label] if key == "rate" else windows[label] for label in SECURE_PAIRS},
+            **({"messages": count, "size": 100, "measured": "drain after the gateway's heartbeat; with_start_s "
+                "includes creating the Gateway and its first heartbeat"} if key == "rate"
+               else {"rate": rate, "seconds": seconds}))
     return out
 
 
@@ -528,7 +680,8 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="every measure on a tenth of the data (minutes)")
     parser.add_argument("--json", action="store_true", help="print one JSON object {\"measures\": [...]}")
     parser.add_argument("--no-kafka", action="store_true", help="skip the Kafka measures (no broker started)")
-    parser.add_argument("--bootstrap", help="use this Kafka cluster instead of starting a broker")
+    parser.add_argument("--bootstrap", help="use this Kafka cluster instead of starting a broker (the kafka case; "
+                        "kafka-secure always starts its own clusters)")
     parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is kept; >= 3)")
     args = parser.parse_args()
@@ -551,7 +704,7 @@ def main() -> int:
         if STOPPED:
             why[case] = "not run: the benchmark was stopped (SIGTERM)"
             continue
-        if case == "kafka" and args.no_kafka:
+        if case in KAFKA_CASES and args.no_kafka:
             why[case] = "skipped: --no-kafka"
             continue
         log(f"{case} (load average {os.getloadavg()[0]:.2f})")
@@ -565,6 +718,8 @@ def main() -> int:
                     broker = start_broker()
                     bootstrap = broker.bootstrap
                 found.update(bench_kafka(bootstrap, seconds, repeats))
+            elif case == "kafka-secure":
+                found.update(bench_kafka_secure(messages, seconds, repeats))
             elif case == "copy":
                 found.update(bench_copy(messages, repeats))
             elif case == "memory":

@@ -6,6 +6,7 @@ with ``bench/`` on ``sys.path``), so each baseline and each measuring loop exist
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import shutil
@@ -15,14 +16,15 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
 from streamrep.client import Clusters, StreamAdmin
+from streamrep.client.config import kafka_bootstrap
 from streamrep.client.producer import Producer
 from streamrep.errors import StreamrepError
 from streamrep.model.ace import Identity
@@ -179,6 +181,12 @@ def held(admin: StreamAdmin, path: str) -> int:
                for topic, count in store.topics(entry.uuid).items() for p in range(count))
 
 
+def gateway_loop(home: str, seconds: float, interval: float, cluster: str = "ny") -> None:
+    """A gateway process: the in-process ``Gateway`` into ``cluster`` for ``seconds``, ``interval`` s idle sleep."""
+    clusters = Clusters(home)
+    Gateway(StreamAdmin(clusters, acting(clusters)), cluster, "bench").run(interval=interval, stop_after=seconds)
+
+
 def drain(gateway: Gateway) -> int:
     moved = 0
     while (step := gateway.run_once(max_messages=10_000)):
@@ -320,28 +328,86 @@ def stop_broker(broker) -> None:
     shutil.rmtree(broker.home, ignore_errors=True)
 
 
-def kafka_home(bootstrap: str) -> tuple[str, StreamAdmin]:
-    """A STREAMREP_HOME with clusters ``sf`` and ``ny``: two new namespaces on ``bootstrap``."""
+def start_secure_cluster(name: str, prefix: str = "kbench-secure-"):
+    """A secured three-broker cluster (``kafka_local.SecureCluster``: SASL_SSL SCRAM, ACLs, RF 3 / min ISR 2)
+    on free loopback ports in a temp folder, dying with this process."""
+    kafka_local = load_kafka_local()
+    cluster = kafka_local.secure_cluster(name, kafka_local.free_ports(6), Path(tempfile.mkdtemp(prefix=prefix)) / name)
+    kafka_local.start_secure(cluster, die_with_parent=True)
+    return cluster
+
+
+def start_plain_quorum(name: str, prefix: str = "kbench-plain3-"):
+    """Three PLAINTEXT brokers replicated as the secured clusters are (RF 3 / min ISR 2: the replication lines
+    of ``kafka/secure.properties``, same heap) with no TLS, SASL or ACLs: it separates the cost of replication
+    from that of security. A ``SecureCluster`` whose brokers are plaintext (only its brokers and bootstrap
+    are used: no principal settings); stop it with ``stop_secure_cluster``."""
+    kafka_local = load_kafka_local()
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    secure = kafka_local.secure_cluster(name, kafka_local.free_ports(6), home / name)  # ports, voters, folders
+    replication = home / "replication.properties"
+    replication.write_text("".join(f"{line}\n" for line in kafka_local.SECURE_PROPERTIES.read_text().splitlines()
+                                   if "replication.factor" in line or "min.i" in line))
+    brokers = tuple(dataclasses.replace(b, protocol="PLAINTEXT", controller_protocol="PLAINTEXT",
+                                        overrides=(replication,), client_file=None) for b in secure.brokers)
+    cluster = dataclasses.replace(secure, brokers=brokers)
+    kafka_local.start_quorum(brokers, die_with_parent=True)
+    return cluster
+
+
+def stop_secure_cluster(cluster) -> None:
+    load_kafka_local().stop_secure(cluster)
+    shutil.rmtree(cluster.home.parent, ignore_errors=True)  # the temp folder: the cluster and its settings files
+
+
+Conn = str | Mapping[str, str]  # a bootstrap ("host:port,...") or librdkafka settings with bootstrap.servers
+
+
+def kafka_conf(conn: Conn) -> dict:
+    """librdkafka settings from a plaintext cluster's bootstrap or a secured cluster's settings (SASL_SSL, CA)."""
+    return {"bootstrap.servers": conn} if isinstance(conn, str) else dict(conn)
+
+
+def kafka_home(source: Conn, replica: Conn | None = None) -> tuple[str, StreamAdmin]:
+    """A STREAMREP_HOME with clusters ``sf`` (on ``source``) and ``ny`` (on ``replica``, else on ``source``
+    too), each a new namespace. A secured cluster's settings are registered as the cluster's client settings,
+    their servers as its url."""
     home = tempfile.mkdtemp(prefix="streamrep-kbench-")
     os.environ["STREAMREP_HOME"] = home
     reg = Clusters(home)
     run = uuid.uuid4().hex[:8]
-    for name in ("sf", "ny"):
-        reg.add(name, url=f"kafka://{bootstrap}", settings={"streamrep.namespace": f"bench{run}-{name}"})
-    return home, StreamAdmin(reg, IDENTITY)
+    for name, conn in (("sf", source), ("ny", replica or source)):
+        settings = kafka_conf(conn)
+        bootstrap = settings.pop("bootstrap.servers")
+        reg.add(name, url=f"kafka://{bootstrap}", settings={**settings, "streamrep.namespace": f"bench{run}-{name}"})
+    return home, StreamAdmin(reg, acting(reg))
+
+
+def acting(clusters: Clusters) -> Identity:
+    """Who the benchmark acts as: a secured cluster's authenticated principal (streamrep refuses any
+    other caller there), else ``IDENTITY``."""
+    principal = clusters.get("sf").principal if "sf" in {c.name for c in clusters.list()} else None
+    return Identity(user=principal) if principal else IDENTITY
+
+
+def cluster_conf(admin: StreamAdmin, name: str) -> dict:
+    """The librdkafka settings of registered Kafka cluster ``name``: its url's servers and its client settings."""
+    info = admin.clusters.get(name)
+    settings = {k: v for k, v in info.settings.items() if not k.startswith("streamrep.")}
+    return {**settings, "bootstrap.servers": kafka_bootstrap(info.url)}
 
 
 def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
     """Delete the run's Kafka topics (both namespaces, and ``topics``) and its STREAMREP_HOME."""
-    namespaces = [admin.clusters.store(name).namespace for name in ("sf", "ny")]
-    bootstrap = admin.clusters.store("sf").bootstrap
+    clusters = {name: (cluster_conf(admin, name), admin.clusters.store(name).namespace) for name in ("sf", "ny")}
     admin.clusters.close()
-    kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [t for t in kafka_admin.list_topics(timeout=30).topics
-             if t in topics or any(t.startswith((f"{ns}.", f"_streamrep.{ns}.")) for ns in namespaces)]
-    if names:
-        for future in kafka_admin.delete_topics(names, request_timeout=60).values():
-            future.result()
+    for conf, namespace in clusters.values():  # sf and ny may be one Kafka cluster or two
+        kafka_admin = AdminClient(conf)
+        names = [t for t in kafka_admin.list_topics(timeout=30).topics
+                 if t in topics or t.startswith((f"{namespace}.", f"_streamrep.{namespace}."))]
+        if names:
+            for future in kafka_admin.delete_topics(names, request_timeout=60).values():
+                future.result()
     shutil.rmtree(home, ignore_errors=True)
 
 
@@ -361,8 +427,8 @@ def kafka_send(producer: KafkaProducer, name: str, partition: int, value: bytes,
             producer.poll(0.05)
 
 
-def kafka_fill(bootstrap: str, name: str, count: int, size: int) -> None:
-    producer = KafkaProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+def kafka_fill(bootstrap: Conn, name: str, count: int, size: int) -> None:
+    producer = KafkaProducer({**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5,
                               "batch.size": 1 << 20})
     value = os.urandom(size)
     for i in range(count):
@@ -370,13 +436,13 @@ def kafka_fill(bootstrap: str, name: str, count: int, size: int) -> None:
     producer.flush(120)
 
 
-def kafka_baseline_copy(bootstrap: str, src: str, dst: str, count: int, stop_at: float | None = None) -> int:
+def kafka_baseline_copy(bootstrap: Conn, src: str, dst: str, count: int, stop_at: float | None = None) -> int:
     """The plain Kafka loop: consume the source partitions, produce each record to the same partition
     of ``dst``, flush. No transactions. Stops after ``count`` records (or at ``stop_at``, a ``time.time()``)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+    consumer = Consumer({**kafka_conf(bootstrap), "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 20})
     consumer.assign([TopicPartition(src, p, 0) for p in range(PARTITIONS)])
-    producer = KafkaProducer({"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 1 << 20})
+    producer = KafkaProducer({**kafka_conf(bootstrap), "linger.ms": 5, "batch.size": 1 << 20})
     copied = 0
     try:
         while copied < count and (stop_at is None or time.time() < stop_at):
@@ -398,13 +464,13 @@ def kafka_baseline_copy(bootstrap: str, src: str, dst: str, count: int, stop_at:
     return copied
 
 
-def kafka_baseline_loop(bootstrap: str, src: str, dst: str, seconds: float) -> None:
+def kafka_baseline_loop(bootstrap: Conn, src: str, dst: str, seconds: float) -> None:
     kafka_baseline_copy(bootstrap, src, dst, sys.maxsize, stop_at=time.time() + seconds)
 
 
-def kafka_produce_steadily(bootstrap: str, name: str, rate: int, seconds: float, size: int) -> None:
+def kafka_produce_steadily(bootstrap: Conn, name: str, rate: int, seconds: float, size: int) -> None:
     """A producer process writing ``rate`` messages/s for ``seconds``; timestamps are send times."""
-    producer = KafkaProducer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = KafkaProducer({**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5})
     value = b"x" * size
     tick = 0.01
     per_tick = max(1, int(rate * tick))
@@ -422,12 +488,12 @@ def kafka_produce_steadily(bootstrap: str, name: str, rate: int, seconds: float,
     producer.flush(60)
 
 
-def kafka_replica_latencies(bootstrap: str, name: str, until: float | Callable[[], bool],
+def kafka_replica_latencies(bootstrap: Conn, name: str, until: float | Callable[[], bool],
                             pairs: list | None = None) -> list[float]:
     """Read ``name`` (read_committed) as it fills; latency (ms) = read time - produce timestamp.
 
     :param pairs: if given, also gets (latency ms, read time ms) per record."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
+    consumer = Consumer({**kafka_conf(bootstrap), "group.id": f"bench-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
     consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     latencies: list[float] = []
@@ -444,20 +510,32 @@ def kafka_replica_latencies(bootstrap: str, name: str, until: float | Callable[[
     return latencies
 
 
-def kafka_count(bootstrap: str, name: str, target: int, timeout: float, idle: float = 2.0) -> int:
+def kafka_count(bootstrap: Conn, name: str, target: int | None, timeout: float, idle: float = 2.0) -> int:
     """Records a read_committed consumer reads from ``name``'s partitions: until ``target``, ``timeout`` s,
-    or ``idle`` s without a new record once some were read (a producer that fell short of ``target``)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+    or ``idle`` s without a new record once some were read (a producer that fell short of ``target``).
+    With ``target`` None: every record up to each partition's end, exactly (a topic nothing writes to now);
+    not reaching every end within ``timeout`` raises."""
+    consumer = Consumer({**kafka_conf(bootstrap), "group.id": f"bench-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
+                         "enable.partition.eof": True})
     consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     count = 0
+    ended: set[int] = set()
     deadline = time.time() + timeout
     last = time.time()
     try:
-        while count < target and time.time() < deadline and not (count and time.time() - last > idle):
-            got = sum(1 for m in consumer.consume(10000, timeout=0.1) if m.error() is None)
-            if got:
-                count, last = count + got, time.time()
+        while time.time() < deadline:
+            if target is None and len(ended) == PARTITIONS:
+                return count
+            if target is not None and (count >= target or (count and time.time() - last > idle)):
+                break
+            for m in consumer.consume(10000, timeout=0.1):
+                if m.error() is None:
+                    count, last = count + 1, time.time()
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(m.partition())
     finally:
         consumer.close()
+    if target is None:
+        raise RuntimeError(f"{name}: {len(ended)} of {PARTITIONS} partitions read to their end in {timeout:.0f} s")
     return count

@@ -31,7 +31,7 @@ import sys
 import time
 import uuid
 
-from benchlib import IDENTITY, PARTITIONS, drop, kafka_topic, start_broker, stop_broker
+from benchlib import PARTITIONS, drop, gateway_loop, kafka_topic, start_broker, stop_broker
 from benchlib import kafka_baseline_copy as baseline_copy
 from benchlib import kafka_baseline_loop as _baseline_loop
 from benchlib import kafka_fill as fill
@@ -39,7 +39,7 @@ from benchlib import kafka_home as fresh_home
 from benchlib import kafka_produce_steadily as _produce_steadily
 from benchlib import kafka_replica_latencies as replica_latencies
 from confluent_kafka.admin import AdminClient, NewTopic
-from streamrep.client import Clusters, StreamAdmin
+from streamrep.client import StreamAdmin
 from streamrep.replication.gateway import Gateway
 
 SOURCE = "/mapr/sf/s"
@@ -97,11 +97,6 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
             "ratio": b / o, "runs_s": times}
 
 
-def _gateway_loop(home: str, seconds: float, interval: float) -> None:
-    admin = StreamAdmin(Clusters(home), IDENTITY)
-    Gateway(admin, "ny", "bench").run(interval=interval, stop_after=seconds)
-
-
 def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) -> dict:
     """The gateway process and the baseline loop, each under the same steady produce rate."""
     ctx = mp.get_context("spawn")
@@ -113,7 +108,7 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) ->
         new_replica(admin, "/mapr/ny/s")
         admin.create_topic("/mapr/ny/s", "t")
         src, dst = kafka_topic(admin, SOURCE), kafka_topic(admin, "/mapr/ny/s")
-        worker = (ctx.Process(target=_gateway_loop, args=(home, seconds + 5, 0.05)) if name == "gateway"
+        worker = (ctx.Process(target=gateway_loop, args=(home, seconds + 5, 0.05)) if name == "gateway"
                   else ctx.Process(target=_baseline_loop, args=(bootstrap, src, dst, seconds + 5)))
         worker.start()
         time.sleep(3.0)  # let the worker start (and the gateway take its share) before the clock

@@ -501,6 +501,23 @@ def _start_together(brokers: Sequence[Broker], *, die_with_parent: bool = False,
     return ready, failures
 
 
+def start_quorum(brokers: Sequence[Broker], *, die_with_parent: bool = False) -> None:
+    """Start nodes that form one quorum (``voters``) but not a :class:`SecureCluster` (the benchmarks'
+    plaintext three-node clusters): formatted with one cluster id, launched together, each waited for.
+
+    :raises KafkaLocalError: as :func:`start`; the nodes that came up are left running
+    """
+    cluster_id = _new_cluster_id()
+    for broker in brokers:
+        if running_pid(broker) is None:
+            _check_java(broker)
+            _write_server_properties(broker)
+            _format_storage(broker, cluster_id)
+    _, failures = _start_together(brokers, die_with_parent=die_with_parent)
+    if failures:
+        raise failures[0]
+
+
 # ---------------------------------------------------------------- secure clusters
 
 

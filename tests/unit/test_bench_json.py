@@ -48,6 +48,8 @@ def test_goal_texts(bench):
     assert bench.goal_text("memory_spark_gateway_backlog") == "<= 1.2x"
     assert bench.goal_text("scaling_copystream_spark_2_vs_1_cores") == ">= 1.6x"
     assert bench.goal_text("fanout_64_replicas") == "<= 0.25x"
+    assert bench.goal_text("kafka_secure_gateway_backlog_100B") == ">= 0.8x"
+    assert bench.goal_text("kafka_secure_gateway_5k_p99") == "<= 1.2x"
 
 
 @pytest.mark.parametrize(("name", "value", "baseline", "met"), [
@@ -65,6 +67,11 @@ def test_goal_texts(bench):
     ("memory_spark_gateway_backlog", 1300.0, 1000.0, False),
     ("fanout_64_replicas", 16.0, 64.0, True),
     ("fanout_64_replicas", 39.0, 64.0, False),
+    # issue 18: secured / plaintext, throughput at least 0.8x, latency (lower is better) at most 1.2x
+    ("kafka_secure_gateway_backlog_100B", 40_000.0, 50_000.0, True),
+    ("kafka_secure_gateway_backlog_100B", 39_000.0, 50_000.0, False),
+    ("kafka_secure_gateway_5k_p50", 120.0, 100.0, True),
+    ("kafka_secure_gateway_5k_p99", 1300.0, 1000.0, False),
 ])
 def test_met(bench, name, value, baseline, met):
     entry = bench.measure(name, value, baseline)
@@ -85,6 +92,7 @@ def test_a_missing_figure_is_met_null_with_the_reason(bench):
         assert by_name[name]["met"] is None and by_name[name]["why"] == "skipped: --no-kafka"
     assert by_name["scaling_copystream_spark_2_vs_1_cores"]["why"] == "error: RuntimeError: boom"
     assert by_name["memory_spark_gateway_backlog"]["why"] == "not measured"
+    assert by_name["kafka_secure_gateway_5k_p50"]["why"] == "not measured"  # its own case, not "kafka"
     assert all(KEYS <= set(m) for m in result["measures"])
 
 
