@@ -126,6 +126,24 @@ def pytest_configure(config):
                                        "secure_kafka fixture (skipped when the Kafka jars are not installed)")
 
 
+SECURE_FILES = "test_secure_"  # the modules that use the secure_kafka fixture
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """pytest-xdist's loadfile, except that every ``test_secure_*`` module goes to one worker: each
+    worker that used the session's ``secure_kafka`` fixture would start six brokers of its own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SecureOnOneWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "secure Kafka modules" if os.path.basename(scope).startswith(SECURE_FILES) else scope
+
+    return SecureOnOneWorker(config, log)
+
+
 def pytest_generate_tests(metafunc):
     """Tests marked ``backends(...)`` run once per backend: the ``backend`` fixture decides what
     ``home`` registers. A Kafka run is also marked ``kafka``."""
