@@ -95,21 +95,17 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
 }
 
 
-def ace_for(right: str) -> str:
-    return f"u:alice | u:{USERS[right]}"
-
-
-def build_world(home: Path, add: Callable[[Clusters, str], object] | None = None) -> None:
-    """Build the world in ``home`` as alice, on embedded clusters or on those ``add(clusters, name)``
+def build_world(home: Path, add: Callable[[Clusters, str], object] | None = None, owner: str = "alice") -> None:
+    """Build the world in ``home`` as ``owner``, on embedded clusters or on those ``add(clusters, name)``
     registers (the ``add_cluster`` fixture)."""
-    alice = StreamAdmin(Clusters(str(home)), Identity("alice"))
+    alice = StreamAdmin(Clusters(str(home)), Identity(owner))
     for cluster in ("sanfrancisco", "newyork"):
         if add is None:
             alice.add_cluster(cluster)
         else:
-            add(alice.clusters, cluster)  # with no cluster ACE yet: alice may set one
-        alice.set_cluster_ace(f"u:alice | u:{USERS['cluster admin']}", cluster)
-    acls = {perm: ace_for(perm) for perm in PERMISSIONS}
+            add(alice.clusters, cluster)  # with no cluster ACE yet: the owner may set one
+        alice.set_cluster_ace(f"u:{owner} | u:{USERS['cluster admin']}", cluster)
+    acls = {perm: f"u:{owner} | u:{USERS[perm]}" for perm in PERMISSIONS}
     alice.create_stream(SF, defaultpartitions=2, ttl=0, **acls)
     alice.create_topic(SF, "clicks")
     with Producer(alice) as producer:
@@ -151,22 +147,35 @@ def test_command_allowed_or_refused(world, tmp_path, monkeypatch, command, role)
     check_case(fresh_copy(world, tmp_path), monkeypatch, command, role)
 
 
-def check_case(home: Path, monkeypatch, command: str, role: str) -> None:
-    """Run ``command`` as ``role`` on the world in ``home``: it succeeds or is refused as MATRIX says."""
+def run_as(home: Path, monkeypatch, command: str, user: str | None) -> tuple[int, str]:
+    """Run ``command`` with MATRIX's arguments through the CLI in ``home``, as ``user`` (None: as
+    whoever the clusters' settings authenticate); its status and stderr."""
     monkeypatch.setenv("STREAMREP_HOME", str(home))
-    monkeypatch.setenv("STREAMREP_USER", USERS[role])
+    if user is None:
+        monkeypatch.delenv("STREAMREP_USER", raising=False)
+    else:
+        monkeypatch.setenv("STREAMREP_USER", user)
     monkeypatch.setenv("STREAMREP_GROUPS", "")
     monkeypatch.delenv("STREAMREP_DEFAULT_CLUSTER", raising=False)
-    args, allowed = MATRIX[command]
     words = command.split(" (")[0].split()
     out, err = io.StringIO(), io.StringIO()
-    status = run([*words, *args], out=out, err=err, stdin=io.StringIO("hello\n"))
-    if role in allowed:
-        assert status == 0, f"{command} as {role}: {err.getvalue()}"
+    status = run([*words, *MATRIX[command][0]], out=out, err=err, stdin=io.StringIO("hello\n"))
+    return status, err.getvalue()
+
+
+def assert_ace_refusal(status: int, err: str, command: str, user: str) -> None:
+    assert status == 1, f"{command} as {user} was not refused"
+    assert re.fullmatch(rf"streamrep: error: user {user} (does not have|has none of|would not have) "
+                        r"\w+perm(, \w+perm)* on (stream|cluster) .+\n", err), err
+
+
+def check_case(home: Path, monkeypatch, command: str, role: str) -> None:
+    """Run ``command`` as ``role`` on the world in ``home``: it succeeds or is refused as MATRIX says."""
+    status, err = run_as(home, monkeypatch, command, USERS[role])
+    if role in MATRIX[command][1]:
+        assert status == 0, f"{command} as {role}: {err}"
     else:
-        assert status == 1, f"{command} as {role} was not refused"
-        assert re.fullmatch(rf"streamrep: error: user {USERS[role]} (does not have|has none of|would not have) "
-                            r"\w+perm(, \w+perm)* on (stream|cluster) .+\n", err.getvalue()), err.getvalue()
+        assert_ace_refusal(status, err, command, USERS[role])
 
 
 # On Kafka clusters, a representative part of the matrix: for each command family, roles allowed
