@@ -570,3 +570,26 @@ def test_only_who_may_trigger_the_gateway_service_starts_or_stops_gateways_from_
     assert service.desired_state(store) == "stopped"
     assert 'class="gw-start" data-cluster="newyork"' in client.get("/streamrep/replication",
                                                                     headers=as_user(tokens["uma"])).text
+
+
+def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_refused(home, monkeypatch):
+    """The "Act as user" of streamrep_default names an identity; a cluster whose connection
+    authenticates another SASL principal refuses it in one line (no broker is needed to decide)."""
+    from airflow.models.connection import Connection
+
+    secure = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
+              "sasl.password": "secret"}
+    kafka = Connection(conn_id="streamrep_tokyo", conn_type="streamrep", host="kafka://127.0.0.1:9",
+                       extra=json.dumps({"kafka": secure}))
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", kafka.as_json())
+    for login, refused in (("bob", True), ("alice", False)):
+        default = Connection(conn_id="streamrep_default", conn_type="streamrep", login=login)
+        monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", default.as_json())
+        admin = StreamrepHook().get_conn()
+        if refused:
+            with pytest.raises(PermissionDenied, match="^cluster tokyo authenticates this client as alice; "
+                                                       "acting as bob is refused"):
+                admin.caller("tokyo")
+        else:
+            assert admin.caller("tokyo").user == "alice"
+        assert admin.caller("newyork").user == login  # an embedded cluster: the connection's user
