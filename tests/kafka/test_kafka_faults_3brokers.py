@@ -44,13 +44,14 @@ from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env
 from kafka_local import SecureCluster
 from streamrep.client import StreamAdmin
 from streamrep.errors import StreamrepError
-from test_kafka_faults import (ALICE, NY, PARTITIONS, SF, applied, assert_exact_replica, client_settings, committed,
+from streamrep.model.ace import Identity
+from test_kafka_faults import (NY, PARTITIONS, SF, applied, assert_exact_replica, client_settings, committed,
                                kafka_topic, numbered, replicate)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.secure_kafka, pytest.mark.slow]
 
 BACKLOG = 10_000  # before the gateway starts; the writer adds about as many again during a test
-WRITE_BATCH, WRITE_PAUSE = 50, 0.1  # the writer's pace: up to ~500 messages/s
+WRITE_BATCH, WRITE_PAUSE = 20, 0.1  # the writer's pace: up to ~200 messages/s
 HEAL_S = 180  # a restarted broker is back in every ISR well within this
 DRAIN_S = 240  # the gateway catches up with everything sent after the last fault
 # Longer than the brokers' broker.session.timeout.ms (KRaft default 9 s: the controller fences the
@@ -58,6 +59,7 @@ DRAIN_S = 240  # the gateway catches up with everything sent after the last faul
 # TRANSACTION_TIMEOUT_MS), so in-flight transactions it coordinates time out meanwhile.
 PAUSE_S = 20
 ENGINES = ("local", "spark")
+ADMIN = Identity(user="admin")  # a secured cluster's caller is the principal its settings authenticate
 
 
 # ---------------------------------------------------------------- cluster health
@@ -230,7 +232,8 @@ class Writer(threading.Thread):
             for _ in range(WRITE_BATCH):
                 producer.produce(self.topic, on_delivery=self._delivered, **numbered(self.next))
                 self.next += 1
-            producer.poll(WRITE_PAUSE)
+            producer.poll(0)
+            time.sleep(WRITE_PAUSE)
         self.unsent = producer.flush(300)
 
     def stop(self) -> int:
@@ -255,7 +258,7 @@ def secure_api(secure_kafka, empty_home) -> StreamAdmin:
     try:
         for cluster in secure_kafka.values():
             await_healthy(cluster)
-        yield StreamAdmin(empty_home, ALICE)
+        yield StreamAdmin(empty_home, ADMIN)
     finally:
         for cluster in secure_kafka.values():
             restore(cluster)
@@ -295,7 +298,7 @@ class Run:
         replicate(api, BACKLOG)
         self.writer = Writer(api, BACKLOG)
         self.writer.start()
-        self.gateway = GATEWAYS[engine](clean_env(api.clusters.home), tmp_path)
+        self.gateway = GATEWAYS[engine](clean_env(api.clusters.home, ADMIN.user), tmp_path)
 
     def under_way(self) -> None:
         """Wait until the gateway has applied part of what is sent (the fault lands mid-stream)."""
