@@ -27,7 +27,9 @@ Each test prints one ``FAULT`` line (case, engine, messages, lost, duplicated, s
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import re
 import signal
 import threading
 import time
@@ -140,19 +142,44 @@ def java_hash(text: str) -> int:
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
+def coordinator_by_hash(cluster: SecureCluster, txid: str) -> int:
+    """The broker coordinating transactional id ``txid``: the leader of partition
+    ``Utils.abs(txid.hashCode()) % partitions`` of ``__transaction_state``, as Kafka's
+    ``TransactionStateManager.partitionFor`` places it (the client API has no FindCoordinator)."""
+    state = admin_of(cluster).list_topics("__transaction_state", timeout=30).topics["__transaction_state"].partitions
+    h = java_hash(txid)
+    return state[0 if h == -(1 << 31) else abs(h) % len(state)].leader
+
+
+def coordinator_asked(cluster: SecureCluster, txid: str) -> int:
+    """The broker Kafka names as ``txid``'s coordinator (FindCoordinator), from librdkafka's debug log
+    of a producer of that id (``... -> <host>:<port>/<node id>``); initialising it fences that id."""
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(f"coordinator-probe-{txid}")
+    logger.addHandler(Lines())
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    producer = Producer({**cluster.settings("admin"), "transactional.id": txid, "debug": "eos", "logger": logger})
+    producer.init_transactions(30)
+    producer.poll(0)  # serves the log lines
+    changes = [found for line in lines if (found := re.search(r"coordinator changed from .* -> \S+/(\d+)", line))]
+    assert changes, f"no coordinator in librdkafka's log of {txid}: {lines[-5:]}"
+    return int(changes[-1].group(1))
+
+
 def coordinators(api: StreamAdmin, cluster: SecureCluster) -> Counter:
     """How many of the replica's apply transactional ids (one per partition, as ``KafkaStore.apply``
-    names them) each broker of ``cluster`` coordinates. Kafka's coordinator of an id is the leader of
-    partition ``Utils.abs(id.hashCode()) % partitions`` of ``__transaction_state``
-    (``TransactionStateManager.partitionFor``); the client API has no FindCoordinator to ask."""
+    names them) each broker of ``cluster`` coordinates (:func:`coordinator_by_hash`: asking Kafka with
+    a producer of the id would fence the gateway)."""
     store = api.store(api.path(NY))
     replica = api.entry(NY).uuid
-    state = admin_of(cluster).list_topics("__transaction_state", timeout=30).topics["__transaction_state"].partitions
-    found: Counter = Counter()
-    for partition in range(PARTITIONS):
-        h = java_hash(store._txid("apply", replica, "t", str(partition)))
-        found[state[0 if h == -(1 << 31) else abs(h) % len(state)].leader] += 1
-    return found
+    return Counter(coordinator_by_hash(cluster, store._txid("apply", replica, "t", str(partition)))
+                   for partition in range(PARTITIONS))
 
 
 # ---------------------------------------------------------------- the two engines
@@ -366,6 +393,10 @@ def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafk
     api = replication.api
     replication.under_way()
     ny = secure_kafka["newyork"]
+    # The placement by hash is Kafka's own: checked against FindCoordinator on ids of the same form.
+    for probe in range(3):
+        txid = f"{api.store(api.path(NY)).internal_prefix}apply.probe{probe}-{uuid.uuid4().hex[:8]}"
+        assert coordinator_asked(ny, txid) == coordinator_by_hash(ny, txid), txid
     [(node, _)] = coordinators(api, ny).most_common(1)  # the broker coordinating the most apply ids
     coordinator = broker_of(ny, node)
     kill9(coordinator)
