@@ -182,6 +182,12 @@ def coordinators(api: StreamAdmin, cluster: SecureCluster) -> Counter:
                    for partition in range(PARTITIONS))
 
 
+def busiest_coordinator(api: StreamAdmin, cluster: SecureCluster) -> kafka_local.Broker:
+    """The broker of ``cluster`` coordinating the most of the replica's apply transactional ids."""
+    [(node, _)] = coordinators(api, cluster).most_common(1)
+    return broker_of(cluster, node)
+
+
 # ---------------------------------------------------------------- the two engines
 
 
@@ -325,11 +331,14 @@ class Run:
         replicate(api, BACKLOG)
         self.writer = Writer(api, BACKLOG)
         self.writer.start()
-        self.gateway = GATEWAYS[engine](clean_env(api.clusters.home, ADMIN.user), tmp_path)
-
-    def under_way(self) -> None:
-        """Wait until the gateway has applied part of what is sent (the fault lands mid-stream)."""
-        wait_applied(self.api, self.gateway, 1, 240, "the gateway to apply something")
+        self.gateway = None
+        try:
+            self.gateway = GATEWAYS[engine](clean_env(api.clusters.home, ADMIN.user), tmp_path)
+            # The fault comes once the gateway is applying, mid-stream (the writer goes on).
+            wait_applied(self.api, self.gateway, 1, 240, "the gateway to apply something")
+        except BaseException:
+            self.abandon()
+            raise
 
     def finish(self, case: str) -> None:
         """Stop the writer once the gateway has run on after the fault, wait for the replica to catch up,
@@ -351,7 +360,8 @@ class Run:
 
     def abandon(self) -> None:
         self.writer.halt.set()
-        self.gateway.stop()
+        if self.gateway is not None:
+            self.gateway.stop()
 
 
 @pytest.fixture
@@ -359,6 +369,7 @@ def run(secure_api, tmp_path):
     runs = []
 
     def start(engine: str) -> Run:
+        """The replication of ``engine``, under way."""
         runs.append(Run(secure_api, engine, tmp_path))
         return runs[-1]
 
@@ -375,7 +386,6 @@ def run(secure_api, tmp_path):
 def test_partition_leader_killed_under_a_running_gateway(run, secure_kafka, engine, side):
     replication = run(engine)
     api = replication.api
-    replication.under_way()
     cluster = secure_kafka["sanfrancisco" if side == "source" else "newyork"]
     topic = kafka_topic(api, SF if side == "source" else NY, "t")
     leader = broker_of(cluster, leader_of(cluster, topic))
@@ -391,17 +401,15 @@ def test_partition_leader_killed_under_a_running_gateway(run, secure_kafka, engi
 def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafka, engine):
     replication = run(engine)
     api = replication.api
-    replication.under_way()
     ny = secure_kafka["newyork"]
     # The placement by hash is Kafka's own: checked against FindCoordinator on ids of the same form.
     for probe in range(3):
         txid = f"{api.store(api.path(NY)).internal_prefix}apply.probe{probe}-{uuid.uuid4().hex[:8]}"
         assert coordinator_asked(ny, txid) == coordinator_by_hash(ny, txid), txid
-    [(node, _)] = coordinators(api, ny).most_common(1)  # the broker coordinating the most apply ids
-    coordinator = broker_of(ny, node)
+    coordinator = busiest_coordinator(api, ny)
     kill9(coordinator)
     await_fenced(ny, coordinator)
-    assert node not in coordinators(api, ny)  # the surviving brokers took its transactions over
+    assert coordinator.node_id not in coordinators(api, ny)  # the surviving brokers took its transactions over
     kafka_local.start(coordinator, die_with_parent=True)
     await_healthy(ny)
     replication.finish("transaction coordinator killed")
@@ -410,7 +418,6 @@ def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafk
 @pytest.mark.parametrize("engine", ENGINES)
 def test_rolling_restart_of_both_clusters_under_a_running_gateway_and_producer(run, secure_kafka, engine):
     replication = run(engine)
-    replication.under_way()
     for name in ("newyork", "sanfrancisco"):  # the destination, then the source under the writer
         cluster = secure_kafka[name]
         for broker in cluster.brokers:
@@ -422,17 +429,15 @@ def test_rolling_restart_of_both_clusters_under_a_running_gateway_and_producer(r
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_destination_broker_paused_past_its_session_timeout(run, secure_kafka, engine):
-    replication = run(engine)
-    api = replication.api
-    replication.under_way()
     ny = secure_kafka["newyork"]
-    [(node, _)] = coordinators(api, ny).most_common(1)  # the gateway's transactions stall on it
-    paused = broker_of(ny, node)
+    replication = run(engine)
+    paused = busiest_coordinator(replication.api, ny)  # the gateway's transactions stall on it
     pid = kafka_local.running_pid(paused)
     os.kill(pid, signal.SIGSTOP)
+    frozen = time.monotonic()
     try:
         await_fenced(ny, paused)
-        time.sleep(max(0.0, PAUSE_S - 9))  # fenced after ~9 s; frozen PAUSE_S in all
+        time.sleep(max(0.0, frozen + PAUSE_S - time.monotonic()))
     finally:
         os.kill(pid, signal.SIGCONT)
     await_healthy(ny)
