@@ -381,8 +381,10 @@ def run(secure_api, tmp_path):
 # ---------------------------------------------------------------- the faults
 
 
-@pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("side", ["source", "replica"])
+# Spark on the replica side: where a killed leader ended the Spark gateway (its tasks' Unavailable came
+# back wrapped by Spark). The Spark source side passed too, as did Spark in the coordinator and pause
+# cases; they are left out to keep the file's time down (each Spark case costs a spark-submit).
+@pytest.mark.parametrize("side,engine", [("source", "local"), ("replica", "local"), ("replica", "spark")])
 def test_partition_leader_killed_under_a_running_gateway(run, secure_kafka, engine, side):
     replication = run(engine)
     api = replication.api
@@ -397,7 +399,7 @@ def test_partition_leader_killed_under_a_running_gateway(run, secure_kafka, engi
     replication.finish(f"leader of {side} partition killed")
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ["local"])
 def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafka, engine):
     replication = run(engine)
     api = replication.api
@@ -427,7 +429,7 @@ def test_rolling_restart_of_both_clusters_under_a_running_gateway_and_producer(r
     replication.finish("rolling restart, destination then source")
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ["local"])
 def test_destination_broker_paused_past_its_session_timeout(run, secure_kafka, engine):
     ny = secure_kafka["newyork"]
     replication = run(engine)
