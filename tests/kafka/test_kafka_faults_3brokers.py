@@ -15,7 +15,8 @@ under the running gateway:
 4. the destination broker coordinating the apply transactions is frozen with SIGSTOP for longer than
    the brokers' session timeout (the quorum fences it), then continued.
 
-Proven each time: the gateway rides the fault out, and at the end the replica holds every numbered
+The in-process gateway meets every fault; the Spark gateway the leader kill (replica side) and the
+rolling restart (the file's time is kept down: each Spark case costs a spark-submit). Proven each time: the gateway rides the fault out, and at the end the replica holds every numbered
 message once, in order per partition, as sent (counted: 0 lost, 0 duplicated), with its source
 offset in its origin header (``assert_exact_replica``). Every test leaves both clusters as it found
 them: three brokers running, every partition's ISR back to 3 (the fixture fails loudly otherwise).
