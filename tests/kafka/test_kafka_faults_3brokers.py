@@ -252,6 +252,7 @@ class Writer(threading.Thread):
         self.next = start
         self.acked = 0
         self.failed: list = []
+        self.unsent: int | None = None  # set once it has flushed: a writer that crashed never does
         self.halt = threading.Event()
 
     def _delivered(self, err, msg) -> None:
