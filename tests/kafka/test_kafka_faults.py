@@ -113,19 +113,33 @@ def bootstrap_of(api: StreamAdmin, stream: str) -> str:
     return api.store(api.path(stream)).bootstrap
 
 
+def client_settings(api: StreamAdmin, stream: str) -> dict:
+    """The librdkafka settings of the stream's cluster as registered: its url's servers and its own
+    settings (SASL, TLS on a secured cluster), without streamrep's."""
+    sp = api.path(stream)
+    own = {k: v for k, v in api.clusters.get(sp.cluster).settings.items() if not k.startswith("streamrep.")}
+    return {**own, "bootstrap.servers": bootstrap_of(api, stream)}
+
+
+def numbered(i: int) -> dict:
+    """Message ``i`` of a test's sequence, as ``Producer.produce`` arguments: value ``m-<i>``, partition
+    ``i % PARTITIONS``, keys on odd ones, headers on partition 0's (so both of the apply's paths run),
+    distinct timestamps."""
+    partition = i % PARTITIONS
+    return {"value": b"m-%d" % i, "key": b"k%d" % (i % 13) if i % 2 else None, "partition": partition,
+            "headers": [("h", b"%d" % i)] if partition == 0 else None, "timestamp": 1_700_000_000_000 + i}
+
+
 def produce_backlog(api: StreamAdmin, stream: str, count: int) -> None:
-    """``count`` messages straight into the source's Kafka topic with a plain idempotent producer:
-    keys on odd ones, headers on partition 0's (so both of the apply's paths run), distinct timestamps."""
-    producer = Producer({"bootstrap.servers": bootstrap_of(api, stream), "enable.idempotence": True,
+    """``count`` messages (:func:`numbered`) straight into the source's Kafka topic with a plain
+    idempotent producer."""
+    producer = Producer({**client_settings(api, stream), "enable.idempotence": True,
                          "linger.ms": 20, "batch.size": 1 << 20})
     name = kafka_topic(api, stream, "t")
     for i in range(count):
-        partition = i % PARTITIONS
         while True:
             try:
-                producer.produce(name, value=b"m-%d" % i, key=b"k%d" % (i % 13) if i % 2 else None,
-                                 partition=partition, headers=[("h", b"%d" % i)] if partition == 0 else None,
-                                 timestamp=1_700_000_000_000 + i)
+                producer.produce(name, **numbered(i))
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -137,7 +151,7 @@ def committed(api: StreamAdmin, stream: str, isolation: str = "read_committed",
     """Every record of each partition of the stream's topic ``t``, as a plain Kafka consumer reads it
     (``read_committed``: to the last stable offset; ``read_uncommitted``: aborted records too)."""
     name = kafka_topic(api, stream, "t")
-    consumer = Consumer({"bootstrap.servers": bootstrap_of(api, stream), "group.id": f"check-{uuid.uuid4().hex}",
+    consumer = Consumer({**client_settings(api, stream), "group.id": f"check-{uuid.uuid4().hex}",
                          "enable.auto.commit": False, "isolation.level": isolation,
                          "auto.offset.reset": "error"})
     try:

@@ -25,7 +25,7 @@ from streamrep.airflow.triggers import ReplicaUpToDateTrigger
 from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.replication import ReplicaState
-from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_user_error
+from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_outage, is_user_error
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 
@@ -332,6 +332,10 @@ def test_the_spark_apps_exit_with_a_distinct_status_for_user_errors(capsys):
     for err in (Unavailable("cluster a: store x cannot be read"), RuntimeError("Java heap space"),
                 RuntimeError("wrapped streamrep.errors.Unavailable: cluster a is down")):
         assert not is_user_error(err) and fail(err) == 1, err
+    # A running Spark gateway rides out an Unavailable, also one a task raised (Spark wraps it), and nothing else.
+    assert is_outage(Unavailable("down")) and is_outage(RuntimeError("wrapped streamrep.errors.Unavailable: down"))
+    assert not any(map(is_outage, (NotFound("gone"), RuntimeError("py4j: streamrep.errors.NotFound: gone"),
+                                   RuntimeError("Java heap space"))))
     assert USER_ERROR_EXIT not in (0, 1, 2, 3)  # not success, a crash, argparse's usage error, nor the CLI's internal error
     assert capsys.readouterr().err.splitlines()[0] == "ERROR: stream /mapr/a/b does not exist"
 

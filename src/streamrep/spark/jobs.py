@@ -316,7 +316,16 @@ class _Passes:
         if len(set(holders.values())) > slices:  # fewer tasks than holders: some holders run none
             holders = {}
         job = functools.partial(replicate_slot, self.home, gateway.cluster, gateway.id, plan, holders, slices)
-        commits = self.context.parallelize(range(slices), slices).mapPartitions(job).collect()
+        try:
+            commits = self.context.parallelize(range(slices), slices).mapPartitions(job).collect()
+        except Exception as err:
+            if isinstance(err, Unavailable) or not is_outage(err):
+                raise
+            # A task's Unavailable (a broker down or a leader moving: the marks or the catalog could
+            # not be read) reaches the driver wrapped by Spark, and would end the gateway as if it
+            # were a bug; it is the outage it says, which run_gateway rides out as the in-process
+            # gateway does. Nothing is lost or repeated: the next pass starts from the stored marks.
+            raise Unavailable(error_line(err)) from None
         self.last_job = time.monotonic()
         self.holders = next_holders(self.holders, keys, {c.key: c.worker for c in commits if c.worker}, slices)
         self.failed = {commit.key for commit in commits if commit.errors}
@@ -422,6 +431,14 @@ def is_user_error(err: BaseException) -> bool:
         return not isinstance(err, Unavailable)
     match = _WRAPPED_ERROR.search(str(err))
     return match is not None and match.group(1) != Unavailable.__name__
+
+
+def is_outage(err: BaseException) -> bool:
+    """An ``Unavailable``, also when Spark wraps it (raised in a task)."""
+    if isinstance(err, StreamrepError):
+        return isinstance(err, Unavailable)
+    match = _WRAPPED_ERROR.search(str(err))
+    return match is not None and match.group(1) == Unavailable.__name__
 
 
 def fail(err: BaseException) -> int:
