@@ -154,17 +154,26 @@ def clean_env(home: Path | str, user: str = USER, **extra: str) -> dict[str, str
     return env
 
 
-# The in-process gateway, pass after pass, in small batches (many transactions to die in).
+# The in-process gateway, pass after pass, in small batches (many transactions to die in); a pass
+# that meets a cluster down or restarting is retried as the gateway service does (Outage).
 GATEWAY_CHILD = textwrap.dedent("""
     import sys, time
     from streamrep.client import StreamAdmin
-    from streamrep.replication.gateway import Gateway
+    from streamrep.errors import Unavailable
+    from streamrep.replication.gateway import Gateway, Outage
 
     cluster, gid, batch, expiry = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     gateway = Gateway(StreamAdmin(), cluster, gid, expiry=expiry)
+    outage = Outage(gid, 0.005)
     print("READY", flush=True)
     while True:
-        if gateway.run_once(max_messages=batch) == 0:
+        try:
+            moved = gateway.run_once(max_messages=batch)
+        except Unavailable as err:
+            outage.failed(err)
+            continue
+        outage.ended()
+        if moved == 0:
             time.sleep(0.005)
 """)
 

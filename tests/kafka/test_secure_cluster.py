@@ -190,10 +190,12 @@ def test_every_principal_has_an_owner_only_settings_file_a_producer_takes_unchan
 
 
 def streamrep_cli(home: Path, *args: str, stdin: str = "") -> str:
-    """The stdout of the ``streamrep`` executable run as alice on ``home``, which must succeed."""
+    """The stdout of the ``streamrep`` executable on ``home``, which must succeed; the caller is the
+    principal the settings file authenticates (no STREAMREP_USER names anyone)."""
+    env = {k: v for k, v in os.environ.items() if k != "STREAMREP_USER"}
     result = subprocess.run([str(Path(sys.executable).parent / "streamrep"), *args], input=stdin, capture_output=True,
-                            text=True, timeout=WAIT_S * 2, env={**os.environ, "STREAMREP_HOME": str(home),
-                                                                "STREAMREP_USER": "alice", "STREAMREP_GROUPS": ""})
+                            text=True, timeout=WAIT_S * 2, env={**env, "STREAMREP_HOME": str(home),
+                                                                "STREAMREP_GROUPS": ""})
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     return result.stdout
 

@@ -3,6 +3,8 @@ params are validated by their JSON schema (a malformed path is refused at trigge
 
 from __future__ import annotations
 
+import copy
+
 from datetime import timedelta
 from pathlib import Path
 
@@ -61,9 +63,10 @@ def chain_of(dag) -> list:
 
 def accepts(dag, **conf) -> bool:
     """Whether a trigger with ``conf`` passes the DAG's param schema."""
+    params = copy.deepcopy(dag.params)  # Param.resolve keeps the value: the DAG object is shared by the process
     try:
         for key, value in conf.items():
-            dag.params.get_param(key).resolve(value)
+            params.get_param(key).resolve(value)
     except ParamValidationError:
         return False
     return True
