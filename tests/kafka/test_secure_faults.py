@@ -43,7 +43,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
-from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env
+from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env, wait_until
 from kafka_local import SecureCluster
 from streamrep.client import StreamAdmin
 from streamrep.errors import StreamrepError
@@ -173,19 +173,22 @@ def coordinator_asked(cluster: SecureCluster, txid: str) -> int:
     return int(changes[-1].group(1))
 
 
-def coordinators(api: StreamAdmin, cluster: SecureCluster) -> Counter:
-    """How many of the replica's apply transactional ids (one per partition, as ``KafkaStore.apply``
-    names them) each broker of ``cluster`` coordinates (:func:`coordinator_by_hash`: asking Kafka with
-    a producer of the id would fence the gateway)."""
+def apply_txids(api: StreamAdmin) -> list[str]:
+    """The replica's apply transactional ids (one per partition, as ``KafkaStore.apply`` names them)."""
     store = api.store(api.path(NY))
     replica = api.entry(NY).uuid
-    return Counter(coordinator_by_hash(cluster, store._txid("apply", replica, "t", str(partition)))
-                   for partition in range(PARTITIONS))
+    return [store._txid("apply", replica, "t", str(partition)) for partition in range(PARTITIONS)]
 
 
-def busiest_coordinator(api: StreamAdmin, cluster: SecureCluster) -> kafka_local.Broker:
-    """The broker of ``cluster`` coordinating the most of the replica's apply transactional ids."""
-    [(node, _)] = coordinators(api, cluster).most_common(1)
+def coordinators(txids: list[str], cluster: SecureCluster) -> Counter:
+    """How many of ``txids`` each broker of ``cluster`` coordinates (:func:`coordinator_by_hash`:
+    asking Kafka with a producer of the id would fence the gateway)."""
+    return Counter(coordinator_by_hash(cluster, txid) for txid in txids)
+
+
+def busiest_coordinator(txids: list[str], cluster: SecureCluster) -> kafka_local.Broker:
+    """The broker of ``cluster`` coordinating the most of ``txids``."""
+    [(node, _)] = coordinators(txids, cluster).most_common(1)
     return broker_of(cluster, node)
 
 
@@ -410,10 +413,18 @@ def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafk
     for probe in range(3):
         txid = f"{api.store(api.path(NY)).internal_prefix}apply.probe{probe}-{uuid.uuid4().hex[:8]}"
         assert coordinator_asked(ny, txid) == coordinator_by_hash(ny, txid), txid
-    coordinator = busiest_coordinator(api, ny)
+    txids = apply_txids(api)  # read while every broker is up: this process's own clients meet the kill too
+    coordinator = busiest_coordinator(txids, ny)
     kill9(coordinator)
     await_fenced(ny, coordinator)
-    assert coordinator.node_id not in coordinators(api, ny)  # the surviving brokers took its transactions over
+    # the surviving brokers take its transactions over (metadata may lag the kill for a moment)
+    def moved() -> bool:
+        try:
+            return coordinator.node_id not in coordinators(txids, ny)
+        except KafkaException:  # this process's metadata request met the dead broker: ask again
+            return False
+
+    wait_until(moved, 60, "the coordinators to move")
     kafka_local.start(coordinator, die_with_parent=True)
     await_healthy(ny)
     replication.finish("transaction coordinator killed")
@@ -435,7 +446,7 @@ def test_rolling_restart_of_both_clusters_under_a_running_gateway_and_producer(r
 def test_destination_broker_paused_past_its_session_timeout(run, secure_kafka, engine):
     ny = secure_kafka["newyork"]
     replication = run(engine)
-    paused = busiest_coordinator(replication.api, ny)  # the gateway's transactions stall on it
+    paused = busiest_coordinator(apply_txids(replication.api), ny)  # the gateway's transactions stall on it
     pid = kafka_local.running_pid(paused)
     os.kill(pid, signal.SIGSTOP)
     frozen = time.monotonic()
