@@ -50,12 +50,16 @@ def env_path(release: str) -> Path:
     return ENVS / f"airflow-{release}"
 
 
-def pyspark_pin(lock: Path) -> str:
-    """The ``pyspark==X`` line of a lock (hash-checked on reinstall, see ``install``)."""
-    for line in lock.read_text().splitlines():
-        if line.startswith("pyspark=="):
-            return line.split()[0]
-    raise SystemExit(f"{lock}: no pyspark pin")
+def split_pyspark(lock: Path) -> tuple[str, str]:
+    """The lock without pyspark's requirement, and that requirement alone (with its hashes)."""
+    rest, pyspark, inside = [], [], False
+    for line in lock.read_text().splitlines(keepends=True):
+        if not line.startswith((" ", "\t")):
+            inside = line.startswith("pyspark==")
+        (pyspark if inside else rest).append(line)
+    if not pyspark:
+        raise SystemExit(f"{lock}: no pyspark pin")
+    return "".join(rest), "".join(pyspark)
 
 
 def lock() -> None:
@@ -84,11 +88,15 @@ def install() -> None:
         python = shutil.which(f"python{PYTHON}") or sys.executable
         run = lambda *args: subprocess.run(["uv", *args], check=True, cwd=REPO)  # noqa: E731
         run("venv", "--quiet", "--seed", "--python", python, str(env))
-        run("pip", "sync", "--quiet", "--python", str(env / "bin" / "python"), "--require-hashes", str(lock_file))
         # The Spark provider requires pyspark-client, an older copy of pyspark's Python files that
-        # overwrites them; pyspark is put back over it, as the README tells pip users to.
-        run("pip", "install", "--quiet", "--python", str(env / "bin" / "python"), "--reinstall", "--no-deps",
-            pyspark_pin(lock_file))
+        # overwrites them; pyspark goes in after it, as the README tells pip users. Installed
+        # rather than reinstalled: uv's --reinstall refreshes, which rebuilds pyspark's 400 MB sdist.
+        without_pyspark, pyspark = split_pyspark(lock_file)
+        (env / "without-pyspark.txt").write_text(without_pyspark)
+        (env / "pyspark.txt").write_text(pyspark)
+        target = ("--python", str(env / "bin" / "python"), "--require-hashes")
+        run("pip", "sync", "--quiet", *target, str(env / "without-pyspark.txt"))
+        run("pip", "install", "--quiet", "--no-deps", *target, "-r", str(env / "pyspark.txt"))
         stamp.write_text(digest)
         print(f"wheel_envs: {env.relative_to(REPO)} (Airflow {release})")
 
