@@ -79,8 +79,9 @@ def commit_all(admin: StreamAdmin, groups: list[str], partitions: int, rng: rand
     sp = admin.path(SF)
     store, uuid_ = admin.store(sp), admin.entry(sp).uuid
     for group in groups:
-        store.commit_cursors(group, uuid_, "t",
-                             {p: rng.randrange(1, MESSAGES // partitions) for p in range(partitions)})
+        store.commit_cursors(
+            group, uuid_, "t", {p: rng.randrange(1, MESSAGES // partitions) for p in range(partitions)}
+        )
 
 
 def timed(fn) -> float:
@@ -104,11 +105,19 @@ def measure(backend: str, bootstrap: str | None, group_counts: list[int], partit
             steady = timed(lambda: sync_cursors(admin, SF, NY))
             pairs = len(admin.store(admin.path(SF)).groups(admin.entry(SF).uuid)) * partitions
             for kind, seconds in (("moved", moved), ("steady", steady)):
-                results.append({"backend": backend, "groups": count, "partitions": partitions,
-                                "groupPartitions": pairs, "pass": kind, "ms": round(seconds * 1000, 1),
-                                "msPerGroupPartition": round(seconds * 1000 / pairs, 2),
-                                "baselineMs": round(baseline * 1000, 1),
-                                "ratio": round(seconds / baseline, 2) if baseline else None})
+                results.append(
+                    {
+                        "backend": backend,
+                        "groups": count,
+                        "partitions": partitions,
+                        "groupPartitions": pairs,
+                        "pass": kind,
+                        "ms": round(seconds * 1000, 1),
+                        "msPerGroupPartition": round(seconds * 1000 / pairs, 2),
+                        "baselineMs": round(baseline * 1000, 1),
+                        "ratio": round(seconds / baseline, 2) if baseline else None,
+                    }
+                )
     finally:
         admin.clusters.close()
         shutil.rmtree(home, ignore_errors=True)
@@ -141,11 +150,15 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=1))
         return 0
-    print(f"{'backend':9} {'groups':>6} {'grp x part':>10} {'pass':7} {'ms':>8} {'ms/grp-part':>11} "
-          f"{'translate ms':>12} {'ratio':>6}")
+    print(
+        f"{'backend':9} {'groups':>6} {'grp x part':>10} {'pass':7} {'ms':>8} {'ms/grp-part':>11} "
+        f"{'translate ms':>12} {'ratio':>6}"
+    )
     for r in results:
-        print(f"{r['backend']:9} {r['groups']:>6} {r['groupPartitions']:>10} {r['pass']:7} {r['ms']:>8} "
-              f"{r['msPerGroupPartition']:>11} {r['baselineMs']:>12} {r['ratio']:>6}")
+        print(
+            f"{r['backend']:9} {r['groups']:>6} {r['groupPartitions']:>10} {r['pass']:7} {r['ms']:>8} "
+            f"{r['msPerGroupPartition']:>11} {r['baselineMs']:>12} {r['ratio']:>6}"
+        )
     return 0
 
 

@@ -40,8 +40,8 @@ from collections.abc import Callable
 from benchlib import (
     IDENTITY,
     PARTITIONS,
-    AfterExit,
     TOPIC,
+    AfterExit,
     Conn,
     PeakRss,
     baseline_copy,
@@ -70,6 +70,7 @@ from benchlib import (
     stop_broker,
     stop_secure_cluster,
 )
+
 from streamrep.client import StreamAdmin
 from streamrep.model.message import Message
 from streamrep.replication.copy import copy_stream
@@ -82,6 +83,8 @@ MIN_RUNS = 3  # every figure is the median of at least this many runs
 
 class Stopped(Exception):
     """SIGTERM: the long cases keep the runs they completed, the rest is reported as not run."""
+
+
 GRACE = 5.0  # seconds the replica is still read after the producer of a steady-rate window has ended
 
 # name -> (unit, kind, threshold). kind "max": value <= threshold; "ratio>=" / "ratio<=": value / baseline.
@@ -106,9 +109,22 @@ GOALS: dict[str, tuple[str, str, float]] = {
 }
 CASES = ("fanout", "continuous", "kafka", "kafka-secure", "copy", "memory")  # the order they run in: the quickest first
 KAFKA_CASES = ("kafka", "kafka-secure")  # skipped by --no-kafka
-CASE_OF = {name: ("kafka-secure" if name.startswith("kafka_secure") else "kafka" if name.endswith("_kafka") else "continuous" if name.startswith("spark_gateway")
-                  else "memory" if name.startswith("memory") else "fanout" if name.startswith("fanout")
-                  else "copy") for name in GOALS}
+CASE_OF = {
+    name: (
+        "kafka-secure"
+        if name.startswith("kafka_secure")
+        else "kafka"
+        if name.endswith("_kafka")
+        else "continuous"
+        if name.startswith("spark_gateway")
+        else "memory"
+        if name.startswith("memory")
+        else "fanout"
+        if name.startswith("fanout")
+        else "copy"
+    )
+    for name in GOALS
+}
 
 
 def goal_text(name: str) -> str:
@@ -116,8 +132,14 @@ def goal_text(name: str) -> str:
     return f"<= {threshold:g} {unit}" if kind == "max" else f"{kind[5:]} {threshold:g}x"
 
 
-def measure(name: str, value: float | None, baseline: float | None, why: str | None = None,
-            runs_done: int | None = None, **detail) -> dict:
+def measure(
+    name: str,
+    value: float | None,
+    baseline: float | None,
+    why: str | None = None,
+    runs_done: int | None = None,
+    **detail,
+) -> dict:
     """One entry of the JSON: the figure, its same-run baseline, their ratio, the goal and whether it
     is met (``None`` when a figure is missing; ``why`` then says why).
 
@@ -135,8 +157,15 @@ def measure(name: str, value: float | None, baseline: float | None, why: str | N
         met = None
     else:
         met = ratio >= threshold if kind == "ratio>=" else ratio <= threshold
-    entry = {"name": name, "unit": unit, "value": value, "baseline": baseline, "ratio": ratio,
-             "goal": goal_text(name), "met": met}
+    entry = {
+        "name": name,
+        "unit": unit,
+        "value": value,
+        "baseline": baseline,
+        "ratio": ratio,
+        "goal": goal_text(name),
+        "met": met,
+    }
     if runs_done is not None and runs_done < MIN_RUNS:
         met = entry["met"] = None
         why = f"only {runs_done} of {MIN_RUNS} runs before the benchmark was stopped (median of those)"
@@ -154,8 +183,10 @@ def missing(name: str, why: str) -> dict:
 def assemble(found: dict[str, dict], why_missing: dict[str, str]) -> dict:
     """The JSON object: one entry per goal, in ``GOALS`` order; a goal not measured gets ``met: null``
     and the reason (its case's error, ``--no-kafka``, ``--only``)."""
-    measures = [found[name] if name in found else missing(name, why_missing.get(CASE_OF[name], "not measured"))
-                for name in GOALS]
+    measures = [
+        found[name] if name in found else missing(name, why_missing.get(CASE_OF[name], "not measured"))
+        for name in GOALS
+    ]
     return {"measures": measures}
 
 
@@ -220,24 +251,40 @@ def bench_copy(count: int, repeats: int) -> dict[str, dict]:
         base = med(runs["baseline"])
         walls = [w for w, _ in runs["local[2]"]]
         out[f"copystream_inprocess_{label}"] = measure(
-            f"copystream_inprocess_{label}", per_second(count, med(runs["inprocess"])), per_second(count, base),
-            runs_done=len(runs["inprocess"]), messages=count, baseline_runs_s=runs["baseline"],
-            runs_s=runs["inprocess"])
+            f"copystream_inprocess_{label}",
+            per_second(count, med(runs["inprocess"])),
+            per_second(count, base),
+            runs_done=len(runs["inprocess"]),
+            messages=count,
+            baseline_runs_s=runs["baseline"],
+            runs_s=runs["inprocess"],
+        )
         out[f"copystream_spark_{label}"] = measure(
-            f"copystream_spark_{label}", per_second(count, med(walls)), per_second(count, base),
-            runs_done=len(walls), messages=count, master="local[2]",
+            f"copystream_spark_{label}",
+            per_second(count, med(walls)),
+            per_second(count, base),
+            runs_done=len(walls),
+            messages=count,
+            master="local[2]",
             measured="wall time of spark-submit, Spark's start included",
-            baseline_runs_s=runs["baseline"], wall_runs_s=walls)
+            baseline_runs_s=runs["baseline"],
+            wall_runs_s=walls,
+        )
         if size == 100:
             moving = {kind: [m for _, m in runs[kind] if m is not None] for kind in ("local[1]", "local[2]")}
             one_walls = [w for w, _ in runs["local[1]"]]
             out["scaling_copystream_spark_2_vs_1_cores"] = measure(
-                "scaling_copystream_spark_2_vs_1_cores", per_second(count, med(moving["local[2]"])),
-                per_second(count, med(moving["local[1]"])), why="the destination was not seen filling",
-                runs_done=min(len(moving["local[1]"]), len(moving["local[2]"])), messages=count,
+                "scaling_copystream_spark_2_vs_1_cores",
+                per_second(count, med(moving["local[2]"])),
+                per_second(count, med(moving["local[1]"])),
+                why="the destination was not seen filling",
+                runs_done=min(len(moving["local[1]"]), len(moving["local[2]"])),
+                messages=count,
                 measured="moving time (first to last message at the destination)",
                 wall_ratio=med(one_walls) / med(walls) if one_walls and walls else None,
-                moving_runs_s=moving, wall_runs_s={"local[1]": one_walls, "local[2]": walls})
+                moving_runs_s=moving,
+                wall_runs_s={"local[1]": one_walls, "local[2]": walls},
+            )
     return out
 
 
@@ -300,15 +347,22 @@ def bench_memory(small: int, repeats: int) -> dict[str, dict]:
     for app in ("copystream", "gateway"):
         name = f"memory_spark_{app}_backlog"
         big, base = med(peaks[(app, "big")]), med(peaks[(app, "small")])
-        out[name] = measure(name, big and big / MIB, base and base / MIB,
-                            runs_done=min(len(peaks[(app, "big")]), len(peaks[(app, "small")])), backlog=small * 10, baseline_backlog=small,
-                            runs_mib={b: [p / MIB for p in peaks[(app, b)]] for b in sources})
+        out[name] = measure(
+            name,
+            big and big / MIB,
+            base and base / MIB,
+            runs_done=min(len(peaks[(app, "big")]), len(peaks[(app, "small")])),
+            backlog=small * 10,
+            baseline_backlog=small,
+            runs_mib={b: [p / MIB for p in peaks[(app, b)]] for b in sources},
+        )
     return out
 
 
 # -- the Spark gateway under a steady produce rate -------------------------------------------------
-def start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str, cluster: str,
-                        timeout: float = 300) -> subprocess.Popen:
+def start_spark_gateway(
+    admin: StreamAdmin, home: str, source: str, replica: str, cluster: str, timeout: float = 300
+) -> subprocess.Popen:
     """The Spark gateway, warmed up (``_start_spark_gateway``); a second try if the first fails to start
     (on a loaded machine Spark's Python workers can miss their connect-back timeout)."""
     try:
@@ -318,14 +372,19 @@ def start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str
         return _start_spark_gateway(admin, home, source, replica, cluster, timeout)
 
 
-def _start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: str, cluster: str,
-                         timeout: float) -> subprocess.Popen:
+def _start_spark_gateway(
+    admin: StreamAdmin, home: str, source: str, replica: str, cluster: str, timeout: float
+) -> subprocess.Popen:
     """The Spark gateway app through spark-submit; returns once it replicates. Warmed up before the
     clock: the first micro-batch with data starts Spark's Python workers (seconds), so a message on
     a separate topic must reach the replica first."""
     output = open(os.path.join(home, "spark-gateway.log"), "w+")  # noqa: SIM115 - read back if it fails
-    proc = start_app("gateway", ["--cluster", cluster, "--id", "spark", "--home", home, "--interval", "0.2"],
-                     stdout=output, stderr=subprocess.STDOUT)
+    proc = start_app(
+        "gateway",
+        ["--cluster", cluster, "--id", "spark", "--home", home, "--interval", "0.2"],
+        stdout=output,
+        stderr=subprocess.STDOUT,
+    )
     src_entry, src_store = admin.entry(source), admin.store(admin.path(source))
     if "warmup" not in src_store.topics(src_entry.uuid):
         src_store.create_topic(src_entry.uuid, "warmup", 1)
@@ -336,8 +395,10 @@ def _start_spark_gateway(admin: StreamAdmin, home: str, source: str, replica: st
         if proc.poll() is not None:
             output.seek(0)
             errors = [line.strip() for line in output if line.startswith("ERROR") or "Error" in line]
-            raise RuntimeError(f"the Spark gateway exited with status {proc.returncode} while warming up: "
-                               f"{errors[-1] if errors else 'no error line'}")
+            raise RuntimeError(
+                f"the Spark gateway exited with status {proc.returncode} while warming up: "
+                f"{errors[-1] if errors else 'no error line'}"
+            )
         if "warmup" in dst_store.topics(dst_entry.uuid) and dst_store.offsets(dst_entry.uuid, "warmup", 0)[1]:
             return proc
         time.sleep(0.5)
@@ -365,8 +426,13 @@ def window_figures(lat_arrivals: list[tuple[float, float]], produced: int, secon
             figures["lower_bound"] = True
     last_produce = max((arrival - latency for latency, arrival in lat_arrivals), default=0)
     in_time = sum(1 for latency, arrival in lat_arrivals if arrival <= last_produce + 1000)
-    return {**figures, "applied_rate": in_time / seconds, "produced_rate": produced / seconds, "read": len(lat),
-            "produced": produced}
+    return {
+        **figures,
+        "applied_rate": in_time / seconds,
+        "produced_rate": produced / seconds,
+        "read": len(lat),
+        "produced": produced,
+    }
 
 
 def caught_up(count: Callable[[], int], target: int, timeout: float = 90) -> float:
@@ -378,8 +444,9 @@ def caught_up(count: Callable[[], int], target: int, timeout: float = 90) -> flo
     return time.perf_counter() - t
 
 
-def _embedded_window(admin: StreamAdmin, home: str, src: str, dst: str, topic: str, rate: int, seconds: float,
-                     loop: bool) -> dict:
+def _embedded_window(
+    admin: StreamAdmin, home: str, src: str, dst: str, topic: str, rate: int, seconds: float, loop: bool
+) -> dict:
     ctx = mp.get_context("spawn")
     worker = None
     if loop:
@@ -407,7 +474,7 @@ def topic_count(admin: StreamAdmin, path: str, topic: str) -> int:
 def window_streams(admin, baseline_peer: str | None, windows: int) -> None:
     """/mapr/sf/s replicated to /mapr/ny/s (the gateway's), and unless ``baseline_peer`` is None /mapr/sf/b
     with ``baseline_peer`` (the loop's, not linked), each with one topic per window, created before the clock."""
-    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", baseline_peer))[:2 if baseline_peer else 1]:
+    for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", baseline_peer))[: 2 if baseline_peer else 1]:
         admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
         admin.create_stream(peer, copymetafrom=path)
         for i in range(windows):
@@ -444,16 +511,27 @@ def bench_continuous(rates: list[int], seconds: float, repeats: int) -> dict[str
         if rate == 5000:
             for q in ("p50", "p99"):
                 name = f"spark_gateway_5k_{q}_embedded"
-                out[name] = measure(name, med(rate, "spark", f"{q}_ms"), med(rate, "baseline", f"{q}_ms"),
-                                    why="no message reached the replica", runs=figures[(rate, "spark")],
-                                    baseline_runs=figures[(rate, "baseline")], seconds=seconds)
+                out[name] = measure(
+                    name,
+                    med(rate, "spark", f"{q}_ms"),
+                    med(rate, "baseline", f"{q}_ms"),
+                    why="no message reached the replica",
+                    runs=figures[(rate, "spark")],
+                    baseline_runs=figures[(rate, "baseline")],
+                    seconds=seconds,
+                )
         if rate == 50000:
             produced = med(rate, "spark", "produced_rate")
             entry = measure(
-                "spark_gateway_50k_keepup_embedded", med(rate, "spark", "applied_rate"),
-                produced, why="nothing was produced", target_rate=rate,
+                "spark_gateway_50k_keepup_embedded",
+                med(rate, "spark", "applied_rate"),
+                produced,
+                why="nothing was produced",
+                target_rate=rate,
                 baseline_loop_applied_rate=med(rate, "baseline", "applied_rate"),
-                runs=figures[(rate, "spark")], seconds=seconds)
+                runs=figures[(rate, "spark")],
+                seconds=seconds,
+            )
             if produced is not None and produced < 0.9 * rate:  # the goal's load was not reached: not judged
                 entry["met"] = None
                 entry["why"] = f"the producer reached only {produced:,.0f} of {rate:,} msg/s (machine load)"
@@ -461,8 +539,9 @@ def bench_continuous(rates: list[int], seconds: float, repeats: int) -> dict[str
     return out
 
 
-def kafka_window(src_conn: Conn, dst_conn: Conn, src: str, dst: str, rate: int, seconds: float,
-                 worker: mp.Process | None = None) -> tuple[dict, int]:
+def kafka_window(
+    src_conn: Conn, dst_conn: Conn, src: str, dst: str, rate: int, seconds: float, worker: mp.Process | None = None
+) -> tuple[dict, int]:
     """One steady-rate window on Kafka: ``worker`` (a process that replicates ``src`` to ``dst``, started here,
     or None when a gateway already runs), a producer at ``rate`` msg/s for ``seconds``, and a read_committed
     consumer of ``dst`` until ``GRACE`` s after the producer ends. Returns ``window_figures`` and the count produced."""
@@ -494,8 +573,11 @@ def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) 
         for i, (_, kind) in enumerate(windows):
             src_path, dst_path = ("/mapr/sf/b", "/mapr/ny/b") if kind == "baseline" else ("/mapr/sf/s", "/mapr/ny/s")
             src, dst = kafka_topic(admin, src_path, f"w{i}"), kafka_topic(admin, dst_path, f"w{i}")
-            worker = (ctx.Process(target=kafka_baseline_loop, args=(bootstrap, src, dst, seconds + 8))
-                      if kind == "baseline" else None)
+            worker = (
+                ctx.Process(target=kafka_baseline_loop, args=(bootstrap, src, dst, seconds + 8))
+                if kind == "baseline"
+                else None
+            )
             f, produced = kafka_window(bootstrap, bootstrap, src, dst, rate, seconds, worker)
             f["catch_up_s"] = caught_up(lambda d=dst, n=produced: kafka_count(bootstrap, d, n, timeout=10), produced)
             figures[kind].append(f)
@@ -508,9 +590,15 @@ def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) 
         name = f"spark_gateway_5k_{q}_kafka"
         ours = [f[f"{q}_ms"] for f in figures["spark"] if f[f"{q}_ms"] is not None]
         base = [f[f"{q}_ms"] for f in figures["baseline"] if f[f"{q}_ms"] is not None]
-        out[name] = measure(name, median(ours) if ours else None, median(base) if base else None,
-                            why="no message reached the replica", runs=figures["spark"],
-                            baseline_runs=figures["baseline"], seconds=seconds)
+        out[name] = measure(
+            name,
+            median(ours) if ours else None,
+            median(base) if base else None,
+            why="no message reached the replica",
+            runs=figures["spark"],
+            baseline_runs=figures["baseline"],
+            seconds=seconds,
+        )
     return out
 
 
@@ -527,8 +615,10 @@ BULK = "/mapr/sf/bulk"  # the throughput case's backlog
 def exactly(what: str, source: int, replica: int) -> None:
     """Exactly-once or a loud failure: the replica holds exactly as many records as the source."""
     if replica != source:
-        raise RuntimeError(f"{what}: the replica holds {replica:,} records, the source {source:,} "
-                           f"({max(0, source - replica):,} lost, {max(0, replica - source):,} duplicated at least)")
+        raise RuntimeError(
+            f"{what}: the replica holds {replica:,} records, the source {source:,} "
+            f"({max(0, source - replica):,} lost, {max(0, replica - source):,} duplicated at least)"
+        )
 
 
 def start_pairs(stack: list) -> dict[str, tuple]:
@@ -604,8 +694,11 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
                 worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
                 f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
                 f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))  # what the gateway process left
-                exactly(f"{label} window {i}", kafka_count(src_conn, src, None, timeout=120),
-                        kafka_count(dst_conn, dst, None, timeout=120))
+                exactly(
+                    f"{label} window {i}",
+                    kafka_count(src_conn, src, None, timeout=120),
+                    kafka_count(dst_conn, dst, None, timeout=120),
+                )
                 windows[label].append(f)
                 log(f"  kafka-secure {label} @ {rate}/s: {f}")
     finally:
@@ -623,20 +716,36 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
         return med([f[key] for f in windows[label]])
 
     out = {}
-    for key, name in (("rate", "kafka_secure_gateway_backlog_100B"), ("p50_ms", "kafka_secure_gateway_5k_p50"),
-                      ("p99_ms", "kafka_secure_gateway_5k_p99")):
+    for key, name in (
+        ("rate", "kafka_secure_gateway_backlog_100B"),
+        ("p50_ms", "kafka_secure_gateway_5k_p50"),
+        ("p99_ms", "kafka_secure_gateway_5k_p99"),
+    ):
         pair_figures = {label: figure(label, key) for label in SECURE_PAIRS}
         plain1, secure3, plain3 = (pair_figures[label] for label in SECURE_PAIRS)
         out[name] = measure(
-            name, secure3, plain1, why="a pair did not complete its runs", runs_done=len(windows["secure3"]),
-            pairs=SECURE_PAIRS, figures=pair_figures,
+            name,
+            secure3,
+            plain1,
+            why="a pair did not complete its runs",
+            runs_done=len(windows["secure3"]),
+            pairs=SECURE_PAIRS,
+            figures=pair_figures,
             # the two differences apart: RF 3 on three brokers, then TLS + SASL + ACLs on top
             replication_ratio=plain3 / plain1 if plain3 and plain1 else None,
             security_ratio=secure3 / plain3 if secure3 and plain3 else None,
             runs={label: drains[label] if key == "rate" else windows[label] for label in SECURE_PAIRS},
-            **({"messages": count, "size": 100, "measured": "drain after the gateway's heartbeat; with_start_s "
-                "includes creating the Gateway and its first heartbeat"} if key == "rate"
-               else {"rate": rate, "seconds": seconds}))
+            **(
+                {
+                    "messages": count,
+                    "size": 100,
+                    "measured": "drain after the gateway's heartbeat; with_start_s "
+                    "includes creating the Gateway and its first heartbeat",
+                }
+                if key == "rate"
+                else {"rate": rate, "seconds": seconds}
+            ),
+        )
     return out
 
 
@@ -648,8 +757,11 @@ def bench_fanout(messages: int, repeats: int, replicas: int = 64) -> dict[str, d
 
     rows = {r["replicas"]: r for r in scale_fanout([1, replicas], messages, PARTITIONS, repeats)}
     fan, one = rows[replicas]["seconds"], rows[1]["seconds"]
-    return {"fanout_64_replicas": measure("fanout_64_replicas", fan, one * replicas, messages=messages,
-                                          one_replica_s=one, runs=rows[replicas]["runs"])}
+    return {
+        "fanout_64_replicas": measure(
+            "fanout_64_replicas", fan, one * replicas, messages=messages, one_replica_s=one, runs=rows[replicas]["runs"]
+        )
+    }
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -661,8 +773,10 @@ def table(result: dict) -> str:
     for m in result["measures"]:
         ratio = "-" if m["ratio"] is None else f"{m['ratio']:.2f}x"
         met = {True: "yes", False: "NO", None: f"n/a ({m.get('why', '')})"}[m["met"]]
-        lines.append(f"{m['name']:40} {fmt(m['value']):>10} {fmt(m['baseline']):>10} {m['unit']:6} {ratio:>7}  "
-                     f"{m['goal']:12} {met}")
+        lines.append(
+            f"{m['name']:40} {fmt(m['value']):>10} {fmt(m['baseline']):>10} {m['unit']:6} {ratio:>7}  "
+            f"{m['goal']:12} {met}"
+        )
     return "\n".join(lines)
 
 
@@ -678,10 +792,13 @@ def _stop(*_) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="every measure on a tenth of the data (minutes)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object {\"measures\": [...]}")
+    parser.add_argument("--json", action="store_true", help='print one JSON object {"measures": [...]}')
     parser.add_argument("--no-kafka", action="store_true", help="skip the Kafka measures (no broker started)")
-    parser.add_argument("--bootstrap", help="use this Kafka cluster instead of starting a broker (the kafka case; "
-                        "kafka-secure always starts its own clusters)")
+    parser.add_argument(
+        "--bootstrap",
+        help="use this Kafka cluster instead of starting a broker (the kafka case; "
+        "kafka-secure always starts its own clusters)",
+    )
     parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is kept; >= 3)")
     args = parser.parse_args()
@@ -736,13 +853,16 @@ def main() -> int:
             if broker is not None:
                 stop_broker(broker)
     result = assemble(found, why)
-    result.update(load_average_start=list(load), load_average_end=list(os.getloadavg()), quick=args.quick,
-                  repeats=repeats)
+    result.update(
+        load_average_start=list(load), load_average_end=list(os.getloadavg()), quick=args.quick, repeats=repeats
+    )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"load average {load[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; medians of {repeats} "
-              f"interleaved runs; ratios against a baseline measured in the same run")
+        print(
+            f"load average {load[0]:.2f} at start, {os.getloadavg()[0]:.2f} at end; medians of {repeats} "
+            f"interleaved runs; ratios against a baseline measured in the same run"
+        )
         print(table(result))
     return 0
 

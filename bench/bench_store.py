@@ -28,7 +28,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from streamrep.client import Clusters, Consumer, Producer, StreamAdmin
 from streamrep.model.ace import Identity
@@ -75,7 +75,9 @@ def bench_raw(folder: str, values: list[bytes], batch: int, ts: int) -> dict[str
     con = sqlite3.connect(os.path.join(folder, "raw.db"), isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute(f"PRAGMA synchronous={sync_mode()}")
-    con.execute("CREATE TABLE messages(id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, key BLOB, value BLOB, headers TEXT)")
+    con.execute(
+        "CREATE TABLE messages(id INTEGER PRIMARY KEY, ts INTEGER NOT NULL, key BLOB, value BLOB, headers TEXT)"
+    )
     base = 1 << OFFSET_BITS  # ids like the store's first partition
     chunks = [[(base + i, ts, None, values[i], None) for i in r] for r in batches(len(values), batch)]
     insert = "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)"
@@ -179,7 +181,7 @@ def run_case(name: str, size: int, count: int, batch: int, repeats: int) -> dict
     for rep in range(repeats):
         folder = tempfile.mkdtemp(prefix=f"bench-store-{name}-")
         # Levels interleaved, in a rotating order, so drift in the machine hits each alike.
-        order = LEVELS[rep % len(LEVELS):] + LEVELS[:rep % len(LEVELS)]
+        order = LEVELS[rep % len(LEVELS) :] + LEVELS[: rep % len(LEVELS)]
         try:
             for level in order:
                 sub = os.path.join(folder, level)
@@ -213,16 +215,20 @@ def print_table(results: list[dict], repeats: int) -> None:
         for op in OPS:
             for level in LEVELS:
                 r = res["levels"][level][op]
-                print(f"{res['case']:<6} {op:<8} {level:<7} {r['msgs_per_s']:>12,.0f} {r['mb_per_s']:>9.1f} "
-                      f"{r['ratio']:>6.2f}x")
+                print(
+                    f"{res['case']:<6} {op:<8} {level:<7} {r['msgs_per_s']:>12,.0f} {r['mb_per_s']:>9.1f} "
+                    f"{r['ratio']:>6.2f}x"
+                )
         print()
     for res in results:
         for op in OPS:
             for level in ("store", "client"):
                 r = res["levels"][level][op]
                 verdict = "ok" if r["ratio"] >= GOAL else "BELOW GOAL"
-                print(f"{op} {res['case']} {level}: {r['msgs_per_s']:,.0f} msg/s {r['mb_per_s']:.1f} MB/s "
-                      f"ratio {r['ratio']:.2f}x (goal >= {GOAL:.2f}x) {verdict}")
+                print(
+                    f"{op} {res['case']} {level}: {r['msgs_per_s']:,.0f} msg/s {r['mb_per_s']:.1f} MB/s "
+                    f"ratio {r['ratio']:.2f}x (goal >= {GOAL:.2f}x) {verdict}"
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,12 +248,23 @@ def main(argv: list[str] | None = None) -> int:
         if count > 0:
             results.append(run_case(name, size, count, args.batch, args.repeats))
     if args.json:
-        json.dump({"goal_ratio": GOAL, "sqlite": sqlite3.sqlite_version, "synchronous": sync_mode(),
-                   "load_average": load, "results": results}, sys.stdout, indent=2)
+        json.dump(
+            {
+                "goal_ratio": GOAL,
+                "sqlite": sqlite3.sqlite_version,
+                "synchronous": sync_mode(),
+                "load_average": load,
+                "results": results,
+            },
+            sys.stdout,
+            indent=2,
+        )
         print()
     else:
-        print(f"sqlite {sqlite3.sqlite_version}, journal_mode=WAL, synchronous={sync_mode()}, batch={args.batch}, "
-              f"load average at start {load:.2f} (other load makes the numbers noisy)")
+        print(
+            f"sqlite {sqlite3.sqlite_version}, journal_mode=WAL, synchronous={sync_mode()}, batch={args.batch}, "
+            f"load average at start {load:.2f} (other load makes the numbers noisy)"
+        )
         print_table(results, args.repeats)
     return 0
 

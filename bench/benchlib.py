@@ -23,6 +23,7 @@ import psutil
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
+
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.client.config import kafka_bootstrap
 from streamrep.client.producer import Producer
@@ -177,8 +178,11 @@ def held(admin: StreamAdmin, path: str) -> int:
     except StreamrepError:
         return 0
     store = admin.store(admin.path(path))
-    return sum(store.offsets(entry.uuid, topic, p)[1] - store.offsets(entry.uuid, topic, p)[0]
-               for topic, count in store.topics(entry.uuid).items() for p in range(count))
+    return sum(
+        store.offsets(entry.uuid, topic, p)[1] - store.offsets(entry.uuid, topic, p)[0]
+        for topic, count in store.topics(entry.uuid).items()
+        for p in range(count)
+    )
 
 
 def gateway_loop(home: str, seconds: float, interval: float, cluster: str = "ny") -> None:
@@ -189,7 +193,7 @@ def gateway_loop(home: str, seconds: float, interval: float, cluster: str = "ny"
 
 def drain(gateway: Gateway) -> int:
     moved = 0
-    while (step := gateway.run_once(max_messages=10_000)):
+    while step := gateway.run_once(max_messages=10_000):
         moved += step
     return moved
 
@@ -259,8 +263,14 @@ class AfterExit:
         return time.time() >= self.limit or (self.ended is not None and time.time() >= self.ended + self.grace)
 
 
-def replica_latencies(admin: StreamAdmin, path: str, until: float | Callable[[], bool], poll: float = 0.02,
-                      topic: str = TOPIC, pairs: list | None = None) -> list[float]:
+def replica_latencies(
+    admin: StreamAdmin,
+    path: str,
+    until: float | Callable[[], bool],
+    poll: float = 0.02,
+    topic: str = TOPIC,
+    pairs: list | None = None,
+) -> list[float]:
     """Read an embedded replica as it fills; latency (ms) = first seen - produce timestamp.
 
     :param until: a ``time.time()`` to stop at, or a function that says when to stop
@@ -346,10 +356,19 @@ def start_plain_quorum(name: str, prefix: str = "kbench-plain3-"):
     home = Path(tempfile.mkdtemp(prefix=prefix))
     secure = kafka_local.secure_cluster(name, kafka_local.free_ports(6), home / name)  # ports, voters, folders
     replication = home / "replication.properties"
-    replication.write_text("".join(f"{line}\n" for line in kafka_local.SECURE_PROPERTIES.read_text().splitlines()
-                                   if "replication.factor" in line or "min.i" in line))
-    brokers = tuple(dataclasses.replace(b, protocol="PLAINTEXT", controller_protocol="PLAINTEXT",
-                                        overrides=(replication,), client_file=None) for b in secure.brokers)
+    replication.write_text(
+        "".join(
+            f"{line}\n"
+            for line in kafka_local.SECURE_PROPERTIES.read_text().splitlines()
+            if "replication.factor" in line or "min.i" in line
+        )
+    )
+    brokers = tuple(
+        dataclasses.replace(
+            b, protocol="PLAINTEXT", controller_protocol="PLAINTEXT", overrides=(replication,), client_file=None
+        )
+        for b in secure.brokers
+    )
     cluster = dataclasses.replace(secure, brokers=brokers)
     kafka_local.start_quorum(brokers, die_with_parent=True)
     return cluster
@@ -403,8 +422,11 @@ def drop(admin: StreamAdmin, home: str, topics: list[str] = ()) -> None:
     admin.clusters.close()
     for conf, namespace in clusters.values():  # sf and ny may be one Kafka cluster or two
         kafka_admin = AdminClient(conf)
-        names = [t for t in kafka_admin.list_topics(timeout=30).topics
-                 if t in topics or t.startswith((f"{namespace}.", f"_streamrep.{namespace}."))]
+        names = [
+            t
+            for t in kafka_admin.list_topics(timeout=30).topics
+            if t in topics or t.startswith((f"{namespace}.", f"_streamrep.{namespace}."))
+        ]
         if names:
             for future in kafka_admin.delete_topics(names, request_timeout=60).values():
                 future.result()
@@ -428,8 +450,9 @@ def kafka_send(producer: KafkaProducer, name: str, partition: int, value: bytes,
 
 
 def kafka_fill(bootstrap: Conn, name: str, count: int, size: int) -> None:
-    producer = KafkaProducer({**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5,
-                              "batch.size": 1 << 20})
+    producer = KafkaProducer(
+        {**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20}
+    )
     value = os.urandom(size)
     for i in range(count):
         kafka_send(producer, name, i % PARTITIONS, value)
@@ -439,8 +462,14 @@ def kafka_fill(bootstrap: Conn, name: str, count: int, size: int) -> None:
 def kafka_baseline_copy(bootstrap: Conn, src: str, dst: str, count: int, stop_at: float | None = None) -> int:
     """The plain Kafka loop: consume the source partitions, produce each record to the same partition
     of ``dst``, flush. No transactions. Stops after ``count`` records (or at ``stop_at``, a ``time.time()``)."""
-    consumer = Consumer({**kafka_conf(bootstrap), "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 20})
+    consumer = Consumer(
+        {
+            **kafka_conf(bootstrap),
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 20,
+        }
+    )
     consumer.assign([TopicPartition(src, p, 0) for p in range(PARTITIONS)])
     producer = KafkaProducer({**kafka_conf(bootstrap), "linger.ms": 5, "batch.size": 1 << 20})
     copied = 0
@@ -451,8 +480,14 @@ def kafka_baseline_copy(bootstrap: Conn, src: str, dst: str, count: int, stop_at
                     continue
                 while True:
                     try:
-                        producer.produce(dst, value=msg.value(), key=msg.key(), partition=msg.partition(),
-                                         headers=msg.headers(), timestamp=msg.timestamp()[1])
+                        producer.produce(
+                            dst,
+                            value=msg.value(),
+                            key=msg.key(),
+                            partition=msg.partition(),
+                            headers=msg.headers(),
+                            timestamp=msg.timestamp()[1],
+                        )
                         break
                     except BufferError:
                         producer.poll(0.05)
@@ -488,13 +523,21 @@ def kafka_produce_steadily(bootstrap: Conn, name: str, rate: int, seconds: float
     producer.flush(60)
 
 
-def kafka_replica_latencies(bootstrap: Conn, name: str, until: float | Callable[[], bool],
-                            pairs: list | None = None) -> list[float]:
+def kafka_replica_latencies(
+    bootstrap: Conn, name: str, until: float | Callable[[], bool], pairs: list | None = None
+) -> list[float]:
     """Read ``name`` (read_committed) as it fills; latency (ms) = read time - produce timestamp.
 
     :param pairs: if given, also gets (latency ms, read time ms) per record."""
-    consumer = Consumer({**kafka_conf(bootstrap), "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+    consumer = Consumer(
+        {
+            **kafka_conf(bootstrap),
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
+    )
     consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     latencies: list[float] = []
     done = _done(until)
@@ -515,9 +558,16 @@ def kafka_count(bootstrap: Conn, name: str, target: int | None, timeout: float, 
     or ``idle`` s without a new record once some were read (a producer that fell short of ``target``).
     With ``target`` None: every record up to each partition's end, exactly (a topic nothing writes to now);
     not reaching every end within ``timeout`` raises."""
-    consumer = Consumer({**kafka_conf(bootstrap), "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 10,
-                         "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            **kafka_conf(bootstrap),
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+            "enable.partition.eof": True,
+        }
+    )
     consumer.assign([TopicPartition(name, p, 0) for p in range(PARTITIONS)])
     count = 0
     ended: set[int] = set()

@@ -21,6 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import benchlib  # noqa: E402
+
 from streamrep.client import Clusters, StreamAdmin  # noqa: E402
 from streamrep.model.message import Message  # noqa: E402
 from streamrep.replication.gateway import Gateway  # noqa: E402
@@ -55,8 +56,9 @@ def main() -> int:
             same.append(statistics.median(passes(stores[:1], admin, args.passes)))
             alternate.append(statistics.median(passes(stores, admin, args.passes)))
         s, a = statistics.median(same), statistics.median(alternate)
-        print(f"load average {os.getloadavg()[0]:.2f}; ms per pass, median of {args.repeats} runs of "
-              f"{args.passes} passes")
+        print(
+            f"load average {os.getloadavg()[0]:.2f}; ms per pass, median of {args.repeats} runs of {args.passes} passes"
+        )
         print(f"same process: {s:.0f} ms   alternating processes: {a:.0f} ms   ratio {a / s:.2f}x")
     except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
         print(f"benchmark error: {type(err).__name__}: {err}", file=sys.stderr)

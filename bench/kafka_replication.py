@@ -39,6 +39,7 @@ from benchlib import kafka_home as fresh_home
 from benchlib import kafka_produce_steadily as _produce_steadily
 from benchlib import kafka_replica_latencies as replica_latencies
 from confluent_kafka.admin import AdminClient, NewTopic
+
 from streamrep.client import StreamAdmin
 from streamrep.replication.gateway import Gateway
 
@@ -83,7 +84,7 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
         gateway.heartbeat()
         t = time.perf_counter()
         moved = 0
-        while (step := gateway.run_once(max_messages=10_000)):
+        while step := gateway.run_once(max_messages=10_000):
             moved += step
         elapsed = time.perf_counter() - t
         assert moved == count, (moved, count)
@@ -93,8 +94,14 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
     times = [(base(), ours()) for _ in range(repeats)]
     b, o = statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
     drop(admin, home, baselines)
-    return {"case": f"throughput {size}B", "messages": count, "baseline_rate": count / b, "gateway_rate": count / o,
-            "ratio": b / o, "runs_s": times}
+    return {
+        "case": f"throughput {size}B",
+        "messages": count,
+        "baseline_rate": count / b,
+        "gateway_rate": count / o,
+        "ratio": b / o,
+        "runs_s": times,
+    }
 
 
 def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) -> dict:
@@ -108,8 +115,11 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) ->
         new_replica(admin, "/mapr/ny/s")
         admin.create_topic("/mapr/ny/s", "t")
         src, dst = kafka_topic(admin, SOURCE), kafka_topic(admin, "/mapr/ny/s")
-        worker = (ctx.Process(target=gateway_loop, args=(home, seconds + 5, 0.05)) if name == "gateway"
-                  else ctx.Process(target=_baseline_loop, args=(bootstrap, src, dst, seconds + 5)))
+        worker = (
+            ctx.Process(target=gateway_loop, args=(home, seconds + 5, 0.05))
+            if name == "gateway"
+            else ctx.Process(target=_baseline_loop, args=(bootstrap, src, dst, seconds + 5))
+        )
         worker.start()
         time.sleep(3.0)  # let the worker start (and the gateway take its share) before the clock
         producer = ctx.Process(target=_produce_steadily, args=(bootstrap, src, rate, seconds, size))
@@ -156,18 +166,26 @@ def main() -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"load average {os.getloadavg()[0]:.2f}; ratios are against the same-run baseline "
-          "(a plain consume-and-produce loop, no transactions)")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; ratios are against the same-run baseline "
+        "(a plain consume-and-produce loop, no transactions)"
+    )
     for r in results:
         if r["case"].startswith("throughput"):
-            print(f"{r['case']:16} {r['messages']:>9,} msgs  baseline {r['baseline_rate']:>9,.0f}/s  "
-                  f"gateway {r['gateway_rate']:>9,.0f}/s  ratio {r['ratio']:.2f}x (goal >= 0.80x)")
+            print(
+                f"{r['case']:16} {r['messages']:>9,} msgs  baseline {r['baseline_rate']:>9,.0f}/s  "
+                f"gateway {r['gateway_rate']:>9,.0f}/s  ratio {r['ratio']:.2f}x (goal >= 0.80x)"
+            )
         else:
-            print(f"{r['case']:16} baseline loop: read {r['baseline_applied_rate']:,.0f}/s, "
-                  f"p50 {r['baseline_p50_ms']:.0f} ms, p99 {r['baseline_p99_ms']:.0f} ms")
-            print(f"{'':16} gateway: read {r['gateway_applied_rate']:,.0f}/s ratio {r['ratio']:.2f}x, "
-                  f"p50 {r['gateway_p50_ms']:.0f} ms, p99 {r['gateway_p99_ms']:.0f} ms "
-                  "(goal at 5k/s: p50 < 1000, p99 < 2000)")
+            print(
+                f"{r['case']:16} baseline loop: read {r['baseline_applied_rate']:,.0f}/s, "
+                f"p50 {r['baseline_p50_ms']:.0f} ms, p99 {r['baseline_p99_ms']:.0f} ms"
+            )
+            print(
+                f"{'':16} gateway: read {r['gateway_applied_rate']:,.0f}/s ratio {r['ratio']:.2f}x, "
+                f"p50 {r['gateway_p50_ms']:.0f} ms, p99 {r['gateway_p99_ms']:.0f} ms "
+                "(goal at 5k/s: p50 < 1000, p99 < 2000)"
+            )
     return 0
 
 

@@ -61,6 +61,7 @@ from benchlib import (
     new_stream,
 )
 from benchlib import produce as _produce
+
 from streamrep.cli.main import run as cli_run
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.replication.gateway import Gateway
@@ -95,8 +96,14 @@ class Standalone:
 
     def _start(self, name: str, *args: str) -> subprocess.Popen:
         log = open(os.path.join(self.dir, f"{name}.log"), "ab")
-        return subprocess.Popen([self.spark_class, *args], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, **tether())
+        return subprocess.Popen(
+            [self.spark_class, *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            **tether(),
+        )
 
     def state(self) -> dict:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as answer:
@@ -120,17 +127,42 @@ class Standalone:
     def start_master(self) -> None:
         kafka_local = load_kafka_local()
         self.port, self.ui = kafka_local.free_ports(2)
-        self.master = self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                  "--port", str(self.port), "--webui-port", str(self.ui))
+        self.master = self._start(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--webui-port",
+            str(self.ui),
+        )
         self._wait(lambda s: s.get("status") == "ALIVE", "master")
 
     def start_worker(self, cores: int) -> None:
         [ui] = load_kafka_local().free_ports(1)
-        self.worker = self._start(f"worker{cores}", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                  "--cores", str(cores), "--memory", "2g", "--webui-port", str(ui),
-                                  "--work-dir", os.path.join(self.dir, "work"), self.url)
-        self._wait(lambda s: any(w["state"] == "ALIVE" and w["cores"] == cores and w["webuiaddress"].endswith(f":{ui}")
-                                 for w in s.get("workers", [])), f"worker ({cores} cores)")
+        self.worker = self._start(
+            f"worker{cores}",
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--cores",
+            str(cores),
+            "--memory",
+            "2g",
+            "--webui-port",
+            str(ui),
+            "--work-dir",
+            os.path.join(self.dir, "work"),
+            self.url,
+        )
+        self._wait(
+            lambda s: any(
+                w["state"] == "ALIVE" and w["cores"] == cores and w["webuiaddress"].endswith(f":{ui}")
+                for w in s.get("workers", [])
+            ),
+            f"worker ({cores} cores)",
+        )
 
     def stop_worker(self) -> None:
         if self.worker is not None:
@@ -171,7 +203,11 @@ def spark_run(home: str, admin: StreamAdmin, app: str, master: str, n: int, coun
     assert held(admin, dst) == count, (app, master, held(admin, dst), count)
     moving = watch.moving()
     # Each run as it ends (a Spark run takes minutes on a busy machine): partial figures survive.
-    print(f"  run: {app} on {master}: wall {wall:.1f} s, moving {moving or float('nan'):.2f} s", file=sys.stderr, flush=True)
+    print(
+        f"  run: {app} on {master}: wall {wall:.1f} s, moving {moving or float('nan'):.2f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return wall, moving
 
 
@@ -188,8 +224,13 @@ def bench_spark(count: int, partitions: int, repeats: int, kinds: list[str]) -> 
         if "standalone" in kinds:
             cluster = Standalone()
             cluster.start_master()
-            times.update({(app, f"standalone {c} core{'s' if c > 1 else ''}"): []
-                          for app in ("copystream", "gateway") for c in (1, 2)})
+            times.update(
+                {
+                    (app, f"standalone {c} core{'s' if c > 1 else ''}"): []
+                    for app in ("copystream", "gateway")
+                    for c in (1, 2)
+                }
+            )
 
         def point(app: str, label: str, master: str) -> None:
             counter[0] += 1
@@ -218,12 +259,30 @@ def bench_spark(count: int, partitions: int, repeats: int, kinds: list[str]) -> 
             continue
         wall = median([w for w, _ in runs])
         moving = [m for _, m in runs if m is not None]
-        results.append({"case": "spark", "app": app, "master": label, "messages": count, "partitions": partitions,
-                        "runs": len(runs), "wall_s": wall, "moving_s": median(moving) if moving else None,
-                        "moving_rate": count / median(moving) if moving else None})
+        results.append(
+            {
+                "case": "spark",
+                "app": app,
+                "master": label,
+                "messages": count,
+                "partitions": partitions,
+                "runs": len(runs),
+                "wall_s": wall,
+                "moving_s": median(moving) if moving else None,
+                "moving_rate": count / median(moving) if moving else None,
+            }
+        )
     for r in results:  # ratios: 2 executors over 1, per app and kind of master
-        one = next((b for b in results if b["app"] == r["app"] and b["master"] in ("local[1]", "standalone 1 core")
-                    and b["master"].split("[")[0].split(" ")[0] == r["master"].split("[")[0].split(" ")[0]), None)
+        one = next(
+            (
+                b
+                for b in results
+                if b["app"] == r["app"]
+                and b["master"] in ("local[1]", "standalone 1 core")
+                and b["master"].split("[")[0].split(" ")[0] == r["master"].split("[")[0].split(" ")[0]
+            ),
+            None,
+        )
         if one is not None and r["moving_s"] and one["moving_s"]:
             r["moving_ratio"] = one["moving_s"] / r["moving_s"]
             r["wall_ratio"] = one["wall_s"] / r["wall_s"]
@@ -264,8 +323,9 @@ def gateways_run(home: str, admin: StreamAdmin, k: int, n: int, count: int, back
     return max(r[2] for r in rows) - min(r[1] for r in rows)
 
 
-def bench_gateways(count: int, partitions: int, counts: list[int], repeats: int, backend: str,
-                   bootstrap: str | None = None) -> list[dict]:
+def bench_gateways(
+    count: int, partitions: int, counts: list[int], repeats: int, backend: str, bootstrap: str | None = None
+) -> list[dict]:
     if backend == "kafka":
         from benchlib import drop, kafka_home
 
@@ -289,9 +349,20 @@ def bench_gateways(count: int, partitions: int, counts: list[int], repeats: int,
         else:
             shutil.rmtree(home, ignore_errors=True)
     base = median(times[counts[0]])
-    return [{"case": "gateways", "backend": backend, "gateways": k, "messages": count, "partitions": partitions,
-             "runs": len(times[k]), "seconds": median(times[k]), "rate": count / median(times[k]),
-             "ratio": base / median(times[k])} for k in counts]
+    return [
+        {
+            "case": "gateways",
+            "backend": backend,
+            "gateways": k,
+            "messages": count,
+            "partitions": partitions,
+            "runs": len(times[k]),
+            "seconds": median(times[k]),
+            "rate": count / median(times[k]),
+            "ratio": base / median(times[k]),
+        }
+        for k in counts
+    ]
 
 
 # -- partitions per gateway ----------------------------------------------------------------------
@@ -320,15 +391,24 @@ def bench_partitions(counts: list[int], per_partition: int, repeats: int) -> lis
     try:
         times = interleaved(counts, run, repeats)
     finally:
-        for home, admin, gateway in homes.values():
+        for home, _admin, gateway in homes.values():
             gateway.stop()
             shutil.rmtree(home, ignore_errors=True)
     results = []
     for p in counts:
         loaded, idle = median([t[0] for t in times[p]]), median([t[1] for t in times[p]])
-        results.append({"case": "partitions", "partitions": p, "per_partition": per_partition, "runs": len(times[p]),
-                        "loaded_pass_s": loaded, "idle_pass_s": idle, "idle_ms_per_partition": idle * 1000 / p,
-                        "loaded_us_per_message": loaded * 1e6 / (per_partition * p)})
+        results.append(
+            {
+                "case": "partitions",
+                "partitions": p,
+                "per_partition": per_partition,
+                "runs": len(times[p]),
+                "loaded_pass_s": loaded,
+                "idle_pass_s": idle,
+                "idle_ms_per_partition": idle * 1000 / p,
+                "loaded_us_per_message": loaded * 1e6 / (per_partition * p),
+            }
+        )
     for r in results:
         r["idle_ratio"] = r["idle_pass_s"] / results[0]["idle_pass_s"]
         r["per_message_ratio"] = r["loaded_us_per_message"] / results[0]["loaded_us_per_message"]
@@ -359,15 +439,24 @@ def bench_fanout(counts: list[int], messages: int, partitions: int, repeats: int
     try:
         times = interleaved(counts, run, repeats)
     finally:
-        for home, admin, gateway in homes.values():
+        for home, _admin, gateway in homes.values():
             gateway.stop()
             shutil.rmtree(home, ignore_errors=True)
     base = median(times[counts[0]]) / counts[0]
-    return [{"case": "fanout", "replicas": r, "messages": messages, "runs": len(times[r]), "seconds": median(times[r]),
-             "us_per_source_message": median(times[r]) * 1e6 / messages,
-             "us_per_replica_message": median(times[r]) * 1e6 / (messages * r),
-             "ratio_per_source_message": median(times[r]) / median(times[counts[0]]),
-             "saving_vs_separate": base * r / median(times[r])} for r in counts]
+    return [
+        {
+            "case": "fanout",
+            "replicas": r,
+            "messages": messages,
+            "runs": len(times[r]),
+            "seconds": median(times[r]),
+            "us_per_source_message": median(times[r]) * 1e6 / messages,
+            "us_per_replica_message": median(times[r]) * 1e6 / (messages * r),
+            "ratio_per_source_message": median(times[r]) / median(times[counts[0]]),
+            "saving_vs_separate": base * r / median(times[r]),
+        }
+        for r in counts
+    ]
 
 
 # -- catalog size --------------------------------------------------------------------------------
@@ -418,7 +507,7 @@ def bench_catalog(counts: list[int], repeats: int) -> list[dict]:
     try:
         times = interleaved(counts, run, repeats, warmup=True)
     finally:
-        for home, admin, gateway in homes.values():
+        for home, _admin, gateway in homes.values():
             gateway.stop()
             shutil.rmtree(home, ignore_errors=True)
     results = []
@@ -435,31 +524,45 @@ def bench_catalog(counts: list[int], repeats: int) -> list[dict]:
 
 # -- report --------------------------------------------------------------------------------------
 def report(results: list[dict]) -> None:
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; medians; ratios against the first "
-          "point of each case, measured in the same run")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; medians; ratios against the first "
+        "point of each case, measured in the same run"
+    )
     for r in results:
         case = r["case"]
         if case == "spark":
-            moving = (f"moving {r['moving_s']:.2f} s = {r['moving_rate']:,.0f} msg/s" if r["moving_s"] else "moving ?")
+            moving = f"moving {r['moving_s']:.2f} s = {r['moving_rate']:,.0f} msg/s" if r["moving_s"] else "moving ?"
             ratio = f"  x{r['moving_ratio']:.2f} moving, x{r['wall_ratio']:.2f} wall" if "moving_ratio" in r else ""
-            print(f"spark      {r['app']:10} {r['master']:19} {r['messages']:,} msgs/{r['partitions']} partitions: "
-                  f"wall {r['wall_s']:.1f} s, {moving}{ratio}")
+            print(
+                f"spark      {r['app']:10} {r['master']:19} {r['messages']:,} msgs/{r['partitions']} partitions: "
+                f"wall {r['wall_s']:.1f} s, {moving}{ratio}"
+            )
         elif case == "gateways":
-            print(f"gateways   {r['backend']:8} {r['gateways']} gateway(s): {r['messages']:,} msgs/{r['partitions']} "
-                  f"partitions in {r['seconds']:.2f} s = {r['rate']:,.0f} msg/s  x{r['ratio']:.2f}")
+            print(
+                f"gateways   {r['backend']:8} {r['gateways']} gateway(s): {r['messages']:,} msgs/{r['partitions']} "
+                f"partitions in {r['seconds']:.2f} s = {r['rate']:,.0f} msg/s  x{r['ratio']:.2f}"
+            )
         elif case == "partitions":
-            print(f"partitions {r['partitions']:4}: pass moving {r['per_partition']}/partition {r['loaded_pass_s'] * 1000:.0f} ms "
-                  f"({r['loaded_us_per_message']:.1f} us/msg, x{r['per_message_ratio']:.2f}); idle pass "
-                  f"{r['idle_pass_s'] * 1000:.1f} ms ({r['idle_ms_per_partition']:.2f} ms/partition, x{r['idle_ratio']:.1f})")
+            print(
+                f"partitions {r['partitions']:4}: pass moving {r['per_partition']}/partition {r['loaded_pass_s'] * 1000:.0f} ms "
+                f"({r['loaded_us_per_message']:.1f} us/msg, x{r['per_message_ratio']:.2f}); idle pass "
+                f"{r['idle_pass_s'] * 1000:.1f} ms ({r['idle_ms_per_partition']:.2f} ms/partition, x{r['idle_ratio']:.1f})"
+            )
         elif case == "fanout":
-            print(f"fanout     {r['replicas']:3} replicas: {r['messages']:,} msgs in {r['seconds']:.2f} s, "
-                  f"{r['us_per_source_message']:.0f} us/source msg (x{r['ratio_per_source_message']:.1f}), "
-                  f"{r['us_per_replica_message']:.1f} us/replica msg; {r['saving_vs_separate']:.1f}x cheaper than "
-                  "separate streams")
+            print(
+                f"fanout     {r['replicas']:3} replicas: {r['messages']:,} msgs in {r['seconds']:.2f} s, "
+                f"{r['us_per_source_message']:.0f} us/source msg (x{r['ratio_per_source_message']:.1f}), "
+                f"{r['us_per_replica_message']:.1f} us/replica msg; {r['saving_vs_separate']:.1f}x cheaper than "
+                "separate streams"
+            )
         elif case == "catalog":
-            cells = ", ".join(f"{name} {r[f'{name}_ms']:.1f} ms (x{r[f'{name}_ratio']:.1f})"
-                              for name in (*CATALOG_COMMANDS, "gateway assignment", "gateway idle pass"))
-            print(f"catalog    {r['streams']:5} streams: create {r['create_s_per_stream'] * 1000:.0f} ms/stream; {cells}")
+            cells = ", ".join(
+                f"{name} {r[f'{name}_ms']:.1f} ms (x{r[f'{name}_ratio']:.1f})"
+                for name in (*CATALOG_COMMANDS, "gateway assignment", "gateway idle pass")
+            )
+            print(
+                f"catalog    {r['streams']:5} streams: create {r['create_s_per_stream'] * 1000:.0f} ms/stream; {cells}"
+            )
 
 
 CASES = ("spark", "gateways", "partitions", "fanout", "catalog")
@@ -471,8 +574,13 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per point (the median is reported)")
     parser.add_argument("--spark-messages", type=int, default=50_000)
     parser.add_argument("--spark-partitions", type=int, default=4)
-    parser.add_argument("--masters", nargs="+", choices=("local", "standalone"), default=["local"],
-                        help="local: local[1] and local[2]; standalone: a cluster started here, 1 and 2 worker cores")
+    parser.add_argument(
+        "--masters",
+        nargs="+",
+        choices=("local", "standalone"),
+        default=["local"],
+        help="local: local[1] and local[2]; standalone: a cluster started here, 1 and 2 worker cores",
+    )
     parser.add_argument("--messages", type=int, default=240_000, help="backlog the gateways drain")
     parser.add_argument("--gateway-partitions", type=int, default=12)
     parser.add_argument("--gateways", type=int, nargs="+", default=[1, 2, 3])
@@ -494,8 +602,9 @@ def main() -> int:
         "partitions": lambda: bench_partitions(args.partitions, args.per_partition, args.repeats),
         "fanout": lambda: bench_fanout(args.replicas, args.fanout_messages, 4, args.repeats),
         "catalog": lambda: bench_catalog(args.streams, args.repeats),
-        "gateways": lambda: bench_gateways(args.messages, args.gateway_partitions, args.gateways, args.repeats,
-                                           "embedded"),
+        "gateways": lambda: bench_gateways(
+            args.messages, args.gateway_partitions, args.gateways, args.repeats, "embedded"
+        ),
         "spark": lambda: bench_spark(args.spark_messages, args.spark_partitions, args.repeats, args.masters),
     }
     for case in CASES:
@@ -507,12 +616,16 @@ def main() -> int:
                 bootstrap = args.bootstrap
                 if bootstrap is None:
                     kafka_local = load_kafka_local()
-                    broker = kafka_local.Broker("scale", *kafka_local.free_ports(2),
-                                                Path(tempfile.mkdtemp(prefix="streamrep-scale-kafka-")))
+                    broker = kafka_local.Broker(
+                        "scale", *kafka_local.free_ports(2), Path(tempfile.mkdtemp(prefix="streamrep-scale-kafka-"))
+                    )
                     kafka_local.start(broker, die_with_parent=True)
                     bootstrap = broker.bootstrap
-                results.extend(bench_gateways(args.messages, args.gateway_partitions, args.gateways, args.repeats,
-                                              "kafka", bootstrap))
+                results.extend(
+                    bench_gateways(
+                        args.messages, args.gateway_partitions, args.gateways, args.repeats, "kafka", bootstrap
+                    )
+                )
         except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
             print(f"benchmark error in {case}: {type(err).__name__}: {err}", file=sys.stderr)
         finally:

@@ -26,10 +26,15 @@ share a run). The task `show_messages` logs what the events carried.
 (default `/mapr/sanfrancisco/activity:clicks`).
 """
 
-messages = topic_asset(TOPIC, watchers=[AssetWatcher(
-    name="streamrep_example_messages",
-    trigger=StreamMessageTrigger(path=TOPIC, poll_interval=2),
-)])
+messages = topic_asset(
+    TOPIC,
+    watchers=[
+        AssetWatcher(
+            name="streamrep_example_messages",
+            trigger=StreamMessageTrigger(path=TOPIC, poll_interval=2),
+        )
+    ],
+)
 
 with DAG(
     dag_id="stream_messages_example",

@@ -42,8 +42,10 @@ with DAG(
         """Log what each triggering event says: the replica, its source and the lag then."""
         extras = [dict(event.extra or {}) for event in context["triggering_asset_events"][replica]]
         for extra in extras:
-            print(f"{extra.get('replica')} caught up with {extra.get('source')}: "
-                  f"{extra.get('pendingMessages')} messages pending, lag {extra.get('replicationLagMillis')} ms")
+            print(
+                f"{extra.get('replica')} caught up with {extra.get('source')}: "
+                f"{extra.get('pendingMessages')} messages pending, lag {extra.get('replicationLagMillis')} ms"
+            )
         return extras
 
     report()

@@ -58,18 +58,27 @@ def clean(home: str) -> None:
         prefixes = (f"{namespace}.", f"{INTERNAL_PREFIX}.{namespace}.")
         try:
             topics = [t for t in admin.list_topics(timeout=TIMEOUT_SECONDS).topics if t.startswith(prefixes)]
-            groups = [g.group_id for g in admin.list_consumer_groups(request_timeout=TIMEOUT_SECONDS).result().valid
-                      if g.group_id.startswith(prefixes)]
+            groups = [
+                g.group_id
+                for g in admin.list_consumer_groups(request_timeout=TIMEOUT_SECONDS).result().valid
+                if g.group_id.startswith(prefixes)
+            ]
             for future in (admin.delete_topics(topics, request_timeout=TIMEOUT_SECONDS) if topics else {}).values():
                 future.result()
-            for future in (admin.delete_consumer_groups(groups, request_timeout=TIMEOUT_SECONDS) if groups else {}).values():
+            for future in (
+                admin.delete_consumer_groups(groups, request_timeout=TIMEOUT_SECONDS) if groups else {}
+            ).values():
                 future.result()
         except KafkaException as err:
-            print(f"demo: could not delete the last demo run's namespace {namespace} on {info.name}: {err}",
-                  file=sys.stderr)  # the new run has a namespace of its own: it goes on
+            print(
+                f"demo: could not delete the last demo run's namespace {namespace} on {info.name}: {err}",
+                file=sys.stderr,
+            )  # the new run has a namespace of its own: it goes on
             continue
-        print(f"kafka {info.name}: deleted the last demo run's namespace {namespace} "
-              f"({len(topics)} topics, {len(groups)} consumer groups)")
+        print(
+            f"kafka {info.name}: deleted the last demo run's namespace {namespace} "
+            f"({len(topics)} topics, {len(groups)} consumer groups)"
+        )
 
 
 def main(argv: list[str]) -> int:

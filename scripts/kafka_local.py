@@ -28,10 +28,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from streamrep.client.config import read_client_settings
 from streamrep.errors import StreamrepError
@@ -111,9 +111,15 @@ def install() -> str | None:
     STAMP.unlink(missing_ok=True)
     KAFKA_CACHE.mkdir(parents=True, exist_ok=True)
     command = [
-        "mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(POM),
+        "mvn",
+        "-q",
+        "-B",
+        "-Dstyle.color=never",
+        "-f",
+        str(POM),
         f"-Dmaven.repo.local={MAVEN_REPO}",
-        "dependency:copy-dependencies", f"-DoutputDirectory={partial}",
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={partial}",
     ]
     with MAVEN_LOG.open("w") as log:
         try:
@@ -218,16 +224,22 @@ def _server_properties(broker: Broker) -> str:
     # kafka/server.properties holds the settings every cluster shares (the compose stack's too); the
     # lines after it win over it, the override files over both.
     listener, voters = broker.protocol, broker.voters or f"{broker.node_id}@127.0.0.1:{broker.controller_port}"
-    return SHARED_PROPERTIES.read_text() + "\n".join([
-        f"node.id={broker.node_id}",
-        f"controller.quorum.voters={voters}",
-        f"listeners={listener}://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
-        f"advertised.listeners={listener}://127.0.0.1:{broker.port}",
-        f"inter.broker.listener.name={listener}",
-        f"listener.security.protocol.map=CONTROLLER:{broker.controller_protocol},{listener}:{listener}",
-        f"log.dirs={broker.data_dir}",
-        "",
-    ]) + "".join(path.read_text() + "\n" for path in broker.overrides)
+    return (
+        SHARED_PROPERTIES.read_text()
+        + "\n".join(
+            [
+                f"node.id={broker.node_id}",
+                f"controller.quorum.voters={voters}",
+                f"listeners={listener}://127.0.0.1:{broker.port},CONTROLLER://127.0.0.1:{broker.controller_port}",
+                f"advertised.listeners={listener}://127.0.0.1:{broker.port}",
+                f"inter.broker.listener.name={listener}",
+                f"listener.security.protocol.map=CONTROLLER:{broker.controller_protocol},{listener}:{listener}",
+                f"log.dirs={broker.data_dir}",
+                "",
+            ]
+        )
+        + "".join(path.read_text() + "\n" for path in broker.overrides)
+    )
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -241,9 +253,15 @@ def _write_private(path: Path, text: str) -> None:
 
 def _java(main_class: str, *args: str, broker: Broker) -> list[str]:
     return [
-        "java", broker.heap, "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", f"-Dkafka.logs.dir={broker.log_dir}",
-        "-cp", str(LIBS / "*"), main_class, *args,
+        "java",
+        broker.heap,
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        f"-Dkafka.logs.dir={broker.log_dir}",
+        "-cp",
+        str(LIBS / "*"),
+        main_class,
+        *args,
     ]
 
 
@@ -263,9 +281,16 @@ def _format_storage(broker: Broker, cluster_id: str | None = None, scram: Sequen
     """
     if (broker.data_dir / "meta.properties").is_file():
         return
-    command = _java("kafka.tools.StorageTool", "format", "-t", cluster_id or _new_cluster_id(),
-                    "-c", str(broker.properties_file), *(arg for value in scram for arg in ("--add-scram", value)),
-                    broker=broker)
+    command = _java(
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id or _new_cluster_id(),
+        "-c",
+        str(broker.properties_file),
+        *(arg for value in scram for arg in ("--add-scram", value)),
+        broker=broker,
+    )
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         lines = (result.stderr or result.stdout).strip().splitlines() or ["no output"]
@@ -350,8 +375,11 @@ def _die_with_parent() -> None:
 def _last_error_line(broker: Broker) -> str:
     for log in (broker.server_log, broker.console_log):
         try:
-            lines = [line for line in log.read_text(errors="replace").splitlines() if " ERROR " in line
-                     or "Exception" in line]
+            lines = [
+                line
+                for line in log.read_text(errors="replace").splitlines()
+                if " ERROR " in line or "Exception" in line
+            ]
         except OSError:
             continue
         if lines:
@@ -395,8 +423,11 @@ def launch(broker: Broker, *, die_with_parent: bool = False) -> subprocess.Popen
     with broker.console_log.open("ab") as console:
         process = subprocess.Popen(
             _java("kafka.Kafka", str(broker.properties_file), broker=broker),
-            stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent if die_with_parent else None,
+            stdin=subprocess.DEVNULL,
+            stdout=console,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
         )
     broker.pid_file.write_text(f"{process.pid}\n")
     return process
@@ -476,8 +507,11 @@ def stop(broker: Broker, timeout: float = STOP_TIMEOUT_S) -> bool:
     return pid is not None
 
 
-def _start_together(brokers: Sequence[Broker], *, die_with_parent: bool = False,
-                    ) -> tuple[list[tuple[Broker, bool]], list[KafkaLocalError]]:
+def _start_together(
+    brokers: Sequence[Broker],
+    *,
+    die_with_parent: bool = False,
+) -> tuple[list[tuple[Broker, bool]], list[KafkaLocalError]]:
     """Launch every broker, then wait for each: a node of a quorum of three is ready only once
     enough of its peers run. One failing leaves the others running.
 
@@ -588,8 +622,9 @@ class SecureCluster:
         if principal not in PRINCIPALS:
             raise KafkaLocalError(f"kafka {self.name}: no principal {principal!r}; there are {', '.join(PRINCIPALS)}")
         if not self.passwords_file.is_file():
-            raise KafkaLocalError(f"kafka {self.name}: no passwords in {_relative(self.home)}/ yet: "
-                                  f"the cluster was never started")
+            raise KafkaLocalError(
+                f"kafka {self.name}: no passwords in {_relative(self.home)}/ yet: the cluster was never started"
+            )
         return {
             "bootstrap.servers": self.bootstrap,
             "security.protocol": "SASL_SSL",
@@ -618,10 +653,19 @@ def secure_cluster(name: str, ports: Sequence[int] | None = None, home: Path | s
     voters = ",".join(f"{node}@127.0.0.1:{port}" for node, port in enumerate(controllers, 1))
     cluster = SecureCluster(name, home, ())  # no brokers yet: for the paths they are given
     brokers = tuple(
-        Broker(f"{name}/broker-{node}", clients[node - 1], controllers[node - 1], home / f"broker-{node}",
-               node_id=node, voters=voters, protocol="SASL_SSL", controller_protocol="SSL",
-               overrides=(SECURE_PROPERTIES, cluster.cluster_properties),
-               client_file=cluster.properties_file("admin"), heap=SECURE_HEAP)
+        Broker(
+            f"{name}/broker-{node}",
+            clients[node - 1],
+            controllers[node - 1],
+            home / f"broker-{node}",
+            node_id=node,
+            voters=voters,
+            protocol="SASL_SSL",
+            controller_protocol="SSL",
+            overrides=(SECURE_PROPERTIES, cluster.cluster_properties),
+            client_file=cluster.properties_file("admin"),
+            heap=SECURE_HEAP,
+        )
         for node in (1, 2, 3)
     )
     return SecureCluster(name, home, brokers)
@@ -631,8 +675,9 @@ def _openssl(cluster: SecureCluster, *args: str) -> None:
     result = subprocess.run(["openssl", *args], capture_output=True, text=True, cwd=cluster.tls_dir)
     if result.returncode != 0:
         lines = result.stderr.strip().splitlines() or ["no output"]
-        raise KafkaLocalError(f"kafka {cluster.name}: openssl {args[0]} failed in {_relative(cluster.tls_dir)}/: "
-                              f"{lines[-1]}")
+        raise KafkaLocalError(
+            f"kafka {cluster.name}: openssl {args[0]} failed in {_relative(cluster.tls_dir)}/: {lines[-1]}"
+        )
 
 
 def _make_tls(cluster: SecureCluster) -> None:
@@ -649,14 +694,45 @@ def _make_tls(cluster: SecureCluster) -> None:
     cluster.tls_dir.mkdir(parents=True, exist_ok=True)
     cluster.tls_dir.chmod(0o700)  # holds the keys
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "3650")
-    _openssl(cluster, "req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem",
-             "-subj", f"/CN=streamrep local CA {cluster.name}",
-             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    _openssl(
+        cluster,
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-subj",
+        f"/CN=streamrep local CA {cluster.name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     # OpenSSL 3 writes the key unencrypted in PKCS#8, the form Kafka's PEM keystore reads.
-    _openssl(cluster, "req", "-x509", *ec, "-keyout", "broker.key", "-out", "broker.crt",
-             "-CA", "ca.pem", "-CAkey", "ca.key", "-subj", f"/{cluster.broker_principal.removeprefix('User:')}",
-             "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-             "-addext", "extendedKeyUsage=serverAuth,clientAuth", "-addext", "basicConstraints=critical,CA:FALSE")
+    _openssl(
+        cluster,
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "broker.key",
+        "-out",
+        "broker.crt",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-subj",
+        f"/{cluster.broker_principal.removeprefix('User:')}",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        "-addext",
+        "extendedKeyUsage=serverAuth,clientAuth",
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+    )
     parts = [(cluster.tls_dir / part).read_text() for part in ("broker.key", "broker.crt", "ca.pem")]
     _write_private(cluster.keystore, "".join(parts))
 
@@ -678,21 +754,28 @@ def _prepare_secure(cluster: SecureCluster) -> None:
     id_file = cluster.home / "cluster.id"
     if not id_file.is_file():
         id_file.write_text(_new_cluster_id() + "\n")
-    _write_private(cluster.cluster_properties, "\n".join([
-        "# Written by scripts/kafka_local.py at each start: the secrets and paths of this cluster.",
-        "ssl.keystore.type=PEM",
-        f"ssl.keystore.location={cluster.keystore}",
-        "ssl.truststore.type=PEM",
-        f"ssl.truststore.location={cluster.ca_file}",
-        f"super.users=User:admin;{cluster.broker_principal}",
-        # Brokers replicate as admin; SCRAM needs no server-side credentials in JAAS (they are in the metadata).
-        "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram."
-        f'ScramLoginModule required username="admin" password="{passwords["admin"]}";',
-        "",
-    ]))
+    _write_private(
+        cluster.cluster_properties,
+        "\n".join(
+            [
+                "# Written by scripts/kafka_local.py at each start: the secrets and paths of this cluster.",
+                "ssl.keystore.type=PEM",
+                f"ssl.keystore.location={cluster.keystore}",
+                "ssl.truststore.type=PEM",
+                f"ssl.truststore.location={cluster.ca_file}",
+                f"super.users=User:admin;{cluster.broker_principal}",
+                # Brokers replicate as admin; SCRAM needs no server-side credentials in JAAS (they are in the metadata).
+                "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram."
+                f'ScramLoginModule required username="admin" password="{passwords["admin"]}";',
+                "",
+            ]
+        ),
+    )
     for principal in PRINCIPALS:
-        _write_private(cluster.properties_file(principal),
-                       "".join(f"{key}={value}\n" for key, value in cluster.settings(principal).items()))
+        _write_private(
+            cluster.properties_file(principal),
+            "".join(f"{key}={value}\n" for key, value in cluster.settings(principal).items()),
+        )
     scram = [f"{SCRAM}=[name={p},password={passwords[p]}]" for p in PRINCIPALS]
     for broker in stopped:
         _write_server_properties(broker)
@@ -714,8 +797,10 @@ def _wait_all_registered(cluster: SecureCluster, timeout: float = START_TIMEOUT_
         if seen == len(cluster.brokers):
             return
         time.sleep(0.25)
-    raise KafkaLocalError(f"kafka {cluster.name}: {seen} of {len(cluster.brokers)} brokers registered after "
-                          f"{timeout:.0f} s; see {_relative(cluster.home)}/broker-*/logs/")
+    raise KafkaLocalError(
+        f"kafka {cluster.name}: {seen} of {len(cluster.brokers)} brokers registered after "
+        f"{timeout:.0f} s; see {_relative(cluster.home)}/broker-*/logs/"
+    )
 
 
 def start_secure(cluster: SecureCluster, die_with_parent: bool = False) -> None:
@@ -758,17 +843,21 @@ def _start_command(brokers: list[Broker], clusters: list[SecureCluster]) -> int:
         _prepare_secure(cluster)
     ready, failures = _start_together(brokers)
     for broker, started in ready:
-        print(f"{broker.name}: {'started' if started else 'already running'} on {broker.bootstrap}"
-              f" (data and logs in {_relative(broker.home)}/)")
+        print(
+            f"{broker.name}: {'started' if started else 'already running'} on {broker.bootstrap}"
+            f" (data and logs in {_relative(broker.home)}/)"
+        )
     for cluster in clusters:
         try:
             _wait_all_registered(cluster)
         except KafkaLocalError as err:
             failures.append(err)
             continue
-        print(f"{cluster.name}: {cluster.bootstrap} ready in {time.monotonic() - began:.0f} s; SASL_SSL "
-              f"{SCRAM}, CA {_relative(cluster.ca_file)}; client settings of {', '.join(PRINCIPALS)} in "
-              f"{_relative(cluster.properties_file('<principal>'))}")
+        print(
+            f"{cluster.name}: {cluster.bootstrap} ready in {time.monotonic() - began:.0f} s; SASL_SSL "
+            f"{SCRAM}, CA {_relative(cluster.ca_file)}; client settings of {', '.join(PRINCIPALS)} in "
+            f"{_relative(cluster.properties_file('<principal>'))}"
+        )
     for err in failures:
         print(f"run: {err}", file=sys.stderr)
     return 1 if failures else 0
@@ -791,7 +880,7 @@ def _main(argv: list[str]) -> int:
     if command == "start":
         return _start_command(brokers, clusters)
     if command == "stop":
-        for broker, was_running in zip(brokers, _stop_all(brokers)):
+        for broker, was_running in zip(brokers, _stop_all(brokers), strict=False):
             print(f"{broker.name}: {'stopped' if was_running else 'was not running'}")
         return 0
     if command == "status":

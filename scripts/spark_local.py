@@ -18,9 +18,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from streamrep.errors import StreamrepError
 
@@ -108,12 +108,14 @@ def spark_home() -> Path:
 
 
 def _properties(cluster: Cluster) -> str:
-    return "\n".join([
-        # The master's REST submission server would take the fixed port 6066: not needed (spark-submit
-        # uses the master's RPC port in client mode), and two clusters on one machine would clash.
-        "spark.master.rest.enabled false",
-        "",
-    ])
+    return "\n".join(
+        [
+            # The master's REST submission server would take the fixed port 6066: not needed (spark-submit
+            # uses the master's RPC port in client mode), and two clusters on one machine would clash.
+            "spark.master.rest.enabled false",
+            "",
+        ]
+    )
 
 
 def daemon_env(cluster: Cluster, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -131,12 +133,29 @@ def _command(cluster: Cluster, role: str) -> list[str]:
     spark_class = str(spark_home() / "bin" / "spark-class")
     common = ["--host", "127.0.0.1", "--properties-file", str(cluster.properties_file)]
     if role == "master":
-        return [spark_class, "org.apache.spark.deploy.master.Master", *common,
-                "--port", str(cluster.port), "--webui-port", str(cluster.webui_port)]
-    return [spark_class, "org.apache.spark.deploy.worker.Worker", *common,
-            "--cores", str(cluster.cores), "--memory", cluster.memory,
-            "--webui-port", str(cluster.worker_webui_port), "--work-dir", str(cluster.work_dir),
-            cluster.master_url]
+        return [
+            spark_class,
+            "org.apache.spark.deploy.master.Master",
+            *common,
+            "--port",
+            str(cluster.port),
+            "--webui-port",
+            str(cluster.webui_port),
+        ]
+    return [
+        spark_class,
+        "org.apache.spark.deploy.worker.Worker",
+        *common,
+        "--cores",
+        str(cluster.cores),
+        "--memory",
+        cluster.memory,
+        "--webui-port",
+        str(cluster.worker_webui_port),
+        "--work-dir",
+        str(cluster.work_dir),
+        cluster.master_url,
+    ]
 
 
 def running_pid(cluster: Cluster, role: str) -> int | None:
@@ -172,7 +191,8 @@ def master_status(cluster: Cluster, timeout: float = 2.0) -> dict | None:
 def _worker_alive(status: dict | None, cluster: Cluster) -> bool:
     return bool(status) and any(
         w.get("state") == "ALIVE" and w.get("webuiaddress", "").endswith(f":{cluster.worker_webui_port}")
-        for w in status.get("workers", []))
+        for w in status.get("workers", [])
+    )
 
 
 def _launch(cluster: Cluster, role: str, env: Mapping[str, str], die_with_parent: bool) -> subprocess.Popen | None:
@@ -180,9 +200,14 @@ def _launch(cluster: Cluster, role: str, env: Mapping[str, str], die_with_parent
         return None
     with cluster.log_file(role).open("ab") as log:
         process = subprocess.Popen(
-            _command(cluster, role), env=dict(env), cwd=cluster.home,
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=_die_with_parent if die_with_parent else None,
+            _command(cluster, role),
+            env=dict(env),
+            cwd=cluster.home,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
         )
     cluster.pid_file(role).write_text(f"{process.pid}\n")
     return process
@@ -190,8 +215,11 @@ def _launch(cluster: Cluster, role: str, env: Mapping[str, str], die_with_parent
 
 def _last_error_line(cluster: Cluster, role: str) -> str:
     try:
-        lines = [line for line in cluster.log_file(role).read_text(errors="replace").splitlines()
-                 if " ERROR " in line or "Exception" in line]
+        lines = [
+            line
+            for line in cluster.log_file(role).read_text(errors="replace").splitlines()
+            if " ERROR " in line or "Exception" in line
+        ]
     except OSError:
         return ""
     return f": {lines[-1].strip()[:300]}" if lines else ""
@@ -201,16 +229,24 @@ def _wait(cluster: Cluster, role: str, process: subprocess.Popen | None, ready, 
     while not ready():
         exited = process.poll() if process is not None else (None if running_pid(cluster, role) else "?")
         if exited is not None:
-            raise SparkLocalError(f"spark {role} exited while starting (status {exited})"
-                                  f"{_last_error_line(cluster, role)}; see {_relative(cluster.log_file(role))}")
+            raise SparkLocalError(
+                f"spark {role} exited while starting (status {exited})"
+                f"{_last_error_line(cluster, role)}; see {_relative(cluster.log_file(role))}"
+            )
         if time.monotonic() > deadline:
-            raise SparkLocalError(f"spark {role} not ready after {START_TIMEOUT_S:.0f} s; "
-                                  f"see {_relative(cluster.log_file(role))}")
+            raise SparkLocalError(
+                f"spark {role} not ready after {START_TIMEOUT_S:.0f} s; see {_relative(cluster.log_file(role))}"
+            )
         time.sleep(0.25)
 
 
-def start(cluster: Cluster, *, env: Mapping[str, str] | None = None, die_with_parent: bool = False,
-          timeout: float = START_TIMEOUT_S) -> bool:
+def start(
+    cluster: Cluster,
+    *,
+    env: Mapping[str, str] | None = None,
+    die_with_parent: bool = False,
+    timeout: float = START_TIMEOUT_S,
+) -> bool:
     """Start the master, then the worker, and wait until the worker is registered and alive.
 
     :param env: the daemons' environment (default :func:`daemon_env` of this process's)
@@ -272,9 +308,11 @@ def _main(argv: list[str]) -> int:
     cluster = local_cluster()
     if command == "start":
         started = start(cluster)
-        print(f"spark: {'started' if started else 'already running'}: master {cluster.master_url}, "
-              f"web UI {cluster.webui}, one worker ({cluster.cores} cores, {cluster.memory}); "
-              f"logs and executors' folders in {_relative(cluster.home)}/")
+        print(
+            f"spark: {'started' if started else 'already running'}: master {cluster.master_url}, "
+            f"web UI {cluster.webui}, one worker ({cluster.cores} cores, {cluster.memory}); "
+            f"logs and executors' folders in {_relative(cluster.home)}/"
+        )
         print(f"use it with: streamrep copystream ... -engine spark -master {cluster.master_url}")
         return 0
     if command == "stop":
@@ -287,14 +325,18 @@ def _main(argv: list[str]) -> int:
             if pid is None:
                 print(f"spark {role}: down")
             elif role == "master":
-                print(f"spark master: {'up' if status else 'starting or not answering'} at {cluster.master_url} "
-                      f"(web UI {cluster.webui}, pid {pid})")
+                print(
+                    f"spark master: {'up' if status else 'starting or not answering'} at {cluster.master_url} "
+                    f"(web UI {cluster.webui}, pid {pid})"
+                )
             else:
                 state = "up" if _worker_alive(status, cluster) else "not registered with the master"
                 print(f"spark worker: {state} (pid {pid})")
         if status:
-            print(f"applications: {len(status.get('activeapps', []))} running, "
-                  f"{len(status.get('completedapps', []))} completed")
+            print(
+                f"applications: {len(status.get('activeapps', []))} running, "
+                f"{len(status.get('completedapps', []))} completed"
+            )
         return 0 if all(pids.values()) and _worker_alive(status, cluster) else 3
     print("usage: ./run spark [start|stop|status]", file=sys.stderr)
     return 2

@@ -86,20 +86,29 @@ def install_packages() -> None:
     if not missing:
         return
     if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise DockerUnavailable(f"Docker unavailable: {' '.join(missing)} not installed; "
-                                f"install them (apt-get install {' '.join(missing)}) and run again")
+        raise DockerUnavailable(
+            f"Docker unavailable: {' '.join(missing)} not installed; "
+            f"install them (apt-get install {' '.join(missing)}) and run again"
+        )
     LOGS.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     with (LOGS / "apt.log").open("w") as log:
         for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *missing]):
             if subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env).returncode != 0:
-                raise DockerUnavailable(f"Docker unavailable: apt-get could not install {' '.join(missing)}; "
-                                        f"see {_relative(LOGS / 'apt.log')}")
+                raise DockerUnavailable(
+                    f"Docker unavailable: apt-get could not install {' '.join(missing)}; "
+                    f"see {_relative(LOGS / 'apt.log')}"
+                )
 
 
 def _answers(host: str) -> bool:
-    done = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"],
-                          env={**os.environ, "DOCKER_HOST": host}, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        ["docker", "version", "--format", "{{.Server.Version}}"],
+        env={**os.environ, "DOCKER_HOST": host},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return done.returncode == 0
 
 
@@ -122,13 +131,15 @@ def engine_host(*, start: bool) -> str:
     if os.environ.get("DOCKER_HOST"):
         host = os.environ["DOCKER_HOST"]
         if shutil.which("docker") is None or not _answers(host):
-            raise DockerUnavailable(f"Docker unavailable: no engine answers at DOCKER_HOST={host}; "
-                                    "start it, or unset DOCKER_HOST to let ./run stack start its own")
+            raise DockerUnavailable(
+                f"Docker unavailable: no engine answers at DOCKER_HOST={host}; "
+                "start it, or unset DOCKER_HOST to let ./run stack start its own"
+            )
         return host
     own = f"unix://{SOCKET}"
     if shutil.which("docker") is not None:
         for host in (own, f"unix://{SYSTEM_SOCKET}"):
-            if Path(host[len("unix://"):]).exists() and _answers(host):
+            if Path(host[len("unix://") :]).exists() and _answers(host):
                 return host
     if not start:
         raise DockerUnavailable("Docker unavailable: no engine runs (./run stack up starts one)")
@@ -139,16 +150,27 @@ def engine_host(*, start: bool) -> str:
 
 def _start_dockerd() -> None:
     if os.geteuid() != 0:
-        raise DockerUnavailable("Docker unavailable: starting dockerd needs root; run as root, "
-                                "or set DOCKER_HOST to a running engine")
+        raise DockerUnavailable(
+            "Docker unavailable: starting dockerd needs root; run as root, or set DOCKER_HOST to a running engine"
+        )
     for folder in (DATA_ROOT, LOGS, _exec_root()):
         folder.mkdir(parents=True, exist_ok=True)
     SOCKET.unlink(missing_ok=True)
-    command = ["dockerd", "--data-root", str(DATA_ROOT), "--exec-root", str(_exec_root()),
-               "--host", f"unix://{SOCKET}", "--pidfile", str(PIDFILE)]
+    command = [
+        "dockerd",
+        "--data-root",
+        str(DATA_ROOT),
+        "--exec-root",
+        str(_exec_root()),
+        "--host",
+        f"unix://{SOCKET}",
+        "--pidfile",
+        str(PIDFILE),
+    ]
     with DOCKERD_LOG.open("ab") as log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     deadline = time.monotonic() + ENGINE_TIMEOUT_S
     while not (SOCKET.exists() and _answers(f"unix://{SOCKET}")):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -204,8 +226,7 @@ class Stack:
     def env(self) -> dict[str, str]:
         # COMPOSE_DOCKER_CLI_BUILD=0: docker-compose 1.29 builds through the engine's API (the
         # classic builder), which honours build.network.
-        return {**os.environ, "DOCKER_HOST": self.host, "COMPOSE_DOCKER_CLI_BUILD": "0",
-                "DOCKER_BUILDKIT": "0"}
+        return {**os.environ, "DOCKER_HOST": self.host, "COMPOSE_DOCKER_CLI_BUILD": "0", "DOCKER_BUILDKIT": "0"}
 
     def docker(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
         done = subprocess.run(["docker", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
@@ -213,17 +234,26 @@ class Stack:
             raise StackError(f"docker {args[0]} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         return done
 
-    def compose(self, *args: str, log: Path | None = None, input: str | None = None,
-                check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess:
+    def compose(
+        self, *args: str, log: Path | None = None, input: str | None = None, check: bool = True, timeout: float = 3600
+    ) -> subprocess.CompletedProcess:
         command = [*COMPOSE, *args]
         if log is not None:
             with log.open("a") as out:
                 out.write(f"\n$ {' '.join(command)}\n")
                 out.flush()
-                return subprocess.run(command, cwd=REPO, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, timeout=timeout)
-        done = subprocess.run(command, cwd=REPO, env=self.env, input=input, capture_output=True, text=True,
-                              timeout=timeout)
+                return subprocess.run(
+                    command,
+                    cwd=REPO,
+                    env=self.env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    timeout=timeout,
+                )
+        done = subprocess.run(
+            command, cwd=REPO, env=self.env, input=input, capture_output=True, text=True, timeout=timeout
+        )
         if check and done.returncode != 0:
             raise StackError(f"docker-compose {args[0]} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
         return done
@@ -246,12 +276,18 @@ class Stack:
             BASE_TARBALL.parent.mkdir(parents=True, exist_ok=True)
             partial = BASE_TARBALL.with_suffix(".partial.tar")
             with (LOGS / "mmdebstrap.log").open("w") as log:
-                done = subprocess.run(["mmdebstrap", "--variant=minbase", "bookworm", str(partial)],
-                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                done = subprocess.run(
+                    ["mmdebstrap", "--variant=minbase", "bookworm", str(partial)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
             if done.returncode != 0:
                 partial.unlink(missing_ok=True)
-                raise StackError(f"base image: mmdebstrap failed (are Debian's mirrors reachable?); "
-                                 f"see {_relative(LOGS / 'mmdebstrap.log')}")
+                raise StackError(
+                    f"base image: mmdebstrap failed (are Debian's mirrors reachable?); "
+                    f"see {_relative(LOGS / 'mmdebstrap.log')}"
+                )
             partial.rename(BASE_TARBALL)
         self.docker("import", str(BASE_TARBALL), BASE_IMAGE, timeout=600)
         self.timed("base image", started)
@@ -324,8 +360,9 @@ class Stack:
             if bad is None and time.monotonic() > deadline:
                 bad = (pending[0], f"not healthy after {HEALTHY_TIMEOUT_S:.0f} s")
             if bad is not None:
-                raise StackError(f"service {bad[0]} is {bad[1]}: see ./run stack logs {bad[0]} "
-                                 f"(and {_relative(UP_LOG)})")
+                raise StackError(
+                    f"service {bad[0]} is {bad[1]}: see ./run stack logs {bad[0]} (and {_relative(UP_LOG)})"
+                )
             time.sleep(3)
 
     # ------------------------------------------------------------ down
@@ -341,8 +378,7 @@ def json_config(stack: Stack | None = None) -> dict:
     import yaml
 
     env = stack.env if stack else os.environ
-    done = subprocess.run([*COMPOSE, "config"], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([*COMPOSE, "config"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise StackError(f"docker-compose.yaml is not valid: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
     return yaml.safe_load(done.stdout)
@@ -366,10 +402,16 @@ def _build_failure() -> str:
     ``[ERROR]``, pip's or uv's ``error:``)."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", BUILD_LOG.read_text(errors="replace"))  # the builder's colours
     lines = [line.strip() for line in text.splitlines()]
-    service = next((m.group(1) for line in reversed(lines)
-                    if (m := re.search(r"Service '([\w-]+)' failed to build", line))), None)
-    details = [line for line in lines if re.match(r"(E: |\[ERROR\] |error: |ERROR: )", line)
-               and "failed to build" not in line and not line.startswith("ERROR: for ")]
+    service = next(
+        (m.group(1) for line in reversed(lines) if (m := re.search(r"Service '([\w-]+)' failed to build", line))), None
+    )
+    details = [
+        line
+        for line in lines
+        if re.match(r"(E: |\[ERROR\] |error: |ERROR: )", line)
+        and "failed to build" not in line
+        and not line.startswith("ERROR: for ")
+    ]
     detail = details[0] if details else (lines[-1] if lines else "docker-compose build exited non-zero")
     return f"{service or 'an image'}: {detail[:200]}"
 
@@ -405,8 +447,10 @@ def check_ports() -> None:
             try:
                 sock.bind(("127.0.0.1", port))
             except OSError:
-                raise StackError(f"port {port} on 127.0.0.1 is already in use: stop what uses it, "
-                                 f"or set {name} to a free port in .env") from None
+                raise StackError(
+                    f"port {port} on 127.0.0.1 is already in use: stop what uses it, "
+                    f"or set {name} to a free port in .env"
+                ) from None
 
 
 # ---------------------------------------------------------------- check: the README's walkthrough
@@ -420,12 +464,14 @@ class Airflow:
         dotenv = _dotenv()
         user = os.environ.get("AIRFLOW_ADMIN_USER") or dotenv.get("AIRFLOW_ADMIN_USER") or ADMIN[0]
         password = os.environ.get("AIRFLOW_ADMIN_PASSWORD") or dotenv.get("AIRFLOW_ADMIN_PASSWORD") or ADMIN[1]
-        self.token = self._call("POST", "/auth/token", {"username": user, "password": password},
-                                auth=False)["access_token"]
+        self.token = self._call("POST", "/auth/token", {"username": user, "password": password}, auth=False)[
+            "access_token"
+        ]
 
     def _call(self, method: str, path: str, body: dict | None = None, *, auth: bool = True) -> dict:
-        request = urllib.request.Request(self.base + path, method=method,
-                                         data=json.dumps(body).encode() if body is not None else None)
+        request = urllib.request.Request(
+            self.base + path, method=method, data=json.dumps(body).encode() if body is not None else None
+        )
         request.add_header("Content-Type", "application/json")
         if auth:
             request.add_header("Authorization", f"Bearer {self.token}")
@@ -435,8 +481,9 @@ class Airflow:
         except urllib.error.HTTPError as err:
             raise StackError(f"Airflow {method} {path} answered {err.code}: {err.read()[:200]!r}") from None
         except (urllib.error.URLError, OSError) as err:
-            raise StackError(f"Airflow at {self.base} does not answer ({err}): "
-                             "see ./run stack logs airflow-apiserver") from None
+            raise StackError(
+                f"Airflow at {self.base} does not answer ({err}): see ./run stack logs airflow-apiserver"
+            ) from None
 
     def wait_dag(self, dag_id: str, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -446,8 +493,9 @@ class Airflow:
                 return
             except StackError:
                 if time.monotonic() > deadline:
-                    raise StackError(f"DAG {dag_id} not parsed after {timeout:.0f} s: "
-                                     "see ./run stack logs airflow-dag-processor") from None
+                    raise StackError(
+                        f"DAG {dag_id} not parsed after {timeout:.0f} s: see ./run stack logs airflow-dag-processor"
+                    ) from None
                 time.sleep(2)
 
     def trigger(self, dag_id: str, conf: dict) -> str:
@@ -465,8 +513,9 @@ class Airflow:
                 raise StackError(f"DAG run {dag_id} {run_id} still {state} after {timeout:.0f} s")
             time.sleep(3)
         if state != "success":
-            failed = self._call("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}"
-                                       "/taskInstances?state=failed")["task_instances"]
+            failed = self._call(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances?state=failed"
+            )["task_instances"]
             tasks = ", ".join(t["task_id"] for t in failed) or "?"
             raise StackError(f"DAG run {dag_id} {run_id} failed (tasks: {tasks}): see the run in Airflow's UI")
 
@@ -500,8 +549,10 @@ def check(stack: Stack) -> CheckResult:
     def sr(*args: str, input: str | None = None) -> str:
         done = stack.compose("exec", "-T", CLI_SERVICE, "streamrep", *args, input=input, check=False, timeout=300)
         if done.returncode != 0:
-            raise StackError(f"streamrep {' '.join(args[:3])} failed in {CLI_SERVICE}: "
-                             f"{(done.stderr.strip().splitlines() or ['?'])[-1]}")
+            raise StackError(
+                f"streamrep {' '.join(args[:3])} failed in {CLI_SERVICE}: "
+                f"{(done.stderr.strip().splitlines() or ['?'])[-1]}"
+            )
         return done.stdout
 
     started = time.monotonic()
@@ -512,20 +563,23 @@ def check(stack: Stack) -> CheckResult:
 
     airflow = Airflow()
     started = time.monotonic()
-    run = airflow.trigger("stream_replica_autosetup",
-                          {"path": source, "replica": replica, "multimaster": False, "synchronous": False})
+    run = airflow.trigger(
+        "stream_replica_autosetup", {"path": source, "replica": replica, "multimaster": False, "synchronous": False}
+    )
     airflow.wait_run("stream_replica_autosetup", run)
     stack.timed("check: autosetup DAG (copystream on the Spark cluster)", started)
 
     started = time.monotonic()
     sr("cluster", "gateway", "set", "-cluster", "sanfrancisco", "-dstcluster", "newyork", "-gateways", "gw1")
-    airflow.wait_run("stream_gateway_service",
-                     airflow.trigger("stream_gateway_service", {"action": "start", "cluster": "newyork"}))
+    airflow.wait_run(
+        "stream_gateway_service", airflow.trigger("stream_gateway_service", {"action": "start", "cluster": "newyork"})
+    )
     try:
         sr("produce", "-path", f"{source}:clicks", "-keysep", "=", input="user3=again\n")
         row = _wait_up_to_date(sr, source, replica)
-        gateway = next(g for g in _json_lines(sr("gateway", "list", "-cluster", "newyork", "-json"))
-                       if g["id"] == "gw1")
+        gateway = next(
+            g for g in _json_lines(sr("gateway", "list", "-cluster", "newyork", "-json")) if g["id"] == "gw1"
+        )
         stack.timed("check: gateway started, 1 message produced and replicated", started)
 
         started = time.monotonic()
@@ -535,18 +589,24 @@ def check(stack: Stack) -> CheckResult:
     finally:
         # A gateway runs until stopped, holding a Spark core and a worker slot: never leave one behind.
         started = time.monotonic()
-        airflow.wait_run("stream_gateway_service",
-                         airflow.trigger("stream_gateway_service", {"action": "stop", "cluster": "newyork"}))
+        airflow.wait_run(
+            "stream_gateway_service",
+            airflow.trigger("stream_gateway_service", {"action": "stop", "cluster": "newyork"}),
+        )
         _wait_gateways_stopped(sr, "newyork")
         stack.timed("check: gateway stopped", started)
     workers = [c["Config"]["Hostname"] for name, c in stack.containers().items() if name == "airflow-worker"]
-    with urllib.request.urlopen(f"http://127.0.0.1:{published_ports()['SPARK_MASTER_UI_PORT']}/json/",
-                                timeout=30) as answer:
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{published_ports()['SPARK_MASTER_UI_PORT']}/json/", timeout=30
+    ) as answer:
         master = json.load(answer)
     apps = [a["name"] for a in master["completedapps"] + master["activeapps"]]
     print(f"stack: check: {replica} holds {consumed}; replica list: {row}", flush=True)
-    print(f"stack: check: gateway gw1 ran as {gateway.get('engine')} on {gateway.get('master')} from host "
-          f"{gateway.get('host')} (workers: {workers}); Spark applications: {apps}", flush=True)
+    print(
+        f"stack: check: gateway gw1 ran as {gateway.get('engine')} on {gateway.get('master')} from host "
+        f"{gateway.get('host')} (workers: {workers}); Spark applications: {apps}",
+        flush=True,
+    )
     return CheckResult(source, replica, consumed, row, gateway, workers, apps, dict(stack.timings))
 
 
@@ -564,8 +624,9 @@ def _json_lines(out: str) -> list[dict]:
 def _wait_gateways_stopped(sr, cluster: str, timeout: float = 300) -> None:
     """Until no gateway of ``cluster`` is live: each ends after its micro-batch, and its Spark app with it."""
     deadline = time.monotonic() + timeout
-    while live := [g["id"] for g in _json_lines(sr("gateway", "list", "-cluster", cluster, "-json"))
-                   if g.get("status") == "live"]:
+    while live := [
+        g["id"] for g in _json_lines(sr("gateway", "list", "-cluster", cluster, "-json")) if g.get("status") == "live"
+    ]:
         if time.monotonic() > deadline:
             raise StackError(f"gateways {live} of {cluster} still live {timeout:.0f} s after gateway stop")
         time.sleep(3)
@@ -591,8 +652,7 @@ def main(argv: list[str]) -> int:
     if command == "up":
         stack = Stack(engine_host(start=True))
         stack.up()
-        print(f"stack: up; Airflow at http://127.0.0.1:{published_ports()['AIRFLOW_PORT']} "
-              f"(DOCKER_HOST={stack.host})")
+        print(f"stack: up; Airflow at http://127.0.0.1:{published_ports()['AIRFLOW_PORT']} (DOCKER_HOST={stack.host})")
         return 0
     if command == "check":
         check(Stack(engine_host(start=False)))
@@ -608,8 +668,9 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "logs" and len(argv) == 2:
         stack = Stack(engine_host(start=False))
-        return subprocess.run([*COMPOSE, "logs", "--no-color", "--tail", "200", argv[1]], cwd=REPO,
-                              env=stack.env).returncode
+        return subprocess.run(
+            [*COMPOSE, "logs", "--no-color", "--tail", "200", argv[1]], cwd=REPO, env=stack.env
+        ).returncode
     print("usage: ./run stack [up|check|down|logs SERVICE]", file=sys.stderr)
     return 2
 

@@ -34,8 +34,16 @@ AIRFLOW_RELEASED = {"3.2.2": "2026-05-30", "3.3.2": "2026-09-18"}
 AIRFLOW_RELEASES = tuple(AIRFLOW_RELEASED)
 # streamrep's direct dependencies (pyproject.toml), the test's, and the providers' common-compat
 # that Spark provider 6.3.4 requires (providers are released apart from Airflow): not held back.
-DIRECT = ("apache-airflow-providers-apache-spark", "apache-airflow-providers-common-compat", "pyspark", "pyarrow",
-          "pandas", "confluent-kafka", "prometheus-client", "pytest")
+DIRECT = (
+    "apache-airflow-providers-apache-spark",
+    "apache-airflow-providers-common-compat",
+    "pyspark",
+    "pyarrow",
+    "pandas",
+    "confluent-kafka",
+    "prometheus-client",
+    "pytest",
+)
 LOCKED_ON = "2026-11-25"
 PYTHON = "3.11"
 # What the README's example test needs beside streamrep: the repository's pinned pytest.
@@ -69,11 +77,30 @@ def lock() -> None:
         wanted.write_text("\n".join([f"apache-airflow=={release}", *TEST_REQUIREMENTS]) + "\n")
         # --no-config: without the repository's own override that drops pyspark-client, so the
         # lock holds what pip gives a user.
-        subprocess.run(["uv", "pip", "compile", "--quiet", "--no-config", str(REPO / "pyproject.toml"), str(wanted),
-                        "--python-version", PYTHON, "--generate-hashes", "--no-header", "--exclude-newer", released,
-                        *(f"--exclude-newer-package={name}={LOCKED_ON}" for name in DIRECT),
-                        "--custom-compile-command", "python scripts/wheel_envs.py lock",
-                        "-o", str(lock_path(release))], check=True, cwd=REPO)
+        subprocess.run(
+            [
+                "uv",
+                "pip",
+                "compile",
+                "--quiet",
+                "--no-config",
+                str(REPO / "pyproject.toml"),
+                str(wanted),
+                "--python-version",
+                PYTHON,
+                "--generate-hashes",
+                "--no-header",
+                "--exclude-newer",
+                released,
+                *(f"--exclude-newer-package={name}={LOCKED_ON}" for name in DIRECT),
+                "--custom-compile-command",
+                "python scripts/wheel_envs.py lock",
+                "-o",
+                str(lock_path(release)),
+            ],
+            check=True,
+            cwd=REPO,
+        )
         print(f"wheel_envs: {lock_path(release).relative_to(REPO)}")
 
 

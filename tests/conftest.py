@@ -88,8 +88,10 @@ def secure_kafka(tmp_path_factory) -> dict:
         pytest.skip(missing)
     home = tmp_path_factory.mktemp("secure-kafka")
     ports = kafka_local.free_ports(12)  # held together, so the two clusters' ports differ
-    clusters = {name: kafka_local.secure_cluster(name, ports[6 * i:6 * i + 6], home / name)
-                for i, name in enumerate(("sanfrancisco", "newyork"))}
+    clusters = {
+        name: kafka_local.secure_cluster(name, ports[6 * i : 6 * i + 6], home / name)
+        for i, name in enumerate(("sanfrancisco", "newyork"))
+    }
     try:
         for cluster in clusters.values():
             kafka_local.start_secure(cluster, die_with_parent=True)
@@ -120,10 +122,16 @@ def spark_cluster(tmp_path_factory):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "backends(*names): run the test on each named cluster backend "
-                                       "(embedded, kafka); its clusters come from the home fixture")
-    config.addinivalue_line("markers", "secure_kafka: needs the secured three-node Kafka clusters of the "
-                                       "secure_kafka fixture (skipped when the Kafka jars are not installed)")
+    config.addinivalue_line(
+        "markers",
+        "backends(*names): run the test on each named cluster backend "
+        "(embedded, kafka); its clusters come from the home fixture",
+    )
+    config.addinivalue_line(
+        "markers",
+        "secure_kafka: needs the secured three-node Kafka clusters of the "
+        "secure_kafka fixture (skipped when the Kafka jars are not installed)",
+    )
 
 
 SECURE_FILES = "test_secure_"  # the modules that use the secure_kafka fixture
@@ -150,8 +158,9 @@ def pytest_generate_tests(metafunc):
     marker = metafunc.definition.get_closest_marker("backends")
     if marker is not None and "backend" in metafunc.fixturenames:
         names = marker.args or BACKENDS
-        metafunc.parametrize("backend", [pytest.param(n, marks=[pytest.mark.kafka] if n == "kafka" else [])
-                                         for n in names])
+        metafunc.parametrize(
+            "backend", [pytest.param(n, marks=[pytest.mark.kafka] if n == "kafka" else []) for n in names]
+        )
 
 
 @pytest.fixture
@@ -165,8 +174,11 @@ def delete_namespace(bootstrap: str, namespace: str) -> None:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    names = [n for n in admin.list_topics(timeout=30).topics
-             if n.startswith(f"{namespace}.") or n.startswith(f"_streamrep.{namespace}.")]
+    names = [
+        n
+        for n in admin.list_topics(timeout=30).topics
+        if n.startswith(f"{namespace}.") or n.startswith(f"_streamrep.{namespace}.")
+    ]
     if names:
         for future in admin.delete_topics(names, request_timeout=30).values():
             try:

@@ -31,10 +31,11 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -116,8 +117,9 @@ def streamrep_cluster_names() -> tuple[str, ...]:
 
 
 @pytest.fixture
-def streamrep_clusters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                       streamrep_cluster_names: tuple[str, ...]) -> Iterable[TestClusters]:
+def streamrep_clusters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streamrep_cluster_names: tuple[str, ...]
+) -> Iterable[TestClusters]:
     """Embedded clusters in ``tmp_path``, registered and defined as Airflow connections."""
     from streamrep.client.admin import StreamAdmin
     from streamrep.client.config import Clusters
@@ -135,7 +137,9 @@ def streamrep_clusters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         admin = StreamAdmin(clusters, current_identity())
         admin.add_cluster(name, url, default=(i == 0))
         urls[name] = url
-        monkeypatch.setenv(f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps({"conn_type": "streamrep", "host": url}))
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps({"conn_type": "streamrep", "host": url})
+        )
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(LOCAL_SPARK))
     found = TestClusters(home=home, urls=urls, admin=StreamAdmin(clusters, current_identity()))
     yield found
@@ -162,7 +166,9 @@ def streamrep_airflow_db() -> None:
 
     url = conf.get("database", "sql_alchemy_conn")
     if not url.startswith(f"sqlite:///{os.environ.get('AIRFLOW_HOME', '~')}/"):
-        pytest.skip(f"streamrep_run_dag migrates only a throwaway SQLite database in AIRFLOW_HOME, not {url.split('@')[-1]}")
+        pytest.skip(
+            f"streamrep_run_dag migrates only a throwaway SQLite database in AIRFLOW_HOME, not {url.split('@')[-1]}"
+        )
     initdb()
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from streamrep.spark.submit import job_processes, tether
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,21 +172,48 @@ class Postgres:
 
     def start(self) -> None:
         # trust on loopback only: a throwaway server for one session
-        subprocess.run([self.bindir / "initdb", "-D", self.data, "-U", DB_USER, "--auth=trust", "-E", "UTF8",
-                        "--no-sync"], check=True, capture_output=True, **self.as_user)
+        subprocess.run(
+            [self.bindir / "initdb", "-D", self.data, "-U", DB_USER, "--auth=trust", "-E", "UTF8", "--no-sync"],
+            check=True,
+            capture_output=True,
+            **self.as_user,
+        )
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [self.bindir / "postgres", "-D", self.data, "-p", str(self.port), "-k", self.root,
-                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                 "-c", "full_page_writes=off", "-c", "max_connections=200"],
-                stdout=log, stderr=subprocess.STDOUT, **self.as_user, **tether())
+                [
+                    self.bindir / "postgres",
+                    "-D",
+                    self.data,
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    self.root,
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=200",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                **self.as_user,
+                **tether(),
+            )
         deadline = time.monotonic() + 60
         while subprocess.run([self.bindir / "pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"PostgreSQL did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.1)
-        subprocess.run([self.bindir / "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, DB_NAME],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [self.bindir / "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", DB_USER, DB_NAME],
+            check=True,
+            capture_output=True,
+        )
 
     def stop(self) -> None:
         if self.process is not None:
@@ -216,9 +244,15 @@ class Airflow:
         if service == "api-server":
             args += ["--host", "127.0.0.1", "--port", str(self.port)]
         with open(self.logs / f"{service}.log", "ab") as log:
-            self.processes[service] = subprocess.Popen([sys.executable, __file__, *args], env=self.env, cwd=REPO,
-                                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                                       **tether())
+            self.processes[service] = subprocess.Popen(
+                [sys.executable, __file__, *args],
+                env=self.env,
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                **tether(),
+            )
 
     def stop(self, service: str) -> None:
         """Stop one service and everything it started (the scheduler: its task processes and their
@@ -269,11 +303,14 @@ class Airflow:
                 health = json.loads(resp.read())
         except (OSError, ValueError):
             return {}
-        return {part: (health.get(part) or {}).get("status") for part in
-                ("metadatabase", "scheduler", "triggerer", "dag_processor")}
+        return {
+            part: (health.get(part) or {}).get("status")
+            for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+        }
 
-    def wait_healthy(self, timeout: float = 300, parts: tuple[str, ...] = ("metadatabase", "scheduler",
-                                                                             "triggerer", "dag_processor")) -> float:
+    def wait_healthy(
+        self, timeout: float = 300, parts: tuple[str, ...] = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    ) -> float:
         """Seconds until every part in ``parts`` is healthy."""
         start = time.monotonic()
         while True:
@@ -282,8 +319,10 @@ class Airflow:
                 return time.monotonic() - start
             dead = [s for s, p in self.processes.items() if p.poll() is not None]
             if dead or time.monotonic() - start > timeout:
-                raise AssertionError(f"Airflow not healthy ({health}); exited: {dead}\n"
-                                     + "\n".join(f"--- {s}\n{self.log(s, 2500)}" for s in self.processes))
+                raise AssertionError(
+                    f"Airflow not healthy ({health}); exited: {dead}\n"
+                    + "\n".join(f"--- {s}\n{self.log(s, 2500)}" for s in self.processes)
+                )
             time.sleep(0.5)
 
     def wait_dags(self, dag_ids: set[str], timeout: float = 300) -> None:
@@ -310,8 +349,9 @@ class Airflow:
         deadline = time.monotonic() + timeout
         while (state := self.run_state(dag_id, run_id)) not in ("success", "failed"):
             if time.monotonic() > deadline:
-                raise AssertionError(f"{dag_id} run {run_id} still {state} after {timeout} s:\n"
-                                     + self.log("scheduler"))
+                raise AssertionError(
+                    f"{dag_id} run {run_id} still {state} after {timeout} s:\n" + self.log("scheduler")
+                )
             time.sleep(1)
         return state
 
@@ -366,8 +406,14 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
     env.pop("PORT", None)  # scripts/airflow-ui.sh's
     airflow = Airflow(env, logs)
     started = time.monotonic()
-    migrate = subprocess.run([shutil.which("airflow", path=env["PATH"]), "db", "migrate"], env=env, cwd=REPO,
-                             capture_output=True, text=True, timeout=300)
+    migrate = subprocess.run(
+        [shutil.which("airflow", path=env["PATH"]), "db", "migrate"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     airflow.timings["airflow db migrate (PostgreSQL)"] = round(time.monotonic() - started, 1)
     try:
@@ -380,8 +426,7 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
         # the package's DAGs (through dags/streamrep_dags.py) and the examples, each named after its file
         import streamrep.dags
 
-        airflow.wait_dags({*streamrep.dags.__all__,
-                           *(path.stem for path in (REPO / "dags").glob("*example.py"))})
+        airflow.wait_dags({*streamrep.dags.__all__, *(path.stem for path in (REPO / "dags").glob("*example.py"))})
         airflow.timings["four services until healthy and the DAGs parsed"] = round(time.monotonic() - started, 1)
         yield airflow
     finally:

@@ -58,27 +58,32 @@ class Session:
         self.streamrep_home.mkdir()
         self.port = free_port()
         self.timings: dict[str, float] = {}
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "STREAMREP_", "SPARK_", "PYSPARK_"))}
-        env.update({
-            "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
-            "AIRFLOW_HOME": str(self.airflow_home),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            # the plugins folder stays AIRFLOW_HOME's empty one: the page comes from the package
-            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "PYSPARK_PYTHON": sys.executable,
-            "STREAMREP_HOME": str(self.streamrep_home),
-            "STREAMREP_USER": USER,
-            "STREAMREP_GROUPS": "",
-            "PYTHONUNBUFFERED": "1",
-            "PORT": str(self.port),
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "STREAMREP_", "SPARK_", "PYSPARK_"))
+        }
+        env.update(
+            {
+                "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")]),
+                "AIRFLOW_HOME": str(self.airflow_home),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+                # the plugins folder stays AIRFLOW_HOME's empty one: the page comes from the package
+                "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+                "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+                "AIRFLOW__CORE__PARALLELISM": "2",
+                "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+                "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+                "PYSPARK_PYTHON": sys.executable,
+                "STREAMREP_HOME": str(self.streamrep_home),
+                "STREAMREP_USER": USER,
+                "STREAMREP_GROUPS": "",
+                "PYTHONUNBUFFERED": "1",
+                "PORT": str(self.port),
+            }
+        )
         self.env = env
 
     def env_for(self, airflow_home: Path | None) -> dict[str, str]:
@@ -93,16 +98,30 @@ class Session:
         cfg.write_text(cfg.read_text().replace(f"{self.airflow_home}/", f"{target}/"))
         return target
 
-    def run(self, *args: str, stdin: str | None = None, timeout: float = 300, label: str | None = None,
-            airflow_home: Path | None = None) -> Run:
+    def run(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        timeout: float = 300,
+        label: str | None = None,
+        airflow_home: Path | None = None,
+    ) -> Run:
         return self.start(*args, stdin=stdin, label=label, airflow_home=airflow_home).wait(timeout)
 
-    def start(self, *args: str, stdin: str | None = None, label: str | None = None,
-              airflow_home: Path | None = None, env: dict[str, str] | None = None) -> "Running":
+    def start(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        label: str | None = None,
+        airflow_home: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Running:
         """Start a command in the background; ``.wait()`` gives its Run.
 
         :param env: the whole environment instead of the session's (e.g. other connections)."""
-        return Running(self, [str(a) for a in args], stdin, label, env if env is not None else self.env_for(airflow_home))
+        return Running(
+            self, [str(a) for a in args], stdin, label, env if env is not None else self.env_for(airflow_home)
+        )
 
     def airflow(self, *args: str, **kwargs: Any) -> Run:
         return self.run(VENV_BIN / "airflow", *args, **kwargs)
@@ -112,11 +131,26 @@ class Session:
         assert run.returncode == 0, run.output
         return run
 
-    def dags_test(self, dag_id: str, conf: dict[str, Any], label: str, airflow_home: Path | None = None,
-                  env: dict[str, str] | None = None) -> "Running":
+    def dags_test(
+        self,
+        dag_id: str,
+        conf: dict[str, Any],
+        label: str,
+        airflow_home: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Running:
         """``airflow dags test`` started in the background."""
-        return self.start(VENV_BIN / "airflow", "dags", "test", dag_id, "-c", json.dumps(conf), label=label,
-                          airflow_home=airflow_home, env=env)
+        return self.start(
+            VENV_BIN / "airflow",
+            "dags",
+            "test",
+            dag_id,
+            "-c",
+            json.dumps(conf),
+            label=label,
+            airflow_home=airflow_home,
+            env=env,
+        )
 
 
 class Running:
@@ -126,8 +160,14 @@ class Running:
         self.session, self.args, self.label = session, args, label
         self.started = time.monotonic()
         self.out = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                     stdout=self.out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=self.out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=REPO,
+        )
         if stdin is not None:
             self.proc.stdin.write(stdin.encode())
             self.proc.stdin.close()
@@ -177,8 +217,9 @@ class AirflowUI:
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 raw = resp.read()
@@ -202,8 +243,10 @@ def _healthy(base: str) -> bool:
             health = json.loads(resp.read())
     except (OSError, ValueError):
         return False
-    return all(health.get(part, {}).get("status") == "healthy"
-               for part in ("metadatabase", "scheduler", "triggerer", "dag_processor"))
+    return all(
+        health.get(part, {}).get("status") == "healthy"
+        for part in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+    )
 
 
 @pytest.fixture(scope="module")  # stopped after its module: an idle Airflow costs the rest of the suite CPU
@@ -215,8 +258,14 @@ def airflow_ui_started(e2e: Session):
     log = e2e.root / "airflow-ui.log"
     env = e2e.env_for(e2e.copy_airflow_home("airflow-home-ui"))
     with open(log, "wb") as out:
-        process = subprocess.Popen(["bash", str(REPO / "scripts" / "airflow-ui.sh")], env=env, cwd=REPO,
-                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "airflow-ui.sh")],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     ui = AirflowUI(f"http://localhost:{e2e.port}", process, log)
     ui.started = time.monotonic()
     try:

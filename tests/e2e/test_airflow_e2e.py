@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from streamrep.client import Clusters, Consumer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.replication.status import replica_status
@@ -41,8 +42,9 @@ def admin_of(e2e) -> StreamAdmin:
 
 
 def produce(e2e, topic_path: str, values: list[str]) -> None:
-    e2e.streamrep("produce", "-path", topic_path, "-keysep", "=",
-                  stdin="".join(f"{v.split('-')[-1]}={v}\n" for v in values))
+    e2e.streamrep(
+        "produce", "-path", topic_path, "-keysep", "=", stdin="".join(f"{v.split('-')[-1]}={v}\n" for v in values)
+    )
 
 
 def contents(admin: StreamAdmin, stream: str) -> Counter:
@@ -87,11 +89,17 @@ def world(e2e, airflow_ui_started) -> dict:
 
     # Two Airflow homes (copies of one migrated database), so two DAG runs can go side by side.
     other_home = s.copy_airflow_home("airflow-home-2")
-    manual = s.dags_test("stream_replica_manual_setup", {"path": SF_ACTIVITY, "replica": NY_ACTIVITY},
-                         label="dags test stream_replica_manual_setup")
-    auto = s.dags_test("stream_replica_autosetup", {"path": SF_METRICS, "replica": NY_METRICS,
-                                                    "multimaster": True, "synchronous": False},
-                       label="dags test stream_replica_autosetup (multimaster)", airflow_home=other_home)
+    manual = s.dags_test(
+        "stream_replica_manual_setup",
+        {"path": SF_ACTIVITY, "replica": NY_ACTIVITY},
+        label="dags test stream_replica_manual_setup",
+    )
+    auto = s.dags_test(
+        "stream_replica_autosetup",
+        {"path": SF_METRICS, "replica": NY_METRICS, "multimaster": True, "synchronous": False},
+        label="dags test stream_replica_autosetup (multimaster)",
+        airflow_home=other_home,
+    )
     runs = {"manual": manual.wait(), "autosetup": auto.wait()}
     admin = admin_of(s)
     runs["copied_activity"] = contents(admin, NY_ACTIVITY)
@@ -109,11 +117,20 @@ def world(e2e, airflow_ui_started) -> dict:
     sent["metrics"]["cpu"] += sf_more + ny_more
 
     # The gateways of both clusters, side by side (each applies exactly once whatever the other does).
-    s.streamrep("cluster", "gateway", "set", "-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco")
-    ny = s.dags_test("stream_gateways", {"cluster": "newyork", "once": True, "gateways": "gw1"},
-                     label="dags test stream_gateways newyork (once)")
-    sf = s.dags_test("stream_gateways", {"cluster": "sanfrancisco", "once": True},
-                     label="dags test stream_gateways sanfrancisco (once)", airflow_home=other_home)
+    s.streamrep(
+        "cluster", "gateway", "set", "-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco"
+    )
+    ny = s.dags_test(
+        "stream_gateways",
+        {"cluster": "newyork", "once": True, "gateways": "gw1"},
+        label="dags test stream_gateways newyork (once)",
+    )
+    sf = s.dags_test(
+        "stream_gateways",
+        {"cluster": "sanfrancisco", "once": True},
+        label="dags test stream_gateways sanfrancisco (once)",
+        airflow_home=other_home,
+    )
     runs["gateways_newyork"], runs["gateways_sanfrancisco"] = ny.wait(), sf.wait()
     runs["sent"] = sent
     yield runs
@@ -123,12 +140,20 @@ def world(e2e, airflow_ui_started) -> dict:
 def test_manual_setup_runs_the_seven_steps_and_copies_on_spark(world, e2e):
     run = world["manual"]
     succeeded(run, "stream_replica_manual_setup")
-    for task in ("create_replica", "add_replica_paused", "verify_replica", "add_upstream", "verify_upstream",
-                 "copystream", "resume_replica"):
+    for task in (
+        "create_replica",
+        "add_replica_paused",
+        "verify_replica",
+        "add_upstream",
+        "verify_upstream",
+        "copystream",
+        "resume_replica",
+    ):
         assert f"[DAG TEST] end task task_id={task} " in run.output, task
     assert "Spark-Submit cmd: spark-submit --master local[2]" in run.output
-    assert world["copied_activity"] == expect({"clicks": [f"click-{i}" for i in range(300)],
-                                               "orders": [f"order-{i}" for i in range(40)]})
+    assert world["copied_activity"] == expect(
+        {"clicks": [f"click-{i}" for i in range(300)], "orders": [f"order-{i}" for i in range(40)]}
+    )
     admin = admin_of(e2e)
     assert admin.entry(NY_ACTIVITY).meta == admin.entry(SF_ACTIVITY).meta  # -copymetafrom
     (row,) = admin.list_replicas(SF_ACTIVITY)
@@ -160,13 +185,17 @@ def test_gateways_replicate_every_message_exactly_once(world, e2e):
     assert row["isUptodate"] and row["pendingMessages"] == 0
     assert row["replicaState"] == "REPLICA_STATE_WAITING_FOR_GATEWAY" and "ErrAllGatewaysUnreachable" in row["errors"]
     for source in (SF_METRICS, NY_METRICS):
-        assert [(r["replicaState"], r["isUptodate"]) for r in replica_status(admin, source)] == \
-            [("REPLICA_STATE_WAITING_FOR_GATEWAY", True)]
+        assert [(r["replicaState"], r["isUptodate"]) for r in replica_status(admin, source)] == [
+            ("REPLICA_STATE_WAITING_FOR_GATEWAY", True)
+        ]
 
 
 def test_autosetup_fails_clearly_when_the_replica_exists(world, e2e):
-    run = e2e.dags_test("stream_replica_autosetup", {"path": SF_ACTIVITY, "replica": NY_ACTIVITY},
-                        label="dags test stream_replica_autosetup (replica exists, fails)").wait()
+    run = e2e.dags_test(
+        "stream_replica_autosetup",
+        {"path": SF_ACTIVITY, "replica": NY_ACTIVITY},
+        label="dags test stream_replica_autosetup (replica exists, fails)",
+    ).wait()
     assert ("stream_replica_autosetup", "failed") in SUCCESS.findall(run.output), run.output[-4000:]
     assert f"streamrep: replica stream {NY_ACTIVITY} already exists; autosetup creates it" in run.output
     assert "[DAG TEST] end task task_id=create_replica" not in run.output
@@ -184,39 +213,59 @@ def _wait_for_run(ui, dag_id: str, run_id: str, timeout: float = 180) -> dict:
 def test_a_dag_triggered_through_rest_succeeds(world, e2e, airflow_ui):
     ui = airflow_ui
     dags = {d["dag_id"] for d in ui.get("/api/v2/dags")["dags"]}
-    assert {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways",
-            "stream_replica_control"} <= dags
+    assert {
+        "stream_replica_manual_setup",
+        "stream_replica_autosetup",
+        "stream_gateways",
+        "stream_replica_control",
+    } <= dags
     assert ui.get("/api/v2/importErrors")["total_entries"] == 0
     ui.request("PATCH", "/api/v2/dags/stream_replica_control", {"is_paused": False})
     admin = admin_of(e2e)
     for action, paused in (("pause", True), ("resume", False)):
         start = time.monotonic()
-        status, run = ui.request("POST", "/api/v2/dags/stream_replica_control/dagRuns", {
-            "logical_date": None, "conf": {"path": SF_ACTIVITY, "replica": NY_ACTIVITY, "action": action}})
+        status, run = ui.request(
+            "POST",
+            "/api/v2/dags/stream_replica_control/dagRuns",
+            {"logical_date": None, "conf": {"path": SF_ACTIVITY, "replica": NY_ACTIVITY, "action": action}},
+        )
         assert status == 200, run
         finished = _wait_for_run(ui, "stream_replica_control", run["dag_run_id"])
         e2e.timings[f"REST-triggered stream_replica_control {action}"] = round(time.monotonic() - start, 1)
         assert finished["state"] == "success", finished
         (row,) = admin.list_replicas(SF_ACTIVITY)
         assert row["paused"] is paused
-        tis = {t["task_id"]: t["state"] for t in ui.get(
-            f"/api/v2/dags/stream_replica_control/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]}
+        tis = {
+            t["task_id"]: t["state"]
+            for t in ui.get(f"/api/v2/dags/stream_replica_control/dagRuns/{run['dag_run_id']}/taskInstances")[
+                "task_instances"
+            ]
+        }
         assert tis[action] == "success" and tis["replica_list"] == "success"
         assert {a: s for a, s in tis.items() if a in ("pause", "resume", "remove") and a != action} == {
-            a: "skipped" for a in ("pause", "resume", "remove") if a != action}
+            a: "skipped" for a in ("pause", "resume", "remove") if a != action
+        }
 
 
 def test_rest_refuses_a_malformed_path_with_a_readable_message(airflow_ui):
-    status, body = airflow_ui.request("POST", "/api/v2/dags/stream_replica_control/dagRuns", {
-        "logical_date": None, "conf": {"path": "/mapr/sanfrancisco/activity:clicks", "action": "pause"}})
+    status, body = airflow_ui.request(
+        "POST",
+        "/api/v2/dags/stream_replica_control/dagRuns",
+        {"logical_date": None, "conf": {"path": "/mapr/sanfrancisco/activity:clicks", "action": "pause"}},
+    )
     assert status == 400
-    assert body["detail"].startswith("Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' does not match")
+    assert body["detail"].startswith(
+        "Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' does not match"
+    )
 
 
 def test_rest_refuses_a_control_trigger_without_a_replica(airflow_ui):
     """The replica has no default: a trigger that forgets it acts on nothing."""
-    status, body = airflow_ui.request("POST", "/api/v2/dags/stream_replica_control/dagRuns", {
-        "logical_date": None, "conf": {"path": SF_ACTIVITY, "action": "pause"}})
+    status, body = airflow_ui.request(
+        "POST",
+        "/api/v2/dags/stream_replica_control/dagRuns",
+        {"logical_date": None, "conf": {"path": SF_ACTIVITY, "action": "pause"}},
+    )
     assert status == 400
     assert body["detail"].startswith("Invalid input for param replica: No value passed")
 
@@ -232,9 +281,17 @@ def test_the_page_with_login_off_shows_everything_to_everyone(world, e2e, airflo
     assert status == 200 and f'data-path="{NY_ACTIVITY}"' in page
 
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--hide-scrollbars"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 def chromium(tmp_path: Path, url: str, *extra: str) -> str:
@@ -242,8 +299,9 @@ def chromium(tmp_path: Path, url: str, *extra: str) -> str:
     if exe is None:
         pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
     profile = tmp_path / f"profile-{time.monotonic_ns()}"
-    proc = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *extra, url], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -251,9 +309,22 @@ def chromium(tmp_path: Path, url: str, *extra: str) -> str:
 def test_replication_page_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_path):
     # a live gateway of newyork (the CLI's in-process engine) while the page is rendered; gw2 is
     # listed for newyork but not running, so it shows as down
-    gateway = subprocess.Popen([str(Path(sys.executable).parent / "streamrep"), "gateway", "run", "-cluster",
-                                "newyork", "-id", "gw1", "-engine", "local"], env=e2e.env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gateway = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "streamrep"),
+            "gateway",
+            "run",
+            "-cluster",
+            "newyork",
+            "-id",
+            "gw1",
+            "-engine",
+            "local",
+        ],
+        env=e2e.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         time.sleep(2)
         page = f"{airflow_ui.base}/streamrep/replication"
@@ -268,11 +339,17 @@ def test_replication_page_renders_in_headless_chromium(world, e2e, airflow_ui, t
         assert f"{held:,} msgs" in svg
         # inside the Airflow UI: the plugin's external view at /plugin/stream-replication
         shot = tmp_path / "replication-page.png"
-        chromium(tmp_path, f"{airflow_ui.base}/plugin/stream-replication", "--window-size=1400,1000",
-                 "--virtual-time-budget=15000", f"--screenshot={shot}")
+        chromium(
+            tmp_path,
+            f"{airflow_ui.base}/plugin/stream-replication",
+            "--window-size=1400,1000",
+            "--virtual-time-budget=15000",
+            f"--screenshot={shot}",
+        )
         assert shot.stat().st_size > 20_000
-        ui_dom = chromium(tmp_path, f"{airflow_ui.base}/plugin/stream-replication", "--virtual-time-budget=15000",
-                          "--dump-dom")
+        ui_dom = chromium(
+            tmp_path, f"{airflow_ui.base}/plugin/stream-replication", "--virtual-time-budget=15000", "--dump-dom"
+        )
         assert 'src="/streamrep/replication"' in ui_dom or "/streamrep/replication" in ui_dom
         if os.environ.get("STREAMREP_UPDATE_SCREENSHOT"):
             (REPO / "docs").mkdir(exist_ok=True)
@@ -296,8 +373,10 @@ def _hitl(ui, dag_id: str, run_id: str, task_id: str = "approve", timeout: float
             # Answer once the scheduler has taken in the executor event of the workload that paused
             # the task: Airflow 3.3 (LocalExecutor) marks a HITL task FAILED when that event arrives
             # after the answer has queued the task again ("reported that the task instance ... finished").
-            paused = f"state success for task instance TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', " \
-                     f"run_id='{run_id}'"
+            paused = (
+                f"state success for task instance TaskInstanceKey(dag_id='{dag_id}', task_id='{task_id}', "
+                f"run_id='{run_id}'"
+            )
             if paused in ui.log.read_text(errors="replace"):
                 return body
         assert time.monotonic() < deadline, (status, body)
@@ -317,8 +396,12 @@ def _call(ui, method: str, path: str, body: Any = None, timeout: float = 120) ->
 
 
 def _respond(ui, dag_id: str, run_id: str, option: str) -> None:
-    _call(ui, "PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
-          {"chosen_options": [option], "params_input": {}})
+    _call(
+        ui,
+        "PATCH",
+        f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/approve/-1/hitlDetails",
+        {"chosen_options": [option], "params_input": {}},
+    )
 
 
 def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothing(e2e, airflow_ui):
@@ -336,7 +419,8 @@ def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothi
     # gw1: the world's sanfrancisco sends to newyork's listed gateways only (gw1 gw2)
     s.streamrep("gateway", "run", "-cluster", "newyork", "-id", "gw1", "-once", "true", "-engine", "local")
     assert admin.entry(FO_NY).failover is None and contents(admin, FO_NY) == expect(
-        {"events": [f"event-{i}" for i in range(25)]})
+        {"events": [f"event-{i}" for i in range(25)]}
+    )
     _call(ui, "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, timeout=240)  # once it is parsed
     conf = {"path": FO_SF, "replica": FO_NY, "timeout": 60}
     outcomes = {}
@@ -353,8 +437,10 @@ def test_failover_dag_waits_for_a_persons_approval_and_a_rejection_changes_nothi
         finished = _wait_for_run(ui, dag_id, run["dag_run_id"])
         e2e.timings[f"REST-triggered {dag_id} ({option})"] = round(time.monotonic() - start, 1)
         assert finished["state"] == "success", finished
-        outcomes[option] = {t["task_id"]: t["state"] for t in ui.get(
-            f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]}
+        outcomes[option] = {
+            t["task_id"]: t["state"]
+            for t in ui.get(f"/api/v2/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances")["task_instances"]
+        }
         if option == "Reject":  # skipped, and nothing changed
             assert outcomes[option]["failover"] == "skipped"
             assert admin.entry(FO_NY).failover is None and admin.entry(FO_SF).failover is None
@@ -371,17 +457,44 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
     sanfrancisco/activity -> newyork/activity while the replica is paused and messages arrive,
     then catches up; the page draws the history as a chart with the replica's thresholds, seen
     in headless Chromium (docs/lag-chart.png with STREAMREP_UPDATE_SCREENSHOT=1)."""
-    import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
     import urllib.request
+
+    import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 
     from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
 
-    e2e.streamrep("stream", "replica", "alert", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY,
-                  "-maxlagmsgs", "150", "-maxlagms", "120000")
+    e2e.streamrep(
+        "stream",
+        "replica",
+        "alert",
+        "-path",
+        SF_ACTIVITY,
+        "-replica",
+        NY_ACTIVITY,
+        "-maxlagmsgs",
+        "150",
+        "-maxlagms",
+        "120000",
+    )
     (port,) = kafka_local.free_ports(1)
-    gateway = subprocess.Popen([str(Path(sys.executable).parent / "streamrep"), "gateway", "run", "-cluster",
-                                "newyork", "-id", "gw1", "-engine", "local", "-metricsport", str(port)], env=e2e.env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gateway = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "streamrep"),
+            "gateway",
+            "run",
+            "-cluster",
+            "newyork",
+            "-id",
+            "gw1",
+            "-engine",
+            "local",
+            "-metricsport",
+            str(port),
+        ],
+        env=e2e.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     admin = admin_of(e2e)
     before = len(lag_history(admin, SF_ACTIVITY, NY_ACTIVITY))
     try:
@@ -400,13 +513,17 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
             metrics = response.read().decode()
         assert f'streamrep_replica_lag_messages{{replica="{NY_ACTIVITY}",source="{SF_ACTIVITY}"}} 0.0' in metrics
-        assert re.search(r'streamrep_gateway_replicated_messages_total\{cluster="newyork",gateway="gw1"\} '
-                         r'([2-9]\d\d|\d{4,})\.0', metrics)
+        assert re.search(
+            r'streamrep_gateway_replicated_messages_total\{cluster="newyork",gateway="gw1"\} '
+            r"([2-9]\d\d|\d{4,})\.0",
+            metrics,
+        )
 
         page = f"{airflow_ui.base}/streamrep/replication"
         dom = chromium(tmp_path, page, "--dump-dom")
-        chart = re.search(rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY_ACTIVITY}"[^>]*>.*?</svg>', dom,
-                          re.S).group(0)
+        chart = re.search(
+            rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY_ACTIVITY}"[^>]*>.*?</svg>', dom, re.S
+        ).group(0)
         attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', chart.split(">", 1)[0]))
         assert attrs["source"] == SF_ACTIVITY and int(attrs["samples"]) == len(history)
         assert int(attrs["max-messages"]) == max(s["messages"] for s in history) and attrs["last-messages"] == "0"
@@ -463,15 +580,21 @@ def test_a_dag_scheduled_on_a_replica_runs_after_its_caught_up_event(world, e2e,
         ui.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
     before = {r["dag_run_id"] for r in _runs(ui, example)}
     start = time.monotonic()
-    status, run = ui.request("POST", "/api/v2/dags/stream_replica_manual_setup/dagRuns", {
-        "logical_date": None, "conf": {"path": SF_ACTIVITY, "replica": NY_ACTIVITY}})
+    status, run = ui.request(
+        "POST",
+        "/api/v2/dags/stream_replica_manual_setup/dagRuns",
+        {"logical_date": None, "conf": {"path": SF_ACTIVITY, "replica": NY_ACTIVITY}},
+    )
     assert status == 200, run
     finished = _wait_for_run(ui, "stream_replica_manual_setup", run["dag_run_id"], timeout=420)
     e2e.timings["REST-triggered stream_replica_manual_setup (rerun, with wait_caught_up)"] = round(
-        time.monotonic() - start, 1)
+        time.monotonic() - start, 1
+    )
     assert finished["state"] == "success", finished
-    new = _until(f"a run of {example}", lambda: [r for r in _runs(ui, example)
-                                                 if r["dag_run_id"] not in before and r["state"] == "success"])
+    new = _until(
+        f"a run of {example}",
+        lambda: [r for r in _runs(ui, example) if r["dag_run_id"] not in before and r["state"] == "success"],
+    )
     e2e.timings["replica caught-up event -> example run succeeded"] = round(time.monotonic() - start, 1)
     assert len(new) == 1, new
     (event,) = _upstream_events(ui, example, new[0]["dag_run_id"])
@@ -497,7 +620,8 @@ def test_a_message_in_the_watched_topic_makes_one_run_of_the_example_dag(world, 
     start = time.monotonic()
     _until("the watcher to start in the triggerer", watcher_at_end)
     e2e.timings["AssetWatcher started in the triggerer (after the module's other tests)"] = round(
-        time.monotonic() - start, 1)
+        time.monotonic() - start, 1
+    )
     produce(e2e, f"{SF_ACTIVITY}:{WATCHED_TOPIC}", ["watched-1"])
     start = time.monotonic()
 
@@ -512,8 +636,11 @@ def test_a_message_in_the_watched_topic_makes_one_run_of_the_example_dag(world, 
                 found.append((run, values))
         return found
 
-    _until("a successful run for the message",
-           lambda: [r for r, _ in runs_with_the_message() if r["state"] == "success"], timeout=180)
+    _until(
+        "a successful run for the message",
+        lambda: [r for r, _ in runs_with_the_message() if r["state"] == "success"],
+        timeout=180,
+    )
     e2e.timings["message produced -> example run succeeded"] = round(time.monotonic() - start, 1)
     time.sleep(8)  # four of the watcher's polls: time enough to fire twice, if it would
     found = runs_with_the_message()
@@ -521,7 +648,10 @@ def test_a_message_in_the_watched_topic_makes_one_run_of_the_example_dag(world, 
     assert watcher_at_end()
     # every asset event of the topic, since the watcher started: each message at most once
     (asset,) = ui.get("/api/v2/assets?uri_pattern=streamrep://sanfrancisco/activity:clicks")["assets"]
-    events = _until("the topic's asset events", lambda: _answered(
-        ui, f"/api/v2/assets/events?asset_id={asset['id']}&limit=100"), timeout=120)["asset_events"]
+    events = _until(
+        "the topic's asset events",
+        lambda: _answered(ui, f"/api/v2/assets/events?asset_id={asset['id']}&limit=100"),
+        timeout=120,
+    )["asset_events"]
     fired = [(m["partition"], m["offset"]) for e in events for m in e["extra"]["payload"]["messages"]]
     assert fired and len(fired) == len(set(fired))

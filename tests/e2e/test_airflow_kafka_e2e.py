@@ -19,16 +19,24 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_airflow_e2e import USER, contents, expect, succeeded
+
 from streamrep.client import Producer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.replication.status import replica_status
-from test_airflow_e2e import USER, contents, expect, succeeded
 
 pytestmark = [pytest.mark.slow, pytest.mark.backends("kafka")]
 
 SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
-SEVEN_STEPS = ("create_replica", "add_replica_paused", "verify_replica", "add_upstream", "verify_upstream",
-               "copystream", "resume_replica")
+SEVEN_STEPS = (
+    "create_replica",
+    "add_replica_paused",
+    "verify_replica",
+    "add_upstream",
+    "verify_upstream",
+    "copystream",
+    "resume_replica",
+)
 
 
 def produce(admin: StreamAdmin, values_by_topic: dict[str, list[str]]) -> None:
@@ -51,10 +59,15 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
     env = {**e2e.env, "STREAMREP_HOME": str(airflow_home_of_streamrep)}
     for name, info in clusters.items():
         env[f"AIRFLOW_CONN_STREAMREP_{name.upper()}"] = json.dumps(
-            {"conn_type": "streamrep", "host": info.url, "extra": {"kafka": dict(info.settings)}})
+            {"conn_type": "streamrep", "host": info.url, "extra": {"kafka": dict(info.settings)}}
+        )
 
-    manual = e2e.dags_test("stream_replica_manual_setup", {"path": SF, "replica": NY},
-                           "dags test stream_replica_manual_setup (kafka)", env=env).wait()
+    manual = e2e.dags_test(
+        "stream_replica_manual_setup",
+        {"path": SF, "replica": NY},
+        "dags test stream_replica_manual_setup (kafka)",
+        env=env,
+    ).wait()
     succeeded(manual, "stream_replica_manual_setup")
     for task in SEVEN_STEPS:
         assert f"[DAG TEST] end task task_id={task} " in manual.output, task
@@ -67,8 +80,12 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
     later = {"clicks": [f"late-click-{i}" for i in range(40)], "orders": [f"late-order-{i}" for i in range(5)]}
     produce(admin, later)
     admin.set_gateways("newyork", "gw1", cluster="sanfrancisco")
-    gateways = e2e.dags_test("stream_gateways", {"cluster": "newyork", "once": True},
-                           "dags test stream_gateways newyork (kafka, once)", env=env).wait()
+    gateways = e2e.dags_test(
+        "stream_gateways",
+        {"cluster": "newyork", "once": True},
+        "dags test stream_gateways newyork (kafka, once)",
+        env=env,
+    ).wait()
     succeeded(gateways, "stream_gateways")
     assert "Spark-Submit cmd: spark-submit" in gateways.output
     everything = {topic: sent[topic] + later[topic] for topic in sent}

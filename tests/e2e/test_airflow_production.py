@@ -19,12 +19,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_airflow_e2e import USER, contents, expect
+
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS
 from streamrep.replication.gateway import HEARTBEAT_KIND
 from streamrep.replication.status import replica_status
-from test_airflow_e2e import USER, contents, expect
 
 # The timeouts below are generous: on a 2-core machine shared with other Spark jobs one Spark
 # job start took minutes (idle: seconds).
@@ -90,8 +91,11 @@ def live_gateway_jvm(admin: StreamAdmin, after: float, not_jvm: int | None = Non
 
 
 def gateway_tries(airflow, run_id: str) -> list[tuple[str, int]]:
-    return [(t["state"], t["try_number"]) for t in airflow.task_instances("stream_gateways", run_id)
-            if t["task_id"] == "gateway"]
+    return [
+        (t["state"], t["try_number"])
+        for t in airflow.task_instances("stream_gateways", run_id)
+        if t["task_id"] == "gateway"
+    ]
 
 
 def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restart(airflow_production):
@@ -113,8 +117,19 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
     assert airflow.wait_run("stream_replica_manual_setup", setup) == "success", airflow.log("scheduler")
     timings["REST-triggered stream_replica_manual_setup until success"] = round(time.monotonic() - started, 1)
     states = {t["task_id"]: t["state"] for t in airflow.task_instances("stream_replica_manual_setup", setup)}
-    assert states == dict.fromkeys(("create_replica", "add_replica_paused", "verify_replica", "add_upstream",
-                                    "verify_upstream", "copystream", "resume_replica", "wait_caught_up"), "success")
+    assert states == dict.fromkeys(
+        (
+            "create_replica",
+            "add_replica_paused",
+            "verify_replica",
+            "add_upstream",
+            "verify_upstream",
+            "copystream",
+            "resume_replica",
+            "wait_caught_up",
+        ),
+        "success",
+    )
     assert contents(admin, NY) == expect(sent)
 
     # 2. the gateway runs continuously under the scheduler
@@ -128,8 +143,7 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
     timings["trigger until the gateway task runs (scheduler pickup)"] = round(time.monotonic() - started, 1)
     jvm = wait_for("the gateway's first heartbeat", lambda: live_gateway_jvm(admin, since), 300)
     timings["trigger until the gateway's first heartbeat"] = round(time.monotonic() - started, 1)
-    wait_for("the live messages in the replica", lambda: contents(admin, NY) == expect(sent), 400,
-             interval=2)
+    wait_for("the live messages in the replica", lambda: contents(admin, NY) == expect(sent), 400, interval=2)
     timings["trigger until the replica holds the live messages"] = round(time.monotonic() - started, 1)
 
     # 3. kill -9 the gateway's Spark driver: the scheduler retries the task, a new job heartbeats
@@ -140,8 +154,11 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
     during = {"orders": [f"down-order-{i}" for i in range(80)], "refunds": [f"down-refund-{i}" for i in range(10)]}
     for topic, values in during.items():
         produce(admin, topic, values)
-    wait_for("the gateway's next try", lambda: any(t[1] >= 2 and t[0] == "running"
-                                                   for t in gateway_tries(airflow, gateways)), 400)
+    wait_for(
+        "the gateway's next try",
+        lambda: any(t[1] >= 2 and t[0] == "running" for t in gateway_tries(airflow, gateways)),
+        400,
+    )
     timings["kill -9 until the gateway task's next try runs"] = round(time.monotonic() - killed_at, 1)
     new_jvm = wait_for("a new gateway job", lambda: live_gateway_jvm(admin, since, not_jvm=jvm), 400)
     timings["kill -9 until a new gateway heartbeats"] = round(time.monotonic() - killed_at, 1)
@@ -155,8 +172,12 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
             sent[topic] += values
 
     # 4. everything produced before, during and after the kill, exactly once
-    wait_for("every message in the replica", lambda: sum(contents(admin, NY).values()) >= sum(map(len, sent.values())),
-             400, interval=2)
+    wait_for(
+        "every message in the replica",
+        lambda: sum(contents(admin, NY).values()) >= sum(map(len, sent.values())),
+        400,
+        interval=2,
+    )
     timings["kill -9 until the replica holds everything"] = round(time.monotonic() - killed_at, 1)
     time.sleep(2)  # a duplicate would show up with the next micro-batches
     assert contents(admin, NY) == expect(sent)
@@ -192,8 +213,12 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
     launched = heartbeat(admin)["airflow"]
     assert launched["dagId"] == "stream_gateways" and launched["runId"] != gateways, launched
     assert airflow.run_state("stream_gateways", launched["runId"]) == "running"
-    wait_for("the messages produced while stopped", lambda: sum(contents(admin, NY).values())
-             >= sum(map(len, sent.values())), 400, interval=2)
+    wait_for(
+        "the messages produced while stopped",
+        lambda: sum(contents(admin, NY).values()) >= sum(map(len, sent.values())),
+        400,
+        interval=2,
+    )
     time.sleep(2)
     assert contents(admin, NY) == expect(sent)
     assert alive(back)

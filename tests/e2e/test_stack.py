@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -26,8 +27,12 @@ PORT_VARIABLES = ("AIRFLOW_PORT", "SPARK_MASTER_UI_PORT", "SANFRANCISCO_PORT", "
 
 def run_stack(command: str) -> subprocess.CompletedProcess:
     """``./run stack <command>`` as a user runs it (the script, with this interpreter)."""
-    return subprocess.run([sys.executable, str(stack.REPO / "scripts" / "stack.py"), command],
-                          capture_output=True, text=True, timeout=3000)
+    return subprocess.run(
+        [sys.executable, str(stack.REPO / "scripts" / "stack.py"), command],
+        capture_output=True,
+        text=True,
+        timeout=3000,
+    )
 
 
 def leftovers(host: str) -> dict[str, str]:
@@ -91,8 +96,11 @@ def test_check_replicates_through_the_stack(stack_run):
     assert "streamrep-copystream" in result.spark_apps and "streamrep-gateway-newyork" in result.spark_apps
     assert result.gateway["engine"] == "spark" and result.gateway["master"] == "spark://spark-master:7077"
     assert result.gateway["host"] in result.worker_hostnames
-    for part in ("up", "check: autosetup DAG (copystream on the Spark cluster)",
-                 "check: gateway started, 1 message produced and replicated"):
+    for part in (
+        "up",
+        "check: autosetup DAG (copystream on the Spark cluster)",
+        "check: gateway started, 1 message produced and replicated",
+    ):
         assert part in result.timings
 
 

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 import wheel_envs  # loaded by tests/conftest.py from scripts/wheel_envs.py
 from airflow_production import Airflow, free_ports
 
@@ -47,8 +46,13 @@ def readme_files() -> dict[str, str]:
 def wheel(tmp_path_factory) -> Path:
     """The wheel and sdist of this checkout, built offline with the locked hatchling."""
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run(["uv", "build", "--no-build-isolation", "--offline", "--quiet", "--out-dir", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        ["uv", "build", "--no-build-isolation", "--offline", "--quiet", "--out-dir", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     (built,) = out.glob("streamrep-*-py3-none-any.whl")
     assert list(out.glob("streamrep-*.tar.gz")), "no sdist"
@@ -64,14 +68,23 @@ class Installed:
     root: Path
     env: dict[str, str]
 
-    def run(self, *args: str, timeout: float = 300, cwd: Path | None = None,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.venv / "bin" / args[0]), *args[1:]], cwd=cwd or self.root,
-                              env=env or self.env, capture_output=True, text=True, timeout=timeout)
+    def run(
+        self, *args: str, timeout: float = 300, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(self.venv / "bin" / args[0]), *args[1:]],
+            cwd=cwd or self.root,
+            env=env or self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def ok(self, *args: str, timeout: float = 300) -> str:
         done = self.run(*args, timeout=timeout)
-        assert done.returncode == 0, f"{' '.join(args)}: {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        assert done.returncode == 0, (
+            f"{' '.join(args)}: {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+        )
         return done.stdout
 
 
@@ -83,8 +96,12 @@ def installed(request, wheel, tmp_path_factory) -> Installed:
         pytest.skip(f"{venv} is missing: ./run test makes it (scripts/wheel_envs.py install)")
     pip = str(venv / "bin" / "pip")
     subprocess.run([pip, "uninstall", "--quiet", "--yes", "streamrep"], capture_output=True, timeout=120)
-    done = subprocess.run([pip, "install", "--no-index", "--no-cache-dir", "--quiet", str(wheel)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [pip, "install", "--no-index", "--no-cache-dir", "--quiet", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, f"pip install of the wheel into Airflow {release}:\n{done.stdout}\n{done.stderr}"
 
     root = tmp_path_factory.mktemp(f"airflow-{release}")
@@ -92,24 +109,29 @@ def installed(request, wheel, tmp_path_factory) -> Installed:
     (home / "plugins").mkdir(parents=True)
     (home / "dags").mkdir()
     (home / "dags" / "streamrep_dags.py").write_text(readme_files()["dags/streamrep_dags.py"])
-    port, = free_ports(1)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "STREAMREP_", "SPARK_", "PYSPARK_", "PYTHON", "VIRTUAL_ENV", "PYTEST"))}
-    env.update({
-        "PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]),  # java stays on PATH
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(root / "passwords.json"),
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API_AUTH__JWT_SECRET": "wheel-install-test-secret-of-a-decent-length-for-hmac-sha512-keys",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "STREAMREP_HOME": str(root / "streamrep-home"),
-        "PYTHONUNBUFFERED": "1",
-    })
+    (port,) = free_ports(1)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AIRFLOW", "STREAMREP_", "SPARK_", "PYSPARK_", "PYTHON", "VIRTUAL_ENV", "PYTEST"))
+    }
+    env.update(
+        {
+            "PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]),  # java stays on PATH
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(root / "passwords.json"),
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API_AUTH__JWT_SECRET": "wheel-install-test-secret-of-a-decent-length-for-hmac-sha512-keys",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "STREAMREP_HOME": str(root / "streamrep-home"),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     (root / "passwords.json").write_text(json.dumps({"admin": "admin-password"}))
     found = Installed(release, venv, root, env)
     found.ok("airflow", "db", "migrate")
@@ -117,8 +139,12 @@ def installed(request, wheel, tmp_path_factory) -> Installed:
 
 
 def test_pip_installed_the_wheel_and_nothing_else_and_pyspark_is_whole(installed, wheel):
-    out = installed.ok("python", "-c", "import airflow, pyspark, streamrep, streamrep.dags, streamrep.testing; "
-                       "print(airflow.__version__, pyspark.__version__, streamrep.__file__)")
+    out = installed.ok(
+        "python",
+        "-c",
+        "import airflow, pyspark, streamrep, streamrep.dags, streamrep.testing; "
+        "print(airflow.__version__, pyspark.__version__, streamrep.__file__)",
+    )
     airflow_version, pyspark_version, location = out.strip().splitlines()[-1].split()  # after any log line
     assert airflow_version == installed.release and pyspark_version == "4.3.0"
     assert location.startswith(str(installed.venv / "lib")), location  # the installed copy, not the checkout
@@ -172,15 +198,21 @@ def test_the_connection_form_has_its_fields_and_the_test_button_works(api_server
     assert "embedded:" in fields["host"]["placeholder"]
     assert fields["port"]["hidden"] is True and fields["password"]["hidden"] is True
 
-    tested = {"connection_id": "streamrep_tested", "conn_type": "streamrep",
-              "host": f"embedded:{installed.root / 'tested.db'}"}
+    tested = {
+        "connection_id": "streamrep_tested",
+        "conn_type": "streamrep",
+        "host": f"embedded:{installed.root / 'tested.db'}",
+    }
     status, answer = api_server.request("POST", "/api/v2/connections/test", tested)
     assert status == 200 and answer["status"] is False and "no cluster store at" in answer["message"], answer
     installed.ok("streamrep", "cluster", "add", "-name", "tested", "-url", tested["host"])
     status, answer = api_server.request("POST", "/api/v2/connections/test", tested)
     assert status == 200 and answer["status"] is True, answer
-    status, answer = api_server.request("POST", "/api/v2/connections/test", {
-        "connection_id": "streamrep_bad", "conn_type": "streamrep", "host": "ftp://nowhere"})
+    status, answer = api_server.request(
+        "POST",
+        "/api/v2/connections/test",
+        {"connection_id": "streamrep_bad", "conn_type": "streamrep", "host": "ftp://nowhere"},
+    )
     assert status == 200 and answer["status"] is False and "\n" not in answer["message"], answer
     assert "embedded:" in answer["message"]  # names the forms a cluster URL takes
 
@@ -189,12 +221,25 @@ def test_the_manual_setup_dag_copies_on_spark_with_the_packaged_app(installed):
     for cluster in ("sanfrancisco", "newyork"):
         installed.ok("streamrep", "cluster", "add", "-name", cluster)
     installed.ok("streamrep", "stream", "create", "-path", SOURCE, "-defaultpartitions", "2")
-    produce = subprocess.run([str(installed.venv / "bin" / "streamrep"), "produce", "-path", f"{SOURCE}:clicks"],
-                             input="".join(f"click {i}\n" for i in range(50)), env=installed.env,
-                             cwd=installed.root, capture_output=True, text=True, timeout=120)
+    produce = subprocess.run(
+        [str(installed.venv / "bin" / "streamrep"), "produce", "-path", f"{SOURCE}:clicks"],
+        input="".join(f"click {i}\n" for i in range(50)),
+        env=installed.env,
+        cwd=installed.root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert produce.returncode == 0, produce.stderr
-    run = installed.run("airflow", "dags", "test", "stream_replica_manual_setup", "-c",
-                        json.dumps({"path": SOURCE, "replica": REPLICA}), timeout=600)
+    run = installed.run(
+        "airflow",
+        "dags",
+        "test",
+        "stream_replica_manual_setup",
+        "-c",
+        json.dumps({"path": SOURCE, "replica": REPLICA}),
+        timeout=600,
+    )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     app = installed.venv / "lib" / "python3.11" / "site-packages" / "streamrep" / "spark" / "apps" / "copystream.py"
@@ -218,8 +263,19 @@ def test_the_readme_example_user_test_passes_with_the_packaged_fixtures(installe
 
 
 def test_an_unsupported_python_is_refused_in_one_line_naming_the_range(installed, wheel, tmp_path):
-    done = installed.run("pip", "install", "--dry-run", "--no-index", "--no-deps", "--only-binary=:all:",
-                         "--python-version", "3.12", "--target", str(tmp_path / "t"), str(wheel))
+    done = installed.run(
+        "pip",
+        "install",
+        "--dry-run",
+        "--no-index",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--target",
+        str(tmp_path / "t"),
+        str(wheel),
+    )
     assert done.returncode != 0
     (line,) = [x for x in done.stderr.splitlines() if "requires a different Python" in x]
     assert "3.12" in line and ">=3.11" in line and "<3.12" in line

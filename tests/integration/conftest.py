@@ -7,15 +7,14 @@ Every test gets its own ``STREAMREP_HOME`` (a fresh ``tmp_path``) and runs as us
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
-from streamrep.client import Clusters, StreamAdmin
-from streamrep.model.ace import Identity
-
 from replication_helpers import STREAMREP_EXE, USER, clean_env
 
+from streamrep.client import Clusters, StreamAdmin
+from streamrep.model.ace import Identity
 
 
 @pytest.fixture
@@ -40,8 +39,9 @@ def cli(streamrep_home: Path) -> Callable[..., CliResult]:
     and returns ``(returncode, stdout, stderr)``; ``stdin`` may be text or bytes."""
     assert STREAMREP_EXE.exists(), f"the streamrep executable is missing: {STREAMREP_EXE}"
 
-    def run(*args: str, stdin: str | bytes | None = None, user: str = USER, timeout: float = 60,
-            **env: str) -> CliResult:
+    def run(
+        *args: str, stdin: str | bytes | None = None, user: str = USER, timeout: float = 60, **env: str
+    ) -> CliResult:
         proc = subprocess.run(
             [str(STREAMREP_EXE), *map(str, args)],
             input=(stdin if stdin is not None else "").encode() if not isinstance(stdin, bytes) else stdin,

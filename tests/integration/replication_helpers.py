@@ -13,8 +13,8 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from streamrep.client import Producer, StreamAdmin
 from streamrep.model.message import Message
@@ -51,8 +51,9 @@ def contents(admin: StreamAdmin, stream: str) -> Contents:
             held = store.read(entry.uuid, topic, partition, start, end - start + 1)
             offsets = [m.offset for m in held]
             if on_kafka:
-                assert offsets == sorted(set(offsets)) and all(start <= o < end for o in offsets), \
+                assert offsets == sorted(set(offsets)) and all(start <= o < end for o in offsets), (
                     f"{stream}:{topic}/{partition} holds offsets out of order or bounds"
+                )
             else:
                 assert offsets == list(range(start, end)), f"{stream}:{topic}/{partition} has a gap"
             result[(topic, partition)] = held
@@ -193,8 +194,13 @@ class Child:
     so that neither pipe fills. It prints READY once it is set up."""
 
     def __init__(self, script: str, args: list, env: dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self.errors: list[str] = []
         self.ready = threading.Event()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from streamrep.client import Producer
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState
 
@@ -98,8 +99,12 @@ def test_cluster_add_list_remove(cli, streamrep_home):
     assert (streamrep_home / "clusters" / "sanfrancisco.db").exists()  # created at add time
 
     [row] = table(ok(cli("cluster", "add", "-name", "newyork")))  # table output
-    assert row == {"name": "newyork", "kind": "embedded", "default": "false",
-                   "url": f"embedded:{streamrep_home / 'clusters' / 'newyork.db'}"}
+    assert row == {
+        "name": "newyork",
+        "kind": "embedded",
+        "default": "false",
+        "url": f"embedded:{streamrep_home / 'clusters' / 'newyork.db'}",
+    }
 
     listed = ok_json(cli("cluster", "list", "-json"))
     assert [(c["name"], c["default"]) for c in listed] == [("newyork", False), ("sanfrancisco", True)]
@@ -123,8 +128,23 @@ def test_cluster_add_at_a_bad_location_registers_nothing(cli, streamrep_home):
 
 # -- streams -----------------------------------------------------------------------------
 def test_stream_create_edit_info_list_delete(cli, sf_ny):
-    [info] = ok_json(cli("stream", "create", "-path", SF, "-defaultpartitions", "3", "-ttl", "0",
-                         "-autocreate", "false", "-produceperm", "u:alice|u:bob", "-json"))
+    [info] = ok_json(
+        cli(
+            "stream",
+            "create",
+            "-path",
+            SF,
+            "-defaultpartitions",
+            "3",
+            "-ttl",
+            "0",
+            "-autocreate",
+            "false",
+            "-produceperm",
+            "u:alice|u:bob",
+            "-json",
+        )
+    )
     assert info["path"] == SF and info["cluster"] == "sanfrancisco" and info["creator"] == "alice"
     assert (info["defaultpartitions"], info["ttl"], info["autocreate"]) == (3, 0, False)
     assert info["produceperm"].replace(" ", "") == "u:alice|u:bob" and info["adminperm"] == "u:alice"
@@ -150,16 +170,39 @@ def test_stream_create_edit_info_list_delete(cli, sf_ny):
 
 
 def test_stream_create_copymetafrom_another_cluster(cli, sf_ny):
-    [src] = ok_json(cli("stream", "create", "-path", SF, "-defaultpartitions", "4", "-ttl", "100",
-                        "-produceperm", "u:alice|g:writers", "-json"))
+    [src] = ok_json(
+        cli(
+            "stream",
+            "create",
+            "-path",
+            SF,
+            "-defaultpartitions",
+            "4",
+            "-ttl",
+            "100",
+            "-produceperm",
+            "u:alice|g:writers",
+            "-json",
+        )
+    )
     [dst] = ok_json(cli("stream", "create", "-path", NY, "-copymetafrom", SF, "-ttl", "55", "-json"))
     assert dst["cluster"] == "newyork" and dst["uuid"] != src["uuid"]
     assert dst["ttl"] == 55  # an explicit setting wins over the copied one
-    for field in ("defaultpartitions", "autocreate", "produceperm", "consumeperm", "topicperm", "copyperm",
-                  "adminperm"):
+    for field in (
+        "defaultpartitions",
+        "autocreate",
+        "produceperm",
+        "consumeperm",
+        "topicperm",
+        "copyperm",
+        "adminperm",
+    ):
         assert dst[field] == src[field], field
-    fails(cli("stream", "create", "-path", "/mapr/newyork/other", "-copymetafrom", "/mapr/sanfrancisco/none"),
-          1, "does not exist")
+    fails(
+        cli("stream", "create", "-path", "/mapr/newyork/other", "-copymetafrom", "/mapr/sanfrancisco/none"),
+        1,
+        "does not exist",
+    )
 
 
 def test_path_without_leading_slash(cli, sf_ny):
@@ -171,8 +214,9 @@ def test_path_without_leading_slash(cli, sf_ny):
     ok(cli("stream", "create", "-path", "mapr/newyork/activity"))
 
     ok(cli("produce", "-path", "mapr/sanfrancisco/activity:clicks", stdin="hello\n"))  # autocreated topic
-    [m] = messages(cli("consume", "-path", "mapr/sanfrancisco/activity:clicks", "-fromstart", "true",
-                       "-json", "-timeout", "0.1"))
+    [m] = messages(
+        cli("consume", "-path", "mapr/sanfrancisco/activity:clicks", "-fromstart", "true", "-json", "-timeout", "0.1")
+    )
     assert m["value"] == "hello"
 
     ok(cli("stream", "replica", "add", "-path", "mapr/sanfrancisco/activity", "-replica", "mapr/newyork/activity"))
@@ -195,7 +239,9 @@ def test_topic_create_list_info_edit_delete(cli, sf_ny):
 
     info = ok_json(cli("stream", "topic", "info", "-path", SF, "-topic", "clicks", "-json"))
     assert [(p["partitionid"], p["minoffset"], p["maxoffset"], p["messages"]) for p in info] == [
-        (0, 0, -1, 0), (1, 0, 0, 1)]
+        (0, 0, -1, 0),
+        (1, 0, 0, 1),
+    ]
 
     ok(cli("stream", "topic", "edit", "-path", SF, "-topic", "clicks", "-partitions", "5"))
     info = ok_json(cli("stream", "topic", "info", "-path", SF, "-topic", "clicks", "-json"))
@@ -211,13 +257,26 @@ def test_topic_create_list_info_edit_delete(cli, sf_ny):
 # -- produce and consume -----------------------------------------------------------------
 def test_produce_with_keysep_and_consume_json(cli, streams):
     before = int(time.time() * 1000)
-    acked = ok_json(cli("produce", "-path", f"{SF}:clicks", "-keysep", "::", "-partition", "1", "-json",
-                        stdin="user1::a::b\nuser2::second\n"))
+    acked = ok_json(
+        cli(
+            "produce",
+            "-path",
+            f"{SF}:clicks",
+            "-keysep",
+            "::",
+            "-partition",
+            "1",
+            "-json",
+            stdin="user1::a::b\nuser2::second\n",
+        )
+    )
     assert acked == [{"topic": f"{SF}:clicks", "partition": 1, "firstoffset": 0, "lastoffset": 1, "messages": 2}]
 
     got = messages(cli("consume", "-path", f"{SF}:clicks", "-fromstart", "yes", "-json", "-timeout", "0.1"))
     assert [(m["key"], m["value"], m["partition"], m["offset"]) for m in got] == [
-        ("user1", "a::b", 1, 0), ("user2", "second", 1, 1)]  # only the first separator splits
+        ("user1", "a::b", 1, 0),
+        ("user2", "second", 1, 1),
+    ]  # only the first separator splits
     for m in got:
         assert set(m) == {"topic", "partition", "offset", "key", "value", "headers", "timestamp"}
         assert m["topic"] == "clicks" and m["headers"] == {}
@@ -226,8 +285,7 @@ def test_produce_with_keysep_and_consume_json(cli, streams):
 
 def test_produce_without_keysep_and_headers_in_json(cli, streams):
     ok(cli("produce", "-path", f"{SF}:clicks", "-partition", "0", stdin="k:v\nplain\n"))
-    Producer(streams).send(f"{SF}:clicks", b"\xff\xfe", key="kb", headers=[("origin", "x1")], partition=0,
-                           flush=True)
+    Producer(streams).send(f"{SF}:clicks", b"\xff\xfe", key="kb", headers=[("origin", "x1")], partition=0, flush=True)
     got = messages(cli("consume", "-path", f"{SF}:clicks", "-fromstart", "1", "-json", "-timeout", "0.1"))
     assert [(m["offset"], m["key"], m["value"]) for m in got[:2]] == [(0, None, "k:v"), (1, None, "plain")]
     assert got[2]["headers"] == {"origin": "x1"} and got[2]["key"] == "kb"
@@ -242,12 +300,23 @@ def test_produce_without_keysep_and_headers_in_json(cli, streams):
 
 
 def test_produce_input_that_is_not_utf8(cli, streams):
-    ok(cli("produce", "-path", f"{SF}:clicks", "-keysep", "|", "-partition", "0",
-           stdin=b"k\xe9y|\xff\xfebin\r\nplain|caf\xc3\xa9\n"))
+    ok(
+        cli(
+            "produce",
+            "-path",
+            f"{SF}:clicks",
+            "-keysep",
+            "|",
+            "-partition",
+            "0",
+            stdin=b"k\xe9y|\xff\xfebin\r\nplain|caf\xc3\xa9\n",
+        )
+    )
     got = messages(cli("consume", "-path", f"{SF}:clicks", "-fromstart", "true", "-json", "-timeout", "0.1"))
     assert [(m["key"], m["value"], m.get("base64")) for m in got] == [
         ("a+l5", "//5iaW4=", ["key", "value"]),  # the bytes as they came, base64 in JSON
-        ("plain", "caf\u00e9", None)]
+        ("plain", "caf\u00e9", None),
+    ]
 
 
 def test_produce_reports_every_commit_of_a_long_input(cli, streams):
@@ -255,7 +324,9 @@ def test_produce_reports_every_commit_of_a_long_input(cli, streams):
     acked = ok_json(cli("produce", "-path", f"{SF}:clicks", "-json", stdin="".join(f"{i}\n" for i in range(lines))))
     assert sum(a["messages"] for a in acked) == lines
     assert [(a["partition"], a["firstoffset"], a["lastoffset"] - a["firstoffset"] + 1) for a in acked] == [
-        (0, 0, a0 := acked[0]["messages"]), (1, 0, lines - a0)]
+        (0, 0, a0 := acked[0]["messages"]),
+        (1, 0, lines - a0),
+    ]
     assert sum(t["messages"] for t in streams.list_topics(SF)) == lines
     # Nothing to produce still checks the stream exists.
     fails(cli("produce", "-path", "/mapr/sanfrancisco/nope:t"), 1, "does not exist")
@@ -305,10 +376,26 @@ def test_replica_and_upstream_registry(cli, streams):
     ok(cli("stream", "replica", "pause", "-path", SF, "-replica", NY))
     assert ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))[0]["paused"] is True
 
-    ok(cli("stream", "replica", "add", "-path", SF, "-replica", "/mapr/newyork/second", "-synchronous", "yes",
-           "-paused", "no"))
+    ok(
+        cli(
+            "stream",
+            "replica",
+            "add",
+            "-path",
+            SF,
+            "-replica",
+            "/mapr/newyork/second",
+            "-synchronous",
+            "yes",
+            "-paused",
+            "no",
+        )
+    )
     replicas = {r["replicaPath"]: r for r in ok_json(cli("stream", "replica", "list", "-path", SF, "-json"))}
-    assert (replicas["/mapr/newyork/second"]["synchronous"], replicas["/mapr/newyork/second"]["paused"]) == (True, False)
+    assert (replicas["/mapr/newyork/second"]["synchronous"], replicas["/mapr/newyork/second"]["paused"]) == (
+        True,
+        False,
+    )
     assert replicas[NY]["synchronous"] is False
 
     ok(cli("stream", "replica", "remove", "-path", SF, "-replica", "/mapr/newyork/second"))
@@ -346,8 +433,16 @@ def test_cluster_gateways(cli, sf_ny):
 
 def test_boolean_words(cli, sf_ny):
     sf_ny.create_stream(SF)
-    for word, expected in (("true", True), ("false", False), ("yes", True), ("no", False), ("1", True),
-                           ("0", False), ("TRUE", True), ("No", False)):
+    for word, expected in (
+        ("true", True),
+        ("false", False),
+        ("yes", True),
+        ("no", False),
+        ("1", True),
+        ("0", False),
+        ("TRUE", True),
+        ("No", False),
+    ):
         [info] = ok_json(cli("stream", "edit", "-path", SF, "-autocreate", word, "-json"))
         assert info["autocreate"] is expected, word
 
@@ -395,8 +490,9 @@ def test_65th_replica_is_refused(cli, sf_ny):
         sf_ny.create_stream(f"/mapr/newyork/r{i}")
     for i in range(MAX_REPLICAS):
         sf_ny.add_replica(SF, f"/mapr/newyork/r{i}")
-    fails(cli("stream", "replica", "add", "-path", SF, "-replica", f"/mapr/newyork/r{MAX_REPLICAS}"), 1,
-          str(MAX_REPLICAS))
+    fails(
+        cli("stream", "replica", "add", "-path", SF, "-replica", f"/mapr/newyork/r{MAX_REPLICAS}"), 1, str(MAX_REPLICAS)
+    )
     assert len(sf_ny.replica_links(SF)) == MAX_REPLICAS
 
 
@@ -406,8 +502,9 @@ def test_topic_name_conflict_between_upstreams(cli, sf_ny):
     sf_ny.create_topic(SF, "clicks")
     sf_ny.create_topic("/mapr/sanfrancisco/other", "clicks")
     sf_ny.add_upstream(NY, SF)
-    fails(cli("stream", "upstream", "add", "-path", NY, "-upstream", "/mapr/sanfrancisco/other"), 1,
-          "conflict", "clicks")
+    fails(
+        cli("stream", "upstream", "add", "-path", NY, "-upstream", "/mapr/sanfrancisco/other"), 1, "conflict", "clicks"
+    )
     assert [u.path for u in sf_ny.upstream_links(NY)] == [SF]
 
 
@@ -430,13 +527,17 @@ def test_corrupt_cluster_store(cli, sf_ny, streamrep_home):
     fails(cli("stream", "info", "-path", NY), 1, "newyork", "not a streamrep store")
 
 
-@pytest.mark.parametrize("content", [
-    "{not json",
-    "[]",
-    '{"clusters": {"sanfrancisco": "embedded:/x.db"}}',
-    '{"clusters": {"sanfrancisco": {}}, "default": "sanfrancisco"}',
-    '{"clusters": {}, "default": 5}',
-], ids=["not-json", "not-object", "entry-not-object", "entry-without-url", "bad-default"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{not json",
+        "[]",
+        '{"clusters": {"sanfrancisco": "embedded:/x.db"}}',
+        '{"clusters": {"sanfrancisco": {}}, "default": "sanfrancisco"}',
+        '{"clusters": {}, "default": 5}',
+    ],
+    ids=["not-json", "not-object", "entry-not-object", "entry-without-url", "bad-default"],
+)
 def test_corrupt_cluster_registry(cli, streamrep_home, content):
     (streamrep_home / "clusters.json").write_text(content)
     err = fails(cli("stream", "info", "-path", SF), 1, "registry")

@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from replication_helpers import STREAMREP_EXE
 
 SF = "/mapr/sanfrancisco/activity"
@@ -22,8 +21,13 @@ def shell(child_env):
     in the test's STREAMREP_HOME as alice; returns ``(status, stdout bytes, stderr text)``."""
 
     def call(script: str, stdin: bytes = b"") -> tuple[int, bytes, str]:
-        proc = subprocess.run(["bash", "-c", script], input=stdin, capture_output=True, timeout=120,
-                              env={**child_env, "S": str(STREAMREP_EXE)})
+        proc = subprocess.run(
+            ["bash", "-c", script],
+            input=stdin,
+            capture_output=True,
+            timeout=120,
+            env={**child_env, "S": str(STREAMREP_EXE)},
+        )
         return proc.returncode, proc.stdout, proc.stderr.decode("utf-8", "replace")
 
     return call
@@ -61,8 +65,10 @@ def end_offset(api) -> int:
 
 def test_consume_into_a_pipe_closed_early(streamrep_home, topic, shell):
     status_file = streamrep_home / "status"
-    code, out, err = shell(f'"$S" consume -path {TOPIC} -fromstart -group g -timeout 0 | head -1; '
-                                           f'echo "${{PIPESTATUS[0]}}" > {status_file}')
+    code, out, err = shell(
+        f'"$S" consume -path {TOPIC} -fromstart -group g -timeout 0 | head -1; '
+        f'echo "${{PIPESTATUS[0]}}" > {status_file}'
+    )
     assert out == b"one\n"
     assert status_file.read_text().strip() == "0" and err == ""
 
@@ -113,7 +119,10 @@ def test_store_deleted_while_a_consumer_runs(streamrep_home, topic, shell, child
     db = streamrep_home / "clusters" / "sanfrancisco.db"
     consumer = subprocess.Popen(
         [str(STREAMREP_EXE), "consume", "-path", TOPIC, "-fromstart", "-timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env,
+    )
     try:
         lines = [consumer.stdout.readline() for _ in range(3)]  # it is running, the store open
         assert lines == [b"one\n", b"two\n", b"three\n"]
@@ -157,7 +166,10 @@ def test_a_truncated_store_is_never_recreated_and_gives_no_one_its_administratio
         "produce": (f'"$S" produce -path {TOPIC}', b"x\n"),
         "consume": (f'"$S" consume -path {TOPIC} -fromstart -timeout 0', b""),
         "replica list": (f'"$S" stream replica list -path {SF}', b""),
-        "cluster ace set": ('STREAMREP_USER=mallory "$S" cluster ace set -cluster sanfrancisco -adminperm u:mallory', b""),
+        "cluster ace set": (
+            'STREAMREP_USER=mallory "$S" cluster ace set -cluster sanfrancisco -adminperm u:mallory',
+            b"",
+        ),
     }
     for name, (script, stdin) in commands.items():
         code, _, err = shell(script, stdin=stdin)
@@ -166,17 +178,22 @@ def test_a_truncated_store_is_never_recreated_and_gives_no_one_its_administratio
         assert db.stat().st_size == 0, f"{name} wrote into the truncated store"
 
 
-@pytest.mark.parametrize("options, fragment", [
-    ("-networkcompression foo", "invalid networkcompression 'foo'"),
-    ("-networkcompression lzf", "Kafka has no LZF codec"),
-    ("-networkencryption maybe", "option -networkencryption takes true/false"),
-    ("-throttle 2", "option -throttle takes true/false"),
-])
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ("-networkcompression foo", "invalid networkcompression 'foo'"),
+        ("-networkcompression lzf", "Kafka has no LZF codec"),
+        ("-networkencryption maybe", "option -networkencryption takes true/false"),
+        ("-throttle 2", "option -throttle takes true/false"),
+    ],
+)
 def test_bad_network_options_from_the_executable(streamrep_home, topic, shell, options, fragment):
     existing, new = "/mapr/sanfrancisco/copy", "/mapr/sanfrancisco/new"
     assert shell(f'"$S" stream create -path {existing}')[0] == 0
-    for command in (f"stream replica add -path {SF} -replica {existing}",
-                    f"stream replica autosetup -path {SF} -replica {new}"):
+    for command in (
+        f"stream replica add -path {SF} -replica {existing}",
+        f"stream replica autosetup -path {SF} -replica {new}",
+    ):
         code, _, err = shell(f'"$S" {command} {options}')
         assert code in (1, 2)
         one_line(err, fragment)

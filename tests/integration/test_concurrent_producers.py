@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.ace import Identity
 
@@ -64,8 +65,14 @@ def run_producers(home: Path, procs: int, count: int, batch: int, spread: str, p
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMREP_")}
     env.update(STREAMREP_HOME=str(home), STREAMREP_USER="alice", STREAMREP_GROUPS="")
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, TOPIC, str(n), str(count), str(batch), spread, str(partitions)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, TOPIC, str(n), str(count), str(batch), spread, str(partitions)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for n in range(procs)
     ]
     try:
@@ -95,8 +102,9 @@ CASES = dict(
     partitions=st.integers(1, 3),
 )
 # add_cluster is function-scoped: each example registers a cluster of its own in its own home.
-SETTINGS = dict(deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+SETTINGS = dict(
+    deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 
 
 @settings(max_examples=5, **SETTINGS)

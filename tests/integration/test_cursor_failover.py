@@ -23,6 +23,7 @@ from collections import Counter
 
 import pytest
 from replication_helpers import Child, contents, origin, produce, wait_until
+
 from streamrep.client import Consumer, Producer
 from streamrep.model.replication import position_key
 from streamrep.replication.cursors import SYNCED, sync_cursors
@@ -138,8 +139,11 @@ def test_a_killed_consumer_resumes_on_the_replica_with_no_skip_and_no_repeat(pai
         writer = threading.Thread(target=write)
         writer.start()
         kill_after = rng.randint(MESSAGES // 5, MESSAGES * 4 // 5)
-        wait_until(lambda: len(got(worker)) >= kill_after and "COMMITTED" in worker.lines, 120,
-                   f"the consumer to get {kill_after} messages")
+        wait_until(
+            lambda: len(got(worker)) >= kill_after and "COMMITTED" in worker.lines,
+            120,
+            f"the consumer to get {kill_after} messages",
+        )
         worker.kill9()
         writer.join(120)
         wait_until(lambda: caught_up(admin), 120, "the replica to catch up")
@@ -148,9 +152,11 @@ def test_a_killed_consumer_resumes_on_the_replica_with_no_skip_and_no_repeat(pai
         worker.kill9()
         gateway.kill9()
     committed = cursors(admin, SF)
-    print(f"{backend}: killed after {len(got(worker))} messages and {worker.lines.count('COMMITTED')} commits; "
-          f"source cursors {committed}, replica cursors {cursors(admin, NY)}; "
-          f"synced {time.monotonic() - started:.1f}s after the start")
+    print(
+        f"{backend}: killed after {len(got(worker))} messages and {worker.lines.count('COMMITTED')} commits; "
+        f"source cursors {committed}, replica cursors {cursors(admin, NY)}; "
+        f"synced {time.monotonic() - started:.1f}s after the start"
+    )
 
     successor = Child(CONSUMER_CHILD, [f"{NY}:t", "drain", 0], child_env)
     try:
@@ -165,8 +171,10 @@ def test_a_killed_consumer_resumes_on_the_replica_with_no_skip_and_no_repeat(pai
     skips = after - set(resumed)
     repeats = sum(n for v, n in resumed.items() if v in before) + sum(n - 1 for n in resumed.values() if n > 1)
     assert set(resumed) <= before | after
-    print(f"{backend}: {len(before)} committed at the source, {len(after)} after; "
-          f"the replica's consumer got {sum(resumed.values())}: {len(skips)} skipped, {repeats} repeated")
+    print(
+        f"{backend}: {len(before)} committed at the source, {len(after)} after; "
+        f"the replica's consumer got {sum(resumed.values())}: {len(skips)} skipped, {repeats} repeated"
+    )
     assert (len(skips), repeats) == (0, 0), f"skipped {sorted(skips)[:5]}; seed {SEED}"
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.model.ace import Identity
 
@@ -114,8 +115,9 @@ class Child:
     """A child process whose stdout lines are collected by a thread (so the pipe never fills)."""
 
     def __init__(self, script: str, args: list[str], env: dict[str, str]):
-        self.proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
         self.lines: list[str] = []
         self.cond = threading.Condition()
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -27,6 +27,7 @@ from replication_helpers import (
     user_view,
     wait_until,
 )
+
 from streamrep.client import Producer
 from streamrep.model.replication import ReplicaState, position_key
 from streamrep.replication.assignment import deal
@@ -153,8 +154,26 @@ def test_gateway_killed_repeatedly_while_producers_write(replicated, child_env):
 
     # the real CLI finishes the job
     already = count(api, NY)
-    result = subprocess.run([STREAMREP_EXE, "gateway", "run", "-cluster", "newyork", "-id", "g1", "-once", "true",
-                             "-engine", "local", "-json"], capture_output=True, text=True, env=child_env, timeout=120)
+    result = subprocess.run(
+        [
+            STREAMREP_EXE,
+            "gateway",
+            "run",
+            "-cluster",
+            "newyork",
+            "-id",
+            "g1",
+            "-once",
+            "true",
+            "-engine",
+            "local",
+            "-json",
+        ],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=120,
+    )
     [ran] = json_rows((result.returncode, result.stdout, result.stderr))
     assert ran["messages"] == len(old) + len(live) - already
     assert_exactly_once(api, NY, old + live)
@@ -183,8 +202,13 @@ def test_copystream_killed_mid_copy_then_rerun(replicated, child_env):
     assert held and 0 < held[0] < BACKLOG, f"no kill interrupted the copy: {held} (seed {SEED})"
 
     already = count(api, NY)
-    result = subprocess.run([STREAMREP_EXE, "copystream", "-src", SF, "-dst", NY, "-engine", "local", "-json"],
-                            capture_output=True, text=True, env=child_env, timeout=120)
+    result = subprocess.run(
+        [STREAMREP_EXE, "copystream", "-src", SF, "-dst", NY, "-engine", "local", "-json"],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=120,
+    )
     [copied] = json_rows((result.returncode, result.stdout, result.stderr))
     assert copied["messages"] == BACKLOG - already
     assert_exactly_once(api, NY, old)
@@ -194,8 +218,13 @@ def test_copystream_killed_mid_copy_then_rerun(replicated, child_env):
     # the gateways take over from the copy's positions
     api.resume_replica(SF, NY)
     more = backlog(api, f"{SF}:t", 1000, tag="more")
-    result = subprocess.run([STREAMREP_EXE, "gateway", "run", "-cluster", "newyork", "-once", "true",
-                             "-engine", "local", "-json"], capture_output=True, text=True, env=child_env, timeout=120)
+    result = subprocess.run(
+        [STREAMREP_EXE, "gateway", "run", "-cluster", "newyork", "-once", "true", "-engine", "local", "-json"],
+        capture_output=True,
+        text=True,
+        env=child_env,
+        timeout=120,
+    )
     [ran] = json_rows((result.returncode, result.stdout, result.stderr))
     assert ran["messages"] == len(more)
     assert_exactly_once(api, NY, old + more)
@@ -256,10 +285,14 @@ def test_kill_inside_the_apply_transaction_commits_nothing(replicated, child_env
     assert api.store(api.path(NY)).marks(api.entry(NY).uuid) == {}
 
     # restarted under its own id (another id would leave g1's share to g1 until its heartbeat expires)
-    argv = (["gateway", "run", "-cluster", "newyork", "-id", "g1", "-once", "true"] if job == "gateway"
-            else ["copystream", "-src", SF, "-dst", NY])
-    result = subprocess.run([STREAMREP_EXE, *argv, "-engine", "local", "-json"], capture_output=True, text=True,
-                            env=child_env, timeout=120)
+    argv = (
+        ["gateway", "run", "-cluster", "newyork", "-id", "g1", "-once", "true"]
+        if job == "gateway"
+        else ["copystream", "-src", SF, "-dst", NY]
+    )
+    result = subprocess.run(
+        [STREAMREP_EXE, *argv, "-engine", "local", "-json"], capture_output=True, text=True, env=child_env, timeout=120
+    )
     [ran] = json_rows((result.returncode, result.stdout, result.stderr))
     assert ran["messages"] == len(old)
     assert_exactly_once(api, NY, old)

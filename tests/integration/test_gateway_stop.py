@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from replication_helpers import STREAMREP_EXE, assert_exactly_once, count, produce
+
 from streamrep.replication.gateway import HEARTBEAT_KIND
 from streamrep.spark.submit import stop_job
 
@@ -49,8 +50,12 @@ def test_spark_gateway_stops_cleanly_on_gateway_stop(api, cli, child_env, tmp_pa
 
     log = tmp_path / "gateway.log"
     with open(log, "wb") as sink:
-        gateway = subprocess.Popen([str(STREAMREP_EXE), "gateway", "run", "-cluster", NY, "-id", "g1",
-                                    "-interval", "0.2"], env=child_env, stdout=sink, stderr=sink)
+        gateway = subprocess.Popen(
+            [str(STREAMREP_EXE), "gateway", "run", "-cluster", NY, "-id", "g1", "-interval", "0.2"],
+            env=child_env,
+            stdout=sink,
+            stderr=sink,
+        )
     try:
         wait_for(lambda: held(api) == BACKLOG or gateway.poll() is not None, 300, "the backlog to be replicated")
         assert gateway.poll() is None, log.read_text()[-3000:]
@@ -63,8 +68,9 @@ def test_spark_gateway_stops_cleanly_on_gateway_stop(api, cli, child_env, tmp_pa
 
         values += produce(api, f"{SOURCE}:clicks", (f"n{i:06d}" for i in range(MORE)))  # in flight at the stop
         asked = time.monotonic()
-        code, out, err = cli("gateway", "stop", "-cluster", NY, "-wait", "true", "-timeout", "120", "-json",
-                             timeout=180)
+        code, out, err = cli(
+            "gateway", "stop", "-cluster", NY, "-wait", "true", "-timeout", "120", "-json", timeout=180
+        )
         assert code == 0, err
         assert json.loads(out)["data"][0]["next"] == "stopped"
         gateway.wait(timeout=120)

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 
 import pytest
 from replication_helpers import STREAMREP_EXE, USER, contents, count, produce
+
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.errors import NotFound
 from streamrep.model.ace import Identity
@@ -188,8 +189,10 @@ def kill_mid_flight(parent: subprocess.Popen, job: Job, sig: int, admin, stream:
     os.kill(parent.pid, sig)
     parent.wait(timeout=GONE_WITHIN)
     job.assert_all_gone()
-    print(f"\n{signal.Signals(sig).name} of the parent: the job's {len(job.pids)} processes gone after "
-          f"{time.monotonic() - killed:.1f}s")
+    print(
+        f"\n{signal.Signals(sig).name} of the parent: the job's {len(job.pids)} processes gone after "
+        f"{time.monotonic() - killed:.1f}s"
+    )
     at_stop = count(admin, stream)
     assert 0 < at_stop < BACKLOG, f"{at_stop} of {BACKLOG}: the job was not stopped mid-flight"
     time.sleep(1)  # nothing of the job runs any more: nothing may arrive
@@ -225,8 +228,9 @@ def test_gateway_run_dies_with_the_cli_and_a_restart_is_exact(backlog, cli, chil
 
 def test_copystream_dies_with_the_cli_and_a_rerun_is_exact(backlog, cli, child_env, tmp_path, reaper):
     admin, values, source = backlog
-    parent = start_cli(["copystream", "-src", SOURCE, "-dst", COPY, "-engine", "spark"], child_env,
-                       tmp_path / "copy.log")
+    parent = start_cli(
+        ["copystream", "-src", SOURCE, "-dst", COPY, "-engine", "spark"], child_env, tmp_path / "copy.log"
+    )
     reaper.append(job := Job(parent.pid, "copystream"))
     kill_mid_flight(parent, job, signal.SIGKILL, admin, COPY)
 
@@ -265,6 +269,7 @@ def test_gateway_operator_on_kill_stops_the_whole_job(backlog, cli, child_env, m
     """Airflow's ``on_kill`` (a timeout, the task marked failed or success) stops the JVM, the
     driver and the workers; the task then fails."""
     from airflow.sdk.exceptions import AirflowException
+
     from streamrep.airflow.spark_operators import StreamGatewayOperator
 
     admin, values, source = backlog

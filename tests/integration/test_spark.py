@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from streamrep.client import Producer
 from streamrep.errors import Unavailable
 from streamrep.model.message import Message
@@ -92,7 +93,8 @@ def produce(admin, topic: str, values, keyed: bool = True, headers: bool = True)
     with Producer(admin, batch_size=50_000) as producer:
         for i, value in enumerate(values):
             producer.send(
-                topic, value,
+                topic,
+                value,
                 key=f"key-{i % 11}" if keyed else None,
                 headers=[("seq", str(i)), ("bin", bytes([i % 256, 0, 255]))] if headers and i % 3 == 0 else None,
                 timestamp=T0 + i,
@@ -122,8 +124,11 @@ def held(admin, stream: str) -> int:
     sp = admin.path(stream)
     entry = admin.entry(sp)
     store = admin.store(sp)
-    return sum(end - start for topic, count in store.topics(entry.uuid).items()
-               for start, end in (store.offsets(entry.uuid, topic, p) for p in range(count)))
+    return sum(
+        end - start
+        for topic, count in store.topics(entry.uuid).items()
+        for start, end in (store.offsets(entry.uuid, topic, p) for p in range(count))
+    )
 
 
 def strip_origin(message: Message) -> tuple:
@@ -140,8 +145,9 @@ def assert_same_messages(admin, source: str, replica: str) -> None:
         have = got.get((topic, partition), [])
         assert len(have) == len(messages), f"{replica}:{topic}/{partition}: {len(have)} of {len(messages)}"
         assert [strip_origin(m) for m in have] == [strip_origin(m) for m in messages], f"{topic}/{partition}"
-        assert [m.header(ORIGIN_HEADER) for m in have] == \
-            [f"{src_uuid}/{partition}/{m.offset}".encode() for m in messages]
+        assert [m.header(ORIGIN_HEADER) for m in have] == [
+            f"{src_uuid}/{partition}/{m.offset}".encode() for m in messages
+        ]
     assert sum(map(len, got.values())) == sum(map(len, want.values()))
 
 
@@ -181,24 +187,39 @@ def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     for key, messages in want.items():
         got = by_partition.get(key, [])
         assert [r.offset for r in got] == [m.offset for m in messages]
-        assert [(r.value, r.key, tuple((h.key, h.value) for h in r.headers), r.timestamp) for r in got] == \
-            [(m.value, m.key, m.headers, m.timestamp) for m in messages]
+        assert [(r.value, r.key, tuple((h.key, h.value) for h in r.headers), r.timestamp) for r in got] == [
+            (m.value, m.key, m.headers, m.timestamp) for m in messages
+        ]
     assert any(r.headers for r in rows) and any(r.key is None for r in rows)
 
-    views = (spark.read.format("streamrep").option("path", stream).option("home", home_of(admin))
-             .option("topics", "views").load())
+    views = (
+        spark.read.format("streamrep")
+        .option("path", stream)
+        .option("home", home_of(admin))
+        .option("topics", "views")
+        .load()
+    )
     assert sorted(r.value for r in views.collect()) == sorted(f"view-{i}".encode() for i in range(5))
 
     # The same stream as a stream, rate-limited: every message once, over several micro-batches.
-    query = (spark.readStream.format("streamrep").option("path", stream).option("home", home_of(admin))
-             .option("maxRecordsPerTrigger", "20").load()
-             .writeStream.format("memory").queryName("events_stream")
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("streamrep")
+        .option("path", stream)
+        .option("home", home_of(admin))
+        .option("maxRecordsPerTrigger", "20")
+        .load()
+        .writeStream.format("memory")
+        .queryName("events_stream")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(120)
     assert query.exception() is None
     streamed = spark.table("events_stream").collect()
-    assert Counter((r.topic, r.partition, r.offset) for r in streamed) == \
-        Counter((r.topic, r.partition, r.offset) for r in rows)
+    assert Counter((r.topic, r.partition, r.offset) for r in streamed) == Counter(
+        (r.topic, r.partition, r.offset) for r in rows
+    )
     batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
     assert len(batches) >= 4 and max(p["numInputRows"] for p in batches) <= 20
 
@@ -214,8 +235,9 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
     destination = f"/mapr/{NY}/orders-copy"  # does not exist yet: the copy creates it
 
     started = time.monotonic()
-    result = run_app("copystream", ["--src", source, "--dst", destination, "--home", home_of(admin)],
-                     env=child_env, timeout=300)
+    result = run_app(
+        "copystream", ["--src", source, "--dst", destination, "--home", home_of(admin)], env=child_env, timeout=300
+    )
     print(f"\ncopystream app (3,500 messages): {time.monotonic() - started:.1f}s")
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = result.stdout.strip().splitlines()  # stdout carries the summary alone
@@ -347,8 +369,7 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters,
     assert_same_messages(admin, source, paused)
 
 
-def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(spark, clusters, tmp_path,
-                                                                                caplog):
+def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(spark, clusters, tmp_path, caplog):
     """The Spark gateway starts its Python workers before its first pass (and an idle one keeps
     them alive): the warm-up opens the gateway in each worker, and failing there (here: a
     STREAMREP_HOME without the cluster) costs only a warning, never the gateway."""
@@ -374,8 +395,9 @@ def test_gateway_stream_picks_up_new_topics_partitions_and_replicas(spark, clust
     first = f"/mapr/{NY}/clicks-1"
     link(admin, source, first)
     produce(admin, f"{source}:web", (f"web-{i}" for i in range(500)))
-    query = jobs.start_gateway(spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"),
-                               interval=0.2, max_records=200)
+    query = jobs.start_gateway(
+        spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"), interval=0.2, max_records=200
+    )
     try:
         wait_for(lambda: held(admin, first) == 500, what="the first replica")
         admin.create_topic(source, "mobile", 1)
@@ -402,6 +424,7 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
     import urllib.request
 
     import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
+
     from streamrep.replication.lag import lag_history
     from streamrep.spark import jobs
 
@@ -422,8 +445,11 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
                 text = response.read().decode()
         except OSError:
             return {}
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line and not line.startswith("#")}
+        return {
+            line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+        }
 
     gw = 'cluster="newyork",gateway="g1"'
     lag_key = f'streamrep_replica_lag_messages{{replica="{paused}",source="{source}"}}'
@@ -431,8 +457,13 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
     def watch() -> None:  # the gateway runs in the test's thread, where its session is active
         try:
             wait_for(lambda: held(admin, live) == 400, what="the live replica")
-            wait_for(lambda: scrape().get(f"streamrep_gateway_replicated_messages_total{{{gw}}}", 0) == 400
-                     and lag_key in scrape(), what="the replicated messages counted")
+            wait_for(
+                lambda: (
+                    scrape().get(f"streamrep_gateway_replicated_messages_total{{{gw}}}", 0) == 400
+                    and lag_key in scrape()
+                ),
+                what="the replicated messages counted",
+            )
             seen.update(scrape())
         except BaseException as err:  # noqa: BLE001 - reported by the test
             failed.append(err)
@@ -441,8 +472,9 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    jobs.run_gateway(spark, admin, NY, "g1", checkpoint=str(tmp_path / "checkpoint"), interval=0.3, stop=stop,
-                     metrics_port=port)
+    jobs.run_gateway(
+        spark, admin, NY, "g1", checkpoint=str(tmp_path / "checkpoint"), interval=0.3, stop=stop, metrics_port=port
+    )
     watcher.join(timeout=30)
     assert not failed, failed
     assert seen[f"streamrep_gateway_passes_total{{{gw}}}"] >= 1
@@ -515,8 +547,20 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
     link(admin, source, paused, paused=True)
     admin.resume_replica(source, replica)
     produce(admin, f"{source}:t", (f"m{i:07d}-" + "x" * 90 for i in range(total)), keyed=False, headers=False)
-    args = ["--cluster", NY, "--id", "g1", "--home", home_of(admin), "--checkpoint", str(tmp_path / "ck"),
-            "--max-records", "10000", "--interval", "0.2"]
+    args = [
+        "--cluster",
+        NY,
+        "--id",
+        "g1",
+        "--home",
+        home_of(admin),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--max-records",
+        "10000",
+        "--interval",
+        "0.2",
+    ]
     # Small passes, an early threshold and a short wait: the kill lands mid-backlog even
     # on a fast machine (a pass of 10k takes about 0.2 s here, so 80k+ remain for 1.6 s+).
     threshold = rng.randint(1, 120_000)
@@ -525,8 +569,12 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
     with open(tmp_path / "gateway.log", "wb") as log:
         proc = start_app("gateway", args, env=child_env, start_new_session=True, stdout=log, stderr=log)
         try:
-            wait_for(lambda: held(admin, replica) >= threshold or proc.poll() is not None, timeout=240,
-                     what=f"{threshold} messages replicated (seed {SEED})", every=0.01)
+            wait_for(
+                lambda: held(admin, replica) >= threshold or proc.poll() is not None,
+                timeout=240,
+                what=f"{threshold} messages replicated (seed {SEED})",
+                every=0.01,
+            )
             assert proc.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
             time.sleep(rng.uniform(0, 0.4))  # anywhere in the passes under way, or between them
         finally:
@@ -540,8 +588,10 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
     result = run_app("gateway", [*args, "--once"], env=child_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "g1" not in admin.store(admin.path(replica)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
-    print(f"\nkill test (seed {SEED}): killed at {at_kill} messages after {killed_after:.1f}s; "
-          f"whole test {time.monotonic() - started:.1f}s")
+    print(
+        f"\nkill test (seed {SEED}): killed at {at_kill} messages after {killed_after:.1f}s; "
+        f"whole test {time.monotonic() - started:.1f}s"
+    )
 
     values = Counter(m.value for messages in contents(admin, replica).values() for m in messages)
     expected = {f"m{i:07d}-".encode() + b"x" * 90 for i in range(total)}
@@ -564,8 +614,13 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     assert Path(argv[0]).name == "spark-submit" and Path(argv[0]).parent == Path(sys.executable).parent
     assert argv[argv.index("--master") + 1] == "local[2]"
     assert "spark.ui.enabled=false" in argv and "spark.python.worker.reuse=true" in argv
-    assert argv[-5:] == [str(Path(submit.__file__).resolve().parent / "apps" / "copystream.py"),
-                         "--src", "/mapr/a/s", "--dst", "/mapr/b/s"]
+    assert argv[-5:] == [
+        str(Path(submit.__file__).resolve().parent / "apps" / "copystream.py"),
+        "--src",
+        "/mapr/a/s",
+        "--dst",
+        "/mapr/b/s",
+    ]
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
 
@@ -624,8 +679,11 @@ def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
     query = jobs.start_gateway(spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"), interval=0.2)
     replica_store, replica_uuid = admin.store(admin.path(replica)), admin.entry(replica).uuid
     try:
-        wait_for(lambda: replica_store.cursors("g", replica_uuid, "t") == consumer.positions, timeout=120,
-                 what="the group's cursors on the replica")
+        wait_for(
+            lambda: replica_store.cursors("g", replica_uuid, "t") == consumer.positions,
+            timeout=120,
+            what="the group's cursors on the replica",
+        )
     finally:
         query.stop()
         Gateway(admin, NY, "g1").stop()
@@ -646,8 +704,11 @@ def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_
     jars = tmp_path / "pyspark" / "jars"
     jars.mkdir(parents=True)
     (jars / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
-    with pytest.raises(Unavailable, match=r"Python files are 4\.2\.0 but its jars are 4\.3\.0 .*"
-                                          r"pip install --force-reinstall --no-deps pyspark==4\.3\.0"):
+    with pytest.raises(
+        Unavailable,
+        match=r"Python files are 4\.2\.0 but its jars are 4\.3\.0 .*"
+        r"pip install --force-reinstall --no-deps pyspark==4\.3\.0",
+    ):
         submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.2.0")
     submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.3.0")
     submit.require_matching_pyspark()  # this venv's pyspark is whole

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from streamrep.client import Producer
 from streamrep.model.message import Message
 from streamrep.replication.apply import ORIGIN_HEADER
@@ -49,23 +50,42 @@ def worker_python(tmp_path_factory) -> Path:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "streamrep-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     started_log = root / "started.log"
     (site / "streamrep-witness.pth").write_text(  # a .pth line that starts with "import" runs at every start
         f"import os; open({str(started_log)!r}, 'a').write(open(f'/proc/{{os.getppid()}}/cmdline', 'rb')"
-        ".read().replace(b'\\0', b' ').decode(errors='replace') + '\\n')\n")
-    built = subprocess.run([uv, "build", "--wheel", "--offline", "--out-dir", str(root / "dist"), str(REPO)],
-                           capture_output=True, text=True)
+        ".read().replace(b'\\0', b' ').decode(errors='replace') + '\\n')\n"
+    )
+    built = subprocess.run(
+        [uv, "build", "--wheel", "--offline", "--out-dir", str(root / "dist"), str(REPO)],
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stderr[-2000:]
     [wheel] = (root / "dist").glob("streamrep-*.whl")
-    installed = subprocess.run([uv, "pip", "install", "--offline", "--no-deps", "--python", str(python), str(wheel)],
-                               capture_output=True, text=True)
+    installed = subprocess.run(
+        [uv, "pip", "install", "--offline", "--no-deps", "--python", str(python), str(wheel)],
+        capture_output=True,
+        text=True,
+    )
     assert installed.returncode == 0, installed.stderr[-2000:]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    where = subprocess.run([str(python), "-c", "import streamrep; print(streamrep.__file__)"],
-                           env=env, cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [str(python), "-c", "import streamrep; print(streamrep.__file__)"],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert Path(where).parent == site / "streamrep", where
     assert started_log.is_file()
     return python
@@ -76,8 +96,12 @@ def produce(admin, topic: str, values) -> list[str]:
     values = list(values)
     with Producer(admin, batch_size=50_000) as producer:
         for i, value in enumerate(values):
-            producer.send(topic, value, key=f"key-{i % 11}",
-                          headers=[("seq", str(i)), ("bin", bytes([i % 256, 0, 255]))] if i % 3 == 0 else None)
+            producer.send(
+                topic,
+                value,
+                key=f"key-{i % 11}",
+                headers=[("seq", str(i)), ("bin", bytes([i % 256, 0, 255]))] if i % 3 == 0 else None,
+            )
     return values
 
 
@@ -96,6 +120,7 @@ def messages_by_partition(admin, stream: str) -> dict[tuple[str, int], list[Mess
 def assert_replica_exactly_once(admin, source: str, replica: str) -> int:
     """Every source message once in the replica, in the same topic and partition and order, with
     its key, headers and timestamp; returns how many."""
+
     def content(m: Message) -> tuple:
         return m.value, m.key, tuple(h for h in m.headers if h[0] != ORIGIN_HEADER), m.timestamp
 
@@ -121,7 +146,9 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     api.create_stream(SOURCE, defaultpartitions=3)
     for topic, partitions in TOPICS.items():
         api.create_topic(SOURCE, topic, partitions)
-    before = produce(api, f"{SOURCE}:placed", (f"placed-{i}" for i in range(3000))) + produce(api, f"{SOURCE}:shipped", (f"shipped-{i}" for i in range(1000)))
+    before = produce(api, f"{SOURCE}:placed", (f"placed-{i}" for i in range(3000))) + produce(
+        api, f"{SOURCE}:shipped", (f"shipped-{i}" for i in range(1000))
+    )
     # The seeds' manual setup: replica registered paused, upstream agreed, copy, resume.
     api.create_stream(REPLICA, copymetafrom=SOURCE)
     api.add_replica(SOURCE, REPLICA, paused=True)
@@ -129,8 +156,20 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     on_cluster = {"STREAMREP_SPARK_PYTHON": str(worker_python)}
 
     started = time.monotonic()
-    code, out, err = cli("copystream", "-src", SOURCE, "-dst", REPLICA, "-engine", "spark",
-                         "-master", cluster.master_url, "-json", timeout=SPARK_TIMEOUT, **on_cluster)
+    code, out, err = cli(
+        "copystream",
+        "-src",
+        SOURCE,
+        "-dst",
+        REPLICA,
+        "-engine",
+        "spark",
+        "-master",
+        cluster.master_url,
+        "-json",
+        timeout=SPARK_TIMEOUT,
+        **on_cluster,
+    )
     print(f"\ncopystream of {len(before)} messages on {cluster.master_url}: {time.monotonic() - started:.1f} s")
     assert code == 0, err[-3000:]
     assert json.loads(out)["data"][0]["messages"] == len(before)
@@ -139,8 +178,19 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     api.resume_replica(SOURCE, REPLICA)
     after = produce(api, f"{SOURCE}:placed", (f"later-{i}" for i in range(500)))
     started = time.monotonic()
-    code, out, err = cli("gateway", "run", "-cluster", NY, "-id", "gw1", "-once", "-master", cluster.master_url,
-                         timeout=SPARK_TIMEOUT, **on_cluster)
+    code, out, err = cli(
+        "gateway",
+        "run",
+        "-cluster",
+        NY,
+        "-id",
+        "gw1",
+        "-once",
+        "-master",
+        cluster.master_url,
+        timeout=SPARK_TIMEOUT,
+        **on_cluster,
+    )
     print(f"gateway -once of {len(after)} messages: {time.monotonic() - started:.1f} s")
     assert code == 0, err[-3000:]
     assert assert_replica_exactly_once(api, SOURCE, REPLICA) == len(before) + len(after)
@@ -155,4 +205,3 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     assert {apps[name]["id"] for name in ours} <= folders
     parents = (worker_python.parents[2] / "started.log").read_text().splitlines()
     assert sum(EXECUTOR in parent for parent in parents) >= 2, parents  # at least once for each app
-

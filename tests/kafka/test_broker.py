@@ -77,12 +77,14 @@ def transactional_producer(bootstrap: str, transactional_id: str) -> RecordingPr
 
 
 def consumer(bootstrap: str, isolation: str = "read_committed") -> Consumer:
-    return Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"smoke-{uuid.uuid4().hex}",
-        "isolation.level": isolation,
-        "enable.auto.commit": False,
-    })
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"smoke-{uuid.uuid4().hex}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
 
 
 def wait_for_last_stable_offset(bootstrap: str, topic: str, at_least: int, partition: int = 0) -> int:

@@ -74,8 +74,9 @@ def test_autosetup_and_gateway_between_backends(mixed, source, replica):
     for partition in range(2):  # partitions and their order kept
         src = Consumer(f"{source}:clicks", from_start=True, admin=api)
         dst = Consumer(f"{replica}:clicks", from_start=True, admin=api)
-        assert [m.value for m in src.poll(1000) if m.partition == partition] == \
-            [m.value for m in dst.poll(1000) if m.partition == partition]
+        assert [m.value for m in src.poll(1000) if m.partition == partition] == [
+            m.value for m in dst.poll(1000) if m.partition == partition
+        ]
     [row] = replica_status(api, source)
     assert row["isUptodate"] is True and row["pendingMessages"] == 0
     assert drain(gateway) == 0  # nothing applied twice

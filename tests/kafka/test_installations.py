@@ -27,7 +27,7 @@ BARE = ("_streamrep.catalog", "_streamrep.marks", "_streamrep.syncs")  # the nam
 def _delete(bootstrap: str, names) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     existing = [n for n in names if n in admin.list_topics(timeout=30).topics]
-    for future in (admin.delete_topics(existing, request_timeout=30).values() if existing else ()):
+    for future in admin.delete_topics(existing, request_timeout=30).values() if existing else ():
         future.result()
     while set(existing) & set(admin.list_topics(timeout=30).topics):
         time.sleep(0.05)
@@ -73,9 +73,12 @@ def bare(tmp_path, kafka_broker):
 
 def test_a_namespaceless_default_stream_cannot_take_over_a_namespaced_streams_topics(alice, bare):
     _, ns = alice
-    with pytest.raises(Conflict, match=rf"the Kafka topics of /{ns}/apps/clicks \(streamrep\) would overlap those of "
-                                       rf"stream /apps/clicks of the streamrep installation with namespace '{ns}' "
-                                       "on the same brokers; choose another path or -topicnaming"):
+    with pytest.raises(
+        Conflict,
+        match=rf"the Kafka topics of /{ns}/apps/clicks \(streamrep\) would overlap those of "
+        rf"stream /apps/clicks of the streamrep installation with namespace '{ns}' "
+        "on the same brokers; choose another path or -topicnaming",
+    ):
         bare.create_stream(f"/mapr/kc/{ns}/apps/clicks")
     # Under the namespace's prefix even where its installation has no stream yet.
     with pytest.raises(Conflict, match=f"namespace '{ns}'"):

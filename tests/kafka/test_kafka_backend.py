@@ -85,8 +85,9 @@ def test_one_store_object_serves_several_threads(store):
         except Exception as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=reader) for _ in range(3)] + \
-        [threading.Thread(target=writer, args=(n,)) for n in range(2)]
+    threads = [threading.Thread(target=reader) for _ in range(3)] + [
+        threading.Thread(target=writer, args=(n,)) for n in range(2)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -23,14 +23,14 @@ import threading
 import time
 import uuid
 
+import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
+import streamrep.store.kafka as kafka_store
 from integration.replication_helpers import COPY_CHILD, GATEWAY_CHILD, Child, clean_env, json_rows, wait_until
 from streamrep.client import StreamAdmin
-import streamrep.store.kafka as kafka_store
 from streamrep.errors import Conflict, Unavailable
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
@@ -53,7 +53,8 @@ STREAMREP_EXE = os.path.join(os.path.dirname(sys.executable), "streamrep")
 # GATEWAY_CHILD, frozen (SIGSTOP to itself) the first time it is about to commit an apply transaction:
 # its records are written but not committed, as in a long GC pause or a hung VM. Says FROZEN then;
 # once continued, says whether its commit went through.
-FREEZING_GATEWAY_CHILD = textwrap.dedent("""
+FREEZING_GATEWAY_CHILD = (
+    textwrap.dedent("""
     import os, signal
     from confluent_kafka import Producer
     import streamrep.store.kafka as kafka_store
@@ -79,7 +80,9 @@ FREEZING_GATEWAY_CHILD = textwrap.dedent("""
             print("ZOMBIE COMMITTED", flush=True)
 
     kafka_store.Producer = Freezing
-""") + GATEWAY_CHILD
+""")
+    + GATEWAY_CHILD
+)
 
 
 # A store that dies inside an apply transaction on partition 1 of stream argv[3]: its records (a message
@@ -126,15 +129,21 @@ def numbered(i: int) -> dict:
     ``i % PARTITIONS``, keys on odd ones, headers on partition 0's (so both of the apply's paths run),
     distinct timestamps."""
     partition = i % PARTITIONS
-    return {"value": b"m-%d" % i, "key": b"k%d" % (i % 13) if i % 2 else None, "partition": partition,
-            "headers": [("h", b"%d" % i)] if partition == 0 else None, "timestamp": 1_700_000_000_000 + i}
+    return {
+        "value": b"m-%d" % i,
+        "key": b"k%d" % (i % 13) if i % 2 else None,
+        "partition": partition,
+        "headers": [("h", b"%d" % i)] if partition == 0 else None,
+        "timestamp": 1_700_000_000_000 + i,
+    }
 
 
 def produce_backlog(api: StreamAdmin, stream: str, count: int) -> None:
     """``count`` messages (:func:`numbered`) straight into the source's Kafka topic with a plain
     idempotent producer."""
-    producer = Producer({**client_settings(api, stream), "enable.idempotence": True,
-                         "linger.ms": 20, "batch.size": 1 << 20})
+    producer = Producer(
+        {**client_settings(api, stream), "enable.idempotence": True, "linger.ms": 20, "batch.size": 1 << 20}
+    )
     name = kafka_topic(api, stream, "t")
     for i in range(count):
         while True:
@@ -146,14 +155,21 @@ def produce_backlog(api: StreamAdmin, stream: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
-def committed(api: StreamAdmin, stream: str, isolation: str = "read_committed",
-              partitions: int = PARTITIONS) -> dict[int, list]:
+def committed(
+    api: StreamAdmin, stream: str, isolation: str = "read_committed", partitions: int = PARTITIONS
+) -> dict[int, list]:
     """Every record of each partition of the stream's topic ``t``, as a plain Kafka consumer reads it
     (``read_committed``: to the last stable offset; ``read_uncommitted``: aborted records too)."""
     name = kafka_topic(api, stream, "t")
-    consumer = Consumer({**client_settings(api, stream), "group.id": f"check-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "isolation.level": isolation,
-                         "auto.offset.reset": "error"})
+    consumer = Consumer(
+        {
+            **client_settings(api, stream),
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "auto.offset.reset": "error",
+        }
+    )
     try:
         held: dict[int, list] = {}
         for partition in range(partitions):
@@ -179,13 +195,17 @@ def assert_exact_replica(api: StreamAdmin, source: str, replica: str, expected: 
     assert sum(len(r) for r in src.values()) == expected
     for partition, records in src.items():
         sent = [(m.value(), m.key(), m.headers() or [], m.timestamp()[1]) for m in records]
-        got = [(m.value(), m.key(), [h for h in m.headers() or [] if h[0] != ORIGIN_HEADER], m.timestamp()[1])
-               for m in dst[partition]]
+        got = [
+            (m.value(), m.key(), [h for h in m.headers() or [] if h[0] != ORIGIN_HEADER], m.timestamp()[1])
+            for m in dst[partition]
+        ]
         origins = [dict(m.headers())[ORIGIN_HEADER].decode() for m in dst[partition]]
-        assert len(got) == len(sent), (f"partition {partition}: {len(got)} replicated of {len(sent)} "
-                                       f"(STREAMREP_TEST_SEED={SEED})")
-        assert origins == [f"{source_uuid}/{partition}/{m.offset()}" for m in records], \
+        assert len(got) == len(sent), (
+            f"partition {partition}: {len(got)} replicated of {len(sent)} (STREAMREP_TEST_SEED={SEED})"
+        )
+        assert origins == [f"{source_uuid}/{partition}/{m.offset()}" for m in records], (
             f"partition {partition}: a message lost, duplicated or out of order (STREAMREP_TEST_SEED={SEED})"
+        )
         assert got == sent, f"partition {partition}: a message changed (STREAMREP_TEST_SEED={SEED})"
 
 
@@ -208,8 +228,9 @@ def replicate(api: StreamAdmin, backlog: int) -> StreamAdmin:
 
 
 def cli(env: dict[str, str], *argv: str) -> dict:
-    result = subprocess.run([STREAMREP_EXE, *argv, "-engine", "local", "-json"], capture_output=True, text=True,
-                            env=env, timeout=300)
+    result = subprocess.run(
+        [STREAMREP_EXE, *argv, "-engine", "local", "-json"], capture_output=True, text=True, env=env, timeout=300
+    )
     [row] = json_rows((result.returncode, result.stdout, result.stderr))
     return row
 
@@ -258,8 +279,13 @@ def test_a_new_writer_sees_the_last_commit_behind_a_dead_transaction(api, child_
         finally:
             dead.kill9()
         marks_topic = f"_streamrep.{store.namespace}.marks"
-        probe = Consumer({"bootstrap.servers": store.bootstrap, "group.id": f"probe-{uuid.uuid4().hex}",
-                          "isolation.level": "read_uncommitted"})  # its high mark is the high watermark
+        probe = Consumer(
+            {
+                "bootstrap.servers": store.bootstrap,
+                "group.id": f"probe-{uuid.uuid4().hex}",
+                "isolation.level": "read_uncommitted",
+            }
+        )  # its high mark is the high watermark
         written = probe.get_watermark_offsets(TopicPartition(marks_topic, 0), timeout=30, cached=False)[1]
         outcome: dict[str, object] = {}
 
@@ -272,8 +298,13 @@ def test_a_new_writer_sees_the_last_commit_behind_a_dead_transaction(api, child_
         thread = threading.Thread(target=apply_first)
         thread.start()
         # its mark and commit marker are in the log, behind the dead writer's open transaction
-        wait_until(lambda: probe.get_watermark_offsets(TopicPartition(marks_topic, 0), timeout=30,
-                                                       cached=False)[1] >= written + 2, 60, "the first commit")
+        wait_until(
+            lambda: (
+                probe.get_watermark_offsets(TopicPartition(marks_topic, 0), timeout=30, cached=False)[1] >= written + 2
+            ),
+            60,
+            "the first commit",
+        )
         probe.close()
         with pytest.raises(Conflict, match="moved"):
             second.apply(stream, "t", 0, [Message(b"once")], {"pos": 1}, {"pos": None})
@@ -428,8 +459,11 @@ def own_broker(tmp_path):
 def on_own_broker(empty_home, own_broker) -> StreamAdmin:
     """``sanfrancisco`` and ``newyork``: two namespaces on ``own_broker``."""
     for name in ("sanfrancisco", "newyork"):
-        empty_home.add(name, url=f"kafka://{own_broker.bootstrap}",
-                       settings={"streamrep.namespace": f"t{uuid.uuid4().hex[:10]}-{name}"})
+        empty_home.add(
+            name,
+            url=f"kafka://{own_broker.bootstrap}",
+            settings={"streamrep.namespace": f"t{uuid.uuid4().hex[:10]}-{name}"},
+        )
     return StreamAdmin(empty_home, ALICE)
 
 

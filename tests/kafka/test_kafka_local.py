@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from kafka_local import Broker, KafkaLocalError, jars_missing_reason, launch, start, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,24 +26,50 @@ WAIT_S = 60  # bound of every wait below; none is expected to come near it
 def repo_copy(tmp_path) -> Path:
     """The parts of the repository the install and the Kafka tests use, with an empty cache."""
     copy = tmp_path / "repo"
-    for part in ("scripts/kafka_local.py", "scripts/wheel_envs.py", "kafka/pom.xml", "kafka/log4j2.properties",
-                 "tests/conftest.py", "tests/kafka/test_broker.py"):
+    for part in (
+        "scripts/kafka_local.py",
+        "scripts/wheel_envs.py",
+        "kafka/pom.xml",
+        "kafka/log4j2.properties",
+        "tests/conftest.py",
+        "tests/kafka/test_broker.py",
+    ):
         (copy / part).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / part, copy / part)
     return copy
 
 
 def run_install(repo: Path, path: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(repo / "scripts" / "kafka_local.py"), "install"],
-                          env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=WAIT_S * 5)
+    return subprocess.run(
+        [sys.executable, str(repo / "scripts" / "kafka_local.py"), "install"],
+        env={**os.environ, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 5,
+    )
 
 
 def skip_reasons(repo: Path) -> str:
     """Run the copied broker tests with pytest; return its report of skips."""
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-c", os.devnull,
-         "--rootdir", str(repo), str(repo / "tests" / "kafka" / "test_broker.py")],
-        capture_output=True, text=True, timeout=WAIT_S * 2, cwd=repo,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            os.devnull,
+            "--rootdir",
+            str(repo),
+            str(repo / "tests" / "kafka" / "test_broker.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+        cwd=repo,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
@@ -131,12 +156,19 @@ def test_a_broker_that_exits_while_starting_is_reported_with_its_log_folder(brok
 def test_a_test_broker_dies_with_the_process_that_started_it(broker_home):
     # A session killed with SIGKILL runs no finalizer: the kernel must take its broker down.
     starter = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, time; sys.path.insert(0, sys.argv[1]); import kafka_local as k; from pathlib import Path;"
-         "b = k.Broker('orphan', int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]));"
-         "k.start(b, die_with_parent=True); print(k.running_pid(b), flush=True); time.sleep(600)",
-         str(REPO / "scripts"), str(_free_port()), str(_free_port()), str(broker_home)],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; sys.path.insert(0, sys.argv[1]); import kafka_local as k; from pathlib import Path;"
+            "b = k.Broker('orphan', int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]));"
+            "k.start(b, die_with_parent=True); print(k.running_pid(b), flush=True); time.sleep(600)",
+            str(REPO / "scripts"),
+            str(_free_port()),
+            str(_free_port()),
+            str(broker_home),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         broker_pid = int(starter.stdout.readline())

@@ -105,14 +105,20 @@ def test_messages_keep_keys_headers_timestamps_and_partitions(store):
     with pytest.raises(AlreadyExists):
         store.create_topic(stream, "t", 3)
     assert store.topics(stream) == {"t": 3}
-    sent = {p: [Message(b"v%d-%d" % (p, i), b"k%d" % i, (("h", b"x"), ("h", b"y"), ("e", b"")), 1_700_000_000_000 + i)
-                for i in range(4)] for p in range(3)}
+    sent = {
+        p: [
+            Message(b"v%d-%d" % (p, i), b"k%d" % i, (("h", b"x"), ("h", b"y"), ("e", b"")), 1_700_000_000_000 + i)
+            for i in range(4)
+        ]
+        for p in range(3)
+    }
     firsts = store.append(stream, "t", sent)
     assert firsts == {0: 0, 1: 0, 2: 0}
     for p in range(3):
         got = store.read(stream, "t", p, 0, 100)
-        assert [(m.value, m.key, m.headers, m.timestamp, m.partition, m.offset, m.topic) for m in got] == \
-            [(m.value, m.key, m.headers, m.timestamp, p, i, "t") for i, m in enumerate(sent[p])]
+        assert [(m.value, m.key, m.headers, m.timestamp, m.partition, m.offset, m.topic) for m in got] == [
+            (m.value, m.key, m.headers, m.timestamp, p, i, "t") for i, m in enumerate(sent[p])
+        ]
         assert store.offsets(stream, "t", p) == (0, 4)
     with pytest.raises(NotFound):
         store.offsets(stream, "t", 7)
@@ -130,10 +136,10 @@ def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
     stream = add_stream(store)
     store.create_topic(stream, "t", 1)
     batch = [Message(b"a%d" % i, timestamp=1_700_000_000_000) for i in range(3)]
-    first = store.apply(stream, "t", 0, batch, {"p|src|t|0": 3}, {"p|src|t|0": None}, source="p|src|t|0",
-                        syncs=[(0, 0)])
-    second = store.apply(stream, "t", 0, batch, {"p|src|t|0": 6}, {"p|src|t|0": 3}, source="p|src|t|0",
-                         syncs=[(0, 3)])
+    first = store.apply(
+        stream, "t", 0, batch, {"p|src|t|0": 3}, {"p|src|t|0": None}, source="p|src|t|0", syncs=[(0, 0)]
+    )
+    second = store.apply(stream, "t", 0, batch, {"p|src|t|0": 6}, {"p|src|t|0": 3}, source="p|src|t|0", syncs=[(0, 3)])
     assert (first, second) == (0, 4)  # the commit marker of the first transaction took offset 3
     assert store.marks(stream) == {"p|src|t|0": 6}
     messages, next_offset = store.read_span(stream, "t", 0, 0, 100)

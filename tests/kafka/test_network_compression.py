@@ -8,10 +8,10 @@ import re
 import subprocess
 from pathlib import Path
 
+import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 from streamrep.client import Producer
 from streamrep.model.message import Message
 from streamrep.replication.gateway import Gateway
@@ -35,8 +35,15 @@ def log_dir(bootstrap: str) -> Path:
 def codecs(bootstrap: str, kafka_topic: str, partition: int = 0) -> list[str]:
     """``compresscodec`` of every data batch (not the transaction markers) in the partition's log."""
     folder = log_dir(bootstrap) / f"{kafka_topic}-{partition}"
-    command = ["java", kafka_local.JVM_HEAP, "-cp", str(kafka_local.LIBS / "*"),
-               "org.apache.kafka.tools.DumpLogSegments", "--files", *map(str, sorted(folder.glob("*.log")))]
+    command = [
+        "java",
+        kafka_local.JVM_HEAP,
+        "-cp",
+        str(kafka_local.LIBS / "*"),
+        "org.apache.kafka.tools.DumpLogSegments",
+        "--files",
+        *map(str, sorted(folder.glob("*.log"))),
+    ]
     out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True).stdout
     return [m.group(2) for m in re.finditer(r"isControl: (\w+) .*?compresscodec: (\w+)", out) if m.group(1) == "false"]
 

@@ -17,13 +17,21 @@ import time
 import uuid
 from pathlib import Path
 
+import kafka_local
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, AdminClient, ConfigResource,
-                                   NewTopic, ResourcePatternType, ResourceType)
-
-import kafka_local
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 from kafka_local import PRINCIPALS, KafkaLocalError, SecureCluster
+
 from streamrep.client.config import read_client_settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,10 +167,13 @@ def test_alice_without_an_acl_can_neither_write_nor_read_and_can_after_admin_all
         assert isinstance(refused, KafkaError)
         assert refused.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED)
 
-    allow = [AclBinding(kind, name, ResourcePatternType.LITERAL, "User:alice", "*", operation,
-                        AclPermissionType.ALLOW)
-             for kind, name, operation in ((ResourceType.TOPIC, topic, AclOperation.ALL),
-                                           (ResourceType.GROUP, f"alice-{topic}", AclOperation.READ))]
+    allow = [
+        AclBinding(kind, name, ResourcePatternType.LITERAL, "User:alice", "*", operation, AclPermissionType.ALLOW)
+        for kind, name, operation in (
+            (ResourceType.TOPIC, topic, AclOperation.ALL),
+            (ResourceType.GROUP, f"alice-{topic}", AclOperation.READ),
+        )
+    ]
     admin = admin_of(sf)
     for future in admin.create_acls(allow).values():
         future.result(WAIT_S)
@@ -182,7 +193,9 @@ def test_every_principal_has_an_owner_only_settings_file_a_producer_takes_unchan
             assert stat.S_IMODE(path.stat().st_mode) == 0o600
             settings = read_client_settings(str(path))
             assert settings == cluster.settings(principal)
-            assert settings["bootstrap.servers"] == cluster.bootstrap and Path(settings["ssl.ca.location"]).is_absolute()
+            assert (
+                settings["bootstrap.servers"] == cluster.bootstrap and Path(settings["ssl.ca.location"]).is_absolute()
+            )
             # Authenticated: every principal sees the brokers, even with no ACL on any topic.
             assert set(Producer(settings).list_topics(timeout=WAIT_S).brokers) == {1, 2, 3}
         assert stat.S_IMODE(cluster.passwords_file.stat().st_mode) == 0o600
@@ -193,28 +206,46 @@ def streamrep_cli(home: Path, *args: str, stdin: str = "") -> str:
     """The stdout of the ``streamrep`` executable on ``home``, which must succeed; the caller is the
     principal the settings file authenticates (no STREAMREP_USER names anyone)."""
     env = {k: v for k, v in os.environ.items() if k != "STREAMREP_USER"}
-    result = subprocess.run([str(Path(sys.executable).parent / "streamrep"), *args], input=stdin, capture_output=True,
-                            text=True, timeout=WAIT_S * 2, env={**env, "STREAMREP_HOME": str(home),
-                                                                "STREAMREP_GROUPS": ""})
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "streamrep"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S * 2,
+        env={**env, "STREAMREP_HOME": str(home), "STREAMREP_GROUPS": ""},
+    )
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
     return result.stdout
 
 
 def test_streamrep_takes_a_settings_file_and_its_cluster_url_wins_over_the_files_servers(sf, tmp_path):
     stale = tmp_path / "stale.properties"
-    stale.write_text(sf.properties_file("admin").read_text().replace(
-        f"bootstrap.servers={sf.bootstrap}", f"bootstrap.servers=127.0.0.1:{kafka_local.free_ports(1)[0]}"))
+    stale.write_text(
+        sf.properties_file("admin")
+        .read_text()
+        .replace(f"bootstrap.servers={sf.bootstrap}", f"bootstrap.servers=127.0.0.1:{kafka_local.free_ports(1)[0]}")
+    )
     stream = f"s{uuid.uuid4().hex[:8]}"
     for name, settings in (("unchanged", sf.properties_file("admin")), ("stale", stale)):
         home = tmp_path / name
-        streamrep_cli(home, "cluster", "add", "-name", "sf", "-url", f"kafka://{sf.brokers[1].bootstrap}",
-                      "-configfile", str(settings))
+        streamrep_cli(
+            home,
+            "cluster",
+            "add",
+            "-name",
+            "sf",
+            "-url",
+            f"kafka://{sf.brokers[1].bootstrap}",
+            "-configfile",
+            str(settings),
+        )
         path = f"/mapr/sf/{stream}-{name}"
         streamrep_cli(home, "stream", "create", "-path", path)
         streamrep_cli(home, "stream", "topic", "create", "-path", path, "-topic", "clicks")
         streamrep_cli(home, "produce", "-path", f"{path}:clicks", stdin="hello secure kafka\n")
-        assert "hello secure kafka" in streamrep_cli(home, "consume", "-path", f"{path}:clicks", "-fromstart",
-                                                     "-max", "1", "-timeout", "10")
+        assert "hello secure kafka" in streamrep_cli(
+            home, "consume", "-path", f"{path}:clicks", "-fromstart", "-max", "1", "-timeout", "10"
+        )
 
 
 def isr(cluster: SecureCluster, topic: str) -> set[int]:
@@ -249,8 +280,11 @@ def test_a_missing_openssl_is_one_line_naming_the_cluster_and_nothing_starts(tmp
     (only_java / "java").symlink_to(shutil.which("java"))
     monkeypatch.setenv("PATH", str(only_java))
     cluster = kafka_local.secure_cluster("nossl", home=tmp_path / "nossl")
-    with pytest.raises(KafkaLocalError, match=r"^kafka nossl: openssl is not on PATH \(it makes the cluster's "
-                                              r"certificates\)$"):
+    with pytest.raises(
+        KafkaLocalError,
+        match=r"^kafka nossl: openssl is not on PATH \(it makes the cluster's "
+        r"certificates\)$",
+    ):
         kafka_local.start_secure(cluster)
     assert all(kafka_local.running_pid(broker) is None for broker in cluster.brokers)
 
@@ -263,10 +297,12 @@ def test_a_taken_port_is_one_line_naming_the_broker_before_anything_is_made(tmp_
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        cluster = kafka_local.secure_cluster("busy", [*kafka_local.free_ports(4), port, kafka_local.free_ports(1)[0]],
-                                             tmp_path / "busy")
-        with pytest.raises(KafkaLocalError, match=f"^kafka busy/broker-2: port {port} is already in use by another "
-                                                  f"process$"):
+        cluster = kafka_local.secure_cluster(
+            "busy", [*kafka_local.free_ports(4), port, kafka_local.free_ports(1)[0]], tmp_path / "busy"
+        )
+        with pytest.raises(
+            KafkaLocalError, match=f"^kafka busy/broker-2: port {port} is already in use by another process$"
+        ):
             kafka_local.start_secure(cluster)
     assert not cluster.home.exists()
 
@@ -282,8 +318,12 @@ def repo_copy(tmp_path) -> Path:
 
 
 def run_script(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(repo / "scripts" / "kafka_local.py"), *args],
-                          capture_output=True, text=True, timeout=WAIT_S)
+    return subprocess.run(
+        [sys.executable, str(repo / "scripts" / "kafka_local.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
 
 
 def test_secure_status_and_stop_when_down_report_each_of_the_six_brokers(repo_copy):

@@ -38,18 +38,28 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
-
-import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
-from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env, wait_until
 from kafka_local import SecureCluster
+from test_kafka_faults import (
+    NY,
+    PARTITIONS,
+    SF,
+    applied,
+    assert_exact_replica,
+    client_settings,
+    committed,
+    kafka_topic,
+    numbered,
+    replicate,
+)
+
+from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env, wait_until
 from streamrep.client import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.model.ace import Identity
-from test_kafka_faults import (NY, PARTITIONS, SF, applied, assert_exact_replica, client_settings, committed,
-                               kafka_topic, numbered, replicate)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.secure_kafka, pytest.mark.slow]
 
@@ -68,7 +78,7 @@ ADMIN = Identity(user="admin")  # a secured cluster's caller is the principal it
 # ---------------------------------------------------------------- cluster health
 
 
-@functools.lru_cache(maxsize=None)  # one client per cluster: each new one authenticates again
+@functools.cache  # one client per cluster: each new one authenticates again
 def admin_of(cluster: SecureCluster) -> AdminClient:
     return AdminClient({**cluster.settings("admin"), "log_level": 0})
 
@@ -81,8 +91,13 @@ def unhealthy(cluster: SecureCluster) -> str | None:
         return f"no metadata: {exc}"
     if len(metadata.brokers) != len(cluster.brokers):
         return f"brokers {sorted(metadata.brokers)}"
-    short = [f"{t.topic}[{p.id}] isr {p.isrs}" for t in metadata.topics.values() if not t.error
-             for p in t.partitions.values() if p.leader < 0 or len(p.isrs) != len(cluster.brokers)]
+    short = [
+        f"{t.topic}[{p.id}] isr {p.isrs}"
+        for t in metadata.topics.values()
+        if not t.error
+        for p in t.partitions.values()
+        if p.leader < 0 or len(p.isrs) != len(cluster.brokers)
+    ]
     return f"{len(short)} partitions short, e.g. {short[:3]}" if short else None
 
 
@@ -139,7 +154,7 @@ def java_hash(text: str) -> int:
     h = 0
     units = text.encode("utf-16-be")
     for i in range(0, len(units), 2):
-        h = (31 * h + int.from_bytes(units[i:i + 2], "big")) & 0xFFFFFFFF
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
 
 
@@ -219,8 +234,18 @@ class SparkGateway:
         from streamrep.spark.submit import start_app
 
         self.log = tmp_path / "spark-gateway.log"
-        args = ["--cluster", "newyork", "--id", "g1", "--home", env["STREAMREP_HOME"], "--max-records", "2000",
-                "--interval", "0.2"]
+        args = [
+            "--cluster",
+            "newyork",
+            "--id",
+            "g1",
+            "--home",
+            env["STREAMREP_HOME"],
+            "--max-records",
+            "2000",
+            "--interval",
+            "0.2",
+        ]
         with open(self.log, "wb") as sink:
             self.proc = start_app("gateway", args, env=env, stdout=sink, stderr=sink)
 
@@ -249,8 +274,14 @@ class Writer(threading.Thread):
 
     def __init__(self, api: StreamAdmin, start: int):
         super().__init__(daemon=True)
-        self.settings = {**client_settings(api, SF), "enable.idempotence": True, "acks": "all", "linger.ms": 20,
-                         "message.timeout.ms": 300_000, "log_level": 0}
+        self.settings = {
+            **client_settings(api, SF),
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "message.timeout.ms": 300_000,
+            "log_level": 0,
+        }
         self.topic = kafka_topic(api, SF, "t")
         self.next = start
         self.acked = 0
@@ -292,7 +323,9 @@ def secure_api(secure_kafka, empty_home) -> StreamAdmin:
     namespace = f"t{uuid.uuid4().hex[:10]}"
     for name, cluster in secure_kafka.items():
         settings = {k: v for k, v in cluster.settings("admin").items() if k != "bootstrap.servers"}
-        empty_home.add(name, url=f"kafka://{cluster.bootstrap}", settings={**settings, "streamrep.namespace": namespace})
+        empty_home.add(
+            name, url=f"kafka://{cluster.bootstrap}", settings={**settings, "streamrep.namespace": namespace}
+        )
     try:
         for cluster in secure_kafka.values():
             await_healthy(cluster)
@@ -322,8 +355,9 @@ def count_faults(api: StreamAdmin, total: int) -> tuple[int, int]:
     """``(lost, duplicated)`` of the replica by message number, after checking that the source holds
     exactly messages ``0..total-1``, each in its partition, in order."""
     for partition, records in committed(api, SF).items():
-        assert [m.value() for m in records] == [b"m-%d" % i for i in range(partition, total, PARTITIONS)], \
+        assert [m.value() for m in records] == [b"m-%d" % i for i in range(partition, total, PARTITIONS)], (
             f"source partition {partition} is not the numbered sequence"
+        )
     held = Counter(int(m.value()[2:]) for records in committed(api, NY).values() for m in records)
     return total - len(held.keys() & set(range(total))), sum(held.values()) - len(held.keys() & set(range(total)))
 
@@ -358,8 +392,10 @@ class Run:
             self.gateway.stop()
         assert applied(self.api) == total
         lost, duplicated = count_faults(self.api, total)
-        print(f"\nFAULT {case} | {self.engine} | {total} messages | {lost} lost | {duplicated} duplicated | "
-              f"{time.monotonic() - self.began:.0f} s")
+        print(
+            f"\nFAULT {case} | {self.engine} | {total} messages | {lost} lost | {duplicated} duplicated | "
+            f"{time.monotonic() - self.began:.0f} s"
+        )
         assert (lost, duplicated) == (0, 0)
         assert_exact_replica(self.api, SF, NY, total)
 
@@ -417,6 +453,7 @@ def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafk
     coordinator = busiest_coordinator(txids, ny)
     kill9(coordinator)
     await_fenced(ny, coordinator)
+
     # the surviving brokers take its transactions over (metadata may lag the kill for a moment)
     def moved() -> bool:
         try:

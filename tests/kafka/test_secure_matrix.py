@@ -31,15 +31,26 @@ SECURE_USERS = {**USERS, "owner": "admin"}
 CATALOG_WRITES = {"stream edit", "stream replica pause", "cluster ace set", "stream upstream remove"}
 # (command, role): in this order; the administrator's change comes last, as it changes the world.
 SECURE_CASES = [
-    ("stream info", "none"), ("stream topic list", "none"), ("stream topic info", "consumeperm"),
-    ("stream edit", "produceperm"), ("stream edit", "adminperm"),
-    ("stream topic create", "topicperm"), ("stream topic create", "copyperm"),
-    ("stream replica list", "none"), ("stream replica pause", "consumeperm"), ("stream replica pause", "adminperm"),
+    ("stream info", "none"),
+    ("stream topic list", "none"),
+    ("stream topic info", "consumeperm"),
+    ("stream edit", "produceperm"),
+    ("stream edit", "adminperm"),
+    ("stream topic create", "topicperm"),
+    ("stream topic create", "copyperm"),
+    ("stream replica list", "none"),
+    ("stream replica pause", "consumeperm"),
+    ("stream replica pause", "adminperm"),
     ("stream upstream remove", "adminperm"),
-    ("produce", "produceperm"), ("produce", "consumeperm"),
-    ("consume", "consumeperm"), ("consume", "produceperm"),
-    ("stream cursor list", "consumeperm"), ("stream cursor list", "topicperm"),
-    ("cluster gateway get", "none"), ("cluster ace set", "cluster admin"), ("cluster ace set", "adminperm"),
+    ("produce", "produceperm"),
+    ("produce", "consumeperm"),
+    ("consume", "consumeperm"),
+    ("consume", "produceperm"),
+    ("stream cursor list", "consumeperm"),
+    ("stream cursor list", "topicperm"),
+    ("cluster gateway get", "none"),
+    ("cluster ace set", "cluster admin"),
+    ("cluster ace set", "adminperm"),
     ("gateway run", "none"),
     ("stream replica pause", "owner"),
 ]
@@ -48,20 +59,24 @@ SECURE_CASES = [
 def add_principals(cluster, users: list[str], password: str) -> None:
     """SCRAM logins for ``users`` on ``cluster``, made by its administrator."""
     admin = AdminClient(cluster.settings("admin"))
-    upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192),
-                                            password.encode()) for user in users]
+    upserts = [
+        UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), password.encode())
+        for user in users
+    ]
     for future in admin.alter_user_scram_credentials(upserts, request_timeout=30).values():
         future.result()
 
 
-def add_cluster(clusters: Clusters, cluster, name: str, namespace: str, principal: str = "admin",
-                password: str | None = None) -> None:
+def add_cluster(
+    clusters: Clusters, cluster, name: str, namespace: str, principal: str = "admin", password: str | None = None
+) -> None:
     """Register secured ``cluster`` as ``name`` in ``clusters``, authenticating as ``principal``."""
     settings = {k: v for k, v in cluster.settings("admin").items() if k != "bootstrap.servers"}
     if password is not None:
         settings.update({"sasl.username": principal, "sasl.password": password})
-    clusters.add(name, url=f"kafka://{cluster.bootstrap}",
-                 settings={**settings, "streamrep.namespace": f"{namespace}-{name}"})
+    clusters.add(
+        name, url=f"kafka://{cluster.bootstrap}", settings={**settings, "streamrep.namespace": f"{namespace}-{name}"}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +88,9 @@ def homes(secure_kafka, tmp_path_factory) -> dict[str, Path]:
     users = sorted(set(SECURE_USERS.values()) - {"admin"})
     for cluster in secure_kafka.values():
         add_principals(cluster, users, password)
-    build_world(root / "owner", lambda clusters, name: add_cluster(clusters, secure_kafka[name], name, namespace),
-                owner="admin")
+    build_world(
+        root / "owner", lambda clusters, name: add_cluster(clusters, secure_kafka[name], name, namespace), owner="admin"
+    )
     homes = {"owner": root / "owner"}
     for role, user in SECURE_USERS.items():
         if role != "owner":
@@ -111,7 +127,8 @@ def test_the_secure_cases_cover_refusals_reads_data_and_catalog_changes():
     kinds = set()
     for command, role in SECURE_CASES:
         allowed = role in MATRIX[command][1]
-        kinds.add("refused" if not allowed else "catalog" if command in CATALOG_WRITES and role != "owner"
-                  else "allowed")
+        kinds.add(
+            "refused" if not allowed else "catalog" if command in CATALOG_WRITES and role != "owner" else "allowed"
+        )
     assert kinds == {"refused", "catalog", "allowed"}
     assert {c for c, _ in SECURE_CASES} >= CATALOG_WRITES

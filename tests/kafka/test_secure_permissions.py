@@ -17,8 +17,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import (AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                   ResourcePatternType, ResourceType)
+from confluent_kafka.admin import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from integration.replication_helpers import drain
 from streamrep.cli.main import run
@@ -46,9 +52,11 @@ class World:
             clusters = Clusters(str(root / principal))
             for name, cluster in secure_kafka.items():
                 settings = {k: v for k, v in cluster.settings(principal).items() if k != "bootstrap.servers"}
-                clusters.add(name, url=f"kafka://{cluster.bootstrap}",
-                             settings={**settings, "streamrep.namespace": self.namespace,
-                                       "streamrep.group.eng": "alice,carol"})
+                clusters.add(
+                    name,
+                    url=f"kafka://{cluster.bootstrap}",
+                    settings={**settings, "streamrep.namespace": self.namespace, "streamrep.group.eng": "alice,carol"},
+                )
             self.homes[principal] = clusters
 
     def admin(self, principal: str = "admin") -> StreamAdmin:
@@ -66,8 +74,9 @@ class World:
         """A plain confluent-kafka producer as ``principal``: None if delivered, else Kafka's error code."""
         producer = Producer({**self.cluster(stream).settings(principal), "message.timeout.ms": 20000})
         outcome: list = []
-        producer.produce(self.kafka_topic(stream, topic), value, partition=0,
-                         on_delivery=lambda err, msg: outcome.append(err))
+        producer.produce(
+            self.kafka_topic(stream, topic), value, partition=0, on_delivery=lambda err, msg: outcome.append(err)
+        )
         producer.flush(30)
         assert outcome, "no delivery report within 30 s"
         return None if outcome[0] is None else outcome[0].code()
@@ -75,8 +84,14 @@ class World:
     def consume(self, principal: str, stream: str, topic: str, group: str, commit: bool = False):
         """A plain consumer as ``principal``, subscribed in ``group`` and reading from the start: the
         values read (and committed, with ``commit``), or Kafka's error code."""
-        consumer = Consumer({**self.cluster(stream).settings(principal), "group.id": f"{self.namespace}.{group}",
-                             "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        consumer = Consumer(
+            {
+                **self.cluster(stream).settings(principal),
+                "group.id": f"{self.namespace}.{group}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
         try:
             name = self.kafka_topic(stream, topic)
             consumer.subscribe([name])
@@ -134,8 +149,18 @@ def test_an_edit_moves_the_brokers_acls_with_the_ace(world):
     prefix = world.kafka_topic("/mapr/sanfrancisco/edited", "")
     api.delete_stream("/mapr/sanfrancisco/edited")
     admin = AdminClient(world.kafka["sanfrancisco"].settings("admin"))
-    left = admin.describe_acls(AclBindingFilter(ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, None, None,
-                                                AclOperation.ANY, AclPermissionType.ANY), request_timeout=15).result()
+    left = admin.describe_acls(
+        AclBindingFilter(
+            ResourceType.TOPIC,
+            prefix,
+            ResourcePatternType.PREFIXED,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        ),
+        request_timeout=15,
+    ).result()
     assert left == []  # a deleted stream leaves no grant behind for a stream created at its path later
 
 

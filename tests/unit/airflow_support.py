@@ -33,4 +33,3 @@ def running_replica(admin, copied: int = 0, pending: int = 5):
         for i in range(pending):
             producer.send(f"{SRC}:clicks", b"after", key=str(i).encode())
     return admin
-

@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamrep.errors import InvalidArgument
 from streamrep.model.ace import (
     MAX_DEPTH,

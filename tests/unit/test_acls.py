@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from streamrep.errors import InvalidArgument
 from streamrep.model.ace import And, Group, Not, Or, Public, User
-from streamrep.model.acls import (EVERYONE, TOPIC_OPERATIONS, Grant, Principals, installation_grants,
-                                  stream_grants)
+from streamrep.model.acls import EVERYONE, TOPIC_OPERATIONS, Grant, Principals, installation_grants, stream_grants
 from streamrep.model.stream import PERMISSIONS, StreamMeta
 
 GROUPS = {"eng": frozenset({"alice", "carol"}), "sales": frozenset({"bob"})}
@@ -25,24 +24,35 @@ OUTSIDERS = ("dave", "mallory")
 
 def kafka_allows(grants: set[Grant], user: str, operation: str) -> bool:
     """Kafka's StandardAuthorizer for one principal and operation on a topic under PREFIX."""
-    matching = [g for g in grants if g.resource == "topic" and g.name == PREFIX and g.operation == operation
-                and g.principal in (user, EVERYONE)]
+    matching = [
+        g
+        for g in grants
+        if g.resource == "topic" and g.name == PREFIX and g.operation == operation and g.principal in (user, EVERYONE)
+    ]
     return not any(not g.allow for g in matching) and any(g.allow for g in matching)
 
 
 def ace_allows(meta: StreamMeta, user: str, operation: str, writable: bool = True) -> bool:
     identity = PRINCIPALS.identity(user)
     from streamrep.model.ace import parse_ace
-    return any(parse_ace(getattr(meta, perm)).allows(identity) for perm, ops in TOPIC_OPERATIONS.items()
-               if operation in ops and (writable or perm != "produceperm"))
+
+    return any(
+        parse_ace(getattr(meta, perm)).allows(identity)
+        for perm, ops in TOPIC_OPERATIONS.items()
+        if operation in ops and (writable or perm != "produceperm")
+    )
 
 
 def assert_exact(meta: StreamMeta, writable: bool = True) -> None:
     grants = stream_grants(meta, PREFIX, PRINCIPALS, writable=writable)
     for user in ("alice", "bob", "carol", *OUTSIDERS):
         for operation in {op for ops in TOPIC_OPERATIONS.values() for op in ops}:
-            assert kafka_allows(grants, user, operation) == ace_allows(meta, user, operation, writable), \
-                (str(meta), user, operation, sorted(grants))
+            assert kafka_allows(grants, user, operation) == ace_allows(meta, user, operation, writable), (
+                str(meta),
+                user,
+                operation,
+                sorted(grants),
+            )
 
 
 def test_the_creator_alone_gets_every_right_and_nobody_else_any():
@@ -99,8 +109,9 @@ def test_a_stream_over_the_whole_cluster_is_refused():
 
 
 def test_groups_and_gateway_come_from_the_clusters_settings():
-    principals = Principals.from_settings({"streamrep.group.eng": "alice, carol", "streamrep.gateway.principal": "gw",
-                                           "sasl.username": "alice"})
+    principals = Principals.from_settings(
+        {"streamrep.group.eng": "alice, carol", "streamrep.gateway.principal": "gw", "sasl.username": "alice"}
+    )
     assert principals.groups == {"eng": frozenset({"alice", "carol"})} and principals.gateway == "gw"
     assert principals.identity("carol").groups == {"eng"} and principals.identity("bob").groups == frozenset()
 
@@ -116,10 +127,15 @@ def test_the_installation_lets_everyone_read_its_catalog_and_only_the_gateway_wr
 
 names = st.sampled_from(["alice", "bob", "carol", "dave"])
 leaves = st.one_of(st.builds(User, names), st.builds(Group, st.sampled_from(sorted(GROUPS))), st.just(Public()))
-aces = st.recursive(leaves, lambda inner: st.one_of(
-    st.builds(Not, inner.filter(lambda a: not isinstance(a, Not))),
-    st.builds(And, st.lists(inner, min_size=2, max_size=3)),
-    st.builds(Or, st.lists(inner, min_size=2, max_size=3))), max_leaves=6)
+aces = st.recursive(
+    leaves,
+    lambda inner: st.one_of(
+        st.builds(Not, inner.filter(lambda a: not isinstance(a, Not))),
+        st.builds(And, st.lists(inner, min_size=2, max_size=3)),
+        st.builds(Or, st.lists(inner, min_size=2, max_size=3)),
+    ),
+    max_leaves=6,
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,6 +1,7 @@
 """Tests for streamrep.client.admin: streams, topics, replicas, upstreams and gateways."""
 
 import pytest
+
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.producer import Producer
 from streamrep.errors import (
@@ -95,9 +96,17 @@ def test_entry_of_unknown_stream(admin):
 
 @ON_BOTH
 def test_copymetafrom_across_clusters_copies_everything(admin):
-    admin.create_stream(SF, defaultpartitions=6, ttl=3600, autocreate=False,
-                        produceperm="u:alice | g:eng", consumeperm="p", topicperm="g:eng",
-                        copyperm="u:alice|u:bob", adminperm="u:alice & !u:bob")
+    admin.create_stream(
+        SF,
+        defaultpartitions=6,
+        ttl=3600,
+        autocreate=False,
+        produceperm="u:alice | g:eng",
+        consumeperm="p",
+        topicperm="g:eng",
+        copyperm="u:alice|u:bob",
+        adminperm="u:alice & !u:bob",
+    )
     source = admin.entry(SF).meta
     replica = admin.create_stream(NY, copymetafrom=SF)
     assert replica.meta == source

@@ -14,6 +14,7 @@ from airflow.sdk.definitions.asset import AssetUniqueKey
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from airflow_support import DST, SRC, ctx, running_replica
+
 from streamrep.airflow.assets import (
     REPLICAS_ALIAS,
     asset_uri,
@@ -40,6 +41,7 @@ def as_alice(empty_home, monkeypatch):
 
 # --- URIs ------------------------------------------------------------------------------------
 
+
 def test_a_replica_is_an_asset_named_by_its_path_with_a_streamrep_uri():
     asset = replica_asset(DST)
     assert (asset.name, asset.uri, asset.group) == (DST, "streamrep://newyork/activity", "streamrep")
@@ -51,17 +53,27 @@ def test_a_replica_is_an_asset_named_by_its_path_with_a_streamrep_uri():
 
 
 def test_airflow_normalizes_streamrep_uris_through_the_provider_handler():
-    assert {"schemes": ["streamrep"], "handler": "streamrep.airflow.assets.normalize_uri"} in \
-        get_provider_info()["asset-uris"]
+    assert {"schemes": ["streamrep"], "handler": "streamrep.airflow.assets.normalize_uri"} in get_provider_info()[
+        "asset-uris"
+    ]
     # written by hand, other ways: Airflow's Asset applies the handler and finds the same URI
     assert Asset(uri="streamrep://newyork/activity/").uri == replica_asset(DST).uri
     assert Asset(uri="STREAMREP://newyork/apps/my stream").uri == "streamrep://newyork/apps/my%20stream"
     assert Asset(uri="streamrep://newyork/activity").normalized_uri == "streamrep://newyork/activity"
 
 
-@pytest.mark.parametrize("uri", ["streamrep://newyork/a:b:c", "streamrep:///activity", "streamrep://newyork",
-                                 "streamrep://newyork:9092/activity", "streamrep://newyork/a//b",
-                                 "streamrep://newyork/activity?x=1", "streamrep://-bad/activity"])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "streamrep://newyork/a:b:c",
+        "streamrep:///activity",
+        "streamrep://newyork",
+        "streamrep://newyork:9092/activity",
+        "streamrep://newyork/a//b",
+        "streamrep://newyork/activity?x=1",
+        "streamrep://-bad/activity",
+    ],
+)
 def test_a_uri_naming_no_stream_is_refused(uri):
     with pytest.raises(ValueError):
         Asset(uri=uri)
@@ -78,6 +90,7 @@ def test_replica_and_topic_assets_refuse_what_they_are_not():
 
 # --- the replica's caught-up event -----------------------------------------------------------
 
+
 def task_context() -> dict:
     return {**ctx(), "outlet_events": OutletEventAccessors()}
 
@@ -90,8 +103,9 @@ def test_the_sensor_emits_the_replicas_event_once_it_is_up_to_date(admin):
     running_replica(admin, copied=5)
     Gateway(admin, "newyork", "gw1").run_once()
     context = task_context()
-    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=5,
-                                   outlets=[REPLICAS_ALIAS])
+    sensor = ReplicaUpToDateSensor(
+        task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=5, outlets=[REPLICAS_ALIAS]
+    )
     row = sensor.execute(context)
     (event,) = alias_events(context)
     assert event.source_alias_name == REPLICAS_ALIAS.name
@@ -113,8 +127,9 @@ def test_without_the_alias_in_its_outlets_the_sensor_emits_nothing(admin):
 def test_a_deferred_sensor_emits_when_its_trigger_fires(admin):
     running_replica(admin, copied=5)  # 5 pending: not up to date
     context = task_context()
-    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=60,
-                                   deferrable=True, outlets=[REPLICAS_ALIAS])
+    sensor = ReplicaUpToDateSensor(
+        task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=60, deferrable=True, outlets=[REPLICAS_ALIAS]
+    )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context)
     assert alias_events(context) == []  # not caught up yet: no event
@@ -133,8 +148,9 @@ def test_a_paused_replica_fails_the_sensor_and_emits_nothing(admin):
     running_replica(admin, copied=5)
     admin.pause_replica(SRC, DST)
     context = task_context()
-    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=5,
-                                   outlets=[REPLICAS_ALIAS])
+    sensor = ReplicaUpToDateSensor(
+        task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=5, outlets=[REPLICAS_ALIAS]
+    )
     with pytest.raises(AirflowFailException, match="is paused"):
         sensor.execute(context)
     assert alias_events(context) == []
@@ -157,6 +173,7 @@ def test_emit_finds_the_source_and_the_lag_of_the_moment(admin):
 
 
 # --- StreamMessageTrigger ---------------------------------------------------------------------
+
 
 def produce(admin, values: list[str], topic: str = TOPIC) -> None:
     with Producer(admin) as producer:

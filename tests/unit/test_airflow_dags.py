@@ -4,7 +4,6 @@ params are validated by their JSON schema (a malformed path is refused at trigge
 from __future__ import annotations
 
 import copy
-
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import ParamValidationError
+
 from streamrep.airflow.assets import REPLICAS_ALIAS, replica_asset, topic_asset
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
@@ -35,12 +35,25 @@ from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayO
 from streamrep.airflow.triggers import StreamMessageTrigger
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
-DAG_IDS = {"stream_replica_manual_setup", "stream_replica_autosetup", "stream_gateways", "stream_replica_control",
-           "stream_gateway_service", "stream_replica_failover", "stream_replica_failback", "stream_replica_monitor",
-           "stream_messages_example", "stream_replica_uptodate_example"}
+DAG_IDS = {
+    "stream_replica_manual_setup",
+    "stream_replica_autosetup",
+    "stream_gateways",
+    "stream_replica_control",
+    "stream_gateway_service",
+    "stream_replica_failover",
+    "stream_replica_failback",
+    "stream_replica_monitor",
+    "stream_messages_example",
+    "stream_replica_uptodate_example",
+}
 # the supervisor, the monitor, and the examples scheduled on Assets; every other DAG runs when triggered
-SCHEDULED = {"stream_gateway_service", "stream_replica_monitor", "stream_messages_example",
-             "stream_replica_uptodate_example"}
+SCHEDULED = {
+    "stream_gateway_service",
+    "stream_replica_monitor",
+    "stream_messages_example",
+    "stream_replica_uptodate_example",
+}
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +117,10 @@ def test_manual_setup_is_the_seeds_seven_steps_in_order(dagbag):
     tasks = dag.task_dict
     assert tasks["wait_caught_up"].outlets == [REPLICAS_ALIAS]  # the replica's asset event
     assert tasks["wait_caught_up"].deferrable is True  # waits in the triggerer, not a worker slot
-    assert (tasks["create_replica"].path, tasks["create_replica"].copymetafrom) == ("{{ params.replica }}",
-                                                                                  "{{ params.path }}")
+    assert (tasks["create_replica"].path, tasks["create_replica"].copymetafrom) == (
+        "{{ params.replica }}",
+        "{{ params.path }}",
+    )
     assert tasks["add_replica_paused"].paused is True
     assert (tasks["add_upstream"].path, tasks["add_upstream"].upstream) == ("{{ params.replica }}", "{{ params.path }}")
     copy = tasks["copystream"]
@@ -120,8 +135,17 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     dag = dagbag.dags["stream_replica_autosetup"]
     order = chain_of(dag)
     assert [t.task_id for t in order] == [
-        "check", "create_replica", "add_replica_paused", "add_upstream", "copystream",
-        "add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica", "resume_replica", "wait_caught_up"]
+        "check",
+        "create_replica",
+        "add_replica_paused",
+        "add_upstream",
+        "copystream",
+        "add_reverse_replica",
+        "add_reverse_upstream",
+        "resume_reverse_replica",
+        "resume_replica",
+        "wait_caught_up",
+    ]
     # as in the core's autosetup: resume_replica finishes the autosetup (clears the replica's
     # mark), so it comes last and a rerun after any earlier failure is still accepted
     tasks = dag.task_dict
@@ -129,13 +153,24 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     for reverse in ("add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica"):
         assert tasks[reverse].only_if == "{{ params.multimaster }}"
     assert (tasks["add_reverse_replica"].path, tasks["add_reverse_replica"].replica) == (
-        "{{ params.replica }}", "{{ params.path }}")
+        "{{ params.replica }}",
+        "{{ params.path }}",
+    )
     assert tasks["add_replica_paused"].synchronous == "{{ params.synchronous }}"
     assert tasks["resume_replica"].trigger_rule == TriggerRule.NONE_FAILED  # runs when the reverse steps skip
     assert (tasks["resume_reverse_replica"].path, tasks["resume_reverse_replica"].replica) == (
-        "{{ params.replica }}", "{{ params.path }}")
-    assert set(dag.params) == {"path", "replica", "multimaster", "synchronous", "throttle", "networkencryption",
-                               "networkcompression"}
+        "{{ params.replica }}",
+        "{{ params.path }}",
+    )
+    assert set(dag.params) == {
+        "path",
+        "replica",
+        "multimaster",
+        "synchronous",
+        "throttle",
+        "networkencryption",
+        "networkcompression",
+    }
     for task in ("check", "add_replica_paused", "add_reverse_replica"):  # checked first, then on both links
         for name in ("throttle", "networkencryption", "networkcompression"):
             assert getattr(tasks[task], name) == f"{{{{ params.{name} }}}}"
@@ -149,7 +184,10 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
 def test_network_params_default_to_maprs_and_refuse_bad_values(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     assert {name: dag.params[name] for name in ("throttle", "networkencryption", "networkcompression")} == {
-        "throttle": False, "networkencryption": False, "networkcompression": "lz4"}
+        "throttle": False,
+        "networkencryption": False,
+        "networkcompression": "lz4",
+    }
     assert accepts(dag, networkcompression="zlib", networkencryption=True, throttle=True)
     assert not accepts(dag, networkcompression="foo")
     assert not accepts(dag, networkcompression="lzf")  # no Kafka codec: refused at trigger time
@@ -160,8 +198,11 @@ def test_network_params_default_to_maprs_and_refuse_bad_values(dagbag, dag_id):
 def test_gateways_dag_maps_one_supervised_spark_task_per_gateway(dagbag):
     dag = dagbag.dags["stream_gateways"]
     plan, gateway = dag.task_dict["plan_gateways"], dag.task_dict["gateway"]
-    assert plan.operator_class is GatewayPlanOperator if hasattr(plan, "operator_class") else isinstance(
-        plan, GatewayPlanOperator)
+    assert (
+        plan.operator_class is GatewayPlanOperator
+        if hasattr(plan, "operator_class")
+        else isinstance(plan, GatewayPlanOperator)
+    )
     assert gateway.operator_class is StreamGatewayOperator
     assert issubclass(StreamGatewayOperator, SparkSubmitOperator)
     assert gateway.partial_kwargs["retries"] >= 100 and gateway.partial_kwargs["retry_delay"].total_seconds() >= 10
@@ -173,7 +214,10 @@ def test_control_dag_branches_to_the_action(dagbag):
     dag = dagbag.dags["stream_replica_control"]
     tasks = dag.task_dict
     assert {type(tasks[a]) for a in ("pause", "resume", "remove")} == {
-        ReplicaPauseOperator, ReplicaResumeOperator, ReplicaRemoveOperator}
+        ReplicaPauseOperator,
+        ReplicaResumeOperator,
+        ReplicaRemoveOperator,
+    }
     assert {t.task_id for t in tasks["choose_action"].downstream_list} == {"pause", "resume", "remove"}
     assert isinstance(tasks["replica_list"], ReplicaStatusOperator)
     assert tasks["replica_list"].trigger_rule == TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
@@ -200,15 +244,35 @@ def test_uptodate_example_is_scheduled_on_the_replica_the_setup_dags_emit_for(da
     assert [t.task_id for t in dag.tasks] == ["report"]
 
 
-GOOD_PATHS = ["/mapr/sanfrancisco/activity", "mapr/sanfrancisco/activity", "/mapr/a.b_c-1/x/y.z",
-              "/activity", "/mapr/sanfrancisco/my stream"]
-BAD_PATHS = ["/mapr/sanfrancisco/activity:clicks", "", "/mapr//activity", "/mapr/sanfrancisco//x",
-             "/mapr/-bad/activity", "/mapr/sanfrancisco/a\tb", 42, None]
+GOOD_PATHS = [
+    "/mapr/sanfrancisco/activity",
+    "mapr/sanfrancisco/activity",
+    "/mapr/a.b_c-1/x/y.z",
+    "/activity",
+    "/mapr/sanfrancisco/my stream",
+]
+BAD_PATHS = [
+    "/mapr/sanfrancisco/activity:clicks",
+    "",
+    "/mapr//activity",
+    "/mapr/sanfrancisco//x",
+    "/mapr/-bad/activity",
+    "/mapr/sanfrancisco/a\tb",
+    42,
+    None,
+]
 
 
-@pytest.mark.parametrize("dag_id", ["stream_replica_manual_setup", "stream_replica_autosetup",
-                                    "stream_replica_control", "stream_replica_failover",
-                                    "stream_replica_failback"])
+@pytest.mark.parametrize(
+    "dag_id",
+    [
+        "stream_replica_manual_setup",
+        "stream_replica_autosetup",
+        "stream_replica_control",
+        "stream_replica_failover",
+        "stream_replica_failback",
+    ],
+)
 def test_path_params_accept_stream_paths_and_refuse_malformed_ones(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     for path in GOOD_PATHS:
@@ -220,8 +284,11 @@ def test_path_params_accept_stream_paths_and_refuse_malformed_ones(dagbag, dag_i
 
 def test_a_malformed_path_is_refused_with_a_readable_message(dagbag):
     dag = dagbag.dags["stream_replica_manual_setup"]
-    params = dag.params.deep_merge({"path": "/mapr/sanfrancisco/activity:clicks"}) if hasattr(
-        dag.params, "deep_merge") else None
+    params = (
+        dag.params.deep_merge({"path": "/mapr/sanfrancisco/activity:clicks"})
+        if hasattr(dag.params, "deep_merge")
+        else None
+    )
     with pytest.raises(ParamValidationError) as raised:
         if params is not None:
             params.validate()
@@ -243,14 +310,22 @@ def test_flag_cluster_and_action_params(dagbag):
     assert not accepts(control, action="delete")
 
 
-@pytest.mark.parametrize("dag_id, step, operator", [("stream_replica_failover", "failover", FailoverOperator),
-                                                    ("stream_replica_failback", "failback", FailbackOperator)])
+@pytest.mark.parametrize(
+    "dag_id, step, operator",
+    [
+        ("stream_replica_failover", "failover", FailoverOperator),
+        ("stream_replica_failback", "failback", FailbackOperator),
+    ],
+)
 def test_failover_dags_ask_a_person_before_the_irreversible_step(dagbag, dag_id, step, operator):
     from airflow.providers.standard.operators.hitl import ApprovalOperator
 
     dag = dagbag.dags[dag_id]
     assert [(t.task_id, type(t)) for t in chain_of(dag)] == [
-        ("plan", FailoverPlanOperator), ("approve", ApprovalOperator), (step, operator)]
+        ("plan", FailoverPlanOperator),
+        ("approve", ApprovalOperator),
+        (step, operator),
+    ]
     tasks = dag.task_dict
     assert tasks["plan"].procedure == step
     assert "xcom_pull(task_ids='plan')['markdown']" in tasks["approve"].body  # the approval shows the plan
@@ -264,6 +339,8 @@ def test_failover_dags_ask_a_person_before_the_irreversible_step(dagbag, dag_id,
     else:
         assert set(dag.params) == {"path", "replica", "phase", "timeout"}
         assert accepts(dag, phase="return") and not accepts(dag, phase="sideways")
+
+
 def test_the_monitor_checks_every_five_minutes_without_catchup_or_retries(dagbag):
     dag = dagbag.dags["stream_replica_monitor"]
     (task,) = dag.tasks

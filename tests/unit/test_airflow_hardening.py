@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, ParamValidationError
 from airflow_support import DST, SRC, ctx, running_replica
+
 from streamrep.airflow.hook import StreamrepHook
 from streamrep.airflow.operators import ReplicaRemoveOperator
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
@@ -79,8 +80,10 @@ def test_remove_without_confirmation_fails_and_keeps_the_replica(running, confir
     op = ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed=confirmed)
     with pytest.raises(AirflowFailException) as raised:
         op.execute(ctx())
-    assert str(raised.value) == (f"streamrep: stream replica remove -path {SRC} -replica {DST} was not confirmed: "
-                                 f"set confirm_remove to true to remove the replica")
+    assert str(raised.value) == (
+        f"streamrep: stream replica remove -path {SRC} -replica {DST} was not confirmed: "
+        f"set confirm_remove to true to remove the replica"
+    )
     assert [link.path for link in running.entry(SRC).replicas] == [DST]
 
 
@@ -136,16 +139,22 @@ def test_connection_test_reports_a_problem_in_one_line_and_creates_nothing(home,
 
     missing = tmp_path / "nowhere" / "tokyo.db"
     assert tested(host=f"embedded:{missing}") == (
-        False, f"no cluster store at {missing}; create it with 'streamrep cluster add -url embedded:{missing}'")
+        False,
+        f"no cluster store at {missing}; create it with 'streamrep cluster add -url embedded:{missing}'",
+    )
     assert not missing.parent.exists()  # the test did not create an empty store
     foreign = tmp_path / "foreign.db"
     sqlite3.connect(foreign).execute("CREATE TABLE t (x)").connection.close()
     ok, message = tested(host=f"embedded:{foreign}")
     assert not ok and "not a streamrep store" in message and "\n" not in message
     assert tested(host="kafka://broker") == (
-        False, "connection streamrep_tokyo: invalid cluster url 'kafka://broker': expected kafka://host:port[,host:port...]")
+        False,
+        "connection streamrep_tokyo: invalid cluster url 'kafka://broker': expected kafka://host:port[,host:port...]",
+    )
     ok, message = tested(host="tokyo.example:9092")
-    assert not ok and message.startswith("connection streamrep_tokyo: cluster url 'tokyo.example:9092' is not supported")
+    assert not ok and message.startswith(
+        "connection streamrep_tokyo: cluster url 'tokyo.example:9092' is not supported"
+    )
 
 
 def test_connection_test_of_the_common_settings_reads_the_registry(home, monkeypatch):
@@ -170,8 +179,10 @@ def kafka_connections(home, monkeypatch, tmp_path) -> None:
     registry: the tasks find the clusters through the connections only."""
     for name in ("sanfrancisco", "newyork"):
         info = home.get(name)
-        monkeypatch.setenv(f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps(
-            {"conn_type": "streamrep", "host": info.url, "extra": {"kafka": dict(info.settings)}}))
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_STREAMREP_{name.upper()}",
+            json.dumps({"conn_type": "streamrep", "host": info.url, "extra": {"kafka": dict(info.settings)}}),
+        )
     monkeypatch.setenv("STREAMREP_HOME", str(tmp_path / "no-registry"))
 
 
@@ -243,12 +254,17 @@ def test_connection_test_reaches_a_kafka_cluster_and_counts_its_streams(home, ad
     admin.create_stream("/mapr/newyork/one")
     admin.create_stream("/mapr/newyork/two")
     info = home.get("newyork")
-    conn = Connection(conn_id="streamrep_newyork", conn_type="streamrep",
-                      extra=json.dumps({"url": info.url, "kafka": dict(info.settings)}))
+    conn = Connection(
+        conn_id="streamrep_newyork",
+        conn_type="streamrep",
+        extra=json.dumps({"url": info.url, "kafka": dict(info.settings)}),
+    )
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_NEWYORK", conn.as_json())
     namespace = info.settings["streamrep.namespace"]
     assert conn.test_connection() == (
-        True, f"cluster newyork at {info.url} (namespace {namespace}): Kafka reached, 2 streams")
+        True,
+        f"cluster newyork at {info.url} (namespace {namespace}): Kafka reached, 2 streams",
+    )
 
 
 def test_connection_test_of_a_kafka_cluster_that_cannot_be_reached_says_why_in_one_line(monkeypatch):
@@ -264,7 +280,9 @@ def test_connection_test_of_a_kafka_cluster_that_cannot_be_reached_says_why_in_o
     assert not ok and message.startswith(f"cluster tokyo: Kafka at 127.0.0.1:{port} is unreachable"), message
     assert "\n" not in message
     # client settings reach confluent-kafka unchanged: a bad one is the client's own one-line complaint
-    ok, message = tested(host=f"kafka://127.0.0.1:{port}", extra=json.dumps({"kafka": {"security.protocol": "carrier-pigeon"}}))
+    ok, message = tested(
+        host=f"kafka://127.0.0.1:{port}", extra=json.dumps({"kafka": {"security.protocol": "carrier-pigeon"}})
+    )
     assert not ok and "carrier-pigeon" in message and "security.protocol" in message and "\n" not in message, message
 
 
@@ -276,18 +294,29 @@ def _unused_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("fields, error", [
-    ({"host": "embedded:/tmp/x.db", "extra": {"kafka": {"security.protocol": "SSL"}}},
-     "connection streamrep_tokyo: extra.kafka applies only to kafka:// clusters"),
-    ({"host": "kafka://127.0.0.1:9092", "extra": {"kafka": ["security.protocol=SSL"]}},
-     'connection streamrep_tokyo: extra.kafka must be an object of Kafka client settings, '
-     'e.g. {"security.protocol": "SASL_SSL"}'),
-    ({"host": "kafka://127.0.0.1:9092", "extra": {"kafka": {"ssl": {"ca": "x"}}}},
-     'connection streamrep_tokyo: extra.kafka must be an object of Kafka client settings, '
-     'e.g. {"security.protocol": "SASL_SSL"}'),
-    ({"host": "kafka://127.0.0.1:9092,", "extra": {}},
-     "connection streamrep_tokyo: invalid cluster url 'kafka://127.0.0.1:9092,': expected kafka://host:port[,host:port...]"),
-])
+@pytest.mark.parametrize(
+    "fields, error",
+    [
+        (
+            {"host": "embedded:/tmp/x.db", "extra": {"kafka": {"security.protocol": "SSL"}}},
+            "connection streamrep_tokyo: extra.kafka applies only to kafka:// clusters",
+        ),
+        (
+            {"host": "kafka://127.0.0.1:9092", "extra": {"kafka": ["security.protocol=SSL"]}},
+            "connection streamrep_tokyo: extra.kafka must be an object of Kafka client settings, "
+            'e.g. {"security.protocol": "SASL_SSL"}',
+        ),
+        (
+            {"host": "kafka://127.0.0.1:9092", "extra": {"kafka": {"ssl": {"ca": "x"}}}},
+            "connection streamrep_tokyo: extra.kafka must be an object of Kafka client settings, "
+            'e.g. {"security.protocol": "SASL_SSL"}',
+        ),
+        (
+            {"host": "kafka://127.0.0.1:9092,", "extra": {}},
+            "connection streamrep_tokyo: invalid cluster url 'kafka://127.0.0.1:9092,': expected kafka://host:port[,host:port...]",
+        ),
+    ],
+)
 def test_a_malformed_kafka_connection_is_one_line_error(empty_home, monkeypatch, fields, error):
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", json.dumps({"conn_type": "streamrep", **fields}))
     with pytest.raises(InvalidArgument) as raised:
@@ -301,11 +330,19 @@ def test_the_page_hides_the_kafka_bootstrap_servers_from_who_may_not_read_connec
     from streamrep.airflow.page import HIDDEN, hide_locations
 
     url = "kafka://k1.example:9092,k2.example:9093"
-    topo = {"clusters": [{"name": "tokyo", "kind": "kafka", "url": url,
-                          "error": "cluster tokyo: Kafka at k1.example:9092,k2.example:9093 is unreachable "
-                                   "(cannot read topics: Failed to get metadata: Local: Broker transport failure)",
-                          "streams": [{"path": "/mapr/tokyo/a", "error": "k2.example:9093/2: Connect to ipv4#10.0.0.2 failed"}]}],
-            "links": [{"source": "/mapr/tokyo/a", "replica": DST, "errors": "cannot read k1.example:9092"}]}
+    topo = {
+        "clusters": [
+            {
+                "name": "tokyo",
+                "kind": "kafka",
+                "url": url,
+                "error": "cluster tokyo: Kafka at k1.example:9092,k2.example:9093 is unreachable "
+                "(cannot read topics: Failed to get metadata: Local: Broker transport failure)",
+                "streams": [{"path": "/mapr/tokyo/a", "error": "k2.example:9093/2: Connect to ipv4#10.0.0.2 failed"}],
+            }
+        ],
+        "links": [{"source": "/mapr/tokyo/a", "replica": DST, "errors": "cannot read k1.example:9092"}],
+    }
     hidden = json.dumps(hide_locations(topo, "/var/lib/streamrep"))
     for where in ("k1.example", "k2.example", "kafka://", "10.0.0.2"):
         assert where not in hidden, hidden
@@ -326,17 +363,33 @@ def test_gateway_tasks_are_labelled_and_back_off(dagbag):
 
 
 def test_the_spark_apps_exit_with_a_distinct_status_for_user_errors(capsys):
-    for err in (NotFound("stream /mapr/a/b does not exist"), PermissionDenied("user bob does not have copyperm"),
-                InvalidArgument("bad"), RuntimeError("py4j: streamrep.errors.NotFound: stream /mapr/a/b does not exist")):
+    for err in (
+        NotFound("stream /mapr/a/b does not exist"),
+        PermissionDenied("user bob does not have copyperm"),
+        InvalidArgument("bad"),
+        RuntimeError("py4j: streamrep.errors.NotFound: stream /mapr/a/b does not exist"),
+    ):
         assert is_user_error(err) and fail(err) == USER_ERROR_EXIT, err
-    for err in (Unavailable("cluster a: store x cannot be read"), RuntimeError("Java heap space"),
-                RuntimeError("wrapped streamrep.errors.Unavailable: cluster a is down")):
+    for err in (
+        Unavailable("cluster a: store x cannot be read"),
+        RuntimeError("Java heap space"),
+        RuntimeError("wrapped streamrep.errors.Unavailable: cluster a is down"),
+    ):
         assert not is_user_error(err) and fail(err) == 1, err
     # A running Spark gateway rides out an Unavailable, also one a task raised (Spark wraps it), and nothing else.
     assert is_outage(Unavailable("down")) and is_outage(RuntimeError("wrapped streamrep.errors.Unavailable: down"))
-    assert not any(map(is_outage, (NotFound("gone"), RuntimeError("py4j: streamrep.errors.NotFound: gone"),
-                                   RuntimeError("Java heap space"))))
-    assert USER_ERROR_EXIT not in (0, 1, 2, 3)  # not success, a crash, argparse's usage error, nor the CLI's internal error
+    assert not any(
+        map(
+            is_outage,
+            (NotFound("gone"), RuntimeError("py4j: streamrep.errors.NotFound: gone"), RuntimeError("Java heap space")),
+        )
+    )
+    assert USER_ERROR_EXIT not in (
+        0,
+        1,
+        2,
+        3,
+    )  # not success, a crash, argparse's usage error, nor the CLI's internal error
     assert capsys.readouterr().err.splitlines()[0] == "ERROR: stream /mapr/a/b does not exist"
 
 
@@ -345,8 +398,10 @@ def stand_in_apps(tmp_path, monkeypatch, error: str) -> None:
     ``streamrep.spark.jobs.fail``, run by the real spark-submit."""
     apps = tmp_path / "apps"
     apps.mkdir()
-    script = ("import sys\nfrom streamrep import errors\nfrom streamrep.spark.jobs import fail\n"
-              f"sys.exit(fail(errors.{error}('stream /mapr/newyork/activity: stand-in failure')))\n")
+    script = (
+        "import sys\nfrom streamrep import errors\nfrom streamrep.spark.jobs import fail\n"
+        f"sys.exit(fail(errors.{error}('stream /mapr/newyork/activity: stand-in failure')))\n"
+    )
     for app in ("gateway.py", "copystream.py"):
         (apps / app).write_text(script)
     monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
@@ -365,7 +420,9 @@ def test_an_unavailable_cluster_in_the_spark_app_is_retried(running, tmp_path, m
     no INFO line in the task log, are asserted on real Spark runs by test_airflow_spark_operators.py's
     copystream-then-gateway test)."""
     stand_in_apps(tmp_path, monkeypatch, "Unavailable")
-    op = StreamCopyOperator(task_id="copy", source=SRC, destination=DST, conf={"spark.driver.extraJavaOptions": "-Dx=1"})
+    op = StreamCopyOperator(
+        task_id="copy", source=SRC, destination=DST, conf={"spark.driver.extraJavaOptions": "-Dx=1"}
+    )
     with pytest.raises(AirflowException) as raised:
         op.execute(ctx())
     assert not isinstance(raised.value, AirflowFailException)
@@ -425,6 +482,7 @@ def test_trigger_keeps_waiting_while_a_gateway_is_missing(running):
     """Waiting for a gateway can succeed: the trigger polls on (stopped here after a while)."""
     trigger = ReplicaUpToDateTrigger(path=SRC, replica=DST, home=running.clusters.home, poll_interval=0.05)
     with pytest.raises(asyncio.TimeoutError):
+
         async def first():
             async for event in trigger.run():
                 return event
@@ -451,8 +509,9 @@ def airflow_api(tmp_path_factory):
     plugins = str(home / "plugins")  # empty: the page comes through the package's entry point
     patch.setenv("AIRFLOW__CORE__PLUGINS_FOLDER", plugins)
     patch.setattr(settings, "PLUGINS_FOLDER", plugins)  # read from the config once, at import
-    patch.setenv("AIRFLOW__CORE__AUTH_MANAGER",
-                 "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager")
+    patch.setenv(
+        "AIRFLOW__CORE__AUTH_MANAGER", "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
+    )
     patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
     patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "ada:admin,olga:op,uma:user,vic:viewer")
     patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(home / "passwords.json"))
@@ -572,8 +631,10 @@ def test_only_who_may_trigger_the_gateway_service_starts_or_stops_gateways_from_
     user = client.post("/streamrep/api/gateways/newyork/stop", headers=as_user(tokens["uma"]))
     assert user.status_code == 200 and user.json()["desired"] == "stopped" and user.json()["requestedBy"] == "uma"
     assert service.desired_state(store) == "stopped"
-    assert 'class="gw-start" data-cluster="newyork"' in client.get("/streamrep/replication",
-                                                                    headers=as_user(tokens["uma"])).text
+    assert (
+        'class="gw-start" data-cluster="newyork"'
+        in client.get("/streamrep/replication", headers=as_user(tokens["uma"])).text
+    )
 
 
 def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_refused(home, monkeypatch):
@@ -581,18 +642,27 @@ def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_ref
     authenticates another SASL principal refuses it in one line (no broker is needed to decide)."""
     from airflow.models.connection import Connection
 
-    secure = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
-              "sasl.password": "secret"}
-    kafka = Connection(conn_id="streamrep_tokyo", conn_type="streamrep", host="kafka://127.0.0.1:9",
-                       extra=json.dumps({"kafka": secure}))
+    secure = {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "alice",
+        "sasl.password": "secret",
+    }
+    kafka = Connection(
+        conn_id="streamrep_tokyo",
+        conn_type="streamrep",
+        host="kafka://127.0.0.1:9",
+        extra=json.dumps({"kafka": secure}),
+    )
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", kafka.as_json())
     for login, refused in (("bob", True), ("alice", False)):
         default = Connection(conn_id="streamrep_default", conn_type="streamrep", login=login)
         monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", default.as_json())
         admin = StreamrepHook().get_conn()
         if refused:
-            with pytest.raises(PermissionDenied, match="^cluster tokyo authenticates this client as alice; "
-                                                       "acting as bob is refused"):
+            with pytest.raises(
+                PermissionDenied, match="^cluster tokyo authenticates this client as alice; acting as bob is refused"
+            ):
                 admin.caller("tokyo")
         else:
             assert admin.caller("tokyo").user == "alice"

@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import (
     AirflowSkipException,
 )
 from airflow_support import DST, SRC, ctx
+
 from streamrep.airflow.hook import StreamrepHook, cluster_conn_id, user_errors
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
@@ -87,8 +88,10 @@ def test_hook_falls_back_to_the_cli_registry(home):
 def test_hook_cluster_from_a_streamrep_connection(home, tmp_path, monkeypatch):
     target = tmp_path / "elsewhere" / "boston.db"
     target.parent.mkdir()
-    monkeypatch.setenv(f"AIRFLOW_CONN_{cluster_conn_id('boston').upper()}",
-                       json.dumps({"conn_type": "streamrep", "host": f"embedded:{target}"}))
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{cluster_conn_id('boston').upper()}",
+        json.dumps({"conn_type": "streamrep", "host": f"embedded:{target}"}),
+    )
     hook = StreamrepHook()
     assert hook.clusters.get("boston").url == f"embedded:{target}"
     hook.admin.create_stream("/mapr/boston/events")
@@ -104,10 +107,16 @@ def test_hook_cluster_from_a_streamrep_connection(home, tmp_path, monkeypatch):
 
 
 def test_hook_connection_with_extra_url_home_and_identity(empty_home, tmp_path, monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", json.dumps(
-        {"conn_type": "streamrep", "login": "carol", "extra": {"home": str(tmp_path / "h"), "groups": "eng,ops"}}))
-    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_LONDON", json.dumps(
-        {"conn_type": "streamrep", "extra": {"url": f"embedded:{tmp_path / 'london.db'}"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STREAMREP_DEFAULT",
+        json.dumps(
+            {"conn_type": "streamrep", "login": "carol", "extra": {"home": str(tmp_path / "h"), "groups": "eng,ops"}}
+        ),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STREAMREP_LONDON",
+        json.dumps({"conn_type": "streamrep", "extra": {"url": f"embedded:{tmp_path / 'london.db'}"}}),
+    )
     hook = StreamrepHook()
     assert hook.clusters.home == str(tmp_path / "h")
     assert hook.identity.user == "carol" and hook.identity.groups == frozenset({"eng", "ops"})
@@ -132,12 +141,10 @@ def test_hook_refuses_a_connection_without_an_embedded_url(home, monkeypatch):
 
 
 def test_user_errors_fail_without_retry_but_unavailable_is_retried():
-    with pytest.raises(AirflowFailException, match="^streamrep: stream x does not exist$"):
-        with user_errors():
-            raise NotFound("stream x does not exist")
-    with pytest.raises(AirflowException, match="^streamrep: cannot read") as raised:
-        with user_errors():
-            raise Unavailable("cannot read cluster registry")
+    with pytest.raises(AirflowFailException, match="^streamrep: stream x does not exist$"), user_errors():
+        raise NotFound("stream x does not exist")
+    with pytest.raises(AirflowException, match="^streamrep: cannot read") as raised, user_errors():
+        raise Unavailable("cannot read cluster registry")
     assert not isinstance(raised.value, AirflowFailException)
 
 
@@ -153,8 +160,10 @@ def test_create_copymetafrom_success_and_retry(admin, source):
 
 def test_create_fails_if_the_stream_exists_with_other_metadata(admin, source):
     admin.create_stream(DST, ttl=60)
-    fails_with(StreamCreateOperator(task_id="create", path=DST, copymetafrom=SRC),
-               f"stream {DST} already exists with other metadata: defaultpartitions is 1, not 2; ttl is 60, not 0")
+    fails_with(
+        StreamCreateOperator(task_id="create", path=DST, copymetafrom=SRC),
+        f"stream {DST} already exists with other metadata: defaultpartitions is 1, not 2; ttl is 60, not 0",
+    )
 
 
 def test_create_fails_for_an_unknown_source_and_a_bad_path(home):
@@ -181,10 +190,14 @@ def test_replica_add_paused_success_and_retry(admin, source):
 def test_replica_add_fails_when_registered_with_other_settings(admin, source):
     admin.create_stream(DST, copymetafrom=SRC)
     admin.add_replica(SRC, DST, paused=True)
-    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused="False"),
-               f"{DST} is already a replica of {SRC} with paused=true synchronous=false, not paused=false")
-    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True, synchronous=True),
-               "with paused=true synchronous=false, not paused=true synchronous=true")
+    fails_with(
+        ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused="False"),
+        f"{DST} is already a replica of {SRC} with paused=true synchronous=false, not paused=false",
+    )
+    fails_with(
+        ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True, synchronous=True),
+        "with paused=true synchronous=false, not paused=true synchronous=true",
+    )
 
 
 def test_replica_add_paused_accepts_the_link_resumed_since(admin, source):
@@ -219,24 +232,38 @@ def test_replica_add_fails_for_a_missing_replica_and_without_permission(admin, s
 
 def test_replica_add_passes_the_network_options_and_refuses_bad_ones(admin, source):
     admin.create_stream(DST, copymetafrom=SRC)
-    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="foo"),
-               "invalid networkcompression 'foo'")
-    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkencryption="maybe"),
-               "invalid networkencryption 'maybe': true or false")
+    fails_with(
+        ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="foo"),
+        "invalid networkcompression 'foo'",
+    )
+    fails_with(
+        ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkencryption="maybe"),
+        "invalid networkencryption 'maybe': true or false",
+    )
     fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, throttle=2), "invalid throttle 2")
-    fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="lzf"),
-               "Kafka has no LZF codec")
+    fails_with(
+        ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="lzf"), "Kafka has no LZF codec"
+    )
     assert admin.entry(SRC).replicas == ()
-    op = ReplicaAddOperator(task_id="add", path=SRC, replica=DST, paused=True, throttle="True",
-                            networkencryption=False, networkcompression="zlib")
+    op = ReplicaAddOperator(
+        task_id="add",
+        path=SRC,
+        replica=DST,
+        paused=True,
+        throttle="True",
+        networkencryption=False,
+        networkcompression="zlib",
+    )
     link = op.execute(ctx())
     assert (link["throttle"], link["networkencryption"], link["networkcompression"]) == (True, False, "zlib")
     assert op.execute(ctx(2))["networkcompression"] == "zlib"  # a retry finds the same link
 
 
 def test_autosetup_check_refuses_bad_network_options_before_creating_the_replica(admin, source):
-    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=DST, networkcompression="lzf"),
-               "Kafka has no LZF codec")
+    fails_with(
+        AutosetupCheckOperator(task_id="check", path=SRC, replica=DST, networkcompression="lzf"),
+        "Kafka has no LZF codec",
+    )
     with pytest.raises(NotFound):
         admin.entry(DST)
 
@@ -323,9 +350,11 @@ def test_remove_success_retry_and_failure(replicated, admin):
 
 
 def test_remove_retry_still_fails_for_an_unknown_source(home):
-    fails_with(ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed=True),
-               f"stream {SRC} does not exist",
-               try_number=3)
+    fails_with(
+        ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed=True),
+        f"stream {SRC} does not exist",
+        try_number=3,
+    )
 
 
 def test_replica_status(replicated, admin):
@@ -343,8 +372,10 @@ def test_autosetup_check(admin, source):
     assert admin.entry(DST).autosetup_from == admin.entry(SRC).uuid  # created, marked as this autosetup's
     other = "/mapr/newyork/other"
     admin.create_stream(other)
-    fails_with(AutosetupCheckOperator(task_id="check", path=SRC, replica=other),
-               f"replica stream {other} already exists; autosetup creates it")
+    fails_with(
+        AutosetupCheckOperator(task_id="check", path=SRC, replica=other),
+        f"replica stream {other} already exists; autosetup creates it",
+    )
 
 
 def test_autosetup_check_needs_permission(admin, source, monkeypatch):
@@ -372,9 +403,19 @@ def test_only_if_false_skips_the_task(replicated, admin):
 
 
 def test_operators_declare_template_fields_and_docstrings():
-    for op in (StreamCreateOperator, ReplicaAddOperator, ReplicaVerifyOperator, UpstreamAddOperator,
-               UpstreamVerifyOperator, ReplicaResumeOperator, ReplicaPauseOperator, ReplicaRemoveOperator,
-               ReplicaStatusOperator, AutosetupCheckOperator, GatewayPlanOperator):
+    for op in (
+        StreamCreateOperator,
+        ReplicaAddOperator,
+        ReplicaVerifyOperator,
+        UpstreamAddOperator,
+        UpstreamVerifyOperator,
+        ReplicaResumeOperator,
+        ReplicaPauseOperator,
+        ReplicaRemoveOperator,
+        ReplicaStatusOperator,
+        AutosetupCheckOperator,
+        GatewayPlanOperator,
+    ):
         assert "path" in op.template_fields or "cluster" in op.template_fields, op
         assert ":param" in (op.__doc__ or "") and ":return:" in op.__doc__, op
 
@@ -385,6 +426,7 @@ def test_provider_info_fits_airflows_schema():
     import importlib.resources
 
     import jsonschema
+
     from streamrep.airflow.provider import get_provider_info
 
     schema = json.loads(importlib.resources.files("airflow").joinpath("provider_info.schema.json").read_text())

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
 from streamrep.airflow.page import render_page, short_state, topology
-from streamrep.model.replication import ReplicaState
 from streamrep.client import Producer
+from streamrep.model.replication import ReplicaState
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import Gateway
 
@@ -140,15 +140,16 @@ def test_the_page_draws_each_replicas_recorded_lag_as_a_chart(mesh):
         points = re.search(rf'data-series="{series}" data-points="4" points="([^"]+)"', chart).group(1).split()
         xs = [float(p.split(",")[0]) for p in points]
         assert xs == sorted(xs) and len(set(xs)) == 4  # left to right in time
-    ys = [float(p.split(",")[1]) for p in re.search(r'data-series="messages"[^>]*points="([^"]+)"', chart)
-          .group(1).split()]
+    ys = [
+        float(p.split(",")[1])
+        for p in re.search(r'data-series="messages"[^>]*points="([^"]+)"', chart).group(1).split()
+    ]
     assert ys[1] < ys[2] < ys[0] < ys[3]  # 7, 30, 12, 0: 30 highest, 0 on the time axis (SVG's y grows down)
     assert "messages behind" in chart and "lag (s)" in chart and "time (UTC)" in chart
     assert re.search(r'data-axis="time".*?\d\d:\d\d:\d\d', chart)
     assert 'data-threshold="maxLagMessages" data-value="50"' in chart and "maxLagMillis" not in chart
     # the live replica was sampled by gw1's pass in ``mesh``: a one-sample chart; the reverse link none yet
-    assert 'data-samples="1"' in re.search(rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY}"[^>]*>',
-                                           page).group(0)
+    assert 'data-samples="1"' in re.search(rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY}"[^>]*>', page).group(0)
     assert f'class="empty lag-none" data-source="{NY}" data-replica="{SF}"' in page
     assert page.index('id="topology"') < page.index('id="lag-charts"') < page.index('id="replicas"')
 

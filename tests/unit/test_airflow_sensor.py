@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import (
     TaskDeferred,
 )
 from airflow_support import DST, SRC, ctx, running_replica
+
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger
 from streamrep.client import Clusters, StreamAdmin
@@ -62,7 +63,10 @@ def test_sensor_waits_for_the_gateway(running):
     row = sensor.execute(ctx())
     thread.join()
     # the gateway may have stopped by the last poke: up to date either way
-    assert row["isUptodate"] and row["replicaState"] in ("REPLICA_STATE_REPLICATING", "REPLICA_STATE_WAITING_FOR_GATEWAY")
+    assert row["isUptodate"] and row["replicaState"] in (
+        "REPLICA_STATE_REPLICATING",
+        "REPLICA_STATE_WAITING_FOR_GATEWAY",
+    )
 
 
 def test_sensor_fails_at_once_while_paused(running):
@@ -85,8 +89,9 @@ def test_sensor_fails_clearly_for_an_unknown_replica(running):
 
 
 def test_deferrable_sensor_defers_to_the_trigger_which_fires_when_up_to_date(running):
-    sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, deferrable=True, poke_interval=0.2,
-                                   timeout=30)
+    sensor = ReplicaUpToDateSensor(
+        task_id="wait", path=SRC, replica=DST, deferrable=True, poke_interval=0.2, timeout=30
+    )
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(ctx())
     trigger = deferred.value.trigger

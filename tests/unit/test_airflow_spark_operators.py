@@ -10,6 +10,7 @@ import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow_support import DST, SRC, ctx
+
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.client import Consumer, Producer
 from streamrep.replication.status import replica_status
@@ -67,7 +68,8 @@ def test_an_app_error_line_becomes_the_task_error(source, tmp_path, monkeypatch)
     apps = tmp_path / "apps"
     apps.mkdir()
     (apps / "copystream.py").write_text(
-        "import sys\nprint('ERROR: stream /mapr/newyork/activity is on fire', file=sys.stderr)\nsys.exit(1)\n")
+        "import sys\nprint('ERROR: stream /mapr/newyork/activity is on fire', file=sys.stderr)\nsys.exit(1)\n"
+    )
     monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
     with pytest.raises(AirflowException) as raised:
         StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
@@ -93,8 +95,10 @@ def test_copystream_then_a_gateway_retry_on_spark_move_each_message_once_with_a_
     assert copy.conf["spark.driver.extraJavaOptions"] == LOG_JAVA_OPTIONS
     assert Path(LOG_JAVA_OPTIONS.split("file:", 1)[1]).is_file()
     assert copied["messages"] == 20 and copied["destination"] == DST
-    ends = {f"clicks:{p}": admin.clusters.store("sanfrancisco").offsets(admin.entry(SRC).uuid, "clicks", p)[1]
-            for p in range(2)}
+    ends = {
+        f"clicks:{p}": admin.clusters.store("sanfrancisco").offsets(admin.entry(SRC).uuid, "clicks", p)[1]
+        for p in range(2)
+    }
     assert copied["positions"] == ends
     assert held(admin, DST) == Counter(f"m{i}" for i in range(20))
     again = StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx(2))
@@ -132,7 +136,9 @@ def test_a_gateway_task_can_serve_its_metrics_from_the_driver(empty_home):
 
     hook = StreamrepHook()
     try:
-        args = StreamGatewayOperator(task_id="gw", cluster="newyork", gateway_id="gw1", metrics_port=9464).app_args(hook)
+        args = StreamGatewayOperator(task_id="gw", cluster="newyork", gateway_id="gw1", metrics_port=9464).app_args(
+            hook
+        )
         assert args[args.index("--metrics-port") + 1] == "9464"
         assert "--metrics-port" not in StreamGatewayOperator(task_id="gw", cluster="newyork").app_args(hook)
     finally:

@@ -5,6 +5,7 @@ header per message, and every replica is still checked and written exactly once.
 import sqlite3
 
 import pytest
+
 from streamrep.errors import Conflict
 from streamrep.model.message import ORIGIN_HEADER, Message, OriginRun
 from streamrep.model.paths import StreamPath
@@ -26,8 +27,10 @@ def store(tmp_path):
 
 
 def source_batch(first: int, count: int, partition: int = 0) -> list[Message]:
-    return [Message(b"v%d" % o, b"k%d" % o if o % 2 else None, (), 1000 + o, partition, o, T)
-            for o in range(first, first + count)]
+    return [
+        Message(b"v%d" % o, b"k%d" % o if o % 2 else None, (), 1000 + o, partition, o, T)
+        for o in range(first, first + count)
+    ]
 
 
 def origin(m: Message) -> bytes | None:
@@ -63,8 +66,11 @@ def test_the_embedded_store_reads_back_the_origins_of_runs_between_plain_message
     assert runs == [(1, 5, b"src-uuid/0/", 10), (7, 2, b"other/3/", 40)]  # the continuing run was merged
     read = store.read("rep", T, 0, 0, 100)
     assert [m.offset for m in read] == list(range(9))
-    assert [origin(m) for m in read] == [None] + [b"src-uuid/0/%d" % o for o in range(10, 15)] + \
-        [None, b"other/3/40", b"other/3/41"]
+    assert [origin(m) for m in read] == [None] + [b"src-uuid/0/%d" % o for o in range(10, 15)] + [
+        None,
+        b"other/3/40",
+        b"other/3/41",
+    ]
     assert read[7].headers == ((ORIGIN_HEADER, b"other/3/40"),) and read[6].headers == (("h", b"x"),)
     assert [m.key for m in read[1:6]] == [None, b"k11", None, b"k13", None]
     # A read starting inside a run, and one holding its end only.
@@ -130,8 +136,10 @@ def test_apply_many_copies_equal_plain_batches_to_each_replica(store):
     assert results == [0, 4]
     for r, start in (("r1", 0), ("r2", 4)):
         got = store.read(r, T, 1, start, 10)
-        assert [(m.value, m.key, m.headers, m.timestamp, m.offset) for m in got] == \
-            [(b"a", b"k", (("h", b"1"),), 7, start), (b"b", None, (), 8, start + 1)]
+        assert [(m.value, m.key, m.headers, m.timestamp, m.offset) for m in got] == [
+            (b"a", b"k", (("h", b"1"),), 7, start),
+            (b"b", None, (), 8, start + 1),
+        ]
 
 
 def test_apply_to_replicas_shares_one_plan_and_reports_each_replica(store):

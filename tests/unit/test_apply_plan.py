@@ -9,6 +9,7 @@ from typing import NamedTuple
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamrep.errors import Conflict
 from streamrep.model.message import Message
 from streamrep.model.replication import origin_key, position_key
@@ -33,7 +34,7 @@ class Origin(NamedTuple):
         return f"{self.uuid}/{self.partition}/{self.offset}".encode("ascii")
 
     @classmethod
-    def of(cls, message: Message) -> "Origin | None":
+    def of(cls, message: Message) -> Origin | None:
         raw = message.header(ORIGIN_HEADER)
         if raw is None:
             return None
@@ -41,13 +42,27 @@ class Origin(NamedTuple):
         return cls(uuid, int(partition), int(offset))
 
 
-def msg(offset: int, value: str | None = None, partition: int = 0, origin: Origin | None = None,
-        headers: tuple = (), key: bytes | None = None, ts: int = 1_700_000_000_000) -> Message:
+def msg(
+    offset: int,
+    value: str | None = None,
+    partition: int = 0,
+    origin: Origin | None = None,
+    headers: tuple = (),
+    key: bytes | None = None,
+    ts: int = 1_700_000_000_000,
+) -> Message:
     """A message as read from the source at ``offset``, optionally carrying an origin header."""
     if origin is not None:
         headers = headers + ((ORIGIN_HEADER, origin.encode()),)
-    return Message(value=(value or f"v{offset}").encode(), key=key, headers=headers, timestamp=ts + offset,
-                   partition=partition, offset=offset, topic=T)
+    return Message(
+        value=(value or f"v{offset}").encode(),
+        key=key,
+        headers=headers,
+        timestamp=ts + offset,
+        partition=partition,
+        offset=offset,
+        topic=T,
+    )
 
 
 def origins(plan) -> list[Origin]:
@@ -140,8 +155,12 @@ def test_position_lost_to_source_retention_is_not_a_gap():
 def test_loop_messages_are_skipped_but_the_position_moves_past_them():
     # source partition: mine(0), back from the replica (1, 2), mine(3), back(4), mine(5)
     batch = [
-        msg(0), msg(1, origin=Origin(REP, 0, 0)), msg(2, origin=Origin(REP, 0, 1)),
-        msg(3), msg(4, origin=Origin(REP, 0, 2)), msg(5),
+        msg(0),
+        msg(1, origin=Origin(REP, 0, 0)),
+        msg(2, origin=Origin(REP, 0, 1)),
+        msg(3),
+        msg(4, origin=Origin(REP, 0, 2)),
+        msg(5),
     ]
     plan = plan_apply(REP, SRC, T, 0, batch, {})
     assert [m.value for m in plan.messages] == [b"v0", b"v3", b"v5"]
@@ -197,7 +216,7 @@ class Replica:
         bounds = [i for i, _ in plan.syncs[1:]] + [len(plan.messages)]
         assert [i for i, _ in plan.syncs] == sorted({i for i, _ in plan.syncs})
         assert (plan.syncs[0][0] if plan.syncs else 0) == 0
-        for (index, source_offset), bound in zip(plan.syncs, bounds):
+        for (index, source_offset), bound in zip(plan.syncs, bounds, strict=False):
             run = [m.value for m in plan.messages[index:bound]]
             assert run == [f"v{source_offset + k}".encode() for k in range(bound - index)]
         self.held.extend(plan.messages)
@@ -229,7 +248,7 @@ def test_any_replay_pattern_applies_every_message_exactly_once(kinds, cuts):
     for back, size in cuts + [(0, len(source))] * 2:
         position = replica.marks.get(position_key(SRC, T, 0), 0)
         start = max(0, position - back)
-        batch = source[start:start + size]
+        batch = source[start : start + size]
         if batch:
             replica.feed(SRC, batch)
     expected = [m.value for m in source if (Origin.of(m) or Origin(SRC, 0, 0)).uuid != REP]
@@ -254,7 +273,7 @@ def test_two_paths_of_one_origin_deliver_each_message_once(count, steps):
     for via_b, size in steps + [(False, count), (True, count + 2)]:
         source, uuid = (b_msgs, OTHER) if via_b else (a_msgs, SRC)
         position = replica.marks.get(position_key(uuid, T, 0), 0)
-        batch = source[position:position + size]
+        batch = source[position : position + size]
         if batch:
             replica.feed(uuid, batch)
     values = [m.value.decode() for m in replica.held]
@@ -267,12 +286,20 @@ def test_two_paths_of_one_origin_deliver_each_message_once(count, steps):
 SYNCS = [(0, 0, 10, 5), (7, 0, 20, 3)]
 
 
-@pytest.mark.parametrize("cursor,expected", [
-    (0, 10), (3, 13), (4, 14),  # inside the first run
-    (5, 20), (6, 20),  # skipped messages: the next replicated one
-    (7, 20), (9, 22),  # inside the second run
-    (10, 99), (50, 99),  # not replicated yet: the replica's end
-])
+@pytest.mark.parametrize(
+    "cursor,expected",
+    [
+        (0, 10),
+        (3, 13),
+        (4, 14),  # inside the first run
+        (5, 20),
+        (6, 20),  # skipped messages: the next replicated one
+        (7, 20),
+        (9, 22),  # inside the second run
+        (10, 99),
+        (50, 99),  # not replicated yet: the replica's end
+    ],
+)
 def test_translate_offset(cursor, expected):
     assert translate_offset(SYNCS, cursor, 99) == expected
 
@@ -292,8 +319,10 @@ def test_deal_is_round_robin_in_sorted_order():
 
 
 @settings(max_examples=100, deadline=None)
-@given(parts=st.sets(st.tuples(st.sampled_from("abc"), st.integers(0, 20)), max_size=60),
-       gateways=st.sets(st.sampled_from([f"g{i}" for i in range(6)]), min_size=1))
+@given(
+    parts=st.sets(st.tuples(st.sampled_from("abc"), st.integers(0, 20)), max_size=60),
+    gateways=st.sets(st.sampled_from([f"g{i}" for i in range(6)]), min_size=1),
+)
 def test_deal_shares_are_disjoint_cover_everything_and_balanced(parts, gateways):
     shares = deal(list(parts), list(gateways))
     assert set(shares) == gateways

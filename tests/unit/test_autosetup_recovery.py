@@ -12,11 +12,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 import pytest
 from airflow_support import ctx
+
 from streamrep.client import Producer, StreamAdmin
 from streamrep.errors import AlreadyExists, PermissionDenied, Unavailable
 from streamrep.replication import setup
@@ -253,8 +254,9 @@ def test_a_rerun_of_the_autosetup_dag_completes_a_run_that_died_at_copystream(so
 
 
 @pytest.mark.parametrize("failing, stream", [("resume_reverse_replica", NY), ("resume_replica", SF)])
-def test_a_rerun_of_the_multimaster_autosetup_dag_completes_a_failed_resume(source, bob, as_alice, autosetup_dag,
-                                                                            failing, stream):
+def test_a_rerun_of_the_multimaster_autosetup_dag_completes_a_failed_resume(
+    source, bob, as_alice, autosetup_dag, failing, stream
+):
     """Either resume of a multi-master autosetup fails (alice lost adminperm on the stream it
     changes); once that is fixed, triggering the DAG again completes the setup. The source is
     empty, so copystream finds nothing to copy and starts no Spark job."""

@@ -14,8 +14,13 @@ from streamrep.client.config import Clusters
 from streamrep.errors import PermissionDenied
 from streamrep.model.ace import Identity
 
-SECURE = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice",
-          "sasl.password": "secret", "streamrep.group.eng": "alice,carol"}
+SECURE = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "alice",
+    "sasl.password": "secret",
+    "streamrep.group.eng": "alice,carol",
+}
 
 
 @pytest.fixture
@@ -45,8 +50,10 @@ def test_naming_the_principal_itself_is_accepted_and_its_groups_come_from_the_cl
 def test_acting_as_someone_else_on_a_sasl_cluster_is_refused_in_one_line(registry, monkeypatch):
     with pytest.raises(PermissionDenied) as info:
         StreamAdmin(registry, Identity("bob")).caller("secure")
-    assert str(info.value) == ("cluster secure authenticates this client as alice; acting as bob is refused "
-                               "(the caller is the authenticated principal)")
+    assert str(info.value) == (
+        "cluster secure authenticates this client as alice; acting as bob is refused "
+        "(the caller is the authenticated principal)"
+    )
     monkeypatch.setenv("STREAMREP_USER", "bob")
     with pytest.raises(PermissionDenied, match="acting as bob"):
         StreamAdmin(registry).caller("secure")

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 from streamrep.cli.main import COMMANDS, run
 from streamrep.client import Clusters, Producer, StreamAdmin
-from streamrep.model.ace import Identity
 from streamrep.errors import InvalidArgument
+from streamrep.model.ace import Identity
 from streamrep.model.catalog import CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, StreamEntry
 
 SF, NY = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
@@ -42,30 +42,114 @@ PUBLIC = "/mapr/newyork/public"
 USERS = ("alice", "bob", "eve")  # eve owns nothing
 MAX_EXAMPLES = int(os.environ.get("STREAMREP_FUZZ_EXAMPLES", "1000"))
 
-STREAM_PATHS = [SF, NY, BOBS, PUBLIC, "activity", "/activity", "mapr/sanfrancisco/activity", "/mapr/atlantis/x",
-                "/mapr/sanfrancisco/new", "/mapr/newyork/new2", "/mapr/sanfrancisco/a/b", "/mapr/sanfrancisco/../x",
-                "/mapr//x", "/mapr/sanfrancisco", "", " ", "/mapr/sanfrancisco/with space", f"{SF}:clicks",
-                "/mapr/Bad Cluster/x", "/" + "x" * 1100]
-TOPIC_PATHS = [f"{SF}:clicks", f"{SF}:orders", f"{NY}:clicks", f"{BOBS}:clicks", f"{PUBLIC}:t", "activity:clicks",
-               f"{SF}:nope", f"{SF}:", f"{SF}:a:b", SF, ":clicks", "/mapr/atlantis/x:t", f"{SF}:bad topic"]
+STREAM_PATHS = [
+    SF,
+    NY,
+    BOBS,
+    PUBLIC,
+    "activity",
+    "/activity",
+    "mapr/sanfrancisco/activity",
+    "/mapr/atlantis/x",
+    "/mapr/sanfrancisco/new",
+    "/mapr/newyork/new2",
+    "/mapr/sanfrancisco/a/b",
+    "/mapr/sanfrancisco/../x",
+    "/mapr//x",
+    "/mapr/sanfrancisco",
+    "",
+    " ",
+    "/mapr/sanfrancisco/with space",
+    f"{SF}:clicks",
+    "/mapr/Bad Cluster/x",
+    "/" + "x" * 1100,
+]
+TOPIC_PATHS = [
+    f"{SF}:clicks",
+    f"{SF}:orders",
+    f"{NY}:clicks",
+    f"{BOBS}:clicks",
+    f"{PUBLIC}:t",
+    "activity:clicks",
+    f"{SF}:nope",
+    f"{SF}:",
+    f"{SF}:a:b",
+    SF,
+    ":clicks",
+    "/mapr/atlantis/x:t",
+    f"{SF}:bad topic",
+]
 CLUSTERS = ["sanfrancisco", "newyork", "atlantis", "bad name", "", "-x", "x" * 200, "new1"]
-NUMBERS = ["0", "1", "2", "3", "-1", "nan", "inf", "-inf", "1e308", "9223372036854775807", "9223372036854775808",
-           "99999999999999999999999", "0x10", "1.5", "", "abc", " 2 ", "1_0", "4097", "-0"]
+NUMBERS = [
+    "0",
+    "1",
+    "2",
+    "3",
+    "-1",
+    "nan",
+    "inf",
+    "-inf",
+    "1e308",
+    "9223372036854775807",
+    "9223372036854775808",
+    "99999999999999999999999",
+    "0x10",
+    "1.5",
+    "",
+    "abc",
+    " 2 ",
+    "1_0",
+    "4097",
+    "-0",
+]
 SECONDS = ["0", "0.01", "-1", "nan", "inf", "-inf", "1e308", "86401", "3601", "abc", "", "0x1"]
 BOOLS = ["true", "false", "yes", "no", "1", "0", "on", "off", "TRUE", "maybe", ""]
-ACES = ["p", "u:alice", "u:bob", "u:alice | g:eng", "g:eng & !u:bob", "u:john smith", "u:\"john smith\"", "(", ")",
-        "!!!", "u:", "", "u:alice |", "x:y", "(u:a" * 60, "u:alice\n"]
+ACES = [
+    "p",
+    "u:alice",
+    "u:bob",
+    "u:alice | g:eng",
+    "g:eng & !u:bob",
+    "u:john smith",
+    'u:"john smith"',
+    "(",
+    ")",
+    "!!!",
+    "u:",
+    "",
+    "u:alice |",
+    "x:y",
+    "(u:a" * 60,
+    "u:alice\n",
+]
 ODD = ["-json", "-path", "-help", "-", "--", "ü", "a\nb", "' OR 1=1", "%s", "{}", "\t", "x" * 500]
 BY_NAME = {
-    "path": STREAM_PATHS, "replica": STREAM_PATHS, "upstream": STREAM_PATHS, "src": STREAM_PATHS,
-    "dst": STREAM_PATHS, "copymetafrom": STREAM_PATHS,
+    "path": STREAM_PATHS,
+    "replica": STREAM_PATHS,
+    "upstream": STREAM_PATHS,
+    "src": STREAM_PATHS,
+    "dst": STREAM_PATHS,
+    "copymetafrom": STREAM_PATHS,
     "topic": ["clicks", "orders", "t", "new", "bad topic", "", "x" * 300, "..", "a:b"],
-    "name": CLUSTERS, "cluster": CLUSTERS, "dstcluster": CLUSTERS,
+    "name": CLUSTERS,
+    "cluster": CLUSTERS,
+    "dstcluster": CLUSTERS,
     "gateways": ["gw1", "gw1 gw2", "gw1 gw1", "", "bad/name", "gw1,gw2"],
-    "keysep": ["=", "", ":", "-path", "\t"], "group": ["g1", "g2", "", " ", "x" * 300],
-    "engine": ["local", "auto", "bogus", "LOCAL", ""], "id": ["gw1", "", "x y"],
-    "url": ["embedded:{work}/clusters/sanfrancisco.db", "embedded:{tmp}/new.db", "embedded:rel.db", "kafka://h",
-            "http://x/y.db", "embedded:", "/abs/x.db", "embedded:{tmp}", "embedded:{work}/clusters.json"],
+    "keysep": ["=", "", ":", "-path", "\t"],
+    "group": ["g1", "g2", "", " ", "x" * 300],
+    "engine": ["local", "auto", "bogus", "LOCAL", ""],
+    "id": ["gw1", "", "x y"],
+    "url": [
+        "embedded:{work}/clusters/sanfrancisco.db",
+        "embedded:{tmp}/new.db",
+        "embedded:rel.db",
+        "kafka://h",
+        "http://x/y.db",
+        "embedded:",
+        "/abs/x.db",
+        "embedded:{tmp}",
+        "embedded:{work}/clusters.json",
+    ],
     **{perm: ACES for perm in ("produceperm", "consumeperm", "topicperm", "copyperm", "adminperm")},
 }
 STDINS = [b"", b"a\nb\n", b"k=v\nk2=v2\n", b"\xff\xfe\x00\n", b"no separator\n"]
@@ -125,7 +209,7 @@ def command_lines(draw) -> tuple[list[str], bytes, str]:
             tokens += [f"-{opt.name.upper()}", draw(values_for(opt.name, opt.kind, data_command))]
     shuffled = draw(st.permutations(range(0, len(tokens), 2))) if draw(st.booleans()) else None
     if shuffled is not None:  # options in another order (pairs kept together)
-        tokens = [t for i in shuffled for t in tokens[i:i + 2]]
+        tokens = [t for i in shuffled for t in tokens[i : i + 2]]
     stdin = draw(st.sampled_from(STDINS))
     user = draw(st.sampled_from(USERS))
     return words + tokens, stdin, user
@@ -148,8 +232,12 @@ def tamed(argv: list[str]) -> list[str] | None:
         return None
     if words[:2] == ["gateway", "run"]:
         once = value_after(argv, "once")
-        if engine is None or engine.strip().lower() != "local" or once is None or once.lower() in (
-                "false", "no", "0", "off"):
+        if (
+            engine is None
+            or engine.strip().lower() != "local"
+            or once is None
+            or once.lower() in ("false", "no", "0", "off")
+        ):
             return None
     if words[:1] == ["consume"]:
         if "-timeout" not in lowered:
@@ -209,8 +297,13 @@ def world(work) -> dict:
         for info in clusters.list():
             store = clusters.store(info.name)
             streams = store.catalog_list(STREAM_KIND)
-            offsets = {doc["uuid"]: {t: [store.offsets(doc["uuid"], t, p) for p in range(n)]
-                                     for t, n in store.topics(doc["uuid"]).items()} for doc in streams.values()}
+            offsets = {
+                doc["uuid"]: {
+                    t: [store.offsets(doc["uuid"], t, p) for p in range(n)]
+                    for t, n in store.topics(doc["uuid"]).items()
+                }
+                for doc in streams.values()
+            }
             state[info.name] = (streams, store.catalog_list(GATEWAYS_KIND), store.catalog_list(CLUSTER_KIND), offsets)
     finally:
         clusters.close()
@@ -245,8 +338,13 @@ def test_no_command_line_breaks_the_cli(fuzz_home):
     before_world = world(work)  # every example starts from this
     assert sum(len(streams) for streams, *_ in before_world.values()) == 4
 
-    @settings(max_examples=MAX_EXAMPLES, derandomize=not os.environ.get("STREAMREP_FUZZ_RANDOM"), database=None, deadline=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        derandomize=not os.environ.get("STREAMREP_FUZZ_RANDOM"),
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     @given(command_lines())
     def check(line):
         argv, stdin_bytes, user = line

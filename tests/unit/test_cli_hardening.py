@@ -35,7 +35,7 @@ class Result:
         """The one error line, checked to be exactly one."""
         assert self.err.count("\n") == 1 and self.err.startswith("streamrep: error: "), self.err
         assert "Traceback" not in self.err
-        return self.err[len("streamrep: error: "):-1]
+        return self.err[len("streamrep: error: ") : -1]
 
     def json(self) -> dict:
         return json.loads(self.out)
@@ -195,8 +195,9 @@ def test_plain_consume_prints_binary_values_unchanged(cli, stream):
 def test_produce_of_empty_input_reports_nothing_produced(cli, stream):
     result = cli("produce", "-path", TOPIC, "-json", stdin=b"")
     assert result.status == 0
-    assert result.json()["data"] == [{"topic": TOPIC, "partition": None, "firstoffset": None, "lastoffset": None,
-                                      "messages": 0}]
+    assert result.json()["data"] == [
+        {"topic": TOPIC, "partition": None, "firstoffset": None, "lastoffset": None, "messages": 0}
+    ]
     assert offsets(stream) == (0, 0)
 
 
@@ -227,7 +228,7 @@ def test_consume_to_a_full_disk_commits_nothing_it_could_not_print(cli, stream):
 
 # -- clusters and stores ---------------------------------------------------------------------
 def test_corrupt_store_on_produce_names_the_cluster_and_file(cli, stream, home):
-    path = home.get("sanfrancisco").url[len("embedded:"):]
+    path = home.get("sanfrancisco").url[len("embedded:") :]
     home.close()
     for extra in (f"{path}-wal", f"{path}-shm"):
         if os.path.exists(extra):
@@ -239,7 +240,7 @@ def test_corrupt_store_on_produce_names_the_cluster_and_file(cli, stream, home):
 
 
 def test_a_deleted_store_is_an_error_never_a_new_empty_store(cli, stream, home):
-    path = home.get("sanfrancisco").url[len("embedded:"):]
+    path = home.get("sanfrancisco").url[len("embedded:") :]
     consumer = Consumer(TOPIC, from_start=True, admin=stream)
     for name in (path, f"{path}-wal", f"{path}-shm"):
         if os.path.exists(name):
@@ -285,12 +286,16 @@ def test_removing_the_default_cluster_leaves_no_silent_default(cli, stream):
 
 
 def test_a_store_is_registered_under_one_name_only(cli, home, tmp_path, monkeypatch):
-    sf_file = home.get("sanfrancisco").url[len("embedded:"):]
+    sf_file = home.get("sanfrancisco").url[len("embedded:") :]
     os.symlink(sf_file, tmp_path / "link.db")
     monkeypatch.chdir(os.path.dirname(sf_file))
     before = open(home.registry_path).read()
-    for url in (f"embedded:{sf_file}", f"embedded:{tmp_path / 'link.db'}", "embedded:sanfrancisco.db",
-                f"embedded:{os.path.dirname(sf_file)}/../clusters/sanfrancisco.db"):
+    for url in (
+        f"embedded:{sf_file}",
+        f"embedded:{tmp_path / 'link.db'}",
+        "embedded:sanfrancisco.db",
+        f"embedded:{os.path.dirname(sf_file)}/../clusters/sanfrancisco.db",
+    ):
         result = cli("cluster", "add", "-name", "x", "-url", url)
         assert result.status == 1 and "already registered as cluster sanfrancisco" in result.line, url
     assert open(home.registry_path).read() == before
@@ -298,8 +303,10 @@ def test_a_store_is_registered_under_one_name_only(cli, home, tmp_path, monkeypa
     home.close()  # checkpoints the WAL, so the file alone is a whole copy
     copy = tmp_path / "copy.db"
     copy.write_bytes(open(sf_file, "rb").read())
-    assert "already registered as cluster sanfrancisco" in cli("cluster", "add", "-name", "x", "-url",
-                                                                f"embedded:{copy}").line
+    assert (
+        "already registered as cluster sanfrancisco"
+        in cli("cluster", "add", "-name", "x", "-url", f"embedded:{copy}").line
+    )
 
 
 def test_store_identity_is_written_once_into_the_store(home, tmp_path):
@@ -310,7 +317,7 @@ def test_store_identity_is_written_once_into_the_store(home, tmp_path):
     assert Clusters(home.home).store("sanfrancisco").store_id() == first
     # The same store under a new name is recognised by the id inside it, wherever the file is.
     copy = tmp_path / "copy.db"
-    copy.write_bytes(open(home.get("sanfrancisco").url[len("embedded:"):], "rb").read())
+    copy.write_bytes(open(home.get("sanfrancisco").url[len("embedded:") :], "rb").read())
     with pytest.raises(AlreadyExists, match="already registered as cluster sanfrancisco"):
         Clusters(home.home).add("x", f"embedded:{copy}")
     assert [c.name for c in Clusters(home.home).list()] == ["newyork", "sanfrancisco"]
@@ -331,8 +338,13 @@ def test_a_store_made_before_identities_gets_one_once(tmp_path):
     assert first and EmbeddedStore("old", path).store_id() == first
 
 
-@pytest.mark.parametrize("argv", [("copystream", "-src", SF, "-dst", "/mapr/newyork/x", "-engine", "bogus"),
-                                  ("gateway", "run", "-cluster", "newyork", "-engine", "auto", "-once")])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("copystream", "-src", SF, "-dst", "/mapr/newyork/x", "-engine", "bogus"),
+        ("gateway", "run", "-cluster", "newyork", "-engine", "auto", "-once"),
+    ],
+)
 def test_an_engine_outside_its_choices_is_a_usage_error(cli, stream, argv):
     result = cli(*argv)
     assert result.status == 2 and result.line.startswith("option -engine takes ")

@@ -36,8 +36,14 @@ def compose_config(tmp_path_factory) -> dict:
     empty_env.write_text("")
     # Only PATH and HOME: a variable of the developer's shell or .env must not stand in for a default.
     env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
-    done = subprocess.run([binary, "--env-file", str(empty_env), "-f", str(COMPOSE), "config"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [binary, "--env-file", str(empty_env), "-f", str(COMPOSE), "config"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, f"docker-compose config failed:\n{done.stderr}"
     # A variable without a default is reported ("The X variable is not set") and becomes "".
     assert "is not set" not in done.stderr, done.stderr
@@ -50,7 +56,7 @@ def readme_services() -> list[str]:
     start = text.find(README_SECTION)
     assert start != -1, f"README.md has no section {README_SECTION!r}"
     end = text.find("\n## ", start + len(README_SECTION))
-    section = text[start:end if end != -1 else len(text)]
+    section = text[start : end if end != -1 else len(text)]
     names = re.findall(r"^\| `([a-z][a-z0-9-]*)` \|", section, flags=re.MULTILINE)
     assert names, f"no services table (rows starting with | `name` |) in the README's {README_SECTION!r}"
     return names
@@ -96,8 +102,16 @@ def test_every_image_is_pinned(compose_config):
         assert tag != "latest", f"{name}: image {image} is not pinned"
 
 
-AIRFLOW_IMAGE_SERVICES = {"airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-                          "airflow-worker", "airflow-triggerer", "spark-master", "spark-worker"}
+AIRFLOW_IMAGE_SERVICES = {
+    "airflow-init",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-worker",
+    "airflow-triggerer",
+    "spark-master",
+    "spark-worker",
+}
 
 
 def dockerfiles() -> dict[str, str]:
@@ -112,8 +126,9 @@ def test_every_image_is_built_here_from_debian(compose_config):
         assert "build" in service, f"{name} is pulled, not built: no registry serves images here"
         assert Path(service["build"]["context"]).resolve() == REPO
         assert (REPO / service["build"].get("dockerfile", "Dockerfile")).is_file()
-    assert {n for n, s in services.items() if s["image"] == services["airflow-scheduler"]["image"]} \
-        == AIRFLOW_IMAGE_SERVICES
+    assert {
+        n for n, s in services.items() if s["image"] == services["airflow-scheduler"]["image"]
+    } == AIRFLOW_IMAGE_SERVICES
     used = {s["build"].get("dockerfile", "Dockerfile") for s in services.values()}
     assert used == set(dockerfiles()), "a Dockerfile that no service builds, or one missing"
     for path, text in dockerfiles().items():
@@ -196,8 +211,9 @@ def test_every_variable_has_a_default_documented_in_env_example():
     for name, operator, default in VARIABLE.findall(COMPOSE.read_text(encoding="utf-8")):
         assert operator == ":-", f"${{{name}}} has no ':-' default"
         assert used.setdefault(name, default) == default, f"{name} has two defaults"
-    documented = dict(re.findall(r"^(\w+)=(.*)$", (REPO / ".env.example").read_text(encoding="utf-8"),
-                                 flags=re.MULTILINE))
+    documented = dict(
+        re.findall(r"^(\w+)=(.*)$", (REPO / ".env.example").read_text(encoding="utf-8"), flags=re.MULTILINE)
+    )
     assert used == documented, "docker-compose.yaml's defaults and .env.example differ"
     secrets = {"POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_JWT_SECRET", "AIRFLOW_FERNET_KEY"}
     assert secrets <= set(used)

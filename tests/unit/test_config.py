@@ -4,6 +4,7 @@ import json
 import os
 
 import pytest
+
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import ClusterInfo, Clusters
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
@@ -59,7 +60,7 @@ def test_remove_non_default_keeps_default(home):
 
 
 def test_remove_keeps_data_file(home):
-    path = home.get("newyork").url[len("embedded:"):]
+    path = home.get("newyork").url[len("embedded:") :]
     home.remove("newyork")
     assert os.path.exists(path)
 
@@ -87,8 +88,10 @@ def test_invalid_cluster_name(empty_home, name):
     assert empty_home.list() == []
 
 
-@pytest.mark.parametrize("url", ["kafka://", "kafka://broker", "kafka://broker:0", "kafka://broker:99999",
-                                 "kafka://a:1,,b:2", "kafka://a b:1"])
+@pytest.mark.parametrize(
+    "url",
+    ["kafka://", "kafka://broker", "kafka://broker:0", "kafka://broker:99999", "kafka://a:1,,b:2", "kafka://a b:1"],
+)
 def test_malformed_kafka_url_refused_clearly(empty_home, url):
     with pytest.raises(InvalidArgument, match=r"expected kafka://host:port\[,host:port...\]"):
         empty_home.add("big", url=url)

@@ -210,8 +210,14 @@ def test_kafka_group_with_members_on_the_replica_is_left_alone(pair, backend):
     drain(admin)
     store = admin.store(admin.path(NY))
     ny = admin.entry(NY).uuid
-    native = KafkaConsumer({"bootstrap.servers": store.bootstrap, "group.id": store._group("g"),
-                            "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    native = KafkaConsumer(
+        {
+            "bootstrap.servers": store.bootstrap,
+            "group.id": store._group("g"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         native.subscribe([store.location(ny, "t")["kafkaTopic"]])
         for _ in range(100):  # joined once it is assigned its partitions

@@ -5,6 +5,7 @@ import sqlite3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamrep.errors import (
     AlreadyExists,
     InvalidArgument,
@@ -147,8 +148,11 @@ def test_offsets_unknown_partition(store):
 
 def test_key_value_timestamp_round_trip(store):
     store.create_topic(S, "t", 1)
-    store.append(S, "t", {0: [Message(b"\x00\xffvalue", key=b"\x01key", timestamp=1234567890123),
-                              Message(b"", key=None, timestamp=5)]})
+    store.append(
+        S,
+        "t",
+        {0: [Message(b"\x00\xffvalue", key=b"\x01key", timestamp=1234567890123), Message(b"", key=None, timestamp=5)]},
+    )
     a, b = store.read(S, "t", 0, 0, 10)
     assert (a.value, a.key, a.timestamp) == (b"\x00\xffvalue", b"\x01key", 1234567890123)
     assert (b.value, b.key, b.timestamp, b.headers) == (b"", None, 5, ())
@@ -186,9 +190,19 @@ def test_headers_keep_order_and_duplicates(store):
 def test_purge_before_drops_only_the_prefix(store):
     store.create_topic(S, "t", 2)
     # A late old message after a fresh one stays: retention removes a prefix only.
-    store.append(S, "t", {0: [Message(b"old1", timestamp=100), Message(b"old2", timestamp=200),
-                              Message(b"new", timestamp=1000), Message(b"late-old", timestamp=150)],
-                          1: [Message(b"new1", timestamp=2000)]})
+    store.append(
+        S,
+        "t",
+        {
+            0: [
+                Message(b"old1", timestamp=100),
+                Message(b"old2", timestamp=200),
+                Message(b"new", timestamp=1000),
+                Message(b"late-old", timestamp=150),
+            ],
+            1: [Message(b"new1", timestamp=2000)],
+        },
+    )
     assert store.purge_before(S, "t", 500) == 2
     assert store.offsets(S, "t", 0) == (2, 4)
     assert store.offsets(S, "t", 1) == (0, 1)

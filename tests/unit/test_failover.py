@@ -11,6 +11,7 @@ from collections import Counter
 from contextlib import contextmanager
 
 import pytest
+
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
 from streamrep.client.consumer import Consumer
@@ -20,8 +21,7 @@ from streamrep.model.ace import Identity
 from streamrep.model.failover import WritesRefused
 from streamrep.model.message import Message
 from streamrep.model.replication import stop_key
-from streamrep.replication.failover import (FAILED_OVER, LINKED, failback, failback_plan, failover,
-                                            failover_plan)
+from streamrep.replication.failover import FAILED_OVER, LINKED, failback, failback_plan, failover, failover_plan
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.status import replica_status
 from streamrep.replication.transfer import FlowStopped, SourcePartition, apply_batch
@@ -154,8 +154,10 @@ def test_failover_drains_stops_the_flow_places_cursors_and_moves_producers(linke
     assert admin.stream_info(NY)["failoverState"] == "PROMOTED"
     assert admin.stream_info(SF)["failover"] == f"failed over to {NY}"
     # cursors: the group resumes on the replica after its last commit
-    assert {r["action"] for r in result["cursors"] if r["group"] == "billing" and r["sourceOffset"]} <= {"synced",
-                                                                                                     "unchanged"}
+    assert {r["action"] for r in result["cursors"] if r["group"] == "billing" and r["sourceOffset"]} <= {
+        "synced",
+        "unchanged",
+    }
     rest = Consumer(f"{NY}:t", group="billing", admin=admin)
     after = []
     while batch := rest.poll(1000):
@@ -342,8 +344,9 @@ class App:
         self.written_to: Counter = Counter()
         self.errors: list[BaseException] = []
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._guard, args=(self.produce, i, batch), daemon=True)
-                        for i in range(producers)]
+        self.threads = [
+            threading.Thread(target=self._guard, args=(self.produce, i, batch), daemon=True) for i in range(producers)
+        ]
         self.threads.append(threading.Thread(target=self._guard, args=(self.consume,), daemon=True))
 
     def _guard(self, body, *args):
@@ -446,8 +449,10 @@ def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_no
         while held(admin, NY) != Counter(app.acked) and time.monotonic() < deadline:
             time.sleep(0.2)
     acked = Counter(app.acked)
-    print(f"\nround trip: {len(acked)} messages ({dict(app.written_to)}), copied back {back['copiedBack']}, "
-          f"consumed {len(app.consumed)}")
+    print(
+        f"\nround trip: {len(acked)} messages ({dict(app.written_to)}), copied back {back['copiedBack']}, "
+        f"consumed {len(app.consumed)}"
+    )
     assert max(acked.values()) == 1 and app.written_to[SF] and app.written_to[NY]
     assert over["missing"] == 0 and over["lateMessages"] == 0
     assert back["copiedBack"] == app.written_to[NY]  # only what was produced on the promoted stream
@@ -502,16 +507,18 @@ def test_operators_show_the_plan_to_the_approver_and_fail_over(linked):
     assert "1. refuse producers on" in body
     drain(linked, "newyork")
     context = {"outlet_events": OutletEventAccessors()}
-    done = FailoverOperator(task_id="failover", path=SF, replica=NY, timeout="10",
-                            outlets=[REPLICAS_ALIAS]).run(linked, context)
+    done = FailoverOperator(task_id="failover", path=SF, replica=NY, timeout="10", outlets=[REPLICAS_ALIAS]).run(
+        linked, context
+    )
     assert done["result"].endswith(f"promoted: replaces {SF}")
     (event,) = context["outlet_events"][REPLICAS_ALIAS].asset_alias_events  # the promoted replica's
     assert event.dest_asset_key.name == NY and event.extra["source"] == SF
     back = FailoverPlanOperator(task_id="plan", procedure="failback", path=SF, replica=NY).run(linked, {})
     assert "- messages to copy back: **0**" in back["markdown"]
     with gateways(linked, "sanfrancisco", "newyork"):
-        result = FailbackOperator(task_id="failback", path=SF, replica=NY, timeout=30,
-                                  outlets=[REPLICAS_ALIAS]).run(linked, context)
+        result = FailbackOperator(task_id="failback", path=SF, replica=NY, timeout=30, outlets=[REPLICAS_ALIAS]).run(
+            linked, context
+        )
     assert result["copiedBack"] == 0 and linked.entry(NY).failover is None
     first, back_event = context["outlet_events"][REPLICAS_ALIAS].asset_alias_events  # the source caught up
     assert back_event.dest_asset_key.name == SF and back_event.extra["source"] == NY

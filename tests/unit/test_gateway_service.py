@@ -11,6 +11,7 @@ import time
 from datetime import timedelta
 
 import pytest
+
 from streamrep.cli.main import run
 from streamrep.client.producer import Producer
 from streamrep.errors import NotFound, PermissionDenied
@@ -94,10 +95,12 @@ def test_only_a_cluster_admin_may_start_or_stop_its_gateways(linked, bob, as_ali
 def test_unknown_cluster_and_bad_options_are_one_line_errors(linked, as_alice):
     with pytest.raises(NotFound):
         service.request(linked, "boston", service.RUNNING)
-    for argv, status in ((("gateway", "start", "-cluster", "boston"), 1),
-                         (("gateway", "list", "-cluster", "boston"), 1),
-                         (("gateway", "stop", "-cluster", "newyork", "-timeout", "abc"), 2),
-                         (("gateway", "stop"), 2)):
+    for argv, status in (
+        (("gateway", "start", "-cluster", "boston"), 1),
+        (("gateway", "list", "-cluster", "boston"), 1),
+        (("gateway", "stop", "-cluster", "newyork", "-timeout", "abc"), 2),
+        (("gateway", "stop"), 2),
+    ):
         code, out, err = cli(*argv)
         assert code == status and err.startswith("streamrep: error: ") and err.count("\n") == 1, (argv, err)
     code, out, _ = cli("gateway", "start", "-cluster", "boston", "-json")
@@ -142,9 +145,17 @@ def test_two_live_gateways_hold_shares_that_cover_every_partition_once(linked, a
 
 
 def test_placement_names_the_engine_and_the_airflow_task():
-    where = service.placement("spark", "spark://h:7077", "app-1", env={
-        "AIRFLOW_CTX_DAG_ID": "stream_gateways", "AIRFLOW_CTX_DAG_RUN_ID": "r1", "AIRFLOW_CTX_TASK_ID": "gateway",
-        "AIRFLOW_CTX_TRY_NUMBER": "3"})
+    where = service.placement(
+        "spark",
+        "spark://h:7077",
+        "app-1",
+        env={
+            "AIRFLOW_CTX_DAG_ID": "stream_gateways",
+            "AIRFLOW_CTX_DAG_RUN_ID": "r1",
+            "AIRFLOW_CTX_TASK_ID": "gateway",
+            "AIRFLOW_CTX_TRY_NUMBER": "3",
+        },
+    )
     assert where["engine"] == "spark" and where["master"] == "spark://h:7077" and where["appId"] == "app-1"
     assert service.airflow_text(where["airflow"]) == "stream_gateways/r1/gateway try 3"
     assert "airflow" not in service.placement("local", env={})
@@ -173,7 +184,9 @@ def test_a_running_gateway_stops_after_its_pass_and_withdraws_its_heartbeat(link
     assert json.loads(out)["data"][0]["next"] == "stopped"
     worker.join(10)
     assert not worker.is_alive()
-    assert result["line"].startswith("gateway g1 stopped: the gateways of cluster newyork are stopped (gateway stop by alice")
+    assert result["line"].startswith(
+        "gateway g1 stopped: the gateways of cluster newyork are stopped (gateway stop by alice"
+    )
     assert "g1" not in linked.clusters.store("newyork").catalog_list(HEARTBEAT_KIND)
     assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(200))  # exactly once
     # started while stopped: does not start, and says how to start again
@@ -291,6 +304,7 @@ def test_the_supervisor_operator_starts_launches_once_and_stops(linked, service_
 def test_only_who_may_trigger_the_service_dag_may_start_or_stop_from_the_page():
     from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
     from streamrep.airflow.page import allowed_to_control
 
     manager = SimpleAuthManager()
@@ -301,6 +315,7 @@ def test_only_who_may_trigger_the_service_dag_may_start_or_stop_from_the_page():
 def test_the_page_starts_and_stops_gateways_and_shows_their_shares(linked, as_alice):
     from fastapi import HTTPException
     from fastapi.testclient import TestClient
+
     from streamrep.airflow.page import PageAccess, create_app
 
     async def viewer(request=None) -> PageAccess:
@@ -340,7 +355,9 @@ def test_a_spark_gateway_started_while_stopped_returns_at_once_with_one_line(lin
     service.request(linked, "newyork", service.STOPPED)
     run_gateway(None, linked, "newyork", "g1")  # returns before it needs a Spark session
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("gateway g1 not started: the gateways of cluster newyork are stopped")
+    assert err.count("\n") == 1 and err.startswith(
+        "gateway g1 not started: the gateways of cluster newyork are stopped"
+    )
     assert "g1" not in linked.clusters.store("newyork").catalog_list(HEARTBEAT_KIND)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from streamrep.client import Producer, StreamAdmin
 from streamrep.errors import InvalidArgument, PermissionDenied
 from streamrep.model.ace import Identity
@@ -63,8 +64,9 @@ def test_links_record_the_uuids_and_upstream_list_reports_them(agreed):
     admin = agreed
     sf, ny = admin.entry(SF), admin.entry(NY)
     assert sf.replicas[0].uuid == ny.uuid and ny.upstreams[0].uuid == sf.uuid
-    assert admin.list_upstreams(NY) == [{"cluster": "sanfrancisco", "stream": "/activity", "upstreamPath": SF, "idx": 1,
-                                          "uuid": sf.uuid}]
+    assert admin.list_upstreams(NY) == [
+        {"cluster": "sanfrancisco", "stream": "/activity", "upstreamPath": SF, "idx": 1, "uuid": sf.uuid}
+    ]
 
 
 @ON_BOTH

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
+
 from streamrep.cli.main import run
 from streamrep.client.producer import Producer
 from streamrep.errors import AlertRaised, InvalidArgument, NotFound, PermissionDenied
@@ -84,8 +85,9 @@ def test_samples_are_rate_limited_per_flow_across_gateways_and_bounded(linked):
     store = linked.clusters.store("newyork")
     newest = lag.lag_history(linked, SF, NY)[-1]["t"]
     for i in range(1, 8):
-        written = lag.record(store, flow, {"t": newest + i * 1000, "messages": i, "bytes": i, "ms": i},
-                            every=1.0, keep=4)
+        written = lag.record(
+            store, flow, {"t": newest + i * 1000, "messages": i, "bytes": i, "ms": i}, every=1.0, keep=4
+        )
         assert written
     assert not lag.record(store, flow, {"t": newest + 7500, "messages": 0, "bytes": 0, "ms": 0}, every=1.0, keep=4)
     assert [s["messages"] for s in lag.lag_history(linked, SF, NY)] == [4, 5, 6, 7]  # the newest 4 kept
@@ -174,8 +176,11 @@ def test_a_paused_replica_needs_no_gateway_but_keeps_its_thresholds(linked):
 def scrape(port: int) -> dict[str, float]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line and not line.startswith("#")}
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 @ON_BOTH
@@ -184,8 +189,19 @@ def test_a_running_gateway_serves_its_metrics_over_http(linked, home, monkeypatc
     produce(linked, 6, age_ms=MINUTE_MS)
     (port,) = kafka_local.free_ports(1)
     env = {**__import__("os").environ, "STREAMREP_USER": "alice", "STREAMREP_HOME": str(home.home)}
-    cmd = [str(Path(sys.executable).parent / "streamrep"), "gateway", "run", "-cluster", "newyork", "-id", "gw1",
-           "-engine", "local", "-metricsport", str(port)]
+    cmd = [
+        str(Path(sys.executable).parent / "streamrep"),
+        "gateway",
+        "run",
+        "-cluster",
+        "newyork",
+        "-id",
+        "gw1",
+        "-engine",
+        "local",
+        "-metricsport",
+        str(port),
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     flow = f'replica="{NY}",source="{SF}"'
     gw = 'cluster="newyork",gateway="gw1"'
@@ -221,8 +237,17 @@ def test_a_port_in_use_is_one_line(linked, monkeypatch):
     gateway = Gateway(linked, "newyork", "gw1")
     metrics = gateway.lag.export("gw1", kafka_local.free_ports(1)[0])
     try:
-        code, _, err = cli("gateway", "run", "-cluster", "newyork", "-engine", "local", "-once",
-                           "-metricsport", str(metrics.server.server_port))
+        code, _, err = cli(
+            "gateway",
+            "run",
+            "-cluster",
+            "newyork",
+            "-engine",
+            "local",
+            "-once",
+            "-metricsport",
+            str(metrics.server.server_port),
+        )
         assert code == 1 and err.count("\n") == 1 and "cannot serve metrics on port" in err
     finally:
         metrics.close()

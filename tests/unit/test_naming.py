@@ -8,15 +8,18 @@ from streamrep.errors import InvalidArgument
 from streamrep.model.naming import HpeNaming, PrefixNaming, is_internal, naming_for
 
 
-@pytest.mark.parametrize("spec,path,namespace,topic,kafka", [
-    (None, "/activity", "", "clicks", "activity__clicks"),
-    ("streamrep", "/apps/clicks", "", "home", "apps.clicks__home"),
-    (None, "/apps/clicks", "prod", "home", "prod.apps.clicks__home"),
-    ("prefix:orders.", "/orders", "", "eu", "orders.eu"),
-    ("cluster", "/all", "", "payments", "payments"),
-    ("prefix:", "/all", "", "payments", "payments"),
-    ("hpe", "/apps/s", "", "t", "/apps/s:t"),
-])
+@pytest.mark.parametrize(
+    "spec,path,namespace,topic,kafka",
+    [
+        (None, "/activity", "", "clicks", "activity__clicks"),
+        ("streamrep", "/apps/clicks", "", "home", "apps.clicks__home"),
+        (None, "/apps/clicks", "prod", "home", "prod.apps.clicks__home"),
+        ("prefix:orders.", "/orders", "", "eu", "orders.eu"),
+        ("cluster", "/all", "", "payments", "payments"),
+        ("prefix:", "/all", "", "payments", "payments"),
+        ("hpe", "/apps/s", "", "t", "/apps/s:t"),
+    ],
+)
 def test_names_are_reversible(spec, path, namespace, topic, kafka):
     naming = naming_for(spec, path, namespace)
     assert naming.kafka_topic(topic) == kafka
@@ -47,14 +50,17 @@ def test_adoption_is_said():
     assert isinstance(naming_for("hpe", "/s"), HpeNaming) and isinstance(naming_for(None, "/s"), PrefixNaming)
 
 
-@pytest.mark.parametrize("spec,path,message", [
-    ("bogus", "/s", "use streamrep, prefix:"),
-    ("prefix:bad name", "/s", "letters, digits"),
-    ("prefix:__x", "/s", "internal"),
-    ("prefix:_streamrep.x", "/s", "internal"),
-    (None, "/has space", "cannot name Kafka topics"),
-    (None, "/a@b", "cannot name Kafka topics"),
-])
+@pytest.mark.parametrize(
+    "spec,path,message",
+    [
+        ("bogus", "/s", "use streamrep, prefix:"),
+        ("prefix:bad name", "/s", "letters, digits"),
+        ("prefix:__x", "/s", "internal"),
+        ("prefix:_streamrep.x", "/s", "internal"),
+        (None, "/has space", "cannot name Kafka topics"),
+        (None, "/a@b", "cannot name Kafka topics"),
+    ],
+)
 def test_what_kafka_cannot_name_is_refused_in_one_line(spec, path, message):
     with pytest.raises(InvalidArgument, match=message) as err:
         naming_for(spec, path)

@@ -35,10 +35,18 @@ def row(admin) -> dict:
 
 
 # -- the values (model/network.py) ---------------------------------------------------------------
-@pytest.mark.parametrize("given, stored, codec", [
-    (None, "lz4", "lz4"), ("off", "off", "none"), ("LZ4", "lz4", "lz4"), ("zlib", "zlib", "gzip"),
-    ("gzip", "gzip", "gzip"), ("snappy", "snappy", "snappy"), ("zstd", "zstd", "zstd"),
-])
+@pytest.mark.parametrize(
+    "given, stored, codec",
+    [
+        (None, "lz4", "lz4"),
+        ("off", "off", "none"),
+        ("LZ4", "lz4", "lz4"),
+        ("zlib", "zlib", "gzip"),
+        ("gzip", "gzip", "gzip"),
+        ("snappy", "snappy", "snappy"),
+        ("zstd", "zstd", "zstd"),
+    ],
+)
 def test_compression_values_and_their_kafka_codecs(given, stored, codec):
     assert network.parse_network_compression(given) == stored
     assert network.kafka_codec(stored) == codec
@@ -93,10 +101,12 @@ def test_replica_add_defaults_are_maprs(pair):
 
 
 def test_bad_values_register_nothing(pair):
-    for options, text in (({"networkcompression": "foo"}, "invalid networkcompression 'foo'"),
-                          ({"networkencryption": "maybe"}, "invalid networkencryption 'maybe'"),
-                          ({"throttle": 2}, "invalid throttle 2"),
-                          ({"networkcompression": "lzf"}, "Kafka has no LZF codec")):
+    for options, text in (
+        ({"networkcompression": "foo"}, "invalid networkcompression 'foo'"),
+        ({"networkencryption": "maybe"}, "invalid networkencryption 'maybe'"),
+        ({"throttle": 2}, "invalid throttle 2"),
+        ({"networkcompression": "lzf"}, "Kafka has no LZF codec"),
+    ):
         with pytest.raises(InvalidArgument, match=text):
             pair.add_replica(SF, NY, **options)
     assert pair.entry(SF).replicas == ()
@@ -122,20 +132,26 @@ def test_a_retry_accepts_the_same_options_and_refuses_others(pair):
     ensure_replica(pair, SF, NY, networkcompression="zstd", throttle=True)
     link, added = ensure_replica(pair, SF, NY, networkcompression="ZSTD", throttle="true")
     assert not added and link.networkcompression == "zstd"
-    with pytest.raises(AlreadyExists, match="with paused=true synchronous=false networkcompression=zstd, "
-                                            "not paused=true synchronous=false networkcompression=lz4"):
+    with pytest.raises(
+        AlreadyExists,
+        match="with paused=true synchronous=false networkcompression=zstd, "
+        "not paused=true synchronous=false networkcompression=lz4",
+    ):
         ensure_replica(pair, SF, NY, throttle=True)
 
 
 def test_autosetup_gives_both_links_of_multimaster_the_options(pair):
     pair.delete_stream(NY)
-    done = autosetup(pair, SF, NY, multimaster=True, throttle=True, networkencryption=True,
-                     networkcompression="snappy")
+    done = autosetup(pair, SF, NY, multimaster=True, throttle=True, networkencryption=True, networkcompression="snappy")
     assert (done["throttle"], done["networkencryption"], done["networkcompression"]) == (True, True, "snappy")
     for source, replica in ((SF, NY), (NY, SF)):
         (link,) = pair.entry(source).replicas
         assert (link.path, link.throttle, link.networkencryption, link.networkcompression) == (
-            replica, True, True, "snappy")
+            replica,
+            True,
+            True,
+            "snappy",
+        )
 
 
 def test_autosetup_refuses_a_bad_option_before_creating_anything(pair):
@@ -163,8 +179,11 @@ def set_protocol(home, protocol: str | None, *names: str) -> None:
 
 @ON_KAFKA
 def test_encryption_over_plaintext_kafka_is_refused_at_add_and_autosetup(pair, home):
-    with pytest.raises(InvalidArgument, match="the gateway reads the source on cluster sanfrancisco with "
-                                              "security.protocol=PLAINTEXT; set it to SSL or SASL_SSL"):
+    with pytest.raises(
+        InvalidArgument,
+        match="the gateway reads the source on cluster sanfrancisco with "
+        "security.protocol=PLAINTEXT; set it to SSL or SASL_SSL",
+    ):
         pair.add_replica(SF, NY, networkencryption=True)
     assert pair.entry(SF).replicas == ()
     pair.add_replica(SF, NY, networkencryption=False)  # plaintext is fine when not asked for

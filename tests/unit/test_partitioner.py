@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamrep.model.partitioner import murmur2, partition_for_key
 
 # Test vectors from Kafka's UtilsTest.testMurmur2.

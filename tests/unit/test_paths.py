@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from streamrep.errors import InvalidArgument
 from streamrep.model.paths import (
     MAX_PATH_LENGTH,
@@ -237,9 +238,7 @@ def test_stream_path_round_trip(cluster, components, leading_slash, default):
 
 @settings(max_examples=200, deadline=None)
 @given(
-    components=st.lists(COMPONENTS, min_size=1, max_size=5).filter(
-        lambda c: c[0] != "mapr" and not c[-1].endswith(" ")
-    )
+    components=st.lists(COMPONENTS, min_size=1, max_size=5).filter(lambda c: c[0] != "mapr" and not c[-1].endswith(" "))
 )
 def test_default_cluster_round_trip(components):
     sp = parse_stream_path("/" + "/".join(components), SF)

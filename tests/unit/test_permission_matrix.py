@@ -15,10 +15,11 @@ import json
 import re
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
+
 from streamrep.cli.main import run
 from streamrep.client import Clusters, Consumer, Producer, StreamAdmin
 from streamrep.model.ace import Identity
@@ -73,22 +74,29 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
     "copystream": (["-src", SF, "-dst", SPARE, "-engine", "local"], {"owner"}),
     "copystream (new destination)": (["-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"], {"owner"}),
     "produce": (["-path", f"{SF}:clicks"], {"owner", "produceperm"}),
-    "consume": (["-path", f"{SF}:clicks", "-fromstart", "true", "-max", "1", "-group", "g2"],
-                {"owner", "consumeperm"}),
-    "stream cursor translate": (["-path", SF, "-replica", NY, "-group", "g1", "-commit", "true"],
-                                {"owner", "consumeperm"}),
+    "consume": (["-path", f"{SF}:clicks", "-fromstart", "true", "-max", "1", "-group", "g2"], {"owner", "consumeperm"}),
+    "stream cursor translate": (
+        ["-path", SF, "-replica", NY, "-group", "g1", "-commit", "true"],
+        {"owner", "consumeperm"},
+    ),
     "stream cursor list": (["-path", SF], {"owner", "consumeperm"}),
     "stream cursor sync": (["-path", SF, "-replica", NY], {"owner", "consumeperm"}),
-    "cluster gateway set": (["-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco"],
-                            {"owner", "cluster admin"}),
+    "cluster gateway set": (
+        ["-dstcluster", "newyork", "-gateways", "gw1 gw2", "-cluster", "sanfrancisco"],
+        {"owner", "cluster admin"},
+    ),
     "cluster gateway get": (["-dstcluster", "newyork", "-cluster", "sanfrancisco"], ALL),
     "cluster gateway list": (["-cluster", "sanfrancisco"], ALL),
     "cluster gateway delete": (["-dstcluster", "newyork", "-cluster", "sanfrancisco"], {"owner", "cluster admin"}),
     "cluster ace get": (["-cluster", "sanfrancisco"], ALL),
-    "cluster ace set": (["-cluster", "sanfrancisco", "-adminperm", "u:alice | u:cal | u:ada"],
-                        {"owner", "cluster admin"}),
-    "gateway run": (["-cluster", "newyork", "-id", "gw1", "-engine", "local", "-once", "true"],
-                    {"owner", "cluster admin"}),
+    "cluster ace set": (
+        ["-cluster", "sanfrancisco", "-adminperm", "u:alice | u:cal | u:ada"],
+        {"owner", "cluster admin"},
+    ),
+    "gateway run": (
+        ["-cluster", "newyork", "-id", "gw1", "-engine", "local", "-once", "true"],
+        {"owner", "cluster admin"},
+    ),
     "gateway start": (["-cluster", "newyork"], {"owner", "cluster admin"}),
     "gateway stop": (["-cluster", "newyork"], {"owner", "cluster admin"}),
     "gateway list": (["-cluster", "newyork"], ALL),
@@ -165,8 +173,11 @@ def run_as(home: Path, monkeypatch, command: str, user: str | None) -> tuple[int
 
 def assert_ace_refusal(status: int, err: str, command: str, user: str) -> None:
     assert status == 1, f"{command} as {user} was not refused"
-    assert re.fullmatch(rf"streamrep: error: user {user} (does not have|has none of|would not have) "
-                        r"\w+perm(, \w+perm)* on (stream|cluster) .+\n", err), err
+    assert re.fullmatch(
+        rf"streamrep: error: user {user} (does not have|has none of|would not have) "
+        r"\w+perm(, \w+perm)* on (stream|cluster) .+\n",
+        err,
+    ), err
 
 
 def check_case(home: Path, monkeypatch, command: str, role: str) -> None:
@@ -182,25 +193,53 @@ def check_case(home: Path, monkeypatch, command: str, role: str) -> None:
 # and refused that between them exercise every right. A Kafka world cannot be copied, so the cases
 # that change nothing (refusals and reads) share one world; each allowed change gets its own.
 KAFKA_CASES = [
-    ("stream edit", "adminperm"), ("stream edit", "produceperm"), ("stream delete", "topicperm"),
+    ("stream edit", "adminperm"),
+    ("stream edit", "produceperm"),
+    ("stream delete", "topicperm"),
     ("stream info", "none"),
-    ("stream topic create", "topicperm"), ("stream topic delete", "adminperm"), ("stream topic info", "consumeperm"),
+    ("stream topic create", "topicperm"),
+    ("stream topic delete", "adminperm"),
+    ("stream topic info", "consumeperm"),
     ("stream topic list", "none"),
-    ("stream replica add", "copyperm"), ("stream replica pause", "topicperm"), ("stream replica remove", "copyperm"),
-    ("stream replica acknowledge", "cluster admin"), ("stream replica list", "none"),
-    ("stream replica autosetup", "adminperm"), ("stream replica alert", "adminperm"), ("stream replica alert", "topicperm"),
+    ("stream replica add", "copyperm"),
+    ("stream replica pause", "topicperm"),
+    ("stream replica remove", "copyperm"),
+    ("stream replica acknowledge", "cluster admin"),
+    ("stream replica list", "none"),
+    ("stream replica autosetup", "adminperm"),
+    ("stream replica alert", "adminperm"),
+    ("stream replica alert", "topicperm"),
     ("stream replica lag", "none"),
-    ("stream upstream remove", "topicperm"), ("stream upstream list", "none"),
-    ("copystream", "owner"), ("copystream", "copyperm"), ("copystream (new destination)", "copyperm"),
-    ("produce", "produceperm"), ("produce", "consumeperm"), ("consume", "consumeperm"), ("consume", "produceperm"),
+    ("stream upstream remove", "topicperm"),
+    ("stream upstream list", "none"),
+    ("copystream", "owner"),
+    ("copystream", "copyperm"),
+    ("copystream (new destination)", "copyperm"),
+    ("produce", "produceperm"),
+    ("produce", "consumeperm"),
+    ("consume", "consumeperm"),
+    ("consume", "produceperm"),
     ("stream cursor translate", "produceperm"),
-    ("cluster gateway set", "adminperm"), ("cluster gateway get", "none"), ("cluster gateway delete", "none"),
-    ("cluster ace set", "adminperm"), ("cluster ace get", "none"),
-    ("gateway run", "cluster admin"), ("gateway run", "none"),
+    ("cluster gateway set", "adminperm"),
+    ("cluster gateway get", "none"),
+    ("cluster gateway delete", "none"),
+    ("cluster ace set", "adminperm"),
+    ("cluster ace get", "none"),
+    ("gateway run", "cluster admin"),
+    ("gateway run", "none"),
 ]
-READ_ONLY = {"stream info", "stream list", "stream topic list", "stream topic info", "stream replica list",
-             "stream replica lag",
-             "stream upstream list", "cluster gateway get", "cluster gateway list", "cluster ace get"}
+READ_ONLY = {
+    "stream info",
+    "stream list",
+    "stream topic list",
+    "stream topic info",
+    "stream replica list",
+    "stream replica lag",
+    "stream upstream list",
+    "cluster gateway get",
+    "cluster gateway list",
+    "cluster ace get",
+}
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +248,12 @@ def kafka_world(tmp_path_factory, kafka_broker) -> Path:
     on the session's broker, which is discarded at the end of the session."""
     home = tmp_path_factory.mktemp("kafka-world")
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    build_world(home, lambda clusters, name: clusters.add(
-        name, url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": f"{prefix}-{name}"}))
+    build_world(
+        home,
+        lambda clusters, name: clusters.add(
+            name, url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": f"{prefix}-{name}"}
+        ),
+    )
     return home
 
 
@@ -249,8 +292,10 @@ def test_a_refused_command_changes_nothing(world, tmp_path, monkeypatch):
     before = StreamAdmin(Clusters(str(home)), Identity("alice"))
     spare_uuid = before.entry(SPARE).uuid
     assert run(["copystream", "-src", SF, "-dst", SPARE, "-engine", "local"], io.StringIO(), io.StringIO()) == 1
-    assert run(["copystream", "-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"],
-               io.StringIO(), io.StringIO()) == 1
+    assert (
+        run(["copystream", "-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"], io.StringIO(), io.StringIO())
+        == 1
+    )
     assert before.entry(SPARE).uuid == spare_uuid and before.list_topics(SPARE) == []
     assert [e.path for e in before.list_streams("newyork")] == ["/activity", "/spare"]
 
@@ -293,13 +338,15 @@ def test_the_cluster_creator_administers_it_and_may_hand_it_over(empty_home, mon
     assert run(["cluster", "add", "-name", "sanfrancisco"], io.StringIO(), io.StringIO()) == 0
     out = io.StringIO()
     assert run(["cluster", "ace", "get", "-cluster", "sanfrancisco", "-json"], out, io.StringIO()) == 0
-    assert json.loads(out.getvalue())["data"] == [{"cluster": "sanfrancisco", "adminperm": "u:alice",
-                                                   "creator": "alice"}]
+    assert json.loads(out.getvalue())["data"] == [
+        {"cluster": "sanfrancisco", "adminperm": "u:alice", "creator": "alice"}
+    ]
     assert run(["cluster", "ace", "set", "-adminperm", "u:bob"], io.StringIO(), io.StringIO()) == 0
     err = io.StringIO()
     assert run(["cluster", "ace", "set", "-adminperm", "u:alice"], io.StringIO(), err) == 1
-    assert err.getvalue() == ("streamrep: error: user alice does not have adminperm on cluster sanfrancisco "
-                              "(adminperm is 'u:bob')\n")
+    assert err.getvalue() == (
+        "streamrep: error: user alice does not have adminperm on cluster sanfrancisco (adminperm is 'u:bob')\n"
+    )
     monkeypatch.setenv("STREAMREP_USER", "bob")
     err = io.StringIO()
     assert run(["cluster", "ace", "set", "-adminperm", ""], io.StringIO(), err) == 1

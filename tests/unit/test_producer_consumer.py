@@ -5,6 +5,7 @@ import time
 from collections import Counter
 
 import pytest
+
 from streamrep.client import consumer as consumer_module
 from streamrep.client.admin import now_ms
 from streamrep.client.consumer import Consumer
@@ -185,8 +186,9 @@ def test_headers_and_timestamps_preserved(admin):
     admin.create_stream(SF, ttl=0)
     ts_recent = now_ms() - 5000
     with Producer(admin) as p:
-        p.send(SF + ":t", b"\x00bin", key="k", headers=[("origin", b"\x00\xff\x80"), ("h", "text")],
-               timestamp=ts_recent)
+        p.send(
+            SF + ":t", b"\x00bin", key="k", headers=[("origin", b"\x00\xff\x80"), ("h", "text")], timestamp=ts_recent
+        )
         p.send(SF + ":t", "old", timestamp=123456)
     a, b = consume_all(admin, SF + ":t")
     assert a.value == b"\x00bin" and a.key == b"k"
@@ -233,10 +235,9 @@ def test_send_flush_true_acknowledges(admin, sf):
 
 def test_context_manager_does_not_flush_on_error(admin, sf):
     admin.create_topic(SF, "t")
-    with pytest.raises(RuntimeError):
-        with Producer(admin) as p:
-            p.send(SF + ":t", "a")
-            raise RuntimeError("stop")
+    with pytest.raises(RuntimeError), Producer(admin) as p:
+        p.send(SF + ":t", "a")
+        raise RuntimeError("stop")
     assert consume_all(admin, SF + ":t") == []
 
 
@@ -278,9 +279,7 @@ def test_latest_by_default_from_start_on_request(admin, sf):
     with Producer(admin) as p:
         p.send(SF + ":t", "new")
     assert [m.value for m in latest.poll()] == [b"new"]
-    assert [m.value for m in Consumer(SF + ":t", from_start=True, admin=admin).poll()] == [
-        b"old1", b"old2", b"new"
-    ]
+    assert [m.value for m in Consumer(SF + ":t", from_start=True, admin=admin).poll()] == [b"old1", b"old2", b"new"]
 
 
 @ON_BOTH

@@ -21,20 +21,28 @@ SOURCE, REPLICA = "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"
 
 
 def test_the_provider_info_is_valid_for_airflow_and_names_what_exists():
-    import jsonschema
     import airflow
+    import jsonschema
 
     from streamrep.airflow.provider import get_provider_info
 
     info = get_provider_info()
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
     jsonschema.validate(info, schema)
-    for kind, base in (("hooks", "BaseHook"), ("operators", "BaseOperator"), ("sensors", "BaseSensorOperator"),
-                       ("triggers", "BaseTrigger")):
+    for kind, base in (
+        ("hooks", "BaseHook"),
+        ("operators", "BaseOperator"),
+        ("sensors", "BaseSensorOperator"),
+        ("triggers", "BaseTrigger"),
+    ):
         (entry,) = info[kind]
         assert entry["integration-name"] == info["integrations"][0]["integration-name"]
-        found = [cls for name in entry["python-modules"] for _, cls in inspect.getmembers(importlib.import_module(name),
-                 inspect.isclass) if cls.__module__ == name and base in [c.__name__ for c in cls.__mro__]]
+        found = [
+            cls
+            for name in entry["python-modules"]
+            for _, cls in inspect.getmembers(importlib.import_module(name), inspect.isclass)
+            if cls.__module__ == name and base in [c.__name__ for c in cls.__mro__]
+        ]
         assert found, f"no {base} in {entry['python-modules']}"
     (conn,) = info["connection-types"]
     module, _, name = conn["hook-class-name"].rpartition(".")
@@ -45,11 +53,24 @@ def test_the_provider_info_is_valid_for_airflow_and_names_what_exists():
 def test_airflow_loads_the_page_once_whether_providers_are_discovered_lazily_or_not(lazy, tmp_path):
     """Through the airflow.plugins entry point, with no plugin import error in either mode (a
     provider-info "plugins" entry would be loaded a second time with lazy discovery off)."""
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": lazy,
-           "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    done = subprocess.run([sys.executable, "-c", "import json; from airflow import plugins_manager as m; "
-                           "plugins, errors = m._get_plugins(); print(json.dumps([[p.name for p in plugins], errors]))"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LAZY_DISCOVER_PROVIDERS": lazy,
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import json; from airflow import plugins_manager as m; "
+            "plugins, errors = m._get_plugins(); print(json.dumps([[p.name for p in plugins], errors]))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     names, errors = json.loads(done.stdout.strip().splitlines()[-1])
     assert names.count("streamrep") == 1 and errors == {}, done.stdout + done.stderr
 
@@ -60,7 +81,9 @@ def test_airflow_reads_the_declared_config_option(monkeypatch):
     assert StreamCopyOperator(task_id="c", source="/mapr/a/s", destination="/mapr/b/s")._conn_id == "spark_default"
     monkeypatch.setenv("AIRFLOW__STREAMREP__SPARK_CONN_ID", "spark_cluster")
     assert StreamCopyOperator(task_id="c", source="/mapr/a/s", destination="/mapr/b/s")._conn_id == "spark_cluster"
-    assert StreamCopyOperator(task_id="c", source="/mapr/a/s", destination="/mapr/b/s", conn_id="mine")._conn_id == "mine"
+    assert (
+        StreamCopyOperator(task_id="c", source="/mapr/a/s", destination="/mapr/b/s", conn_id="mine")._conn_id == "mine"
+    )
 
 
 def test_the_supported_airflow_range_is_the_one_pyproject_declares():

@@ -16,6 +16,7 @@ from bisect import bisect_right
 
 import pyarrow as pa
 import pytest
+
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
 from streamrep.errors import Conflict, InvalidArgument
@@ -395,13 +396,16 @@ def test_the_spark_copy_writer_applies_read_spans_exactly_once(gapped, rows_per_
     ends = source_ends(admin, source)
     # partition 0 as a Spark copy task reads it (in two ranges, one ending at a marker),
     # partition 1 from its last transaction's marker on: only markers there at first
-    batches = [*read_range(src, unit_of(admin, 0), 0, 11, spans=True),
-               *read_range(src, unit_of(admin, 0), 11, ends[0], spans=True)]
+    batches = [
+        *read_range(src, unit_of(admin, 0), 0, 11, spans=True),
+        *read_range(src, unit_of(admin, 0), 11, ends[0], spans=True),
+    ]
     table = pa.Table.from_batches(batches)
     assert table.schema.names == SPAN_SCHEMA.names
     assert table.column("span_from").to_pylist()[0] == 0 and table.column("span_next").to_pylist()[-1] == 20
-    rebatched = [b for chunk in range(0, table.num_rows, rows_per_batch)
-                 for b in table.slice(chunk, rows_per_batch).to_batches()]
+    rebatched = [
+        b for chunk in range(0, table.num_rows, rows_per_batch) for b in table.slice(chunk, rows_per_batch).to_batches()
+    ]
     commit = _write_copy(admin.clusters.home, NY, iter(rebatched))
     assert (commit.rows, sum(commit.written.values())) == (10, 10)
     assert replica_values(admin, 0) == sent[0]

@@ -4,12 +4,13 @@ retention; MapR's field names. Real embedded (and Kafka) clusters and the in-pro
 from __future__ import annotations
 
 import io
-import os
 import json
 import logging
+import os
 import time
 
 import pytest
+
 from streamrep.cli.main import run
 from streamrep.client.admin import now_ms
 from streamrep.client.producer import Producer
@@ -77,10 +78,29 @@ def test_replica_list_uses_maprs_field_names(linked):
     produce(linked, "a")
     gateway.run_once()
     row = row_of(linked)
-    assert {"cluster", "stream", "replicaPath", "replicaState", "paused", "throttle", "idx", "networkencryption",
-            "synchronous", "networkcompression", "isUptodate",
-            "uuid", "errors", "pendingMessages", "bytesPending", "minPendingTS", "maxPendingTS",
-            "replicationLagMillis", "gateways", "maxLagMillis", "maxLagMessages"} == set(row)
+    assert {
+        "cluster",
+        "stream",
+        "replicaPath",
+        "replicaState",
+        "paused",
+        "throttle",
+        "idx",
+        "networkencryption",
+        "synchronous",
+        "networkcompression",
+        "isUptodate",
+        "uuid",
+        "errors",
+        "pendingMessages",
+        "bytesPending",
+        "minPendingTS",
+        "maxPendingTS",
+        "replicationLagMillis",
+        "gateways",
+        "maxLagMillis",
+        "maxLagMessages",
+    } == set(row)
     assert (row["cluster"], row["stream"], row["replicaPath"], row["idx"]) == ("newyork", "/activity", NY, 1)
     assert row["uuid"] == linked.entry(NY).uuid
     assert (row["replicaState"], row["isUptodate"], row["errors"]) == (REPLICATING, True, None)
@@ -295,12 +315,13 @@ def test_a_copy_that_stops_says_so_and_a_rerun_clears_it(linked):
 
     produce(linked, b"a", b"b")
     linked.pause_replica(SF, NY)
-    with pytest.raises(Unavailable):
-        with copying(linked, plan_copy(linked, SF, NY)):
-            assert linked.entry(SF).replicas[0].state == "REPLICA_STATE_COPY_IN_PROGRESS"
-            raise Unavailable("cluster newyork: disk full")
+    with pytest.raises(Unavailable), copying(linked, plan_copy(linked, SF, NY)):
+        assert linked.entry(SF).replicas[0].state == "REPLICA_STATE_COPY_IN_PROGRESS"
+        raise Unavailable("cluster newyork: disk full")
     [link] = linked.entry(SF).replicas
-    assert link.state == UNEXPECTED and "copystream stopped before it finished: cluster newyork: disk full" in link.error
+    assert (
+        link.state == UNEXPECTED and "copystream stopped before it finished: cluster newyork: disk full" in link.error
+    )
     assert row_of(linked)["replicaState"] == UNEXPECTED and not row_of(linked)["isUptodate"]
     copy_stream(linked, SF, NY)
     [link] = linked.entry(SF).replicas

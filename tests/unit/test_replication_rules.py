@@ -1,6 +1,7 @@
 """Tests for streamrep.model.replication: the replica/upstream rules and limits."""
 
 import pytest
+
 from streamrep.errors import (
     AlreadyExists,
     Conflict,
@@ -139,8 +140,9 @@ def test_require_link_not_found_messages():
 
 
 def test_link_dict_round_trip():
-    link = ReplicaLink(str(DST), paused=True, synchronous=True, state=ReplicaState.REPLICATING.value,
-                       error="x", added=5)
+    link = ReplicaLink(
+        str(DST), paused=True, synchronous=True, state=ReplicaState.REPLICATING.value, error="x", added=5
+    )
     assert ReplicaLink.from_dict(link.to_dict()) == link
     up = UpstreamLink(str(SRC), added=7)
     assert UpstreamLink.from_dict(up.to_dict()) == up

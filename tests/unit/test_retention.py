@@ -7,6 +7,7 @@ import io
 import os
 
 import pytest
+
 from streamrep.cli.main import run
 from streamrep.client.admin import now_ms
 from streamrep.client.consumer import Consumer
@@ -74,8 +75,11 @@ def test_bad_sync_timeout_is_a_one_line_user_error(admin, monkeypatch, value):
     admin.create_stream(SF)
     out, err = io.StringIO(), io.StringIO()
     code = run(["produce", "-path", SF + ":t"], out, err, io.StringIO("a\n"))
-    assert code == 1 and err.getvalue().startswith("streamrep: error: STREAMREP_SYNC_TIMEOUT") \
+    assert (
+        code == 1
+        and err.getvalue().startswith("streamrep: error: STREAMREP_SYNC_TIMEOUT")
         and err.getvalue().count("\n") == 1
+    )
     with pytest.raises(InvalidArgument, match="sync_timeout"):
         Producer(admin, sync_timeout=float("nan"))
 

@@ -33,10 +33,12 @@ def test_copystream_starts_a_lighter_jvm_and_a_users_conf_wins():
 
 def test_executors_get_the_os_user_as_a_stand_in_that_names_no_one(monkeypatch):
     import getpass
+
     monkeypatch.delenv("STREAMREP_USER", raising=False)
     conf = spark_conf()
     assert "spark.executorEnv.STREAMREP_USER" not in conf
     assert conf["spark.executorEnv.STREAMREP_LAUNCHER_USER"] == getpass.getuser()
     monkeypatch.setenv("STREAMREP_LAUNCHER_USER", "launcher")
     from streamrep.client.identity import current_identity, named_user
+
     assert current_identity().user == "launcher" and named_user() is None

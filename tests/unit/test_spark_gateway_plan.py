@@ -39,8 +39,11 @@ def test_a_pass_keeps_each_partition_in_the_worker_that_applied_it_and_deals_the
     applied last (its Kafka transactional producers are there), and what no worker holds by slot."""
     plan = plan_share(UNITS, {A: Progress(0, 9, 0), B: Progress(0, 9, 0), C: Progress(0, 9, 0)})
     holders = {offset_key(A): "h:1", offset_key(C): "h:2"}
-    parts = {(w, slot): [p.unit.partition for p in slot_share(plan, holders, 2, slot, w)]
-             for w in ("h:1", "h:2") for slot in (0, 1)}
+    parts = {
+        (w, slot): [p.unit.partition for p in slot_share(plan, holders, 2, slot, w)]
+        for w in ("h:1", "h:2")
+        for slot in (0, 1)
+    }
     assert parts[("h:2", 0)] == [2] and parts[("h:1", 1)] == [0, 1]  # B (index 1) falls to slot 1
     assert parts[("h:1", 0)] == [0] and parts[("h:2", 1)] == [1, 2]  # the tasks swapped workers: same
     assert slot_share(plan, holders, 2, 0, "h:3") == []  # a new worker: only unheld partitions of its slot

@@ -7,14 +7,33 @@ import io
 import json
 
 import pytest
+
 from streamrep.cli.main import run
 from streamrep.errors import InvalidArgument
 from streamrep.spark import submit
 
-GOOD = ("local", "local[2]", "local[*]", "local[4,2]", "local-cluster[2,1,1024]", "spark://127.0.0.1:7077",
-        "spark://master-a:7077,master-b:7077", "yarn", "k8s://https://10.0.0.1:6443")
-BAD = ("locall", "local[x]", "local[2] ", "spark://127.0.0.1", "spark://h:7077/", "spark:/h:7077",
-       "mesos://h:5050", "k8s://", "127.0.0.1:7077")
+GOOD = (
+    "local",
+    "local[2]",
+    "local[*]",
+    "local[4,2]",
+    "local-cluster[2,1,1024]",
+    "spark://127.0.0.1:7077",
+    "spark://master-a:7077,master-b:7077",
+    "yarn",
+    "k8s://https://10.0.0.1:6443",
+)
+BAD = (
+    "locall",
+    "local[x]",
+    "local[2] ",
+    "spark://127.0.0.1",
+    "spark://h:7077/",
+    "spark:/h:7077",
+    "mesos://h:5050",
+    "k8s://",
+    "127.0.0.1:7077",
+)
 
 
 @pytest.mark.parametrize("master", GOOD)
@@ -54,18 +73,23 @@ def test_the_executors_python_is_this_one_unless_told(monkeypatch):
     assert conf["spark.pyspark.driver.python"] == sys.executable  # the driver runs here, in this venv
 
 
-@pytest.mark.parametrize("command", [
-    ("copystream", "-src", "/mapr/a/s", "-dst", "/mapr/b/s"),
-    ("copystream", "-src", "/mapr/a/s", "-dst", "/mapr/b/s", "-engine", "local"),  # checked even when unused
-    ("gateway", "run", "-cluster", "b"),
-    ("stream", "replica", "autosetup", "-path", "/mapr/a/s", "-replica", "/mapr/b/s"),
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("copystream", "-src", "/mapr/a/s", "-dst", "/mapr/b/s"),
+        ("copystream", "-src", "/mapr/a/s", "-dst", "/mapr/b/s", "-engine", "local"),  # checked even when unused
+        ("gateway", "run", "-cluster", "b"),
+        ("stream", "replica", "autosetup", "-path", "/mapr/a/s", "-replica", "/mapr/b/s"),
+    ],
+)
 def test_cli_master_option_bad_url_is_one_line(command, empty_home):
     out, err = io.StringIO(), io.StringIO()
     assert run([*command, "-master", "spark://127.0.0.1"], out, err) == 1
     assert out.getvalue() == ""
-    assert err.getvalue() == ("streamrep: error: bad Spark master 'spark://127.0.0.1': expected local, local[N], "
-                              "local[*], spark://HOST:PORT, yarn or k8s://https://HOST:PORT\n")
+    assert err.getvalue() == (
+        "streamrep: error: bad Spark master 'spark://127.0.0.1': expected local, local[N], "
+        "local[*], spark://HOST:PORT, yarn or k8s://https://HOST:PORT\n"
+    )
     err = io.StringIO()
     assert run([*command, "-master", ""], io.StringIO(), err) == 1
     assert err.getvalue().startswith("streamrep: error: bad Spark master '': expected")
@@ -79,17 +103,22 @@ def test_cli_spark_commands_list_the_master_option():
 
 
 # -- Airflow: the spark_default connection decides the master ---------------------------------------
-@pytest.mark.parametrize("connection", [
-    json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077}),  # as the UI stores it
-    "spark://127.0.0.1:7077",  # as a URI
-])
+@pytest.mark.parametrize(
+    "connection",
+    [
+        json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077}),  # as the UI stores it
+        "spark://127.0.0.1:7077",  # as a URI
+    ],
+)
 def test_airflow_spark_default_connection_reaches_spark_submit_master(connection, monkeypatch):
     from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", connection)
     monkeypatch.setenv("STREAMREP_SPARK_MASTER", "local[1]")  # only for when no connection is defined
-    for op in (StreamCopyOperator(task_id="copy", source="/mapr/a/s", destination="/mapr/b/s"),
-               StreamGatewayOperator(task_id="gw", cluster="b")):
+    for op in (
+        StreamCopyOperator(task_id="copy", source="/mapr/a/s", destination="/mapr/b/s"),
+        StreamGatewayOperator(task_id="gw", cluster="b"),
+    ):
         op._use_local_spark_if_unconfigured()  # what execute() does first: keeps a defined connection
         command = op._get_hook()._build_spark_submit_command("app.py")
         assert command[command.index("--master") + 1] == "spark://127.0.0.1:7077"

@@ -6,7 +6,6 @@ import os
 import socket
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
@@ -23,8 +22,13 @@ def free_port() -> int:
 
 
 def run_script(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(stack.REPO / "scripts" / "stack.py"), *args],
-                          env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(stack.REPO / "scripts" / "stack.py"), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_no_engine_at_docker_host_is_one_line(tmp_path):
@@ -32,7 +36,8 @@ def test_no_engine_at_docker_host_is_one_line(tmp_path):
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
         f"stack: Docker unavailable: no engine answers at DOCKER_HOST=unix://{tmp_path}/none.sock; "
-        "start it, or unset DOCKER_HOST to let ./run stack start its own"]
+        "start it, or unset DOCKER_HOST to let ./run stack start its own"
+    ]
 
 
 def test_unknown_command_prints_the_usage():
@@ -51,21 +56,23 @@ def test_a_port_in_use_names_the_port_and_its_env_variable(monkeypatch):
         monkeypatch.setenv("NEWYORK_PORT", str(port))
         with pytest.raises(stack.StackError) as err:
             stack.check_ports()
-    assert str(err.value) == (f"port {port} on 127.0.0.1 is already in use: stop what uses it, "
-                              "or set NEWYORK_PORT to a free port in .env")
+    assert str(err.value) == (
+        f"port {port} on 127.0.0.1 is already in use: stop what uses it, or set NEWYORK_PORT to a free port in .env"
+    )
 
 
 def test_every_published_port_has_its_variable():
-    assert set(stack.published_ports()) == {"AIRFLOW_PORT", "SPARK_MASTER_UI_PORT", "SANFRANCISCO_PORT",
-                                            "NEWYORK_PORT"}
+    assert set(stack.published_ports()) == {"AIRFLOW_PORT", "SPARK_MASTER_UI_PORT", "SANFRANCISCO_PORT", "NEWYORK_PORT"}
 
 
 def test_a_failed_build_names_the_service_and_its_error(monkeypatch, tmp_path):
     log = tmp_path / "build.log"
-    log.write_text("Step 2/4 : RUN apt-get update && apt-get install -y redis-server nothing-such\n"
-                   "\x1b[91mE: Unable to locate package nothing-such\n"
-                   "ERROR: for redis  (<Service: redis>, \"The command ...\")\n"
-                   "Service 'redis' failed to build : The command '/bin/sh -c apt-get update' returned a "
-                   "non-zero code: 100\n")
+    log.write_text(
+        "Step 2/4 : RUN apt-get update && apt-get install -y redis-server nothing-such\n"
+        "\x1b[91mE: Unable to locate package nothing-such\n"
+        'ERROR: for redis  (<Service: redis>, "The command ...")\n'
+        "Service 'redis' failed to build : The command '/bin/sh -c apt-get update' returned a "
+        "non-zero code: 100\n"
+    )
     monkeypatch.setattr(stack, "BUILD_LOG", log)
     assert stack._build_failure() == "redis: E: Unable to locate package nothing-such"

@@ -1,6 +1,7 @@
 """Tests for streamrep.model.stream: stream metadata defaults and validation."""
 
 import pytest
+
 from streamrep.errors import InvalidArgument
 from streamrep.model.stream import (
     DEFAULT_PARTITIONS,

@@ -105,8 +105,9 @@ def topic_asset(path: str, **kwargs: Any) -> Asset:
     return Asset(name=f"{stream}:{topic}", uri=asset_uri(path), group=ASSET_GROUP, **kwargs)
 
 
-def caught_up_extra(admin: Any, path: str, source: str | None = None,
-                    row: dict[str, Any] | None = None) -> dict[str, Any]:
+def caught_up_extra(
+    admin: Any, path: str, source: str | None = None, row: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """What a replica's caught-up event says: the replica, its source, and the lag at that moment
     (``pendingMessages``, ``replicationLagMillis``, ``replicaState`` of ``replica list``).
 
@@ -148,9 +149,15 @@ def emits_caught_up(task: Any) -> bool:
     return any(isinstance(o, AssetAlias) and o.name == REPLICAS_ALIAS.name for o in task.outlets or ())
 
 
-def emit_replica_caught_up(context: Any, path: str, *, source: str | None = None,
-                           row: dict[str, Any] | None = None, admin: Any = None,
-                           streamrep_conn_id: str | None = None) -> dict[str, Any]:
+def emit_replica_caught_up(
+    context: Any,
+    path: str,
+    *,
+    source: str | None = None,
+    row: dict[str, Any] | None = None,
+    admin: Any = None,
+    streamrep_conn_id: str | None = None,
+) -> dict[str, Any]:
     """Add an asset event for replica ``path`` through ``REPLICAS_ALIAS``: the task calling it
     must have ``REPLICAS_ALIAS`` in its outlets.
 

@@ -26,17 +26,25 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from streamrep.airflow.provider import CONN_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
 from streamrep.client.admin import StreamAdmin
-from streamrep.client.config import (EMBEDDED_SCHEME, KAFKA_SCHEME, ClusterInfo, Clusters, default_home,
-                                     kafka_bootstrap, open_store)
+from streamrep.client.config import (
+    EMBEDDED_SCHEME,
+    KAFKA_SCHEME,
+    ClusterInfo,
+    Clusters,
+    default_home,
+    kafka_bootstrap,
+    open_store,
+)
 from streamrep.client.identity import current_identity
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 from streamrep.model.ace import Identity
@@ -77,12 +85,16 @@ def cluster_of(conn: Any, name: str) -> ClusterInfo:
     if settings is None:
         return ClusterInfo(name, url)
     if not url.startswith(KAFKA_SCHEME):
-        raise InvalidArgument(f"connection {conn.conn_id}: extra.{KAFKA_SETTINGS_EXTRA} applies only to "
-                              f"{KAFKA_SCHEME} clusters")
+        raise InvalidArgument(
+            f"connection {conn.conn_id}: extra.{KAFKA_SETTINGS_EXTRA} applies only to {KAFKA_SCHEME} clusters"
+        )
     if not isinstance(settings, dict) or not all(
-            isinstance(value, (str, int, float, bool)) for value in settings.values()):
-        raise InvalidArgument(f"connection {conn.conn_id}: extra.{KAFKA_SETTINGS_EXTRA} must be an object of "
-                              "Kafka client settings, e.g. {\"security.protocol\": \"SASL_SSL\"}")
+        isinstance(value, (str, int, float, bool)) for value in settings.values()
+    ):
+        raise InvalidArgument(
+            f"connection {conn.conn_id}: extra.{KAFKA_SETTINGS_EXTRA} must be an object of "
+            'Kafka client settings, e.g. {"security.protocol": "SASL_SSL"}'
+        )
     return ClusterInfo(name, url, dict(settings))
 
 
@@ -130,6 +142,7 @@ class ConnectionClusters(Clusters):
     @staticmethod
     def lookup_in(entries: dict[str, Any]) -> Callable[[str], ClusterInfo | None]:
         """A lookup over registry entries such as :attr:`overridden` (a trigger's serialized clusters)."""
+
         def lookup(name: str) -> ClusterInfo | None:
             entry = entries.get(name)
             if entry is None:
@@ -137,6 +150,7 @@ class ConnectionClusters(Clusters):
             if isinstance(entry, str):  # serialized by an older version: the URL only
                 return ClusterInfo(name, entry)
             return ClusterInfo(name, entry["url"], entry.get("settings") or {})
+
         return lookup
 
 
@@ -187,8 +201,13 @@ class StreamrepHook(BaseHook):
         if conn is None:
             return None
         if conn.conn_type != self.conn_type:
-            self.log.warning("connection %s is of type %s, not %s: cluster %s is taken from the registry",
-                             conn_id, conn.conn_type, self.conn_type, cluster)
+            self.log.warning(
+                "connection %s is of type %s, not %s: cluster %s is taken from the registry",
+                conn_id,
+                conn.conn_type,
+                self.conn_type,
+                cluster,
+            )
             return None
         if conn_id == self.streamrep_conn_id and not ((conn.extra_dejson or {}).get("url") or conn.host):
             return None  # the common-settings connection, not a cluster (a cluster named "default")

@@ -18,8 +18,9 @@ reached fails and is retried.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
@@ -31,9 +32,9 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.stream import StreamMeta
-from streamrep.replication.flows import flows_into
 from streamrep.replication import failover as failovers
 from streamrep.replication import lag, service
+from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import default_gateway_id
 from streamrep.replication.setup import begin_autosetup, ensure_replica, ensure_upstream
 from streamrep.replication.status import replica_status
@@ -62,8 +63,7 @@ class StreamrepOperator(BaseOperator):
     template_fields: Sequence[str] = ("only_if",)
     ui_color = "#dbeafe"
 
-    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, only_if: Any = True,
-                 **kwargs: Any):
+    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, only_if: Any = True, **kwargs: Any):
         super().__init__(**kwargs)
         self.streamrep_conn_id = streamrep_conn_id
         self.only_if = only_if
@@ -98,8 +98,9 @@ class StreamCreateOperator(StreamrepOperator):
 
     template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "copymetafrom", "settings")
 
-    def __init__(self, *, path: str, copymetafrom: str | None = None, settings: dict[str, Any] | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self, *, path: str, copymetafrom: str | None = None, settings: dict[str, Any] | None = None, **kwargs: Any
+    ):
         super().__init__(**kwargs)
         self.path = path
         self.copymetafrom = copymetafrom
@@ -111,18 +112,24 @@ class StreamCreateOperator(StreamrepOperator):
         sp = admin.path(self.path)
         try:
             admin.create_stream(str(sp), copymetafrom=copymetafrom, **settings)
-            self.log.info("stream create -path %s%s: created", sp,
-                          f" -copymetafrom {copymetafrom}" if copymetafrom else "")
-        except AlreadyExists:
+            self.log.info(
+                "stream create -path %s%s: created", sp, f" -copymetafrom {copymetafrom}" if copymetafrom else ""
+            )
+        except AlreadyExists as exists:
             if copymetafrom:
                 wanted = admin.entry(copymetafrom).meta.edited(**settings)
             else:
                 wanted = StreamMeta.for_creator(admin.identity.user, **settings)
             have = admin.entry(sp).meta
-            differences = [f"{f.name} is {getattr(have, f.name)!r}, not {getattr(wanted, f.name)!r}"
-                           for f in fields(StreamMeta) if getattr(have, f.name) != getattr(wanted, f.name)]
+            differences = [
+                f"{f.name} is {getattr(have, f.name)!r}, not {getattr(wanted, f.name)!r}"
+                for f in fields(StreamMeta)
+                if getattr(have, f.name) != getattr(wanted, f.name)
+            ]
             if differences:
-                raise AlreadyExists(f"stream {sp} already exists with other metadata: {'; '.join(differences)}")
+                raise AlreadyExists(
+                    f"stream {sp} already exists with other metadata: {'; '.join(differences)}"
+                ) from exists
             self.log.info("stream %s already exists with the same metadata: nothing to do", sp)
         return admin.stream_info(str(sp))
 
@@ -157,11 +164,27 @@ class ReplicaAddOperator(StreamrepOperator):
     :return: (XCom) the replica link: ``path``, ``paused``, ``synchronous``, ``state``...
     """
 
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica", "paused", "synchronous",
-                                      *NETWORK_FIELDS)
+    template_fields: Sequence[str] = (
+        *StreamrepOperator.template_fields,
+        "path",
+        "replica",
+        "paused",
+        "synchronous",
+        *NETWORK_FIELDS,
+    )
 
-    def __init__(self, *, path: str, replica: str, paused: Any = False, synchronous: Any = False,
-                 throttle: Any = None, networkencryption: Any = None, networkcompression: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        path: str,
+        replica: str,
+        paused: Any = False,
+        synchronous: Any = False,
+        throttle: Any = None,
+        networkencryption: Any = None,
+        networkcompression: Any = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.path = path
         self.replica = replica
@@ -176,10 +199,17 @@ class ReplicaAddOperator(StreamrepOperator):
         paused, synchronous = as_bool(self.paused), as_bool(self.synchronous)
         link, added = ensure_replica(admin, src, dst, paused=paused, synchronous=synchronous, **network_options(self))
         if added:
-            self.log.info("stream replica add -path %s -replica %s -paused %s -synchronous %s -throttle %s "
-                          "-networkencryption %s -networkcompression %s: registered",
-                          src, dst, str(paused).lower(), str(synchronous).lower(), str(link.throttle).lower(),
-                          str(link.networkencryption).lower(), link.networkcompression)
+            self.log.info(
+                "stream replica add -path %s -replica %s -paused %s -synchronous %s -throttle %s "
+                "-networkencryption %s -networkcompression %s: registered",
+                src,
+                dst,
+                str(paused).lower(),
+                str(synchronous).lower(),
+                str(link.throttle).lower(),
+                str(link.networkencryption).lower(),
+                link.networkcompression,
+            )
         else:
             self.log.info("%s is already a replica of %s (the same stream and settings): nothing to do", dst, src)
         return {"source": str(src), **link.to_dict()}
@@ -203,8 +233,12 @@ class ReplicaVerifyOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src, dst = admin.path(self.path), admin.path(self.replica)
         rows = replica_status(admin, str(src))
-        log_rows(self.log, f"stream replica list -path {src}", rows,
-                 ("replicaPath", "paused", "synchronous", "replicaState", "pendingMessages", "replicationLagMillis"))
+        log_rows(
+            self.log,
+            f"stream replica list -path {src}",
+            rows,
+            ("replicaPath", "paused", "synchronous", "replicaState", "pendingMessages", "replicationLagMillis"),
+        )
         rules.require_link(admin.entry(src).replicas, dst, src, "replica")
         self.log.info("verified: %s is a replica of %s", dst, src)
         return rows
@@ -286,8 +320,12 @@ class _ReplicaChangeOperator(StreamrepOperator):
         src, dst = admin.path(self.path), admin.path(self.replica)
         self.change(admin, str(src), str(dst), context)
         rows = replica_status(admin, str(src))
-        log_rows(self.log, f"stream replica list -path {src}", rows,
-                 ("replicaPath", "paused", "replicaState", "pendingMessages", "replicationLagMillis"))
+        log_rows(
+            self.log,
+            f"stream replica list -path {src}",
+            rows,
+            ("replicaPath", "paused", "replicaState", "pendingMessages", "replicationLagMillis"),
+        )
         return rows
 
 
@@ -343,8 +381,10 @@ class ReplicaRemoveOperator(_ReplicaChangeOperator):
 
     def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
         if not as_bool(self.confirmed):
-            raise InvalidArgument(f"stream replica remove -path {src} -replica {dst} was not confirmed: "
-                                  f"set confirm_remove to true to remove the replica")
+            raise InvalidArgument(
+                f"stream replica remove -path {src} -replica {dst} was not confirmed: "
+                f"set confirm_remove to true to remove the replica"
+            )
         try:
             admin.remove_replica(src, dst)
         except NotFound:
@@ -373,8 +413,12 @@ class ReplicaStatusOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src = admin.path(self.path)
         rows = replica_status(admin, str(src))
-        log_rows(self.log, f"stream replica list -path {src}", rows,
-                 ("replicaPath", "paused", "replicaState", "isUptodate", "pendingMessages", "replicationLagMillis"))
+        log_rows(
+            self.log,
+            f"stream replica list -path {src}",
+            rows,
+            ("replicaPath", "paused", "replicaState", "isUptodate", "pendingMessages", "replicationLagMillis"),
+        )
         return rows
 
 
@@ -394,8 +438,16 @@ class AutosetupCheckOperator(StreamrepOperator):
 
     template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica", *NETWORK_FIELDS)
 
-    def __init__(self, *, path: str, replica: str, throttle: Any = None, networkencryption: Any = None,
-                 networkcompression: Any = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        path: str,
+        replica: str,
+        throttle: Any = None,
+        networkencryption: Any = None,
+        networkcompression: Any = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.path = path
         self.replica = replica
@@ -438,16 +490,22 @@ class GatewayPlanOperator(StreamrepOperator):
         names: set[str] = set()
         for source in sources:
             listed = admin.gateways(source).get(self.cluster)
-            self.log.info("cluster %s lists gateways for %s: %s", source, self.cluster,
-                          " ".join(listed) if listed else "(none: any gateway)")
+            self.log.info(
+                "cluster %s lists gateways for %s: %s",
+                source,
+                self.cluster,
+                " ".join(listed) if listed else "(none: any gateway)",
+            )
             names.update(listed or ())
         for blocked_flow in blocked:
-            self.log.warning("%s -> %s does not flow: %s", blocked_flow.source, blocked_flow.replica,
-                             blocked_flow.reason)
+            self.log.warning(
+                "%s -> %s does not flow: %s", blocked_flow.source, blocked_flow.replica, blocked_flow.reason
+            )
         if not names:
             names = {default_gateway_id()}
-            self.log.info("no source cluster lists gateways for %s: running gateway %s", self.cluster,
-                          next(iter(names)))
+            self.log.info(
+                "no source cluster lists gateways for %s: running gateway %s", self.cluster, next(iter(names))
+            )
         return sorted(names)
 
 
@@ -472,8 +530,14 @@ class GatewayServiceOperator(StreamrepOperator):
 
     template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "action", "cluster")
 
-    def __init__(self, *, action: str = "supervise", cluster: str | None = None,
-                 gateways_dag_id: str = GATEWAYS_DAG_ID, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        action: str = "supervise",
+        cluster: str | None = None,
+        gateways_dag_id: str = GATEWAYS_DAG_ID,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.action = action
         self.cluster = cluster
@@ -487,12 +551,16 @@ class GatewayServiceOperator(StreamrepOperator):
             if cluster is None:
                 raise InvalidArgument(f"action {self.action} needs a cluster")
             row = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
-            self.log.info("gateways of %s: desired state %s (by %s); live now: %s", cluster, row["desired"],
-                          row["by"], " ".join(row["live"]) or "none")
+            self.log.info(
+                "gateways of %s: desired state %s (by %s); live now: %s",
+                cluster,
+                row["desired"],
+                row["by"],
+                " ".join(row["live"]) or "none",
+            )
             if self.action == "stop":
                 if row["live"]:
-                    self.log.info("%s stop after their current batch; their runs end as success",
-                                  " ".join(row["live"]))
+                    self.log.info("%s stop after their current batch; their runs end as success", " ".join(row["live"]))
                 return []
         if cluster is not None:
             names = [cluster]
@@ -538,9 +606,21 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         names = [self.cluster] if self.cluster else known_clusters(admin)
         rows = lag.check_alerts(admin, names)
-        log_rows(self.log, f"replica lag on {', '.join(names) or 'no cluster'}", rows,
-                 ("source", "replicaPath", "paused", "lagMessages", "lagMillis", "maxLagMessages", "maxLagMillis",
-                  "problems"))
+        log_rows(
+            self.log,
+            f"replica lag on {', '.join(names) or 'no cluster'}",
+            rows,
+            (
+                "source",
+                "replicaPath",
+                "paused",
+                "lagMessages",
+                "lagMillis",
+                "maxLagMessages",
+                "maxLagMillis",
+                "problems",
+            ),
+        )
         lag.raise_alerts(rows)
         return rows
 
@@ -573,13 +653,20 @@ def log_rows(log: Any, title: str, rows: list[dict[str, Any]], columns: Sequence
 def plan_markdown(plan: dict[str, Any], procedure: str) -> str:
     """A failover or failback plan as the Markdown body of the approval task: what a person
     needs to decide (lag, pending messages, live gateways, the consumer groups affected, steps)."""
-    lines = [f"### {procedure}: {plan['path']} → {plan['replica']}", "",
-             f"- stage: **{plan['stage']}**",
-             f"- source reachable: **{'yes' if plan['sourceReachable'] else 'no'}**"
-             + (f" ({plan['sourceError']})" if plan.get("sourceError") else "")]
-    for key, label in (("pendingMessages", "pending messages"), ("toCopyBack", "messages to copy back"),
-                       ("bytesPending", "pending bytes"), ("replicationLagMillis", "lag (ms)"),
-                       ("lastKnownLag", "last known lag (messages)")):
+    lines = [
+        f"### {procedure}: {plan['path']} → {plan['replica']}",
+        "",
+        f"- stage: **{plan['stage']}**",
+        f"- source reachable: **{'yes' if plan['sourceReachable'] else 'no'}**"
+        + (f" ({plan['sourceError']})" if plan.get("sourceError") else ""),
+    ]
+    for key, label in (
+        ("pendingMessages", "pending messages"),
+        ("toCopyBack", "messages to copy back"),
+        ("bytesPending", "pending bytes"),
+        ("replicationLagMillis", "lag (ms)"),
+        ("lastKnownLag", "last known lag (messages)"),
+    ):
         if key in plan:
             lines.append(f"- {label}: **{'unknown' if plan[key] is None else plan[key]}**")
     lines.append(f"- live gateways: {', '.join(plan.get('gateways') or []) or 'none'}")
@@ -587,8 +674,10 @@ def plan_markdown(plan: dict[str, Any], procedure: str) -> str:
     lines.append(f"- consumer groups affected: {'unknown' if groups is None else ', '.join(groups) or 'none'}")
     if plan.get("topics"):
         lines += ["", "| topic | pending messages | bytes | lag (ms) |", "| --- | ---: | ---: | ---: |"]
-        lines += [f"| {t['topic']} | {t['pendingMessages']} | {t['bytesPending']} | {t['replicationLagMillis']} |"
-                  for t in plan["topics"]]
+        lines += [
+            f"| {t['topic']} | {t['pendingMessages']} | {t['bytesPending']} | {t['replicationLagMillis']} |"
+            for t in plan["topics"]
+        ]
     lines += ["", "**Steps**", ""] + [f"{n}. {step}" for n, step in enumerate(plan["steps"], 1)]
     return "\n".join(lines)
 

@@ -34,8 +34,9 @@ import math
 import os
 import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 
@@ -44,9 +45,9 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
 from streamrep.model.paths import StreamPath
+from streamrep.replication import service
 from streamrep.replication.flows import flows_into
 from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
-from streamrep.replication import service
 from streamrep.replication.service import all_gateways
 from streamrep.replication.status import replica_status
 
@@ -62,20 +63,22 @@ def discover_connection_clusters(clusters: ConnectionClusters) -> None:
     names: set[str] = set()
     for key in os.environ:
         if key.startswith("AIRFLOW_CONN_" + CLUSTER_CONN_PREFIX.upper()):
-            names.add(key[len("AIRFLOW_CONN_"):].lower())
+            names.add(key[len("AIRFLOW_CONN_") :].lower())
     try:
         from airflow.models.connection import Connection
         from airflow.utils.session import create_session
 
         with create_session() as session:
-            names.update(cid for (cid,) in session.query(Connection.conn_id)
-                         .filter(Connection.conn_type == StreamrepHook.conn_type))
+            names.update(
+                cid
+                for (cid,) in session.query(Connection.conn_id).filter(Connection.conn_type == StreamrepHook.conn_type)
+            )
     except Exception:  # noqa: BLE001 - no metadata database here: the environment is enough
         pass
     for conn_id in sorted(names - NOT_CLUSTER_CONNS):
         if conn_id.startswith(CLUSTER_CONN_PREFIX):
             try:
-                clusters.get(conn_id[len(CLUSTER_CONN_PREFIX):])
+                clusters.get(conn_id[len(CLUSTER_CONN_PREFIX) :])
             except (StreamrepError, ValueError):
                 continue
 
@@ -89,9 +92,15 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
     out: dict[str, Any] = {"generated": now, "clusters": [], "links": []}
     for info in clusters:
         service = gateways.get(info.name, {})
-        cluster: dict[str, Any] = {"name": info.name, "kind": info.kind, "url": info.url, "error": None,
-                                   "streams": [], "gateways": service.get("gateways", []),
-                                   "desired": service.get("desired")}
+        cluster: dict[str, Any] = {
+            "name": info.name,
+            "kind": info.kind,
+            "url": info.url,
+            "error": None,
+            "streams": [],
+            "gateways": service.get("gateways", []),
+            "desired": service.get("desired"),
+        }
         out["clusters"].append(cluster)
         try:
             entries = sorted(admin.list_streams(info.name), key=lambda e: e.path)
@@ -100,21 +109,38 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
             continue
         for entry in entries:
             path = str(StreamPath(info.name, entry.path))
-            stream: dict[str, Any] = {"path": path, "name": entry.path, "uuid": entry.uuid,
-                                      "topics": 0, "partitions": 0, "messages": 0,
-                                      "upstreams": [u.path for u in entry.upstreams], "error": None}
+            stream: dict[str, Any] = {
+                "path": path,
+                "name": entry.path,
+                "uuid": entry.uuid,
+                "topics": 0,
+                "partitions": 0,
+                "messages": 0,
+                "upstreams": [u.path for u in entry.upstreams],
+                "error": None,
+            }
             # Two reads, each failing on its own: topic counts need a read right on the stream,
             # the replica list needs none, so a stream the page may not count still shows its links.
             try:
                 topics = admin.list_topics(path)
-                stream.update(topics=len(topics), partitions=sum(t["partitions"] for t in topics),
-                              messages=sum(t["messages"] for t in topics))
+                stream.update(
+                    topics=len(topics),
+                    partitions=sum(t["partitions"] for t in topics),
+                    messages=sum(t["messages"] for t in topics),
+                )
             except StreamrepError as err:
                 stream["error"] = str(err)
             try:
                 for row in replica_status(admin, path):
-                    out["links"].append({"kind": "replica", "source": path, "replica": row["replicaPath"], **row,
-                                         "lagHistory": _history(admin, path, row["replicaPath"])})
+                    out["links"].append(
+                        {
+                            "kind": "replica",
+                            "source": path,
+                            "replica": row["replicaPath"],
+                            **row,
+                            "lagHistory": _history(admin, path, row["replicaPath"]),
+                        }
+                    )
             except StreamrepError as err:
                 stream["error"] = stream["error"] or str(err)
             cluster["streams"].append(stream)
@@ -123,11 +149,18 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
         except StreamrepError:
             blocked = []
         for b in blocked:
-            listed = any(link["source"] == str(b.source) and link["replica"] == str(b.replica)
-                         for link in out["links"])
+            listed = any(link["source"] == str(b.source) and link["replica"] == str(b.replica) for link in out["links"])
             if not listed:
-                out["links"].append({"kind": "upstream-only", "source": str(b.source), "replica": str(b.replica),
-                                     "replicaState": "UPSTREAM_ONLY", "errors": b.reason, "paused": False})
+                out["links"].append(
+                    {
+                        "kind": "upstream-only",
+                        "source": str(b.source),
+                        "replica": str(b.replica),
+                        "replicaState": "UPSTREAM_ONLY",
+                        "errors": b.reason,
+                        "paused": False,
+                    }
+                )
     return out
 
 
@@ -145,9 +178,14 @@ HEAD_H, STREAM_H, STREAM_GAP, PAD = 50, 58, 14, 14
 GW_HEAD_H, GW_ROW_H = 28, 22
 
 COLORS = {
-    "REPLICATING": "#16a34a", "WAITING_FOR_GATEWAY": "#d97706", "WAITING_FOR_UPSTREAM": "#d97706",
-    "COPY_IN_PROGRESS": "#2563eb", "SYNC_FELL_BACK_TO_ASYNC": "#ea580c", "UNEXPECTED": "#dc2626",
-    "PAUSED": "#6b7280", "UPSTREAM_ONLY": "#9ca3af",
+    "REPLICATING": "#16a34a",
+    "WAITING_FOR_GATEWAY": "#d97706",
+    "WAITING_FOR_UPSTREAM": "#d97706",
+    "COPY_IN_PROGRESS": "#2563eb",
+    "SYNC_FELL_BACK_TO_ASYNC": "#ea580c",
+    "UNEXPECTED": "#dc2626",
+    "PAUSED": "#6b7280",
+    "UPSTREAM_ONLY": "#9ca3af",
 }
 GATEWAY_COLORS = {"live": "#16a34a", "stopping": "#2563eb", "expired": "#d97706", "down": "#dc2626"}
 DESIRED_COLORS = {"running": "#16a34a", "stopped": "#6b7280"}
@@ -199,32 +237,38 @@ def _svg(topo: dict[str, Any]) -> str:
     cluster_h = HEAD_H + PAD + streams_h + GW_HEAD_H + max(1, max_gateways) * GW_ROW_H + PAD
     width = MARGIN * 2 + len(clusters) * COL_W + (len(clusters) - 1) * GAP
     height = MARGIN * 2 + cluster_h + 20
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" id="topology" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="replication topology">',
-             '<defs>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" id="topology" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="replication topology">',
+        "<defs>",
+    ]
     for name, color in COLORS.items():
-        parts.append(f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-                     f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{color}"/></marker>')
-    parts.append('</defs>')
+        parts.append(
+            f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
+            f'markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="{color}"/></marker>'
+        )
+    parts.append("</defs>")
     for i, cluster in enumerate(clusters):
         x = MARGIN + i * (COL_W + GAP)
         y = MARGIN
         parts.append(f'<g class="cluster" data-cluster="{_e(cluster["name"])}">')
         parts.append(f'<rect x="{x}" y="{y}" width="{COL_W}" height="{cluster_h}" rx="12" class="cluster-box"/>')
         parts.append(f'<text x="{x + PAD}" y="{y + 24}" class="cluster-name">{_e(cluster["name"])}</text>')
-        sub = f'{cluster["kind"]} · {len(cluster["streams"])} stream{"s" if len(cluster["streams"]) != 1 else ""}'
+        sub = f"{cluster['kind']} · {len(cluster['streams'])} stream{'s' if len(cluster['streams']) != 1 else ''}"
         parts.append(f'<text x="{x + PAD}" y="{y + 41}" class="cluster-sub">{_e(sub)}</text>')
         if cluster["error"]:
             parts.append(f'<text x="{x + PAD}" y="{y + HEAD_H + 24}" class="error">{_e(cluster["error"][:40])}</text>')
         for j, stream in enumerate(cluster["streams"]):
             sx, sy, sw = x + PAD, y + HEAD_H + PAD + j * (STREAM_H + STREAM_GAP), COL_W - 2 * PAD
             boxes[stream["path"]] = (i, sx, sy, sw)
-            parts.append(f'<g class="stream" data-path="{_e(stream["path"])}">'
-                         f'<rect x="{sx}" y="{sy}" width="{sw}" height="{STREAM_H}" rx="8" class="stream-box"/>'
-                         f'<text x="{sx + 12}" y="{sy + 23}" class="stream-name">{_e(stream["name"])}</text>'
-                         f'<text x="{sx + 12}" y="{sy + 43}" class="stream-sub">'
-                         f'{_e(stream["topics"])} topics · {_e(stream["partitions"])} partitions · '
-                         f'{_count(stream["messages"])} msgs</text></g>')
+            parts.append(
+                f'<g class="stream" data-path="{_e(stream["path"])}">'
+                f'<rect x="{sx}" y="{sy}" width="{sw}" height="{STREAM_H}" rx="8" class="stream-box"/>'
+                f'<text x="{sx + 12}" y="{sy + 23}" class="stream-name">{_e(stream["name"])}</text>'
+                f'<text x="{sx + 12}" y="{sy + 43}" class="stream-sub">'
+                f"{_e(stream['topics'])} topics · {_e(stream['partitions'])} partitions · "
+                f"{_count(stream['messages'])} msgs</text></g>"
+            )
         gy = y + HEAD_H + PAD + streams_h
         parts.append(f'<text x="{x + PAD}" y="{gy + 18}" class="gw-head">gateways</text>')
         if not cluster["gateways"]:
@@ -232,11 +276,13 @@ def _svg(topo: dict[str, Any]) -> str:
         for k, gw in enumerate(cluster["gateways"]):
             ry = gy + GW_HEAD_H + k * GW_ROW_H
             color = GATEWAY_COLORS.get(gw["status"], "#6b7280")
-            age = "" if gw["heartbeatAgeSeconds"] is None else f' · beat {gw["heartbeatAgeSeconds"]:.0f}s ago'
-            parts.append(f'<g class="gateway" data-gateway="{_e(gw["id"])}" data-status="{_e(gw["status"])}">'
-                         f'<circle cx="{x + PAD + 6}" cy="{ry + 9}" r="6" fill="{color}"/>'
-                         f'<text x="{x + PAD + 20}" y="{ry + 14}" class="gw">{_e(gw["id"])} — {_e(gw["status"])}{_e(age)}</text></g>')
-        parts.append('</g>')
+            age = "" if gw["heartbeatAgeSeconds"] is None else f" · beat {gw['heartbeatAgeSeconds']:.0f}s ago"
+            parts.append(
+                f'<g class="gateway" data-gateway="{_e(gw["id"])}" data-status="{_e(gw["status"])}">'
+                f'<circle cx="{x + PAD + 6}" cy="{ry + 9}" r="6" fill="{color}"/>'
+                f'<text x="{x + PAD + 20}" y="{ry + 14}" class="gw">{_e(gw["id"])} — {_e(gw["status"])}{_e(age)}</text></g>'
+            )
+        parts.append("</g>")
     # links: curves between stream boxes, labelled with state, lag and pending messages
     pairs = {(link["source"], link["replica"]) for link in topo["links"]}
     for link in topo["links"]:
@@ -263,21 +309,28 @@ def _svg(topo: dict[str, Any]) -> str:
             mid = (x2 - x1) / 2
             c1, c2 = (x1 + mid, y1), (x2 - mid, y2)
         dash = ' stroke-dasharray="7 5"' if state in ("PAUSED", "UPSTREAM_ONLY", "WAITING_FOR_UPSTREAM") else ""
-        parts.append(f'<g class="link" data-source="{_e(link["source"])}" data-replica="{_e(link["replica"])}" '
-                     f'data-state="{_e(state)}">'
-                     f'<path d="M{x1:.1f},{y1:.1f} C{c1[0]:.1f},{c1[1]:.1f} {c2[0]:.1f},{c2[1]:.1f} {x2:.1f},{y2:.1f}" '
-                     f'fill="none" stroke="{color}" stroke-width="3"{dash} marker-end="url(#arrow-{_e(state) if state in COLORS else "PAUSED"})"/>')
+        parts.append(
+            f'<g class="link" data-source="{_e(link["source"])}" data-replica="{_e(link["replica"])}" '
+            f'data-state="{_e(state)}">'
+            f'<path d="M{x1:.1f},{y1:.1f} C{c1[0]:.1f},{c1[1]:.1f} {c2[0]:.1f},{c2[1]:.1f} {x2:.1f},{y2:.1f}" '
+            f'fill="none" stroke="{color}" stroke-width="3"{dash} marker-end="url(#arrow-{_e(state) if state in COLORS else "PAUSED"})"/>'
+        )
         # the label sits at the curve's midpoint (t = 0.5 of the cubic Bezier)
         lx = (x1 + 3 * c1[0] + 3 * c2[0] + x2) / 8
         ly = (y1 + 3 * c1[1] + 3 * c2[1] + y2) / 8 + (-22 if offset < 0 else 22 if offset > 0 else 0)
-        line2 = ("upstream only" if link["kind"] == "upstream-only" else
-                 f'lag {_lag(link.get("replicationLagMillis"))} · {_count(link.get("pendingMessages"))} pending')
+        line2 = (
+            "upstream only"
+            if link["kind"] == "upstream-only"
+            else f"lag {_lag(link.get('replicationLagMillis'))} · {_count(link.get('pendingMessages'))} pending"
+        )
         w = max(len(state), len(line2)) * 7 + 16
-        parts.append(f'<rect x="{lx - w / 2:.1f}" y="{ly - 17:.1f}" width="{w}" height="34" rx="6" class="label-box" '
-                     f'stroke="{color}"/>'
-                     f'<text x="{lx:.1f}" y="{ly - 3:.1f}" class="label-state" fill="{color}">{_e(state)}</text>'
-                     f'<text x="{lx:.1f}" y="{ly + 12:.1f}" class="label-sub">{_e(line2)}</text></g>')
-    parts.append('</svg>')
+        parts.append(
+            f'<rect x="{lx - w / 2:.1f}" y="{ly - 17:.1f}" width="{w}" height="34" rx="6" class="label-box" '
+            f'stroke="{color}"/>'
+            f'<text x="{lx:.1f}" y="{ly - 3:.1f}" class="label-state" fill="{color}">{_e(state)}</text>'
+            f'<text x="{lx:.1f}" y="{ly + 12:.1f}" class="label-sub">{_e(line2)}</text></g>'
+        )
+    parts.append("</svg>")
     return "".join(parts)
 
 
@@ -315,8 +368,10 @@ def lag_chart(link: dict[str, Any]) -> str:
     samples = link.get("lagHistory") or []
     source, replica = _e(link["source"]), _e(link["replica"])
     if not samples:
-        return (f'<p class="empty lag-none" data-source="{source}" data-replica="{replica}">No lag recorded yet: '
-                f'a running gateway of the replica\'s cluster samples it every {SAMPLE_SECONDS:g} s.</p>')
+        return (
+            f'<p class="empty lag-none" data-source="{source}" data-replica="{replica}">No lag recorded yet: '
+            f"a running gateway of the replica's cluster samples it every {SAMPLE_SECONDS:g} s.</p>"
+        )
     limit_msgs, limit_ms = link.get("maxLagMessages"), link.get("maxLagMillis")
     top_msgs = nice_max(max([s["messages"] for s in samples] + [limit_msgs or 0]))
     highest_ms = max([s["ms"] for s in samples] + [limit_ms or 0])
@@ -333,66 +388,93 @@ def lag_chart(link: dict[str, Any]) -> str:
         return bottom - value / axis_top * plot_h
 
     last = samples[-1]
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="lag-chart" width="{CHART_W}" height="{CHART_H}" '
-             f'viewBox="0 0 {CHART_W} {CHART_H}" role="img" aria-label="lag of {replica}" '
-             f'data-source="{source}" data-replica="{replica}" data-samples="{len(samples)}" '
-             f'data-first="{t0}" data-last="{t1}" data-last-messages="{last["messages"]}" '
-             f'data-last-ms="{last["ms"]}" data-max-messages="{max(s["messages"] for s in samples)}" '
-             f'data-max-ms="{max(s["ms"] for s in samples)}">',
-             f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="plot"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="lag-chart" width="{CHART_W}" height="{CHART_H}" '
+        f'viewBox="0 0 {CHART_W} {CHART_H}" role="img" aria-label="lag of {replica}" '
+        f'data-source="{source}" data-replica="{replica}" data-samples="{len(samples)}" '
+        f'data-first="{t0}" data-last="{t1}" data-last-messages="{last["messages"]}" '
+        f'data-last-ms="{last["ms"]}" data-max-messages="{max(s["messages"] for s in samples)}" '
+        f'data-max-ms="{max(s["ms"] for s in samples)}">',
+        f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="plot"/>',
+    ]
     for frac in (0.25, 0.5, 0.75):  # grid
         gy = bottom - frac * plot_h
         parts.append(f'<line x1="{left}" y1="{gy:.1f}" x2="{right}" y2="{gy:.1f}" class="grid"/>')
     # axes, their ticks and labels
-    parts.append(f'<g class="axis" data-axis="messages">'
-                 f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="{MESSAGES_COLOR}"/>'
-                 + "".join(f'<text x="{left - 6}" y="{y(v, top_msgs) + 4:.1f}" class="tick" text-anchor="end">'
-                           f'{_e(_count(int(v)) if v == int(v) else v)}</text>'
-                           for v in (0, top_msgs / 2, top_msgs))
-                 + f'<text transform="translate({16},{(top + bottom) / 2:.1f}) rotate(-90)" class="axis-label" '
-                   f'fill="{MESSAGES_COLOR}">messages behind</text></g>')
-    parts.append(f'<g class="axis" data-axis="lag" data-unit="{unit}">'
-                 f'<line x1="{right}" y1="{top}" x2="{right}" y2="{bottom}" stroke="{MS_COLOR}"/>'
-                 + "".join(f'<text x="{right + 6}" y="{y(v, top_ms) + 4:.1f}" class="tick" text-anchor="start">'
-                           f'{v / per:g}</text>' for v in (0, top_ms / 2, top_ms))
-                 + f'<text transform="translate({CHART_W - 12},{(top + bottom) / 2:.1f}) rotate(90)" '
-                   f'class="axis-label" fill="{MS_COLOR}">lag ({unit})</text></g>')
+    parts.append(
+        f'<g class="axis" data-axis="messages">'
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="{MESSAGES_COLOR}"/>'
+        + "".join(
+            f'<text x="{left - 6}" y="{y(v, top_msgs) + 4:.1f}" class="tick" text-anchor="end">'
+            f"{_e(_count(int(v)) if v == int(v) else v)}</text>"
+            for v in (0, top_msgs / 2, top_msgs)
+        )
+        + f'<text transform="translate({16},{(top + bottom) / 2:.1f}) rotate(-90)" class="axis-label" '
+        f'fill="{MESSAGES_COLOR}">messages behind</text></g>'
+    )
+    parts.append(
+        f'<g class="axis" data-axis="lag" data-unit="{unit}">'
+        f'<line x1="{right}" y1="{top}" x2="{right}" y2="{bottom}" stroke="{MS_COLOR}"/>'
+        + "".join(
+            f'<text x="{right + 6}" y="{y(v, top_ms) + 4:.1f}" class="tick" text-anchor="start">{v / per:g}</text>'
+            for v in (0, top_ms / 2, top_ms)
+        )
+        + f'<text transform="translate({CHART_W - 12},{(top + bottom) / 2:.1f}) rotate(90)" '
+        f'class="axis-label" fill="{MS_COLOR}">lag ({unit})</text></g>'
+    )
     ticks = [t0] if t1 == t0 else [t0, (t0 + t1) // 2, t1]
-    parts.append(f'<g class="axis" data-axis="time"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" '
-                 f'stroke="#64748b"/>'
-                 + "".join(f'<text x="{x(t):.1f}" y="{bottom + 15}" class="tick" text-anchor="middle">{_clock(t)}</text>'
-                           for t in ticks)
-                 + f'<text x="{(left + right) / 2:.1f}" y="{CHART_H - 6}" class="axis-label" text-anchor="middle">'
-                   f'time (UTC)</text></g>')
-    for limit, axis_top, name, text in ((limit_msgs, top_msgs, "maxLagMessages", f"alert: {_count(limit_msgs)} msgs"),
-                                        (limit_ms, top_ms, "maxLagMillis", f"alert: {_lag(limit_ms)}")):
+    parts.append(
+        f'<g class="axis" data-axis="time"><line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" '
+        f'stroke="#64748b"/>'
+        + "".join(
+            f'<text x="{x(t):.1f}" y="{bottom + 15}" class="tick" text-anchor="middle">{_clock(t)}</text>'
+            for t in ticks
+        )
+        + f'<text x="{(left + right) / 2:.1f}" y="{CHART_H - 6}" class="axis-label" text-anchor="middle">'
+        f"time (UTC)</text></g>"
+    )
+    for limit, axis_top, name, text in (
+        (limit_msgs, top_msgs, "maxLagMessages", f"alert: {_count(limit_msgs)} msgs"),
+        (limit_ms, top_ms, "maxLagMillis", f"alert: {_lag(limit_ms)}"),
+    ):
         if limit:
             ly = y(limit, axis_top)
-            parts.append(f'<line class="threshold" data-threshold="{name}" data-value="{limit}" x1="{left}" '
-                         f'y1="{ly:.1f}" x2="{right}" y2="{ly:.1f}" stroke="{LIMIT_COLOR}" stroke-dasharray="4 3"/>'
-                         f'<text x="{right - 4}" y="{ly - 3:.1f}" class="tick" text-anchor="end" '
-                         f'fill="{LIMIT_COLOR}">{_e(text)}</text>')
-    for series, key, axis_top, color, dash in (("messages", "messages", top_msgs, MESSAGES_COLOR, ""),
-                                               ("ms", "ms", top_ms, MS_COLOR, ' stroke-dasharray="6 3"')):
+            parts.append(
+                f'<line class="threshold" data-threshold="{name}" data-value="{limit}" x1="{left}" '
+                f'y1="{ly:.1f}" x2="{right}" y2="{ly:.1f}" stroke="{LIMIT_COLOR}" stroke-dasharray="4 3"/>'
+                f'<text x="{right - 4}" y="{ly - 3:.1f}" class="tick" text-anchor="end" '
+                f'fill="{LIMIT_COLOR}">{_e(text)}</text>'
+            )
+    for series, key, axis_top, color, dash in (
+        ("messages", "messages", top_msgs, MESSAGES_COLOR, ""),
+        ("ms", "ms", top_ms, MS_COLOR, ' stroke-dasharray="6 3"'),
+    ):
         points = " ".join(f"{x(s['t']):.1f},{y(s[key], axis_top):.1f}" for s in samples)
-        parts.append(f'<polyline class="series" data-series="{series}" data-points="{len(samples)}" '
-                     f'points="{points}" fill="none" stroke="{color}" stroke-width="2"{dash}/>')
+        parts.append(
+            f'<polyline class="series" data-series="{series}" data-points="{len(samples)}" '
+            f'points="{points}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
+        )
         if len(samples) == 1:  # one sample is a point, not a line
             px, py = points.split(",")
             parts.append(f'<circle cx="{px}" cy="{py}" r="3" fill="{color}"/>')
-    parts.append(f'<g class="legend"><rect x="{left + 8}" y="8" width="12" height="3" fill="{MESSAGES_COLOR}"/>'
-                 f'<text x="{left + 24}" y="13" class="tick">messages behind (now {_count(last["messages"])})</text>'
-                 f'<rect x="{left + 240}" y="8" width="12" height="3" fill="{MS_COLOR}"/>'
-                 f'<text x="{left + 256}" y="13" class="tick">lag (now {_e(_lag(last["ms"]))})</text></g>')
+    parts.append(
+        f'<g class="legend"><rect x="{left + 8}" y="8" width="12" height="3" fill="{MESSAGES_COLOR}"/>'
+        f'<text x="{left + 24}" y="13" class="tick">messages behind (now {_count(last["messages"])})</text>'
+        f'<rect x="{left + 240}" y="8" width="12" height="3" fill="{MS_COLOR}"/>'
+        f'<text x="{left + 256}" y="13" class="tick">lag (now {_e(_lag(last["ms"]))})</text></g>'
+    )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def lag_section(topo: dict[str, Any]) -> str:
     """A lag chart per replica link, each under its source and replica."""
-    figures = [f'<figure class="lag" data-source="{_e(link["source"])}" data-replica="{_e(link["replica"])}">'
-               f'<figcaption>{_e(link["source"])} → {_e(link["replica"])}</figcaption>{lag_chart(link)}</figure>'
-               for link in topo["links"] if link["kind"] == "replica"]
+    figures = [
+        f'<figure class="lag" data-source="{_e(link["source"])}" data-replica="{_e(link["replica"])}">'
+        f"<figcaption>{_e(link['source'])} → {_e(link['replica'])}</figcaption>{lag_chart(link)}</figure>"
+        for link in topo["links"]
+        if link["kind"] == "replica"
+    ]
     return f'<div id="lag-charts">{"".join(figures) or "<p class=empty>no replicas</p>"}</div>'
 
 
@@ -433,12 +515,15 @@ def where(gw: dict[str, Any]) -> str:
     """Where a gateway runs: host and pid, engine (and Spark application), Airflow task."""
     if gw["host"] is None:
         return "-"
-    parts = [f'{gw["host"]} (pid {gw["pid"]})']
+    parts = [f"{gw['host']} (pid {gw['pid']})"]
     if gw.get("engine"):
-        parts.append(gw["engine"] + (f' {gw["appId"]}' if gw.get("appId") else "")
-                     + (f' on {gw["master"]}' if gw.get("master") else ""))
+        parts.append(
+            gw["engine"]
+            + (f" {gw['appId']}" if gw.get("appId") else "")
+            + (f" on {gw['master']}" if gw.get("master") else "")
+        )
     if gw.get("airflow"):
-        parts.append(f'airflow {gw["airflow"]}')
+        parts.append(f"airflow {gw['airflow']}")
     return " · ".join(parts)
 
 
@@ -447,7 +532,8 @@ def _control(cluster: dict[str, Any]) -> str:
     name = _e(cluster["name"])
     return " ".join(
         f'<button class="gw-{action}" data-cluster="{name}" onclick="gatewayControl(this, \'{action}\')">{action}</button>'
-        for action in ("start", "stop"))
+        for action in ("start", "stop")
+    )
 
 
 CONTROL_SCRIPT = """<script>
@@ -466,39 +552,86 @@ def render_page(topo: dict[str, Any], refresh_seconds: int = 15, controls: bool 
     for link in topo["links"]:
         state = short_state(link)
         rows.append(
-            "<tr>" + "".join(f"<td>{cell}</td>" for cell in (
-                _e(link["source"]), _e(link["replica"]), _pill(state, COLORS.get(state, "#6b7280")),
-                _e(str(bool(link.get("paused"))).lower()), _e(str(bool(link.get("synchronous"))).lower()),
-                _e({True: "yes", False: "no"}.get(link.get("isUptodate"), "-")),
-                _count(link.get("pendingMessages")), _count(link.get("bytesPending")),
-                _e(_lag(link.get("replicationLagMillis"))), _e(link.get("errors") or ""),
-            )) + "</tr>")
+            "<tr>"
+            + "".join(
+                f"<td>{cell}</td>"
+                for cell in (
+                    _e(link["source"]),
+                    _e(link["replica"]),
+                    _pill(state, COLORS.get(state, "#6b7280")),
+                    _e(str(bool(link.get("paused"))).lower()),
+                    _e(str(bool(link.get("synchronous"))).lower()),
+                    _e({True: "yes", False: "no"}.get(link.get("isUptodate"), "-")),
+                    _count(link.get("pendingMessages")),
+                    _count(link.get("bytesPending")),
+                    _e(_lag(link.get("replicationLagMillis"))),
+                    _e(link.get("errors") or ""),
+                )
+            )
+            + "</tr>"
+        )
     gateways = []
     for cluster in topo["clusters"]:
         for gw in cluster["gateways"]:
-            gateways.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
-                _e(cluster["name"]), _e(gw["id"]), _pill(gw["status"], GATEWAY_COLORS.get(gw["status"], "#6b7280")),
-                _e(_age(gw["heartbeatAgeSeconds"])), _e(where(gw)),
-                f'<span title="{_e(" ".join(gw["share"]))}">{_e(gw["partitions"])}</span>',
-                _e(", ".join(gw["listedBy"]) or "-"))) + "</tr>")
+            gateways.append(
+                "<tr>"
+                + "".join(
+                    f"<td>{c}</td>"
+                    for c in (
+                        _e(cluster["name"]),
+                        _e(gw["id"]),
+                        _pill(gw["status"], GATEWAY_COLORS.get(gw["status"], "#6b7280")),
+                        _e(_age(gw["heartbeatAgeSeconds"])),
+                        _e(where(gw)),
+                        f'<span title="{_e(" ".join(gw["share"]))}">{_e(gw["partitions"])}</span>',
+                        _e(", ".join(gw["listedBy"]) or "-"),
+                    )
+                )
+                + "</tr>"
+            )
     services = "".join(
-        "<tr>" + "".join(f"<td>{c}</td>" for c in (
-            _e(c["name"]), _pill(c.get("desired") or "not managed", DESIRED_COLORS.get(c.get("desired"), "#9ca3af")),
-            _e(sum(gw["status"] == "live" for gw in c["gateways"])),
-            _e(sum(gw["partitions"] for gw in c["gateways"])), *([_control(c)] if controls else []))) + "</tr>"
-        for c in topo["clusters"])
+        "<tr>"
+        + "".join(
+            f"<td>{c}</td>"
+            for c in (
+                _e(c["name"]),
+                _pill(c.get("desired") or "not managed", DESIRED_COLORS.get(c.get("desired"), "#9ca3af")),
+                _e(sum(gw["status"] == "live" for gw in c["gateways"])),
+                _e(sum(gw["partitions"] for gw in c["gateways"])),
+                *([_control(c)] if controls else []),
+            )
+        )
+        + "</tr>"
+        for c in topo["clusters"]
+    )
     control_head = "<th>gateways</th>" if controls else ""
     streams = []
     for cluster in topo["clusters"]:
         for s in cluster["streams"]:
-            streams.append("<tr>" + "".join(f"<td>{c}</td>" for c in (
-                _e(s["path"]), _e(s["topics"]), _e(s["partitions"]), _count(s["messages"]),
-                _e(", ".join(s["upstreams"]) or "-"), _e(s["error"] or ""))) + "</tr>")
-    clusters = ", ".join(f'{_e(c["name"])} ({_e(c["kind"])})' for c in topo["clusters"]) or "none"
-    legend = " ".join(f'<span class="swatch" style="background:{color}"></span>{_e(state.lower().replace("_", " "))}'
-                      for state, color in COLORS.items())
-    replica_header = ("<tr><th>source</th><th>replica</th><th>state</th><th>paused</th><th>synchronous</th>"
-                      "<th>up to date</th><th>pending msgs</th><th>pending bytes</th><th>lag</th><th>errors</th></tr>")
+            streams.append(
+                "<tr>"
+                + "".join(
+                    f"<td>{c}</td>"
+                    for c in (
+                        _e(s["path"]),
+                        _e(s["topics"]),
+                        _e(s["partitions"]),
+                        _count(s["messages"]),
+                        _e(", ".join(s["upstreams"]) or "-"),
+                        _e(s["error"] or ""),
+                    )
+                )
+                + "</tr>"
+            )
+    clusters = ", ".join(f"{_e(c['name'])} ({_e(c['kind'])})" for c in topo["clusters"]) or "none"
+    legend = " ".join(
+        f'<span class="swatch" style="background:{color}"></span>{_e(state.lower().replace("_", " "))}'
+        for state, color in COLORS.items()
+    )
+    replica_header = (
+        "<tr><th>source</th><th>replica</th><th>state</th><th>paused</th><th>synchronous</th>"
+        "<th>up to date</th><th>pending msgs</th><th>pending bytes</th><th>lag</th><th>errors</th></tr>"
+    )
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Stream replication</title>
 <meta http-equiv="refresh" content="{int(refresh_seconds)}">
@@ -557,25 +690,26 @@ def allowed_to_control(manager: Any, user: Any) -> bool:
     """Whether the auth manager lets ``user`` trigger runs of the gateway service DAG."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    return manager.is_authorized_dag(method="POST", access_entity=DagAccessEntity.RUN,
-                                     details=DagDetails(id=SERVICE_DAG_ID), user=user)
+    return manager.is_authorized_dag(
+        method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=SERVICE_DAG_ID), user=user
+    )
 
 
 async def airflow_access(request: Request) -> PageAccess:
     """The caller as Airflow's auth manager knows them (401 if not logged in, 403 if the page is
     not theirs to see), authenticated the way Airflow's own routes are (``get_user``)."""
-    from fastapi import HTTPException, status
-
     # Imported here: the plugin is loaded by every Airflow process, only the API server serves it.
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.core_api.security import bearer_scheme, get_user
+    from fastapi import HTTPException, status
 
     user = await get_user(request, None, await bearer_scheme(request))
     manager = get_auth_manager()
     if not manager.is_authorized_custom_view(method="GET", resource_name=PAGE_RESOURCE, user=user):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden")
-    return PageAccess(user.get_name(), manager.is_authorized_connection(method="GET", user=user),
-                      allowed_to_control(manager, user))
+    return PageAccess(
+        user.get_name(), manager.is_authorized_connection(method="GET", user=user), allowed_to_control(manager, user)
+    )
 
 
 async def airflow_control(request: Request) -> PageAccess:
@@ -584,8 +718,10 @@ async def airflow_control(request: Request) -> PageAccess:
 
     caller = await airflow_access(request)
     if not caller.may_control:
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "Forbidden: starting or stopping gateways needs the right "
-                                                       f"to trigger the {SERVICE_DAG_ID} DAG")
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"Forbidden: starting or stopping gateways needs the right to trigger the {SERVICE_DAG_ID} DAG",
+        )
     return caller
 
 
@@ -598,7 +734,7 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
         url = cluster.get("url") or ""
         secrets.update({url, url.split(":", 1)[-1]})
         if url.startswith(KAFKA_SCHEME):  # Kafka's errors name the bootstrap servers, one by one too
-            servers = url[len(KAFKA_SCHEME):]
+            servers = url[len(KAFKA_SCHEME) :]
             secrets.update({servers, *servers.split(",")})
     secrets = sorted((s for s in secrets if s), key=len, reverse=True)
 
@@ -609,16 +745,24 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
             text = text.replace(secret, HIDDEN)
         return _RESOLVED_ADDRESS.sub(HIDDEN, _FILE_PATH.sub(HIDDEN, text))
 
-    clusters = [{**c, "url": None, "error": scrub(c["error"]),
-                 "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]],
-                 "gateways": [{**g, "master": None} for g in c.get("gateways", [])]} for c in topo["clusters"]]
+    clusters = [
+        {
+            **c,
+            "url": None,
+            "error": scrub(c["error"]),
+            "streams": [{**s, "error": scrub(s["error"])} for s in c["streams"]],
+            "gateways": [{**g, "master": None} for g in c.get("gateways", [])],
+        }
+        for c in topo["clusters"]
+    ]
     links = [{**link, "errors": scrub(link.get("errors"))} for link in topo["links"]]
     return {**topo, "clusters": clusters, "links": links}
 
 
 # -- serving ------------------------------------------------------------------------------
-def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
-                     access: PageAccess | None = None) -> dict[str, Any]:
+def current_topology(
+    hook_factory: Callable[[], StreamrepHook] = StreamrepHook, access: PageAccess | None = None
+) -> dict[str, Any]:
     """The topology as ``access`` may see it (everything when None)."""
     hook = hook_factory()
     try:
@@ -631,9 +775,11 @@ def current_topology(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
         hook.close()
 
 
-def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
-               access: Callable[..., Awaitable[PageAccess]] = airflow_access,
-               control: Callable[..., Awaitable[PageAccess]] = airflow_control):
+def create_app(
+    hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
+    access: Callable[..., Awaitable[PageAccess]] = airflow_access,
+    control: Callable[..., Awaitable[PageAccess]] = airflow_control,
+):
     """The FastAPI app of the page: ``/replication`` (HTML), ``/api/topology`` (JSON) and
     ``POST /api/gateways/<cluster>/start|stop`` (``gateway start|stop``; JSON).
 
@@ -673,5 +819,3 @@ def create_app(hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
         return JSONResponse({**row, "requestedBy": caller.user})
 
     return app
-
-

@@ -47,14 +47,25 @@ def stream_path_param(default: str | None, title: str, description: str) -> Para
 def cluster_param(default: str | None, description: str) -> Param:
     """A cluster name."""
     kwargs: dict[str, Any] = {} if default is None else {"default": default}
-    return Param(type="string", pattern=CLUSTER_PATTERN, title="Cluster",
-                 description=f"{description} Letters, digits, '.', '_' or '-'.", **kwargs)
+    return Param(
+        type="string",
+        pattern=CLUSTER_PATTERN,
+        title="Cluster",
+        description=f"{description} Letters, digits, '.', '_' or '-'.",
+        **kwargs,
+    )
 
 
 def seconds_param(default: float, title: str, description: str, maximum: float = 86_400) -> Param:
     """A number of seconds, 0 to ``maximum``."""
-    return Param(default, type="number", minimum=0, maximum=maximum, title=title,
-                 description=f"{description} Seconds, 0 to {maximum:g}.")
+    return Param(
+        default,
+        type="number",
+        minimum=0,
+        maximum=maximum,
+        title=title,
+        description=f"{description} Seconds, 0 to {maximum:g}.",
+    )
 
 
 def flag_param(default: bool, title: str, description: str) -> Param:
@@ -65,15 +76,21 @@ def network_params() -> dict[str, Param]:
     """A replica's network options (``model/network.py``), as MapR's ``replica add`` and
     ``autosetup`` take them, with MapR's defaults."""
     return {
-        "throttle": flag_param(False, "Throttle",
-                               "MapR's -throttle: recorded and listed; it limits nothing yet."),
-        "networkencryption": flag_param(False, "Network encryption",
-                                        "Replicate over TLS only: refused unless each Kafka cluster of the pair "
-                                        "uses security.protocol SSL or SASL_SSL."),
-        "networkcompression": Param(DEFAULT_NETWORK_COMPRESSION, type="string", enum=list(KAFKA_CODECS),
-                                    title="Network compression",
-                                    description="The codec the gateways write the replica with on Kafka: off, lz4, "
-                                                "zlib (as gzip), gzip, snappy or zstd. MapR's lzf has no Kafka codec."),
+        "throttle": flag_param(False, "Throttle", "MapR's -throttle: recorded and listed; it limits nothing yet."),
+        "networkencryption": flag_param(
+            False,
+            "Network encryption",
+            "Replicate over TLS only: refused unless each Kafka cluster of the pair "
+            "uses security.protocol SSL or SASL_SSL.",
+        ),
+        "networkcompression": Param(
+            DEFAULT_NETWORK_COMPRESSION,
+            type="string",
+            enum=list(KAFKA_CODECS),
+            title="Network compression",
+            description="The codec the gateways write the replica with on Kafka: off, lz4, "
+            "zlib (as gzip), gzip, snappy or zstd. MapR's lzf has no Kafka codec.",
+        ),
     }
 
 

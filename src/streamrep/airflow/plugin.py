@@ -21,10 +21,12 @@ class StreamrepPlugin(AirflowPlugin):
 
     name = "streamrep"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "Stream replication"}]
-    external_views = [{
-        "name": "Stream replication",
-        "href": PAGE,
-        "url_route": URL_ROUTE,
-        "destination": "nav",
-        "nav_top_level": True,
-    }]
+    external_views = [
+        {
+            "name": "Stream replication",
+            "href": PAGE,
+            "url_route": URL_ROUTE,
+            "destination": "nav",
+            "nav_top_level": True,
+        }
+    ]

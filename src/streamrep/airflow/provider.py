@@ -41,8 +41,8 @@ UI_FIELD_BEHAVIOUR: dict[str, Any] = {
         "host": "embedded:/var/lib/streamrep/clusters/newyork.db or kafka://kafka1:9092,kafka2:9092",
         "login": "the streamrep user the tasks act as (default: the worker's OS user)",
         "extra": '{"kafka": {"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN", "sasl.username": "streamrep", '
-                 '"sasl.password": "...", "streamrep.namespace": "prod"}, "groups": "eng ops", '
-                 '"home": "/var/lib/streamrep"}',
+        '"sasl.password": "...", "streamrep.namespace": "prod"}, "groups": "eng ops", '
+        '"home": "/var/lib/streamrep"}',
     },
 }
 
@@ -67,10 +67,12 @@ def get_provider_info() -> dict[str, Any]:
         "name": "streamrep",
         "description": "MapR Event Store style stream replication: clusters, replicas, copystream, gateways.",
         "versions": [__version__],
-        "integrations": [{
-            "integration-name": INTEGRATION,
-            "tags": ["software"],
-        }],
+        "integrations": [
+            {
+                "integration-name": INTEGRATION,
+                "tags": ["software"],
+            }
+        ],
         "hooks": _modules("hook"),
         "operators": _modules("operators", "spark_operators"),
         "sensors": _modules("sensors"),
@@ -84,8 +86,8 @@ def get_provider_info() -> dict[str, Any]:
                 "options": {
                     SPARK_CONN_OPTION: {
                         "description": "The Spark connection that copystream and the gateways run on, unless "
-                                       "an operator's conn_id names another. Its host is the Spark master "
-                                       "(local[2], spark://host:7077, yarn).",
+                        "an operator's conn_id names another. Its host is the Spark master "
+                        "(local[2], spark://host:7077, yarn).",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "spark_cluster",

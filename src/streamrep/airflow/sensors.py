@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException
@@ -40,8 +41,16 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     template_fields: Sequence[str] = ("path", "replica", "deferrable")
     ui_color = "#e0f2fe"
 
-    def __init__(self, *, path: str, replica: str, streamrep_conn_id: str = StreamrepHook.default_conn_name,
-                 deferrable: Any = False, poke_interval: float = 10, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        path: str,
+        replica: str,
+        streamrep_conn_id: str = StreamrepHook.default_conn_name,
+        deferrable: Any = False,
+        poke_interval: float = 10,
+        **kwargs: Any,
+    ):
         super().__init__(poke_interval=poke_interval, **kwargs)
         self.path = path
         self.replica = replica
@@ -63,15 +72,22 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
             row = self._row(hook)
         finally:
             hook.close()
-        self.log.info("%s: %s, up to date: %s, %s messages pending, lag %s ms", row["replicaPath"],
-                      row["replicaState"], row["isUptodate"], row["pendingMessages"], row["replicationLagMillis"])
+        self.log.info(
+            "%s: %s, up to date: %s, %s messages pending, lag %s ms",
+            row["replicaPath"],
+            row["replicaState"],
+            row["isUptodate"],
+            row["pendingMessages"],
+            row["replicationLagMillis"],
+        )
         return PokeReturnValue(is_done=bool(row["isUptodate"]), xcom_value=row)
 
     def _caught_up(self, context: Context, row: dict[str, Any]) -> dict[str, Any]:
         """The replica is up to date: emit its asset event if the task's outlets ask for it."""
         if emits_caught_up(self):
-            extra = emit_replica_caught_up(context, row["replicaPath"], source=self.path, row=row,
-                                           streamrep_conn_id=self.streamrep_conn_id)
+            extra = emit_replica_caught_up(
+                context, row["replicaPath"], source=self.path, row=row, streamrep_conn_id=self.streamrep_conn_id
+            )
             self.log.info("asset event for %s (replica up to date): %s", extra["replica"], extra)
         return row
 
@@ -85,13 +101,20 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
                 self.log.info("%s is up to date", row["replicaPath"])
                 return self._caught_up(context, row)
             trigger = ReplicaUpToDateTrigger(
-                path=self.path, replica=self.replica, home=hook.clusters.home,
-                clusters=hook.clusters.overridden, poll_interval=float(self.poke_interval),
+                path=self.path,
+                replica=self.replica,
+                home=hook.clusters.home,
+                clusters=hook.clusters.overridden,
+                poll_interval=float(self.poke_interval),
             )
         finally:
             hook.close()
-        self.log.info("%s is not up to date (%s, %s pending): deferring", row["replicaPath"], row["replicaState"],
-                      row["pendingMessages"])
+        self.log.info(
+            "%s is not up to date (%s, %s pending): deferring",
+            row["replicaPath"],
+            row["replicaState"],
+            row["pendingMessages"],
+        )
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=self.timeout))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -20,13 +21,21 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from streamrep.airflow.hook import StreamrepHook, user_errors
-from streamrep.airflow.provider import spark_conn_id
 from streamrep.airflow.params import as_bool
+from streamrep.airflow.provider import spark_conn_id
 from streamrep.replication.copy import copy_ended, plan_copy, summary
 from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
-from streamrep.spark.submit import (LOG_JAVA_OPTIONS, application, master_url, require_java, require_matching_pyspark,
-                                    stop_job, submit_env, tether)
+from streamrep.spark.submit import (
+    LOG_JAVA_OPTIONS,
+    application,
+    master_url,
+    require_java,
+    require_matching_pyspark,
+    stop_job,
+    submit_env,
+    tether,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -68,8 +77,9 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
     app = ""
     ui_color = "#fde68a"
 
-    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str | None = None, **kwargs: Any
+    ):
         kwargs.setdefault("name", f"streamrep-{self.app}")
         super().__init__(conn_id=conn_id or spark_conn_id(), **kwargs)
         self.streamrep_conn_id = streamrep_conn_id
@@ -89,7 +99,8 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
             master = master_url(None)
             self.log.warning("Spark connection %s is not defined: running Spark locally on %s", self._conn_id, master)
             os.environ[f"AIRFLOW_CONN_{LOCAL_SPARK_CONN_ID.upper()}"] = json.dumps(
-                {"conn_type": "spark", "host": master})
+                {"conn_type": "spark", "host": master}
+            )
             self._conn_id = LOCAL_SPARK_CONN_ID
 
     def _get_hook(self) -> SparkSubmitHook:
@@ -142,7 +153,7 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
 
     def _failure(self, err: Exception) -> str:
         """The app's own one-line error if it printed one, else the provider's message."""
-        errors = [line[len(APP_ERROR_PREFIX):] for line in self._output() if line.startswith(APP_ERROR_PREFIX)]
+        errors = [line[len(APP_ERROR_PREFIX) :] for line in self._output() if line.startswith(APP_ERROR_PREFIX)]
         if errors:
             return f"streamrep {self.app}: {errors[-1]}"
         return str(err).splitlines()[0] if str(err) else type(err).__name__
@@ -183,8 +194,11 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
             self._plan = plan
             return None
         copy_ended(admin, plan)  # a retry after a copy whose end was never recorded
-        self.log.info("copystream %s -> %s: the destination already holds every message: nothing to copy",
-                      plan.source, plan.destination)
+        self.log.info(
+            "copystream %s -> %s: the destination already holds every message: nothing to copy",
+            plan.source,
+            plan.destination,
+        )
         return summary(plan, 0)
 
     def app_args(self, hook: StreamrepHook) -> list[str]:
@@ -200,8 +214,9 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
                     copied = json.loads(line)
                 except ValueError:
                     continue
-                self.log.info("copied %s messages; source positions reached: %s", copied.get("messages"),
-                              copied.get("positions"))
+                self.log.info(
+                    "copied %s messages; source positions reached: %s", copied.get("messages"), copied.get("positions")
+                )
                 return copied
         return summary(self._plan, None)
 
@@ -229,9 +244,17 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     app = "gateway"
     template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "cluster", "gateway_id", "once")
 
-    def __init__(self, *, cluster: str, gateway_id: str | None = None, once: Any = False,
-                 interval: float | None = None, max_records: int | None = None, metrics_port: int | None = None,
-                 **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        cluster: str,
+        gateway_id: str | None = None,
+        once: Any = False,
+        interval: float | None = None,
+        max_records: int | None = None,
+        metrics_port: int | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.cluster = cluster
         self.gateway_id = gateway_id
@@ -243,9 +266,14 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     def preflight(self, hook: StreamrepHook, context: Context) -> None:
         hook.clusters.get(self.cluster)  # an unknown cluster fails here, not in Spark
         flows, blocked = flows_into(hook.admin, self.cluster)  # resolves the source clusters too
-        self.log.info("gateway %s of %s: %d replication flows into this cluster (%d paused), %d blocked",
-                      self.gateway_id or "(host name)", self.cluster, len(flows),
-                      sum(f.paused for f in flows), len(blocked))
+        self.log.info(
+            "gateway %s of %s: %d replication flows into this cluster (%d paused), %d blocked",
+            self.gateway_id or "(host name)",
+            self.cluster,
+            len(flows),
+            sum(f.paused for f in flows),
+            len(blocked),
+        )
         return None
 
     def app_args(self, hook: StreamrepHook) -> list[str]:

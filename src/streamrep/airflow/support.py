@@ -18,5 +18,7 @@ def require_airflow(version: str | None = None) -> None:
     except InvalidVersion:
         return  # a development build: let Airflow itself decide
     if major < 3:
-        raise ImportError(f"streamrep needs Apache Airflow 3 (apache-airflow{SUPPORTED_AIRFLOW}), and this environment "
-                          f"has Airflow {version}: upgrade Airflow, or install streamrep into an Airflow 3 environment")
+        raise ImportError(
+            f"streamrep needs Apache Airflow 3 (apache-airflow{SUPPORTED_AIRFLOW}), and this environment "
+            f"has Airflow {version}: upgrade Airflow, or install streamrep into an Airflow 3 environment"
+        )

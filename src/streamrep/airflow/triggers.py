@@ -4,8 +4,9 @@ that fires an ``AssetWatcher`` when new messages arrive in a topic."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
@@ -14,16 +15,23 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.consumer import Consumer
 from streamrep.client.identity import current_identity
 from streamrep.errors import NotFound, StreamrepError, Unavailable
-from streamrep.model.message import Message
 from streamrep.model import replication as rules
+from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
 from streamrep.replication.status import replica_status
 
 # The states a replica leaves by itself (a copy ends, gateways come back, an upstream is
 # added): worth waiting for. Any other state (an error, a pause) needs someone to act first.
-WAITING_STATES = frozenset(s.value for s in (
-    ReplicaState.WAITING_FOR_UPSTREAM, ReplicaState.WAITING_FOR_GATEWAY, ReplicaState.COPY_IN_PROGRESS,
-    ReplicaState.REPLICATING, ReplicaState.SYNC_FALLBACK))
+WAITING_STATES = frozenset(
+    s.value
+    for s in (
+        ReplicaState.WAITING_FOR_UPSTREAM,
+        ReplicaState.WAITING_FOR_GATEWAY,
+        ReplicaState.COPY_IN_PROGRESS,
+        ReplicaState.REPLICATING,
+        ReplicaState.SYNC_FALLBACK,
+    )
+)
 
 DEFAULT_WATCHER_GROUP = "airflow-asset-watcher"
 MAX_VALUE_CHARS = 4096  # of each message's value in an event: events are stored in Airflow's database
@@ -47,8 +55,10 @@ def stuck_reason(path: str, row: dict[str, Any]) -> str | None:
     if row["isUptodate"]:
         return None
     if row["paused"]:
-        return (f"replica {replica} of {path} is paused, so it cannot become up to date: "
-                f"resume it with 'stream replica resume'")
+        return (
+            f"replica {replica} of {path} is paused, so it cannot become up to date: "
+            f"resume it with 'stream replica resume'"
+        )
     if row["replicaState"] not in WAITING_STATES:
         errors = f": {row['errors']}" if row.get("errors") else ""
         return f"replica {replica} of {path} is in state {row['replicaState']}{errors}"
@@ -66,8 +76,9 @@ class ReplicaUpToDateTrigger(BaseTrigger):
     :param poll_interval: seconds between two status checks.
     """
 
-    def __init__(self, path: str, replica: str, home: str, clusters: dict[str, Any] | None = None,
-                 poll_interval: float = 10.0):
+    def __init__(
+        self, path: str, replica: str, home: str, clusters: dict[str, Any] | None = None, poll_interval: float = 10.0
+    ):
         super().__init__()
         self.path = path
         self.replica = replica
@@ -78,8 +89,13 @@ class ReplicaUpToDateTrigger(BaseTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"path": self.path, "replica": self.replica, "home": self.home, "clusters": self.clusters,
-             "poll_interval": self.poll_interval},
+            {
+                "path": self.path,
+                "replica": self.replica,
+                "home": self.home,
+                "clusters": self.clusters,
+                "poll_interval": self.poll_interval,
+            },
         )
 
     def check(self) -> dict[str, Any]:
@@ -104,8 +120,12 @@ class ReplicaUpToDateTrigger(BaseTrigger):
             if reason:
                 yield TriggerEvent({"status": "error", "message": f"streamrep: {reason}"})
                 return
-            self.log.info("%s is not up to date yet: %s, %s messages pending", self.replica,
-                          row["replicaState"], row["pendingMessages"])
+            self.log.info(
+                "%s is not up to date yet: %s, %s messages pending",
+                self.replica,
+                row["replicaState"],
+                row["pendingMessages"],
+            )
             await asyncio.sleep(self.poll_interval)
 
 
@@ -142,8 +162,15 @@ class StreamMessageTrigger(BaseEventTrigger):
     :param from_start: with no committed cursor yet, start at the oldest message held.
     """
 
-    def __init__(self, path: str, group: str = DEFAULT_WATCHER_GROUP, streamrep_conn_id: str = "streamrep_default",
-                 poll_interval: float = 5.0, max_messages: int = 100, from_start: bool = False):
+    def __init__(
+        self,
+        path: str,
+        group: str = DEFAULT_WATCHER_GROUP,
+        streamrep_conn_id: str = "streamrep_default",
+        poll_interval: float = 5.0,
+        max_messages: int = 100,
+        from_start: bool = False,
+    ):
         super().__init__()
         self.path = path
         self.group = group
@@ -155,8 +182,14 @@ class StreamMessageTrigger(BaseEventTrigger):
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {"path": self.path, "group": self.group, "streamrep_conn_id": self.streamrep_conn_id,
-             "poll_interval": self.poll_interval, "max_messages": self.max_messages, "from_start": self.from_start},
+            {
+                "path": self.path,
+                "group": self.group,
+                "streamrep_conn_id": self.streamrep_conn_id,
+                "poll_interval": self.poll_interval,
+                "max_messages": self.max_messages,
+                "from_start": self.from_start,
+            },
         )
 
     # The blocking parts run on one thread of the trigger's own, so the consumer's connections
@@ -179,15 +212,23 @@ class StreamMessageTrigger(BaseEventTrigger):
         return batch
 
     def _event(self, consumer: Consumer, batch: list[Message]) -> TriggerEvent:
-        return TriggerEvent({
-            "path": str(consumer.topic),
-            "group": self.group,
-            "messages": [{"partition": m.partition, "offset": m.offset,
-                          "key": None if m.key is None else m.key.decode("utf-8", "replace"),
-                          "value": m.value.decode("utf-8", "replace")[:MAX_VALUE_CHARS],
-                          "timestamp": m.timestamp} for m in batch],
-            "cursors": {str(p): o for p, o in sorted(consumer.positions.items())},
-        })
+        return TriggerEvent(
+            {
+                "path": str(consumer.topic),
+                "group": self.group,
+                "messages": [
+                    {
+                        "partition": m.partition,
+                        "offset": m.offset,
+                        "key": None if m.key is None else m.key.decode("utf-8", "replace"),
+                        "value": m.value.decode("utf-8", "replace")[:MAX_VALUE_CHARS],
+                        "timestamp": m.timestamp,
+                    }
+                    for m in batch
+                ],
+                "cursors": {str(p): o for p, o in sorted(consumer.positions.items())},
+            }
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         loop = asyncio.get_running_loop()
@@ -198,8 +239,9 @@ class StreamMessageTrigger(BaseEventTrigger):
                 try:
                     if opened is None:
                         opened = await loop.run_in_executor(executor, self._open)
-                        self.log.info("watching %s as group %s from %s", opened[1].topic, self.group,
-                                      opened[1].positions)
+                        self.log.info(
+                            "watching %s as group %s from %s", opened[1].topic, self.group, opened[1].positions
+                        )
                     batch = await loop.run_in_executor(executor, self._take, opened[1])
                 except (NotFound, Unavailable) as err:  # may end by itself: a topic created, a cluster back
                     self.log.warning("streamrep: %s; trying again in %ss", err, self.poll_interval)

@@ -7,8 +7,9 @@ as ``-json`` does. A value that is itself one of the command's option names is a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from streamrep.errors import InvalidArgument
 
@@ -55,7 +56,10 @@ def parse_float(name: str, text: str, maximum: float | None = None) -> float:
 
 
 CONVERTERS: dict[type, Callable[..., Any]] = {
-    bool: lambda n, t, _m: parse_bool(n, t), int: parse_int, float: parse_float, str: lambda _n, t, _m: t,
+    bool: lambda n, t, _m: parse_bool(n, t),
+    int: parse_int,
+    float: parse_float,
+    str: lambda _n, t, _m: t,
 }
 KIND_NAMES = {bool: "true|false", int: "number", float: "seconds"}
 

@@ -13,26 +13,27 @@ import errno
 import os
 import sys
 import time
-from importlib.metadata import PackageNotFoundError, version as package_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
 from typing import Any, TextIO
 
-from streamrep.errors import InvalidArgument, StreamrepError
-from streamrep.client import Consumer, Producer, StreamAdmin
-from streamrep.client.config import read_client_settings
 from streamrep.cli.grammar import Command, Option, split_words, wants_help, wants_json
 from streamrep.cli.output import print_error_json, print_messages, print_rows
+from streamrep.client import Consumer, Producer, StreamAdmin
+from streamrep.client.config import read_client_settings
+from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.model import network
 from streamrep.model.naming import NAMING_HELP
 from streamrep.model.paths import parse_topic_path
 from streamrep.model.stream import PERMISSIONS
-from streamrep.replication.copy import copy_stream, plan_copy
+from streamrep.replication import failover as failovers
 from streamrep.replication import service
+from streamrep.replication.copy import copy_stream, plan_copy
+from streamrep.replication.cursors import list_cursors, sync_cursors
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
-from streamrep.replication import failover as failovers
 from streamrep.replication.status import acknowledge_loss, replica_status
-from streamrep.replication.cursors import list_cursors, sync_cursors
 from streamrep.replication.translate import translate_cursors
 
 EXIT_USER_ERROR = 1
@@ -57,8 +58,11 @@ SYNCHRONOUS = Option("synchronous", bool, help="producers wait for this replica"
 NETWORK_OPTIONS = (
     Option("throttle", bool, help="throttle replication under load (recorded; no limit applied yet)"),
     Option("networkencryption", bool, help="replicate over TLS only: Kafka clusters must use SSL or SASL_SSL"),
-    Option("networkcompression", help=f"{'|'.join(network.NETWORK_COMPRESSIONS)} (lzf refused: Kafka has no "
-                                      f"LZF codec); default {network.DEFAULT_NETWORK_COMPRESSION}"),
+    Option(
+        "networkcompression",
+        help=f"{'|'.join(network.NETWORK_COMPRESSIONS)} (lzf refused: Kafka has no "
+        f"LZF codec); default {network.DEFAULT_NETWORK_COMPRESSION}",
+    ),
 )
 STREAM_SETTINGS = (
     Option("defaultpartitions", int, help="partitions of a new topic"),
@@ -94,8 +98,9 @@ Rows = list[dict[str, Any]]
 
 
 # -- cluster -------------------------------------------------------------------------
-def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool = False,
-                configfile: str | None = None) -> Rows:
+def cluster_add(
+    ctx: Context, name: str, url: str | None = None, default: bool = False, configfile: str | None = None
+) -> Rows:
     settings = read_client_settings(configfile) if configfile is not None else None
     info = ctx.admin.add_cluster(name, url, default, settings)
     return [{"name": info.name, "kind": info.kind, "url": info.url, "default": ctx.admin.clusters.default == name}]
@@ -103,8 +108,9 @@ def cluster_add(ctx: Context, name: str, url: str | None = None, default: bool =
 
 def cluster_list(ctx: Context) -> Rows:
     default = ctx.admin.clusters.default
-    return [{"name": c.name, "kind": c.kind, "url": c.url, "default": c.name == default}
-            for c in ctx.admin.clusters.list()]
+    return [
+        {"name": c.name, "kind": c.kind, "url": c.url, "default": c.name == default} for c in ctx.admin.clusters.list()
+    ]
 
 
 def cluster_remove(ctx: Context, name: str) -> Rows:
@@ -144,8 +150,9 @@ def gateway_delete(ctx: Context, dstcluster: str, cluster: str | None = None) ->
 
 
 # -- stream --------------------------------------------------------------------------
-def stream_create(ctx: Context, path: str, copymetafrom: str | None = None, topicnaming: str | None = None,
-                  **settings: Any) -> Rows:
+def stream_create(
+    ctx: Context, path: str, copymetafrom: str | None = None, topicnaming: str | None = None, **settings: Any
+) -> Rows:
     ctx.admin.create_stream(path, copymetafrom, topicnaming=topicnaming, **settings)
     return [ctx.admin.stream_info(path)]
 
@@ -168,8 +175,10 @@ def stream_delete(ctx: Context, path: str) -> Rows:
 
 def stream_list(ctx: Context, cluster: str | None = None) -> Rows:
     cluster = cluster or ctx.admin.clusters.default
-    return [{"path": f"/mapr/{cluster}{e.path}", "uuid": e.uuid, "replicas": len(e.replicas),
-             "upstreams": len(e.upstreams)} for e in ctx.admin.list_streams(cluster)]
+    return [
+        {"path": f"/mapr/{cluster}{e.path}", "uuid": e.uuid, "replicas": len(e.replicas), "upstreams": len(e.upstreams)}
+        for e in ctx.admin.list_streams(cluster)
+    ]
 
 
 def topic_create(ctx: Context, path: str, topic: str, partitions: int | None = None) -> Rows:
@@ -193,8 +202,9 @@ def topic_delete(ctx: Context, path: str, topic: str) -> Rows:
     return []
 
 
-def replica_add(ctx: Context, path: str, replica: str, paused: bool = False, synchronous: bool = False,
-                **network_options: Any) -> Rows:
+def replica_add(
+    ctx: Context, path: str, replica: str, paused: bool = False, synchronous: bool = False, **network_options: Any
+) -> Rows:
     ctx.admin.add_replica(path, replica, paused, synchronous, **network_options)
     return []
 
@@ -208,9 +218,16 @@ def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
     return [acknowledge_loss(ctx.admin, path, replica)]
 
 
-def replica_autosetup(ctx: Context, path: str, replica: str, multimaster: bool = False,
-                      synchronous: bool = False, engine: str = "auto", master: str | None = None,
-                      **network_options: Any) -> Rows:
+def replica_autosetup(
+    ctx: Context,
+    path: str,
+    replica: str,
+    multimaster: bool = False,
+    synchronous: bool = False,
+    engine: str = "auto",
+    master: str | None = None,
+    **network_options: Any,
+) -> Rows:
     spark_master(master)
     copier = lambda admin, src, dst: run_copy(admin, src, dst, engine, master=master)  # noqa: E731
     return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options)]
@@ -220,9 +237,15 @@ def plan_rows(plan: dict[str, Any]) -> Rows:
     """A failover or failback plan as ``item``/``value`` rows: readable as a table, whole in -json."""
     rows = [{"item": key, "value": value} for key, value in plan.items() if key not in ("topics", "steps")]
     for topic in plan.get("topics") or []:
-        rows.append({"item": f"topic {topic['topic']}", "value": (
-            f"{topic['pendingMessages']} messages, {topic['bytesPending']} bytes, "
-            f"lag {topic['replicationLagMillis']} ms")})
+        rows.append(
+            {
+                "item": f"topic {topic['topic']}",
+                "value": (
+                    f"{topic['pendingMessages']} messages, {topic['bytesPending']} bytes, "
+                    f"lag {topic['replicationLagMillis']} ms"
+                ),
+            }
+        )
     rows += [{"item": f"step {n}", "value": step} for n, step in enumerate(plan["steps"], 1)]
     return rows
 
@@ -231,8 +254,14 @@ def synced(rows: list[dict[str, Any]]) -> int:
     return sum(1 for row in rows if row.get("action") == "synced")
 
 
-def replica_failover(ctx: Context, path: str, replica: str, force: bool = False, plan: bool = False,
-                     timeout: float = failovers.DEFAULT_TIMEOUT) -> Rows:
+def replica_failover(
+    ctx: Context,
+    path: str,
+    replica: str,
+    force: bool = False,
+    plan: bool = False,
+    timeout: float = failovers.DEFAULT_TIMEOUT,
+) -> Rows:
     if plan:
         return plan_rows(failovers.failover_plan(ctx.admin, path, replica))
     done = failovers.failover(ctx.admin, path, replica, force=force, timeout=timeout)
@@ -240,21 +269,37 @@ def replica_failover(ctx: Context, path: str, replica: str, force: bool = False,
     return [{**done, "cursorsSynced": synced(cursors)}]
 
 
-def replica_failback(ctx: Context, path: str, replica: str, plan: bool = False, phase: str = "all",
-                     timeout: float = failovers.DEFAULT_TIMEOUT) -> Rows:
+def replica_failback(
+    ctx: Context,
+    path: str,
+    replica: str,
+    plan: bool = False,
+    phase: str = "all",
+    timeout: float = failovers.DEFAULT_TIMEOUT,
+) -> Rows:
     if plan:
         return plan_rows(failovers.failback_plan(ctx.admin, path, replica))
     done = failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout)
     cursors = done.pop("cursors")
     return [{**done, "cursorsSynced": synced(cursors)}]
-def replica_alert(ctx: Context, path: str, replica: str, maxlagms: int | None = None,
-                  maxlagmsgs: int | None = None) -> Rows:
+
+
+def replica_alert(
+    ctx: Context, path: str, replica: str, maxlagms: int | None = None, maxlagmsgs: int | None = None
+) -> Rows:
     return [set_alert(ctx.admin, path, replica, maxlagms, maxlagmsgs)]
 
 
 def replica_lag(ctx: Context, path: str, replica: str) -> Rows:
-    return [{"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s["t"] / 1000)), "lagMessages": s["messages"],
-             "lagBytes": s["bytes"], "lagMillis": s["ms"]} for s in lag_history(ctx.admin, path, replica)]
+    return [
+        {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s["t"] / 1000)),
+            "lagMessages": s["messages"],
+            "lagBytes": s["bytes"],
+            "lagMillis": s["ms"],
+        }
+        for s in lag_history(ctx.admin, path, replica)
+    ]
 
 
 def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: bool = False) -> Rows:
@@ -276,10 +321,14 @@ ENGINES = ("auto", "local", "spark")
 # start and then moves ~55k msg/s, as its tasks share one SQLite writer. Above this, or with
 # -engine spark, the copy is spread over a Spark cluster's executors.
 COPY_IN_PROCESS_MAX = 5_000_000
-COPY_ENGINE = Option("engine", help=f"auto: in this process up to {COPY_IN_PROCESS_MAX} messages, else Spark",
-                     choices=ENGINES)
-SPARK_MASTER = Option("master", help="where Spark runs, as spark-submit's --master: local[N], spark://HOST:PORT, "
-                                     "yarn, k8s://... (default: $STREAMREP_SPARK_MASTER, else local[2])")
+COPY_ENGINE = Option(
+    "engine", help=f"auto: in this process up to {COPY_IN_PROCESS_MAX} messages, else Spark", choices=ENGINES
+)
+SPARK_MASTER = Option(
+    "master",
+    help="where Spark runs, as spark-submit's --master: local[N], spark://HOST:PORT, "
+    "yarn, k8s://... (default: $STREAMREP_SPARK_MASTER, else local[2])",
+)
 
 
 def spark_master(master: str | None) -> None:
@@ -290,8 +339,14 @@ def spark_master(master: str | None) -> None:
         check_master(master)
 
 
-def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numthreads: int | None = None,
-             master: str | None = None) -> dict:
+def run_copy(
+    admin: StreamAdmin,
+    src: str,
+    dst: str,
+    engine: str = "auto",
+    numthreads: int | None = None,
+    master: str | None = None,
+) -> dict:
     """copystream in this process, or as the Spark app through spark-submit (on ``master``)."""
     if engine == "auto":
         engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
@@ -302,8 +357,9 @@ def run_copy(admin: StreamAdmin, src: str, dst: str, engine: str = "auto", numth
     return run_copystream(src, dst, home=admin.clusters.home, numthreads=numthreads, master=master)
 
 
-def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, engine: str = "auto",
-               master: str | None = None) -> Rows:
+def copystream(
+    ctx: Context, src: str, dst: str, numthreads: int | None = None, engine: str = "auto", master: str | None = None
+) -> Rows:
     if numthreads is not None and numthreads < 1:
         raise InvalidArgument("option -numthreads must be 1 or more")
     spark_master(master)
@@ -311,16 +367,30 @@ def copystream(ctx: Context, src: str, dst: str, numthreads: int | None = None, 
     return [{"source": result["source"], "destination": result["destination"], "messages": result["messages"]}]
 
 
-def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = False,
-                engine: str = "spark", interval: float = 0.5, master: str | None = None,
-                metricsport: int | None = None) -> Rows:
+def gateway_run(
+    ctx: Context,
+    cluster: str,
+    id: str | None = None,
+    once: bool = False,
+    engine: str = "spark",
+    interval: float = 0.5,
+    master: str | None = None,
+    metricsport: int | None = None,
+) -> Rows:
     """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
     spark_master(master)
     if engine == "spark":
         from streamrep.spark.submit import run_gateway
 
-        run_gateway(cluster, gateway_id=id, once=once, home=ctx.admin.clusters.home, interval=interval,
-                    master=master, metrics_port=metricsport)
+        run_gateway(
+            cluster,
+            gateway_id=id,
+            once=once,
+            home=ctx.admin.clusters.home,
+            interval=interval,
+            master=master,
+            metrics_port=metricsport,
+        )
         return []
     ctx.admin.clusters.get(cluster)
     gateway = Gateway(ctx.admin, cluster, id)
@@ -335,9 +405,11 @@ def gateway_run(ctx: Context, cluster: str, id: str | None = None, once: bool = 
                 break
         gateway.stop()
         for source_cluster in sorted(gateway.unlisted_by):  # not an error, but nothing came from there
-            ctx.err.write(f"streamrep: cluster {source_cluster} sends to {cluster} only through its listed gateways "
-                          f"(cluster gateway list -cluster {source_cluster}), not {gateway.id}: nothing from it "
-                          "was replicated\n")
+            ctx.err.write(
+                f"streamrep: cluster {source_cluster} sends to {cluster} only through its listed gateways "
+                f"(cluster gateway list -cluster {source_cluster}), not {gateway.id}: nothing from it "
+                "was replicated\n"
+            )
         return [{"cluster": cluster, "gateway": gateway.id, "messages": moved}]
     line = gateway.run(interval=interval)
     if line:  # stopped by 'gateway stop', or not started: a requested state, so exit status 0
@@ -356,8 +428,10 @@ def gateway_start(ctx: Context, cluster: str) -> Rows:
     if row["live"]:
         then = f"already running: {', '.join(row['live'])}"
     else:
-        then = (f"the stream_gateway_service DAG starts them within a minute (if it is unpaused), "
-                f"or run 'streamrep gateway run -cluster {cluster}'")
+        then = (
+            f"the stream_gateway_service DAG starts them within a minute (if it is unpaused), "
+            f"or run 'streamrep gateway run -cluster {cluster}'"
+        )
     return [{"cluster": cluster, "desired": row["desired"], "by": row["by"], "at": _when(row["at"]), "next": then}]
 
 
@@ -366,10 +440,11 @@ def gateway_stop(ctx: Context, cluster: str, wait: bool = False, timeout: float 
     row = service.request(ctx.admin, cluster, service.STOPPED)
     live = service.wait_stopped(ctx.admin, cluster, timeout) if wait else row["live"]
     if wait and live:
-        raise StreamrepError(f"gateways of cluster {cluster} still live after {timeout:g} s: {', '.join(live)}; "
-                             "they stop after their current batch (the stop stays requested)")
-    then = ("stopped" if not live else
-            f"{', '.join(live)} stop after their current batch (-wait true waits for them)")
+        raise StreamrepError(
+            f"gateways of cluster {cluster} still live after {timeout:g} s: {', '.join(live)}; "
+            "they stop after their current batch (the stop stays requested)"
+        )
+    then = "stopped" if not live else f"{', '.join(live)} stop after their current batch (-wait true waits for them)"
     return [{"cluster": cluster, "desired": row["desired"], "by": row["by"], "at": _when(row["at"]), "next": then}]
 
 
@@ -465,12 +540,22 @@ def produce(ctx: Context, path: str, keysep: str | None = None, partition: int |
     flush()
     if not acked:  # empty input: say so rather than print nothing
         return [{"topic": str(topic), "partition": None, "firstoffset": None, "lastoffset": None, "messages": 0}]
-    return [{"topic": str(tp), "partition": p, "firstoffset": first, "lastoffset": last, "messages": n}
-            for tp, parts in acked.items() for p, (first, last, n) in sorted(parts.items())]
+    return [
+        {"topic": str(tp), "partition": p, "firstoffset": first, "lastoffset": last, "messages": n}
+        for tp, parts in acked.items()
+        for p, (first, last, n) in sorted(parts.items())
+    ]
 
 
-def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool = False,
-            max: int | None = None, timeout: float = 1.0, as_json: bool = False) -> None:
+def consume(
+    ctx: Context,
+    path: str,
+    group: str | None = None,
+    fromstart: bool = False,
+    max: int | None = None,
+    timeout: float = 1.0,
+    as_json: bool = False,
+) -> None:
     """Print messages until ``-max`` have been read or none arrived for ``-timeout`` seconds."""
     if max is not None and max < 1:
         raise InvalidArgument("option -max must be 1 or more")
@@ -494,138 +579,307 @@ def consume(ctx: Context, path: str, group: str | None = None, fromstart: bool =
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command(("cluster", "add"), cluster_add,
-            (CLUSTER_NAME, Option("url", help="embedded:<file> (a relative file is taken from the current directory) "
-                                                 "or kafka://host:port[,host:port...]"),
-             Option("default", bool, help="make it the default cluster"),
-             Option("configfile", help="a Kafka cluster's client settings (key=value lines: security.protocol, "
-                                       "sasl.*, ssl.*, ...), passed to the Kafka client unchanged")),
-            "register a cluster (no -url: an embedded cluster)"),
+    Command(
+        ("cluster", "add"),
+        cluster_add,
+        (
+            CLUSTER_NAME,
+            Option(
+                "url",
+                help="embedded:<file> (a relative file is taken from the current directory) "
+                "or kafka://host:port[,host:port...]",
+            ),
+            Option("default", bool, help="make it the default cluster"),
+            Option(
+                "configfile",
+                help="a Kafka cluster's client settings (key=value lines: security.protocol, "
+                "sasl.*, ssl.*, ...), passed to the Kafka client unchanged",
+            ),
+        ),
+        "register a cluster (no -url: an embedded cluster)",
+    ),
     Command(("cluster", "list"), cluster_list, (), "list registered clusters"),
     Command(("cluster", "remove"), cluster_remove, (CLUSTER_NAME,), "forget a cluster (its data file is kept)"),
-    Command(("cluster", "default"), cluster_default, (CLUSTER_NAME,),
-            "make a registered cluster the default (for paths without /mapr/<cluster>)"),
-    Command(("cluster", "ace", "get"), cluster_ace_get, (Option("cluster", help="the cluster (default: the default cluster)"),),
-            "show who administers a cluster"),
-    Command(("cluster", "ace", "set"), cluster_ace_set,
-            (Option("adminperm", required=True, help="an ACE, e.g. \"u:alice | g:ops\""),
-             Option("cluster", help="the cluster (default: the default cluster)")),
-            "change who administers a cluster (needs its adminperm)"),
-    Command(("cluster", "gateway", "set"), gateway_set,
-            (DSTCLUSTER, Option("gateways", required=True, help="gateway ids, separated by spaces"), SOURCE_CLUSTER),
-            "list the gateways of a destination cluster"),
+    Command(
+        ("cluster", "default"),
+        cluster_default,
+        (CLUSTER_NAME,),
+        "make a registered cluster the default (for paths without /mapr/<cluster>)",
+    ),
+    Command(
+        ("cluster", "ace", "get"),
+        cluster_ace_get,
+        (Option("cluster", help="the cluster (default: the default cluster)"),),
+        "show who administers a cluster",
+    ),
+    Command(
+        ("cluster", "ace", "set"),
+        cluster_ace_set,
+        (
+            Option("adminperm", required=True, help='an ACE, e.g. "u:alice | g:ops"'),
+            Option("cluster", help="the cluster (default: the default cluster)"),
+        ),
+        "change who administers a cluster (needs its adminperm)",
+    ),
+    Command(
+        ("cluster", "gateway", "set"),
+        gateway_set,
+        (DSTCLUSTER, Option("gateways", required=True, help="gateway ids, separated by spaces"), SOURCE_CLUSTER),
+        "list the gateways of a destination cluster",
+    ),
     Command(("cluster", "gateway", "list"), gateway_list, (SOURCE_CLUSTER,), "gateways of every destination cluster"),
-    Command(("cluster", "gateway", "get"), gateway_get, (DSTCLUSTER, SOURCE_CLUSTER),
-            "gateways of one destination cluster"),
-    Command(("cluster", "gateway", "delete"), gateway_delete, (DSTCLUSTER, SOURCE_CLUSTER),
-            "forget the gateways of a destination cluster"),
-    Command(("stream", "create"), stream_create,
-            (PATH, Option("copymetafrom", help="copy the settings of this stream"),
-             Option("topicnaming", help=f"Kafka clusters only: how topics are named there ({NAMING_HELP})"),
-             *STREAM_SETTINGS),
-            "create a stream"),
+    Command(
+        ("cluster", "gateway", "get"), gateway_get, (DSTCLUSTER, SOURCE_CLUSTER), "gateways of one destination cluster"
+    ),
+    Command(
+        ("cluster", "gateway", "delete"),
+        gateway_delete,
+        (DSTCLUSTER, SOURCE_CLUSTER),
+        "forget the gateways of a destination cluster",
+    ),
+    Command(
+        ("stream", "create"),
+        stream_create,
+        (
+            PATH,
+            Option("copymetafrom", help="copy the settings of this stream"),
+            Option("topicnaming", help=f"Kafka clusters only: how topics are named there ({NAMING_HELP})"),
+            *STREAM_SETTINGS,
+        ),
+        "create a stream",
+    ),
     Command(("stream", "edit"), stream_edit, (PATH, *STREAM_SETTINGS), "change a stream's settings"),
     Command(("stream", "info"), stream_info, (PATH,), "show a stream"),
     Command(("stream", "delete"), stream_delete, (PATH,), "delete a stream and its messages"),
-    Command(("stream", "list"), stream_list, (Option("cluster", help="default: the default cluster"),),
-            "list the streams of a cluster"),
-    Command(("stream", "topic", "create"), topic_create,
-            (PATH, TOPIC, Option("partitions", int, help="partitions (default: the stream's defaultpartitions)")),
-            "create a topic"),
-    Command(("stream", "topic", "edit"), topic_edit,
-            (PATH, TOPIC, Option("partitions", int, required=True, help="the new, larger partition count")),
-            "add partitions"),
+    Command(
+        ("stream", "list"),
+        stream_list,
+        (Option("cluster", help="default: the default cluster"),),
+        "list the streams of a cluster",
+    ),
+    Command(
+        ("stream", "topic", "create"),
+        topic_create,
+        (PATH, TOPIC, Option("partitions", int, help="partitions (default: the stream's defaultpartitions)")),
+        "create a topic",
+    ),
+    Command(
+        ("stream", "topic", "edit"),
+        topic_edit,
+        (PATH, TOPIC, Option("partitions", int, required=True, help="the new, larger partition count")),
+        "add partitions",
+    ),
     Command(("stream", "topic", "list"), topic_list, (PATH,), "list topics"),
     Command(("stream", "topic", "info"), topic_info, (PATH, TOPIC), "show a topic's partitions"),
     Command(("stream", "topic", "delete"), topic_delete, (PATH, TOPIC), "delete a topic"),
-    Command(("stream", "replica", "add"), replica_add,
-            (PATH, REPLICA, Option("paused", bool, help="register without starting replication"), SYNCHRONOUS,
-             *NETWORK_OPTIONS),
-            "register a replica of a stream"),
-    Command(("stream", "replica", "list"), replica_list,
-            (PATH, Option("refreshnow", bool, help="accepted for maprcli compatibility: figures are always live")),
-            "list a stream's replicas"),
-    Command(("stream", "replica", "acknowledge"), replica_acknowledge, (PATH, REPLICA),
-            "accept that messages lost to the source's retention are gone"),
+    Command(
+        ("stream", "replica", "add"),
+        replica_add,
+        (
+            PATH,
+            REPLICA,
+            Option("paused", bool, help="register without starting replication"),
+            SYNCHRONOUS,
+            *NETWORK_OPTIONS,
+        ),
+        "register a replica of a stream",
+    ),
+    Command(
+        ("stream", "replica", "list"),
+        replica_list,
+        (PATH, Option("refreshnow", bool, help="accepted for maprcli compatibility: figures are always live")),
+        "list a stream's replicas",
+    ),
+    Command(
+        ("stream", "replica", "acknowledge"),
+        replica_acknowledge,
+        (PATH, REPLICA),
+        "accept that messages lost to the source's retention are gone",
+    ),
     Command(("stream", "replica", "pause"), replica_pause, (PATH, REPLICA), "pause replication to a replica"),
     Command(("stream", "replica", "resume"), replica_resume, (PATH, REPLICA), "resume replication to a replica"),
     Command(("stream", "replica", "remove"), replica_remove, (PATH, REPLICA), "stop replicating to a replica"),
-    Command(("stream", "replica", "failover"), replica_failover,
-            (PATH, REPLICA,
-             Option("force", bool, help="promote even if the source is unreachable or has not drained"),
-             Option("plan", bool, help="print what would happen (lag, pending, groups) and change nothing"),
-             Option("timeout", float, help=f"seconds to wait for the replica to catch up "
-                                           f"({failovers.DEFAULT_TIMEOUT:g})", maximum=86_400)),
-            "promote a replica: stop replication into it, place the cursors, move producers to it"),
-    Command(("stream", "replica", "failback"), replica_failback,
-            (PATH, REPLICA,
-             Option("plan", bool, help="print what would happen and change nothing"),
-             Option("phase", help="all (default), reverse (copy back only), return (switch back)",
-                    choices=failovers.PHASES),
-             Option("timeout", float, help=f"seconds each wait lasts at most ({failovers.DEFAULT_TIMEOUT:g})",
-                    maximum=86_400)),
-            "give a failed-over source its role back, copying back only what it lacks"),
-    Command(("stream", "replica", "autosetup"), replica_autosetup,
-            (PATH, REPLICA, Option("multimaster", bool, help="also replicate back from the replica"), SYNCHRONOUS,
-             *NETWORK_OPTIONS, COPY_ENGINE, SPARK_MASTER),
-            "create, register, copy and start a replica in one step"),
-    Command(("stream", "replica", "alert"), replica_alert,
-            (PATH, REPLICA, Option("maxlagms", int, help="alert when the oldest unreplicated message waited longer "
-                                                         "(ms; 0 removes the threshold)"),
-             Option("maxlagmsgs", int, help="alert when the replica lacks more messages (0 removes the threshold)")),
-            "set a replica's lag alert thresholds (checked by the stream_replica_monitor DAG)"),
-    Command(("stream", "replica", "lag"), replica_lag, (PATH, REPLICA),
-            "a replica's recorded lag over time (sampled by the gateways)"),
-    Command(("stream", "cursor", "translate"), cursor_translate,
-            (PATH, REPLICA, Option("group", required=True, help="consumer group"),
-             Option("commit", bool, help="also set the translated cursors on the replica")),
-            "translate a consumer group's cursors from a stream to its replica"),
-    Command(("stream", "cursor", "list"), cursor_list,
-            (PATH, Option("group", help="only this consumer group")),
-            "list the committed cursors of every consumer group on a stream"),
-    Command(("stream", "cursor", "sync"), cursor_sync,
-            (PATH, REPLICA, Option("takeover", bool, help="adopt the replica's cursors first (failback: its "
-                                                          "consumers are stopped)")),
-            "carry every consumer group's committed cursors to a replica (as gateways do)"),
-    Command(("copystream",), copystream,
-            (Option("src", required=True, help="source stream path"),
-             Option("dst", required=True, help="destination stream path (created if missing)"),
-             Option("numthreads", int, help="Spark parallelism"), COPY_ENGINE, SPARK_MASTER),
-            "copy all messages of a stream into another stream"),
-    Command(("gateway", "run"), gateway_run,
-            (Option("cluster", required=True, help="the destination cluster"), Option("id", help="gateway id"),
-             Option("once", bool, help="stop once everything is replicated"),
-             Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
-             Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL),
-             SPARK_MASTER, Option("metricsport", int, help="serve Prometheus metrics on this port (/metrics)",
-                                  maximum=65535)),
-            "run a gateway of a destination cluster"),
-    Command(("gateway", "start"), gateway_start, (Option("cluster", required=True, help="the destination cluster"),),
-            "let a cluster's gateways run (the supervisor DAG starts and restarts them)"),
-    Command(("gateway", "stop"), gateway_stop,
-            (Option("cluster", required=True, help="the destination cluster"),
-             Option("wait", bool, help="wait until no gateway of the cluster is live"),
-             Option("timeout", float, help=f"seconds -wait waits at most ({DEFAULT_STOP_TIMEOUT:g})",
-                    maximum=MAX_STOP_TIMEOUT)),
-            "stop a cluster's gateways cleanly, after their current batch"),
-    Command(("gateway", "list"), gateway_service_list,
-            (Option("cluster", required=True, help="the destination cluster"),),
-            "a cluster's gateways: status, where they run, the partitions each holds"),
+    Command(
+        ("stream", "replica", "failover"),
+        replica_failover,
+        (
+            PATH,
+            REPLICA,
+            Option("force", bool, help="promote even if the source is unreachable or has not drained"),
+            Option("plan", bool, help="print what would happen (lag, pending, groups) and change nothing"),
+            Option(
+                "timeout",
+                float,
+                help=f"seconds to wait for the replica to catch up ({failovers.DEFAULT_TIMEOUT:g})",
+                maximum=86_400,
+            ),
+        ),
+        "promote a replica: stop replication into it, place the cursors, move producers to it",
+    ),
+    Command(
+        ("stream", "replica", "failback"),
+        replica_failback,
+        (
+            PATH,
+            REPLICA,
+            Option("plan", bool, help="print what would happen and change nothing"),
+            Option(
+                "phase", help="all (default), reverse (copy back only), return (switch back)", choices=failovers.PHASES
+            ),
+            Option(
+                "timeout",
+                float,
+                help=f"seconds each wait lasts at most ({failovers.DEFAULT_TIMEOUT:g})",
+                maximum=86_400,
+            ),
+        ),
+        "give a failed-over source its role back, copying back only what it lacks",
+    ),
+    Command(
+        ("stream", "replica", "autosetup"),
+        replica_autosetup,
+        (
+            PATH,
+            REPLICA,
+            Option("multimaster", bool, help="also replicate back from the replica"),
+            SYNCHRONOUS,
+            *NETWORK_OPTIONS,
+            COPY_ENGINE,
+            SPARK_MASTER,
+        ),
+        "create, register, copy and start a replica in one step",
+    ),
+    Command(
+        ("stream", "replica", "alert"),
+        replica_alert,
+        (
+            PATH,
+            REPLICA,
+            Option(
+                "maxlagms",
+                int,
+                help="alert when the oldest unreplicated message waited longer (ms; 0 removes the threshold)",
+            ),
+            Option("maxlagmsgs", int, help="alert when the replica lacks more messages (0 removes the threshold)"),
+        ),
+        "set a replica's lag alert thresholds (checked by the stream_replica_monitor DAG)",
+    ),
+    Command(
+        ("stream", "replica", "lag"),
+        replica_lag,
+        (PATH, REPLICA),
+        "a replica's recorded lag over time (sampled by the gateways)",
+    ),
+    Command(
+        ("stream", "cursor", "translate"),
+        cursor_translate,
+        (
+            PATH,
+            REPLICA,
+            Option("group", required=True, help="consumer group"),
+            Option("commit", bool, help="also set the translated cursors on the replica"),
+        ),
+        "translate a consumer group's cursors from a stream to its replica",
+    ),
+    Command(
+        ("stream", "cursor", "list"),
+        cursor_list,
+        (PATH, Option("group", help="only this consumer group")),
+        "list the committed cursors of every consumer group on a stream",
+    ),
+    Command(
+        ("stream", "cursor", "sync"),
+        cursor_sync,
+        (
+            PATH,
+            REPLICA,
+            Option("takeover", bool, help="adopt the replica's cursors first (failback: its consumers are stopped)"),
+        ),
+        "carry every consumer group's committed cursors to a replica (as gateways do)",
+    ),
+    Command(
+        ("copystream",),
+        copystream,
+        (
+            Option("src", required=True, help="source stream path"),
+            Option("dst", required=True, help="destination stream path (created if missing)"),
+            Option("numthreads", int, help="Spark parallelism"),
+            COPY_ENGINE,
+            SPARK_MASTER,
+        ),
+        "copy all messages of a stream into another stream",
+    ),
+    Command(
+        ("gateway", "run"),
+        gateway_run,
+        (
+            Option("cluster", required=True, help="the destination cluster"),
+            Option("id", help="gateway id"),
+            Option("once", bool, help="stop once everything is replicated"),
+            Option("engine", help="spark (default) or local (in this process)", choices=("spark", "local")),
+            Option("interval", float, help="seconds between polls (local engine)", maximum=MAX_GATEWAY_INTERVAL),
+            SPARK_MASTER,
+            Option("metricsport", int, help="serve Prometheus metrics on this port (/metrics)", maximum=65535),
+        ),
+        "run a gateway of a destination cluster",
+    ),
+    Command(
+        ("gateway", "start"),
+        gateway_start,
+        (Option("cluster", required=True, help="the destination cluster"),),
+        "let a cluster's gateways run (the supervisor DAG starts and restarts them)",
+    ),
+    Command(
+        ("gateway", "stop"),
+        gateway_stop,
+        (
+            Option("cluster", required=True, help="the destination cluster"),
+            Option("wait", bool, help="wait until no gateway of the cluster is live"),
+            Option(
+                "timeout",
+                float,
+                help=f"seconds -wait waits at most ({DEFAULT_STOP_TIMEOUT:g})",
+                maximum=MAX_STOP_TIMEOUT,
+            ),
+        ),
+        "stop a cluster's gateways cleanly, after their current batch",
+    ),
+    Command(
+        ("gateway", "list"),
+        gateway_service_list,
+        (Option("cluster", required=True, help="the destination cluster"),),
+        "a cluster's gateways: status, where they run, the partitions each holds",
+    ),
     Command(("stream", "upstream", "add"), upstream_add, (PATH, UPSTREAM), "accept a stream as an upstream source"),
     Command(("stream", "upstream", "list"), upstream_list, (PATH,), "list a replica's upstreams"),
     Command(("stream", "upstream", "remove"), upstream_remove, (PATH, UPSTREAM), "withdraw an upstream"),
-    Command(("produce",), produce,
-            (Option("path", required=True, help="<stream path>:<topic>"),
-             Option("keysep", help="the text before the first separator is the key"),
-             Option("partition", int, help="the partition (default: by key)")),
-            "produce stdin lines to <stream>:<topic>"),
-    Command(("consume",), consume,
-            (Option("path", required=True, help="<stream path>:<topic>"), Option("group", help="consumer group"),
-             Option("fromstart", bool, help="without a committed cursor, start at the oldest message"),
-             Option("max", int, help="stop after this many messages"),
-             Option("timeout", float, help="stop when nothing arrived for this many seconds (1)",
-                    maximum=MAX_CONSUME_TIMEOUT)),
-            "print messages of <stream>:<topic>"),
+    Command(
+        ("produce",),
+        produce,
+        (
+            Option("path", required=True, help="<stream path>:<topic>"),
+            Option("keysep", help="the text before the first separator is the key"),
+            Option("partition", int, help="the partition (default: by key)"),
+        ),
+        "produce stdin lines to <stream>:<topic>",
+    ),
+    Command(
+        ("consume",),
+        consume,
+        (
+            Option("path", required=True, help="<stream path>:<topic>"),
+            Option("group", help="consumer group"),
+            Option("fromstart", bool, help="without a committed cursor, start at the oldest message"),
+            Option("max", int, help="stop after this many messages"),
+            Option(
+                "timeout",
+                float,
+                help="stop when nothing arrived for this many seconds (1)",
+                maximum=MAX_CONSUME_TIMEOUT,
+            ),
+        ),
+        "print messages of <stream>:<topic>",
+    ),
 )
 
 
@@ -637,8 +891,12 @@ def help_text(prefix: tuple[str, ...] = ()) -> str:
     listed = [cmd for cmd in COMMANDS if cmd.words[: len(prefix)] == prefix]
     if not listed:
         raise InvalidArgument(f"unknown command '{' '.join(prefix)}'; run 'streamrep help' for the list")
-    lines = ["usage: streamrep <command> [-option value ...] [-json]",
-             "       streamrep help <command>, or <command> -help: a command's options", "", "commands:"]
+    lines = [
+        "usage: streamrep <command> [-option value ...] [-json]",
+        "       streamrep help <command>, or <command> -help: a command's options",
+        "",
+        "commands:",
+    ]
     lines += [f"  {' '.join(cmd.words):24} {cmd.help}" for cmd in listed]
     return "\n".join(lines)
 
@@ -648,8 +906,13 @@ def find_command(words: list[str]) -> Command:
         if list(cmd.words) == words:
             return cmd
     if any(cmd.words[: len(words)] == tuple(words) for cmd in COMMANDS) and words:
-        subs = sorted({cmd.words[len(words)] for cmd in COMMANDS if cmd.words[: len(words)] == tuple(words)
-                       and len(cmd.words) > len(words)})
+        subs = sorted(
+            {
+                cmd.words[len(words)]
+                for cmd in COMMANDS
+                if cmd.words[: len(words)] == tuple(words) and len(cmd.words) > len(words)
+            }
+        )
         raise InvalidArgument(f"'{' '.join(words)}' needs a subcommand: {', '.join(subs)}")
     raise InvalidArgument(f"unknown command '{' '.join(words)}'; run 'streamrep help' for the list")
 
@@ -664,8 +927,11 @@ def streamrep_version() -> str:
 def succeeded(rows: Rows) -> str:
     """What a command whose result could not be printed did anyway."""
     messages = sum(row.get("messages") or 0 for row in rows)
-    return f"the command succeeded: {messages} messages are committed, do not repeat it" if messages \
+    return (
+        f"the command succeeded: {messages} messages are committed, do not repeat it"
+        if messages
         else "the command itself succeeded"
+    )
 
 
 def one_line(message: str) -> str:
@@ -754,7 +1020,7 @@ class ClosedStream:
 
     write = flush = read = readline = __next__ = _closed
 
-    def __iter__(self) -> "ClosedStream":
+    def __iter__(self) -> ClosedStream:
         return self
 
 

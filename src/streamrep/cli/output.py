@@ -5,7 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import time
-from typing import Any, Iterable, TextIO
+from collections.abc import Iterable
+from typing import Any, TextIO
 
 from streamrep.model.message import Message
 
@@ -54,7 +55,7 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, out: TextIO) -> None:
     table = [columns] + [[cell(row.get(c)) for c in columns] for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
     for r in table:
-        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
+        out.write("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)).rstrip() + "\n")
 
 
 def text_or_base64(data: bytes | None) -> tuple[str | None, bool]:
@@ -70,8 +71,15 @@ def text_or_base64(data: bytes | None) -> tuple[str | None, bool]:
 def message_json(m: Message) -> dict[str, Any]:
     value, value_b64 = text_or_base64(m.value)
     key, key_b64 = text_or_base64(m.key)
-    doc: dict[str, Any] = {"topic": m.topic, "partition": m.partition, "offset": m.offset, "key": key,
-                           "value": value, "headers": {}, "timestamp": m.timestamp}
+    doc: dict[str, Any] = {
+        "topic": m.topic,
+        "partition": m.partition,
+        "offset": m.offset,
+        "key": key,
+        "value": value,
+        "headers": {},
+        "timestamp": m.timestamp,
+    }
     for name, raw in m.headers:
         doc["headers"][name] = text_or_base64(raw)[0]
     encoded = [f for f, b64 in (("key", key_b64), ("value", value_b64)) if b64]

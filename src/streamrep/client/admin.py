@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
+from streamrep.client.config import ClusterInfo, Clusters
+from streamrep.client.identity import current_identity, named_user
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
+from streamrep.model import network
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
 from streamrep.model.acls import Principals
-from streamrep.model.failover import FailoverRecord
-from streamrep.model import network
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
-from streamrep.model.paths import StreamPath, parse_stream_path, validate_topic_name, validate_cluster_name
+from streamrep.model.failover import FailoverRecord
+from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name, validate_topic_name
 from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
 from streamrep.model.stream import StreamMeta, validate_partition_count
-from streamrep.client.config import ClusterInfo, Clusters
-from streamrep.client.identity import current_identity, named_user
 from streamrep.store.base import Store
-
 
 # What the replication layer finds for one replica, given (source path, source entry, replica path,
 # replica entry): (error, why no gateway is live), None where all is well.
@@ -68,7 +68,8 @@ class StreamAdmin:
             elif self._named and self.identity.user != principal:
                 raise PermissionDenied(
                     f"cluster {cluster} authenticates this client as {principal}; acting as "
-                    f"{self.identity.user} is refused (the caller is the authenticated principal)")
+                    f"{self.identity.user} is refused (the caller is the authenticated principal)"
+                )
             else:
                 identity = Principals.from_settings(info.settings).identity(principal)
             self._callers[cluster] = identity
@@ -138,8 +139,14 @@ class StreamAdmin:
         return None if result is None else StreamEntry.from_dict(result)
 
     # -- streams -------------------------------------------------------------------
-    def create_stream(self, path: str, copymetafrom: str | None = None, autosetup_from: str | None = None,
-                      topicnaming: str | None = None, **settings: Any) -> StreamEntry:
+    def create_stream(
+        self,
+        path: str,
+        copymetafrom: str | None = None,
+        autosetup_from: str | None = None,
+        topicnaming: str | None = None,
+        **settings: Any,
+    ) -> StreamEntry:
         """``stream create``. With ``copymetafrom`` the metadata (settings and ACEs) is copied
         from that stream, on any cluster; explicit ``settings`` still win. The topic naming is
         not copied: it belongs to the cluster the stream is in.
@@ -157,8 +164,13 @@ class StreamAdmin:
         else:
             meta = StreamMeta.for_creator(creator, **settings)
         entry = StreamEntry(
-            uuid=str(uuid.uuid4()), path=sp.path, creator=creator, created=now_ms(), meta=meta,
-            autosetup_from=autosetup_from, naming=topicnaming or None,
+            uuid=str(uuid.uuid4()),
+            path=sp.path,
+            creator=creator,
+            created=now_ms(),
+            meta=meta,
+            autosetup_from=autosetup_from,
+            naming=topicnaming or None,
         )
         store = self.store(sp)
         others = {path: doc.get("naming") for path, doc in store.catalog_list(STREAM_KIND).items()}
@@ -182,8 +194,9 @@ class StreamAdmin:
 
         return self._update(sp, edit)
 
-    def set_failover(self, path: str | StreamPath, record: FailoverRecord | None,
-                     only_state: str | None = None) -> StreamEntry:
+    def set_failover(
+        self, path: str | StreamPath, record: FailoverRecord | None, only_state: str | None = None
+    ) -> StreamEntry:
         """Record where a failover or failback left a stream (``model/failover.py``); needs
         adminperm. Used by ``replication.failover``, which holds the procedure.
 
@@ -288,12 +301,14 @@ class StreamAdmin:
         for topic, count in store.topics(entry.uuid).items():
             store.retain(entry.uuid, topic, entry.meta.ttl, force=True)  # count what a consumer can read
             bounds = [store.offsets(entry.uuid, topic, p) for p in range(count)]
-            result.append({
-                "topic": topic,
-                "partitions": count,
-                "messages": sum(end - start for start, end in bounds),
-                **store.location(entry.uuid, topic),
-            })
+            result.append(
+                {
+                    "topic": topic,
+                    "partitions": count,
+                    "messages": sum(end - start for start, end in bounds),
+                    **store.location(entry.uuid, topic),
+                }
+            )
         return result
 
     def topic_info(self, path: str, topic: str) -> list[dict[str, Any]]:
@@ -310,13 +325,27 @@ class StreamAdmin:
         info = []
         for p in range(count):
             start, end = store.offsets(entry.uuid, topic, p)
-            info.append({"topic": topic, "partitionid": p, "minoffset": start, "maxoffset": end - 1,
-                         "messages": end - start, **store.location(entry.uuid, topic)})
+            info.append(
+                {
+                    "topic": topic,
+                    "partitionid": p,
+                    "minoffset": start,
+                    "maxoffset": end - 1,
+                    "messages": end - start,
+                    **store.location(entry.uuid, topic),
+                }
+            )
         return info
 
     # -- replicas (kept on the source) ---------------------------------------------
-    def network_options(self, path: str | StreamPath, replica: str | StreamPath, throttle: Any = None,
-                        networkencryption: Any = None, networkcompression: Any = None) -> dict[str, Any]:
+    def network_options(
+        self,
+        path: str | StreamPath,
+        replica: str | StreamPath,
+        throttle: Any = None,
+        networkencryption: Any = None,
+        networkcompression: Any = None,
+    ) -> dict[str, Any]:
         """The network options of a replica of ``path`` at ``replica``, validated
         (``model/network.py``): ``throttle``, ``networkencryption`` and ``networkcompression``,
         None taking MapR's defaults.
@@ -334,8 +363,16 @@ class StreamAdmin:
             network.check_encryption(self.clusters.get(src.cluster), self.clusters.get(dst.cluster))
         return options
 
-    def add_replica(self, path: str, replica: str, paused: bool = False, synchronous: bool = False,
-                    throttle: Any = None, networkencryption: Any = None, networkcompression: Any = None) -> ReplicaLink:
+    def add_replica(
+        self,
+        path: str,
+        replica: str,
+        paused: bool = False,
+        synchronous: bool = False,
+        throttle: Any = None,
+        networkencryption: Any = None,
+        networkcompression: Any = None,
+    ) -> ReplicaLink:
         """``stream replica add``: register ``replica`` on the source; needs adminperm and copyperm
         on the source. The replica stream must exist (create it with -copymetafrom); the link
         records its UUID, so a stream created later at that path is not this replica.
@@ -349,8 +386,9 @@ class StreamAdmin:
         src, dst = self.path(path), self.path(replica)
         options = self.network_options(src, dst, throttle, networkencryption, networkcompression)
         dst_entry = self.entry(dst)  # must exist
-        link = ReplicaLink(path=str(dst), paused=paused, synchronous=synchronous, added=now_ms(), uuid=dst_entry.uuid,
-                           **options)
+        link = ReplicaLink(
+            path=str(dst), paused=paused, synchronous=synchronous, added=now_ms(), uuid=dst_entry.uuid, **options
+        )
 
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, src, "adminperm", "copyperm")
@@ -403,8 +441,14 @@ class StreamAdmin:
         """``stream replica remove``: stop replicating to ``replica`` for good."""
         self._change_replica(path, replica, lambda link: None)
 
-    def set_replica_state(self, path: str, replica: str, state: ReplicaState, error: str | None = None,
-                          only_from: ReplicaState | None = None) -> None:
+    def set_replica_state(
+        self,
+        path: str,
+        replica: str,
+        state: ReplicaState,
+        error: str | None = None,
+        only_from: ReplicaState | None = None,
+    ) -> None:
         """Record a replica's state (used by the replication layer; no ACE check: gateways have
         implicit authority).
 
@@ -444,8 +488,7 @@ class StreamAdmin:
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, dst, "adminperm")
             others = {u.path: self._topics_of(self.path(u.path)) for u in entry.upstreams}
-            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid,
-                                     src_entry.uuid)
+            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid, src_entry.uuid)
             return entry.with_changes(upstreams=entry.upstreams + (link,))
 
         self._update(dst, add)
@@ -462,8 +505,9 @@ class StreamAdmin:
         rows = []
         for idx, link in enumerate(self.entry(path).upstreams, 1):
             up = self.path(link.path)
-            rows.append({"cluster": up.cluster, "stream": up.path, "upstreamPath": link.path, "idx": idx,
-                         "uuid": link.uuid})
+            rows.append(
+                {"cluster": up.cluster, "stream": up.path, "upstreamPath": link.path, "idx": idx, "uuid": link.uuid}
+            )
         return rows
 
     def remove_upstream(self, path: str, upstream: str) -> None:
@@ -503,25 +547,28 @@ class StreamAdmin:
             if health is not None and replica_entry is not None and error is None:
                 error, no_gateway = health(src, source_entry, dst, replica_entry)
             state, error = rules.effective_state(link, agreed, error, no_gateway)
-            result.append({
-                "cluster": dst.cluster,
-                "stream": dst.path,
-                "replicaPath": link.path,
-                "replicaState": state,
-                "paused": link.paused,
-                "throttle": link.throttle,
-                "idx": idx,
-                "networkencryption": link.networkencryption,
-                "synchronous": link.synchronous,
-                "networkcompression": link.networkcompression,
-                "uuid": replica_entry.uuid if replica_entry is not None else None,
-                "errors": error,
-            })
+            result.append(
+                {
+                    "cluster": dst.cluster,
+                    "stream": dst.path,
+                    "replicaPath": link.path,
+                    "replicaState": state,
+                    "paused": link.paused,
+                    "throttle": link.throttle,
+                    "idx": idx,
+                    "networkencryption": link.networkencryption,
+                    "synchronous": link.synchronous,
+                    "networkcompression": link.networkcompression,
+                    "uuid": replica_entry.uuid if replica_entry is not None else None,
+                    "errors": error,
+                }
+            )
         return result
 
     # -- clusters: who administers each one (kept in the cluster itself) -------------
-    def add_cluster(self, name: str, url: str | None = None, default: bool = False,
-                    settings: Mapping[str, Any] | None = None) -> ClusterInfo:
+    def add_cluster(
+        self, name: str, url: str | None = None, default: bool = False, settings: Mapping[str, Any] | None = None
+    ) -> ClusterInfo:
         """``cluster add``: register a cluster. A new (empty) cluster is administered by its
         creator. Registering an existing cluster changes nothing in it: it keeps its ACE, or,
         holding streams but no ACE (made before cluster ACEs), stays without one, so that
@@ -562,8 +609,11 @@ class StreamAdmin:
         """``cluster ace get``: the cluster's adminperm (None if it has no ACE document)."""
         name = self._source_cluster(cluster)
         ace = self.cluster_ace(name)
-        return {"cluster": name, "adminperm": None if ace is None else ace.adminperm,
-                "creator": None if ace is None else ace.creator}
+        return {
+            "cluster": name,
+            "adminperm": None if ace is None else ace.adminperm,
+            "creator": None if ace is None else ace.creator,
+        }
 
     def set_cluster_ace(self, adminperm: str, cluster: str | None = None) -> dict[str, Any]:
         """``cluster ace set -adminperm ACE``: who administers the cluster; needs its adminperm.

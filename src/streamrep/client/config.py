@@ -14,9 +14,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
 from streamrep.model.paths import validate_cluster_name
@@ -58,9 +59,10 @@ class ClusterInfo:
 
 def kafka_bootstrap(url: str) -> str:
     """The bootstrap servers of a ``kafka://host:port[,host:port...]`` url."""
-    servers = url[len(KAFKA_SCHEME):].strip().rstrip("/")
-    if not servers or not all(BOOTSTRAP_SERVER.fullmatch(s) and 0 < int(s.rsplit(":", 1)[1]) < 65536
-                              for s in servers.split(",")):
+    servers = url[len(KAFKA_SCHEME) :].strip().rstrip("/")
+    if not servers or not all(
+        BOOTSTRAP_SERVER.fullmatch(s) and 0 < int(s.rsplit(":", 1)[1]) < 65536 for s in servers.split(",")
+    ):
         raise InvalidArgument(f"invalid cluster url {url!r}: expected kafka://host:port[,host:port...]")
     return servers
 
@@ -89,6 +91,7 @@ def open_store(info: ClusterInfo, embedded_file: str, create: bool = True) -> St
     """The store of a cluster, by its url's scheme."""
     if info.kind == "kafka":
         from streamrep.store.kafka import KafkaStore  # confluent-kafka only where a Kafka cluster is used
+
         return KafkaStore(info.name, kafka_bootstrap(info.url), info.settings)
     return EmbeddedStore(info.name, embedded_file, create=create)
 
@@ -157,8 +160,9 @@ class Clusters:
             raise NotFound(f"cluster {name} is not known; add it with 'streamrep cluster add -name {name}'")
         return ClusterInfo(name, entry["url"], entry.get("settings") or {})
 
-    def add(self, name: str, url: str | None = None, default: bool = False,
-            settings: Mapping[str, Any] | None = None) -> ClusterInfo:
+    def add(
+        self, name: str, url: str | None = None, default: bool = False, settings: Mapping[str, Any] | None = None
+    ) -> ClusterInfo:
         """Register a cluster; without ``url`` it is an embedded cluster under ``home``.
         A relative ``embedded:`` file is taken from the current directory and stored absolute.
         A ``kafka://`` cluster must be reachable; ``settings`` are its client settings. The first
@@ -170,17 +174,17 @@ class Clusters:
             url = KAFKA_SCHEME + kafka_bootstrap(url)
         elif settings:
             raise InvalidArgument("client settings apply only to kafka:// clusters")
-        elif not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
+        elif not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME) :].strip():
             raise InvalidArgument(f"invalid cluster url {url!r}: expected embedded:<file path> or kafka://host:port")
         else:
-            url = EMBEDDED_SCHEME + os.path.abspath(os.path.expanduser(url[len(EMBEDDED_SCHEME):]))
+            url = EMBEDDED_SCHEME + os.path.abspath(os.path.expanduser(url[len(EMBEDDED_SCHEME) :]))
         info = ClusterInfo(name, url, dict(settings or {}))
         with self._editing() as data:
             if name in data["clusters"]:
                 raise AlreadyExists(f"cluster {name} already exists")
             # Open (creating) the store before registering, so a bad location or a Kafka cluster
             # that cannot be reached fails here and leaves nothing registered.
-            store = open_store(info, url[len(EMBEDDED_SCHEME):])
+            store = open_store(info, url[len(EMBEDDED_SCHEME) :])
             try:
                 store_id = store.store_id()
                 self._refuse_registered(data, store, store_id)
@@ -203,8 +207,9 @@ class Clusters:
                 continue  # a Kafka cluster and an embedded file are never the same store
             try:
                 path = self.embedded_file(other, entry["url"]) if real else ""
-                same = (real is not None and os.path.realpath(path) == real) or \
-                    self._read_store_id(info, path) == store_id
+                same = (real is not None and os.path.realpath(path) == real) or self._read_store_id(
+                    info, path
+                ) == store_id
             except Unavailable:
                 same = False  # an unreadable cluster cannot be compared; its own commands say why
             if same:
@@ -244,10 +249,12 @@ class Clusters:
     def embedded_file(self, name: str, url: str) -> str:
         """The file of an ``embedded:`` url from the registry; a relative one is taken from
         the registry's folder (never the current directory)."""
-        if not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME):].strip():
-            raise Unavailable(f"cluster registry {self.registry_path}: cluster {name} has url {url!r}; "
-                              "only embedded:<file path> is supported")
-        return os.path.join(self.home, os.path.expanduser(url[len(EMBEDDED_SCHEME):]))
+        if not url.startswith(EMBEDDED_SCHEME) or not url[len(EMBEDDED_SCHEME) :].strip():
+            raise Unavailable(
+                f"cluster registry {self.registry_path}: cluster {name} has url {url!r}; "
+                "only embedded:<file path> is supported"
+            )
+        return os.path.join(self.home, os.path.expanduser(url[len(EMBEDDED_SCHEME) :]))
 
     def store(self, name: str) -> Store:
         """The store of cluster ``name`` (opened once per Clusters object). A registered

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
+from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.message import Message
 from streamrep.model.paths import TopicPath, parse_topic_path
-from streamrep.client.admin import StreamAdmin
 
 POLL_INTERVAL_SECONDS = 0.05
 
@@ -22,8 +22,13 @@ class Consumer:
         (else at the end, reading only new messages, like Kafka's ``auto.offset.reset=latest``).
     """
 
-    def __init__(self, topic: str | TopicPath, group: str | None = None, from_start: bool = False,
-                 admin: StreamAdmin | None = None):
+    def __init__(
+        self,
+        topic: str | TopicPath,
+        group: str | None = None,
+        from_start: bool = False,
+        admin: StreamAdmin | None = None,
+    ):
         self.admin = admin or StreamAdmin()
         self.topic = topic if isinstance(topic, TopicPath) else parse_topic_path(topic, self.admin.clusters.default)
         if group is not None and (not isinstance(group, str) or not group.strip()):
@@ -67,8 +72,9 @@ class Consumer:
                     break
                 # The next position comes from the store: offsets may hold no message (Kafka's
                 # transaction markers), and a consumer must still reach the partition's end.
-                batch, self.positions[p] = self.store.read_span(self.entry.uuid, self.topic.topic, p,
-                                                                self.positions[p], max_messages - len(out))
+                batch, self.positions[p] = self.store.read_span(
+                    self.entry.uuid, self.topic.topic, p, self.positions[p], max_messages - len(out)
+                )
                 out.extend(batch)
             self._next_partition = (self._next_partition + 1) % len(self.positions)
             if out or time.monotonic() >= deadline:
@@ -83,5 +89,6 @@ class Consumer:
 
     def lag(self) -> dict[int, int]:
         """Messages not yet read, per partition."""
-        return {p: self.store.offsets(self.entry.uuid, self.topic.topic, p)[1] - pos
-                for p, pos in self.positions.items()}
+        return {
+            p: self.store.offsets(self.entry.uuid, self.topic.topic, p)[1] - pos for p, pos in self.positions.items()
+        }

@@ -14,7 +14,6 @@ import pwd
 
 from streamrep.model.ace import Identity
 
-
 LAUNCHER_USER = "STREAMREP_LAUNCHER_USER"
 
 

@@ -15,16 +15,16 @@ import math
 import os
 import time
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
+from streamrep.client.admin import StreamAdmin, now_ms
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.failover import check_writable
 from streamrep.model.message import Headers, Message
-from streamrep.model.replication import ReplicaState
 from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import StreamPath, TopicPath, parse_topic_path
-from streamrep.client.admin import StreamAdmin, now_ms
+from streamrep.model.replication import ReplicaState
 
 _new_tuple = tuple.__new__
 
@@ -51,6 +51,8 @@ def check_sync_timeout(value: object, what: str = "sync_timeout") -> float:
 
 def default_sync_timeout() -> float:
     return check_sync_timeout(os.environ.get("STREAMREP_SYNC_TIMEOUT", "5"), "STREAMREP_SYNC_TIMEOUT")
+
+
 PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
 # How stale a producer's view of a stream's failover record may be: a failover waits longer than
 # this (``replication.failover.FENCE_GRACE_SECONDS``) after refusing writes, before it drains.
@@ -74,8 +76,7 @@ class Producer:
         messages before falling back to asynchronous (``STREAMREP_SYNC_TIMEOUT``, default 5 s).
     """
 
-    def __init__(self, admin: StreamAdmin | None = None, batch_size: int = 10_000,
-                 sync_timeout: float | None = None):
+    def __init__(self, admin: StreamAdmin | None = None, batch_size: int = 10_000, sync_timeout: float | None = None):
         self.admin = admin or StreamAdmin()
         self.batch_size = batch_size
         self.sync_timeout = default_sync_timeout() if sync_timeout is None else check_sync_timeout(sync_timeout)
@@ -91,7 +92,7 @@ class Producer:
         self._round_robin = itertools.count()
         self._writable: dict[StreamPath, tuple[float, object]] = {}  # path -> (when read, failover record)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -156,8 +157,12 @@ class Producer:
         if type(value) is not bytes:
             value = to_bytes(value, "value")
         # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per message.
-        pending[partition].append(_new_tuple(Message, (
-            value, key, header_tuple, now_ms() if timestamp is None else int(timestamp), partition, -1, "")))
+        pending[partition].append(
+            _new_tuple(
+                Message,
+                (value, key, header_tuple, now_ms() if timestamp is None else int(timestamp), partition, -1, ""),
+            )
+        )
         self._count += 1
         if flush or self._count >= self.batch_size:
             self.flush()
@@ -203,8 +208,10 @@ class Producer:
                 if not acked:
                     raise
                 written = sum(end - first for parts in acked.values() for first, end in parts.values())
-                raise type(err)(f"{err}; the messages to {tp} stay buffered, and the {written} messages to "
-                                f"{', '.join(map(str, acked))} were written") from None
+                raise type(err)(
+                    f"{err}; the messages to {tp} stay buffered, and the {written} messages to "
+                    f"{', '.join(map(str, acked))} were written"
+                ) from None
             acked[tp] = {p: (first, first + len(batches[p])) for p, first in firsts.items()}
             del self._pending[tp]
             self._count -= sum(len(b) for b in batches.values())
@@ -246,8 +253,9 @@ class Producer:
         entry = self.admin.entry(sp)  # fresh: replicas may have been added or paused
         for link in entry.replicas:
             if link.synchronous and not link.paused:
-                self._after_commit(f"waiting for synchronous replica {link.path}",
-                                   lambda: self._await_replica(sp, entry, link, acked))
+                self._after_commit(
+                    f"waiting for synchronous replica {link.path}", lambda: self._await_replica(sp, entry, link, acked)
+                )
 
     def _await_replica(self, sp: StreamPath, entry, link, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
         """Wait until the synchronous replica of ``link`` has applied ``acked``, or fall back."""
@@ -259,16 +267,24 @@ class Producer:
         if not rules.agreement(sp, entry, replica, replica_entry).agreed:
             return  # no gateway will apply anything: there is nothing to wait for
         store = self.admin.store(replica)
-        targets = {rules.position_key(entry.uuid, tp.topic, p): end
-                   for tp, parts in acked.items() if tp.stream == sp for p, (_, end) in parts.items()}
+        targets = {
+            rules.position_key(entry.uuid, tp.topic, p): end
+            for tp, parts in acked.items()
+            if tp.stream == sp
+            for p, (_, end) in parts.items()
+        }
 
         fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
         if fell_back:
             # Asynchronous while the replica lags. Once it has applied everything before
             # these messages it has caught up: wait for these again, as a synchronous
             # replica, and if they arrive in time it is synchronous again.
-            firsts = {rules.position_key(entry.uuid, tp.topic, p): first
-                      for tp, parts in acked.items() if tp.stream == sp for p, (first, _) in parts.items()}
+            firsts = {
+                rules.position_key(entry.uuid, tp.topic, p): first
+                for tp, parts in acked.items()
+                if tp.stream == sp
+                for p, (first, _) in parts.items()
+            }
             marks = store.marks(replica_entry.uuid)
             if not all(marks.get(key, 0) >= first for key, first in firsts.items()):
                 return

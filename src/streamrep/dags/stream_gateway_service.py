@@ -63,15 +63,30 @@ with DAG(
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "gateways"],
     params={
-        "action": Param("supervise", type="string", enum=list(SERVICE_ACTIONS), title="Action",
-                        description="supervise (what scheduled runs do), start or stop."),
-        "cluster": Param("", type="string", pattern=r"^([A-Za-z0-9._-]+)?$", title="Cluster",
-                         description="The destination cluster whose gateways start or stop "
-                                     "(for supervise: only this one; empty: every cluster)."),
+        "action": Param(
+            "supervise",
+            type="string",
+            enum=list(SERVICE_ACTIONS),
+            title="Action",
+            description="supervise (what scheduled runs do), start or stop.",
+        ),
+        "cluster": Param(
+            "",
+            type="string",
+            pattern=r"^([A-Za-z0-9._-]+)?$",
+            title="Cluster",
+            description="The destination cluster whose gateways start or stop "
+            "(for supervise: only this one; empty: every cluster).",
+        ),
     },
 ) as dag:
-    plan = GatewayServiceOperator(task_id="gateway_service", action="{{ params.action }}",
-                                  cluster="{{ params.cluster }}", retries=2, retry_delay=timedelta(seconds=5))
+    plan = GatewayServiceOperator(
+        task_id="gateway_service",
+        action="{{ params.action }}",
+        cluster="{{ params.cluster }}",
+        retries=2,
+        retry_delay=timedelta(seconds=5),
+    )
     TriggerDagRunOperator.partial(
         task_id="launch_gateways",
         trigger_dag_id=GATEWAYS_DAG_ID,

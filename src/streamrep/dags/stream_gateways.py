@@ -51,12 +51,21 @@ with DAG(
     params={
         "cluster": cluster_param("newyork", "The destination cluster whose replicas the gateways feed."),
         "once": flag_param(False, "Once", "Replicate what the sources hold now, then finish."),
-        "gateways": Param("", type="string", title="Gateways",
-                          description="Gateway names, space separated (default: the lists of the source clusters)."),
+        "gateways": Param(
+            "",
+            type="string",
+            title="Gateways",
+            description="Gateway names, space separated (default: the lists of the source clusters).",
+        ),
     },
 ) as dag:
-    plan = GatewayPlanOperator(task_id="plan_gateways", cluster="{{ params.cluster }}",
-                               gateways="{{ params.gateways }}", retries=3, retry_delay=timedelta(seconds=10))
+    plan = GatewayPlanOperator(
+        task_id="plan_gateways",
+        cluster="{{ params.cluster }}",
+        gateways="{{ params.gateways }}",
+        retries=3,
+        retry_delay=timedelta(seconds=10),
+    )
     StreamGatewayOperator.partial(
         task_id="gateway",
         cluster="{{ params.cluster }}",

@@ -61,12 +61,15 @@ with DAG(
     max_active_runs=1,
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
-        "replica": stream_path_param("/mapr/newyork/activity", "Replica stream",
-                                     "The replica to create; it must not exist yet."),
-        "multimaster": flag_param(False, "Multi-master",
-                                  "Also replicate from the replica back to the source (the reverse link)."),
-        "synchronous": flag_param(False, "Synchronous",
-                                  "Acknowledge producers only once the replica has the messages."),
+        "replica": stream_path_param(
+            "/mapr/newyork/activity", "Replica stream", "The replica to create; it must not exist yet."
+        ),
+        "multimaster": flag_param(
+            False, "Multi-master", "Also replicate from the replica back to the source (the reverse link)."
+        ),
+        "synchronous": flag_param(
+            False, "Synchronous", "Acknowledge producers only once the replica has the messages."
+        ),
         **network_params(),
     },
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
@@ -78,18 +81,39 @@ with DAG(
     chain(
         AutosetupCheckOperator(task_id="check", path=source, replica=replica, retries=0, **network),
         StreamCreateOperator(task_id="create_replica", path=replica, copymetafrom=source),
-        ReplicaAddOperator(task_id="add_replica_paused", path=source, replica=replica, paused=True,
-                           synchronous=synchronous, **network),
+        ReplicaAddOperator(
+            task_id="add_replica_paused", path=source, replica=replica, paused=True, synchronous=synchronous, **network
+        ),
         UpstreamAddOperator(task_id="add_upstream", path=replica, upstream=source),
         StreamCopyOperator(task_id="copystream", source=source, destination=replica),
-        ReplicaAddOperator(task_id="add_reverse_replica", path=replica, replica=source, paused=True,
-                           synchronous=synchronous, only_if=multimaster, **network),
+        ReplicaAddOperator(
+            task_id="add_reverse_replica",
+            path=replica,
+            replica=source,
+            paused=True,
+            synchronous=synchronous,
+            only_if=multimaster,
+            **network,
+        ),
         UpstreamAddOperator(task_id="add_reverse_upstream", path=source, upstream=replica, only_if=multimaster),
-        ReplicaResumeOperator(task_id="resume_reverse_replica", path=replica, replica=source,
-                              only_if=multimaster, trigger_rule=TriggerRule.NONE_FAILED),
+        ReplicaResumeOperator(
+            task_id="resume_reverse_replica",
+            path=replica,
+            replica=source,
+            only_if=multimaster,
+            trigger_rule=TriggerRule.NONE_FAILED,
+        ),
         # last: it finishes the autosetup, so a rerun after any earlier failure is still accepted
-        ReplicaResumeOperator(task_id="resume_replica", path=source, replica=replica,
-                              trigger_rule=TriggerRule.NONE_FAILED),
-        ReplicaUpToDateSensor(task_id="wait_caught_up", path=source, replica=replica, deferrable=True,
-                              poke_interval=15, timeout=3600, outlets=[REPLICAS_ALIAS]),
+        ReplicaResumeOperator(
+            task_id="resume_replica", path=source, replica=replica, trigger_rule=TriggerRule.NONE_FAILED
+        ),
+        ReplicaUpToDateSensor(
+            task_id="wait_caught_up",
+            path=source,
+            replica=replica,
+            deferrable=True,
+            poke_interval=15,
+            timeout=3600,
+            outlets=[REPLICAS_ALIAS],
+        ),
     )

@@ -46,10 +46,16 @@ with DAG(
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The replicated stream."),
         "replica": stream_path_param(None, "Replica stream", "One of its replicas (required)."),
-        "action": Param("pause", type="string", enum=sorted(ACTIONS), title="Action",
-                        description="What to do with the replica: pause, resume or remove."),
-        "confirm_remove": flag_param(False, "Confirm remove",
-                                     "Must be true for action remove: the replica stops for good."),
+        "action": Param(
+            "pause",
+            type="string",
+            enum=sorted(ACTIONS),
+            title="Action",
+            description="What to do with the replica: pause, resume or remove.",
+        ),
+        "confirm_remove": flag_param(
+            False, "Confirm remove", "Must be true for action remove: the replica stops for good."
+        ),
     },
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
@@ -60,9 +66,13 @@ with DAG(
         return params["action"]
 
     branch = choose_action()
-    status = ReplicaStatusOperator(task_id="replica_list", path="{{ params.path }}",
-                                   trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    status = ReplicaStatusOperator(
+        task_id="replica_list", path="{{ params.path }}", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+    )
     for action, operator in ACTIONS.items():
         confirmation = {"confirmed": "{{ params.confirm_remove }}"} if action == "remove" else {}
-        branch >> operator(task_id=action, path="{{ params.path }}", replica="{{ params.replica }}",
-                           **confirmation) >> status
+        (
+            branch
+            >> operator(task_id=action, path="{{ params.path }}", replica="{{ params.replica }}", **confirmation)
+            >> status
+        )

@@ -40,25 +40,37 @@ with DAG(
     tags=["streamrep", "replication", "failover"],
     render_template_as_native_obj=True,
     params={
-        "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream",
-                                  "The original source, failed over from."),
+        "path": stream_path_param(
+            "/mapr/sanfrancisco/activity", "Source stream", "The original source, failed over from."
+        ),
         "replica": stream_path_param(None, "Promoted replica", "The replica that was promoted (required)."),
-        "phase": Param("all", type="string", enum=list(PHASES), title="Phase",
-                       description="all: copy back and return; reverse: only add the reverse link; "
-                                   "return: only switch back (after reverse)."),
+        "phase": Param(
+            "all",
+            type="string",
+            enum=list(PHASES),
+            title="Phase",
+            description="all: copy back and return; reverse: only add the reverse link; "
+            "return: only switch back (after reverse).",
+        ),
         "timeout": seconds_param(DEFAULT_TIMEOUT, "Timeout", "How long each wait lasts at most."),
     },
     default_args={"retries": 1, "retry_delay": timedelta(seconds=10)},
 ) as dag:
-    plan = FailoverPlanOperator(task_id="plan", procedure="failback", path="{{ params.path }}",
-                                replica="{{ params.replica }}")
+    plan = FailoverPlanOperator(
+        task_id="plan", procedure="failback", path="{{ params.path }}", replica="{{ params.replica }}"
+    )
     approve = ApprovalOperator(
         task_id="approve",
         subject="Fail back {{ params.replica }} to {{ params.path }}?",
         body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
         retries=0,
     )
-    back = FailbackOperator(task_id="failback", path="{{ params.path }}", replica="{{ params.replica }}",
-                            phase="{{ params.phase }}", timeout="{{ params.timeout }}",
-                            outlets=[REPLICAS_ALIAS])  # the source caught up: an asset event
+    back = FailbackOperator(
+        task_id="failback",
+        path="{{ params.path }}",
+        replica="{{ params.replica }}",
+        phase="{{ params.phase }}",
+        timeout="{{ params.timeout }}",
+        outlets=[REPLICAS_ALIAS],
+    )  # the source caught up: an asset event
     plan >> approve >> back

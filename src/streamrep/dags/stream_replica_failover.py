@@ -56,7 +56,12 @@ with DAG(
         body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
         retries=0,
     )
-    promote = FailoverOperator(task_id="failover", path="{{ params.path }}", replica="{{ params.replica }}",
-                               force="{{ params.force }}", timeout="{{ params.timeout }}",
-                               outlets=[REPLICAS_ALIAS])  # the promoted replica: an asset event
+    promote = FailoverOperator(
+        task_id="failover",
+        path="{{ params.path }}",
+        replica="{{ params.replica }}",
+        force="{{ params.force }}",
+        timeout="{{ params.timeout }}",
+        outlets=[REPLICAS_ALIAS],
+    )  # the promoted replica: an asset event
     plan >> approve >> promote

@@ -61,24 +61,36 @@ with DAG(
     max_active_runs=1,
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
-        "replica": stream_path_param("/mapr/newyork/activity", "Replica stream",
-                                     "The replica to create, usually on another cluster."),
+        "replica": stream_path_param(
+            "/mapr/newyork/activity", "Replica stream", "The replica to create, usually on another cluster."
+        ),
         **network_params(),
     },
     default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
     chain(
-        StreamCreateOperator(task_id="create_replica", path="{{ params.replica }}",
-                             copymetafrom="{{ params.path }}"),
-        ReplicaAddOperator(task_id="add_replica_paused", path="{{ params.path }}", replica="{{ params.replica }}",
-                           paused=True, throttle="{{ params.throttle }}",
-                           networkencryption="{{ params.networkencryption }}",
-                           networkcompression="{{ params.networkcompression }}"),
+        StreamCreateOperator(task_id="create_replica", path="{{ params.replica }}", copymetafrom="{{ params.path }}"),
+        ReplicaAddOperator(
+            task_id="add_replica_paused",
+            path="{{ params.path }}",
+            replica="{{ params.replica }}",
+            paused=True,
+            throttle="{{ params.throttle }}",
+            networkencryption="{{ params.networkencryption }}",
+            networkcompression="{{ params.networkcompression }}",
+        ),
         ReplicaVerifyOperator(task_id="verify_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
         UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         StreamCopyOperator(task_id="copystream", source="{{ params.path }}", destination="{{ params.replica }}"),
         ReplicaResumeOperator(task_id="resume_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
-        ReplicaUpToDateSensor(task_id="wait_caught_up", path="{{ params.path }}", replica="{{ params.replica }}",
-                              deferrable=True, poke_interval=15, timeout=3600, outlets=[REPLICAS_ALIAS]),
+        ReplicaUpToDateSensor(
+            task_id="wait_caught_up",
+            path="{{ params.path }}",
+            replica="{{ params.replica }}",
+            deferrable=True,
+            poke_interval=15,
+            timeout=3600,
+            outlets=[REPLICAS_ALIAS],
+        ),
     )

@@ -41,8 +41,13 @@ with DAG(
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "monitoring"],
     params={
-        "cluster": Param("", type="string", pattern=r"^([A-Za-z0-9._-]+)?$", title="Cluster",
-                         description="Check only the replicas on this cluster (empty: every cluster)."),
+        "cluster": Param(
+            "",
+            type="string",
+            pattern=r"^([A-Za-z0-9._-]+)?$",
+            title="Cluster",
+            description="Check only the replicas on this cluster (empty: every cluster).",
+        ),
     },
 ) as dag:
     ReplicaLagMonitorOperator(task_id="check_replica_lag", cluster="{{ params.cluster }}", retries=0)

@@ -153,9 +153,7 @@ class _Compound(Ace):
             _check_child(item)
 
     def __str__(self) -> str:
-        return f" {self.joiner} ".join(
-            f"({item})" if self._needs_parens(item) else str(item) for item in self.items
-        )
+        return f" {self.joiner} ".join(f"({item})" if self._needs_parens(item) else str(item) for item in self.items)
 
     def _needs_parens(self, item: Ace) -> bool:
         raise NotImplementedError
@@ -234,8 +232,10 @@ class _Parser:
                     j += 1
                 before = tokens[-1] if tokens else None
                 if before is not None and before.kind == "term" and ":" not in text[i:j] and text[i:j] != "p":
-                    self.fail(f"{text[i:j]!r} at position {i} follows {before.text!r}: names cannot contain "
-                              "spaces (MapR's ACE syntax has no quoting)")
+                    self.fail(
+                        f"{text[i:j]!r} at position {i} follows {before.text!r}: names cannot contain "
+                        "spaces (MapR's ACE syntax has no quoting)"
+                    )
                 tokens.append(_Token("term", text[i:j], i, self._term(text[i:j], i)))
                 i = j
             else:

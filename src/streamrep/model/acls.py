@@ -22,8 +22,8 @@ never denied by a user-facing ACE (a DENY would stop replication, not a user).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping
 
 from streamrep.errors import InvalidArgument
 from streamrep.model.ace import Ace, And, Group, Identity, Not, Or, Role, User, parse_ace
@@ -80,12 +80,12 @@ class Principals:
     gateway: str = DEFAULT_GATEWAY
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, object]) -> "Principals":
+    def from_settings(cls, settings: Mapping[str, object]) -> Principals:
         """The groups mapping and gateway principal kept in a cluster's client settings."""
         groups = {}
         for key, value in settings.items():
             if key.startswith(GROUP_SETTING_PREFIX):
-                group = key[len(GROUP_SETTING_PREFIX):]
+                group = key[len(GROUP_SETTING_PREFIX) :]
                 groups[group] = frozenset(u for u in str(value).replace(",", " ").split() if u)
         return cls(groups, str(settings.get(GATEWAY_SETTING) or DEFAULT_GATEWAY))
 
@@ -115,7 +115,8 @@ def _universe(aces: Iterable[Ace], principals: Principals, what: str) -> set[str
                 if term.name not in principals.groups:
                     raise InvalidArgument(
                         f"{what}: the group term {term} cannot be held in Kafka ACLs: the cluster's settings map no "
-                        f"members to it (add {GROUP_SETTING_PREFIX}{term.name}=<user>,<user>)")
+                        f"members to it (add {GROUP_SETTING_PREFIX}{term.name}=<user>,<user>)"
+                    )
             elif isinstance(term, User):
                 users.add(term.name)
     for members in principals.groups.values():
@@ -123,8 +124,9 @@ def _universe(aces: Iterable[Ace], principals: Principals, what: str) -> set[str
     return users
 
 
-def _operation_grants(resource: str, name: str, operation: str, rights: list[Ace], users: set[str],
-                      principals: Principals) -> Iterator[Grant]:
+def _operation_grants(
+    resource: str, name: str, operation: str, rights: list[Ace], users: set[str], principals: Principals
+) -> Iterator[Grant]:
     def allowed(identity: Identity) -> bool:
         return any(ace.allows(identity) for ace in rights)
 
@@ -136,8 +138,16 @@ def _operation_grants(resource: str, name: str, operation: str, rights: list[Ace
             yield Grant(resource, name, True, user, operation, allow=not everyone)
 
 
-def stream_grants(meta: StreamMeta, topic_prefix: str, principals: Principals, *, writable: bool = True,
-                  replicated: bool = False, replica: bool = False, what: str = "") -> set[Grant]:
+def stream_grants(
+    meta: StreamMeta,
+    topic_prefix: str,
+    principals: Principals,
+    *,
+    writable: bool = True,
+    replicated: bool = False,
+    replica: bool = False,
+    what: str = "",
+) -> set[Grant]:
     """The ACL entries on a stream's topics (all of them: ``topic_prefix`` is a PREFIXED pattern).
 
     :param meta: the stream's ACEs
@@ -149,8 +159,10 @@ def stream_grants(meta: StreamMeta, topic_prefix: str, principals: Principals, *
     :raises InvalidArgument: an ACE that Kafka ACLs cannot hold, or a stream whose topics share no prefix
     """
     if not topic_prefix:
-        raise InvalidArgument(f"{what}: a stream over every topic of the cluster (-topicnaming cluster) "
-                              "cannot be held in Kafka ACLs; use a topic prefix")
+        raise InvalidArgument(
+            f"{what}: a stream over every topic of the cluster (-topicnaming cluster) "
+            "cannot be held in Kafka ACLs; use a topic prefix"
+        )
     aces = {perm: parse_ace(getattr(meta, perm)) for perm in PERMISSIONS}
     users = _universe(aces.values(), principals, what)
     by_operation: dict[str, list[Ace]] = {}
@@ -159,8 +171,11 @@ def stream_grants(meta: StreamMeta, topic_prefix: str, principals: Principals, *
             continue
         for operation in operations:
             by_operation.setdefault(operation, []).append(aces[perm])
-    grants = {g for op, rights in sorted(by_operation.items())
-              for g in _operation_grants("topic", topic_prefix, op, rights, users, principals)}
+    grants = {
+        g
+        for op, rights in sorted(by_operation.items())
+        for g in _operation_grants("topic", topic_prefix, op, rights, users, principals)
+    }
     gateway_ops = (GATEWAY_SOURCE if replicated else ()) + (GATEWAY_REPLICA if replica else ())
     grants |= {Grant("topic", topic_prefix, True, principals.gateway, op) for op in gateway_ops}
     return grants
@@ -179,10 +194,14 @@ def installation_grants(internal_prefix: str, group_prefix: str, principals: Pri
     :param internal_prefix: the prefix of the installation's internal topics and transactional ids
     :param group_prefix: the prefix of its consumer groups, or ``""`` (every group) without a namespace
     """
-    grants = {Grant(resource, internal_prefix, True, EVERYONE, op)  # streamrep's readers name a group, and
-              for resource in ("topic", "group") for op in ("READ", "DESCRIBE")}  # commit nothing in it
-    grants |= {Grant("group", group_prefix or EVERYONE, bool(group_prefix), EVERYONE, op)
-               for op in ("READ", "DESCRIBE")}
+    grants = {
+        Grant(resource, internal_prefix, True, EVERYONE, op)  # streamrep's readers name a group, and
+        for resource in ("topic", "group")
+        for op in ("READ", "DESCRIBE")
+    }  # commit nothing in it
+    grants |= {
+        Grant("group", group_prefix or EVERYONE, bool(group_prefix), EVERYONE, op) for op in ("READ", "DESCRIBE")
+    }
     gateway = principals.gateway
     grants |= {Grant("topic", internal_prefix, True, gateway, op) for op in ("WRITE", "CREATE")}
     grants |= {Grant("transactional_id", internal_prefix, True, gateway, op) for op in ("WRITE", "DESCRIBE")}

@@ -35,7 +35,7 @@ class StreamEntry:
     # Where a failover or failback left this stream (``model/failover.py``); None: no failover.
     failover: FailoverRecord | None = None
 
-    def with_changes(self, **changes: Any) -> "StreamEntry":
+    def with_changes(self, **changes: Any) -> StreamEntry:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,7 +53,7 @@ class StreamEntry:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StreamEntry":
+    def from_dict(cls, data: dict[str, Any]) -> StreamEntry:
         return cls(
             uuid=data["uuid"],
             path=data["path"],
@@ -80,5 +80,5 @@ class ClusterAce:
         return {"adminperm": self.adminperm, "creator": self.creator, "created": self.created}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ClusterAce":
+    def from_dict(cls, data: dict[str, Any]) -> ClusterAce:
         return cls(adminperm=data["adminperm"], creator=data.get("creator", ""), created=data.get("created", 0))

@@ -21,9 +21,10 @@ last messages drain, so nothing is written on the side being left that the other
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 from streamrep.errors import Conflict
 
@@ -38,8 +39,13 @@ class FailoverState(str, Enum):
 
 
 # A stream in one of these states refuses producers.
-REFUSING = {FailoverState.FENCED, FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING,
-            FailoverState.TAKING_BACK}
+REFUSING = {
+    FailoverState.FENCED,
+    FailoverState.FAILED_OVER,
+    FailoverState.FAILING_BACK,
+    FailoverState.RETURNING,
+    FailoverState.TAKING_BACK,
+}
 # Refused, and producers should write to the peer (in the others a step is under way: retry here).
 REDIRECTING = {FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverState.RETURNING}
 
@@ -70,13 +76,13 @@ class FailoverRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "FailoverRecord | None":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> FailoverRecord | None:
         if not data:
             return None
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    def with_changes(self, **changes: Any) -> "FailoverRecord":
+    def with_changes(self, **changes: Any) -> FailoverRecord:
         return replace(self, **changes)
 
     def describe(self) -> str:
@@ -90,8 +96,10 @@ class FailoverRecord:
             FailoverState.TAKING_BACK.value: f"taking its role back from {self.peer}: writes paused",
         }.get(self.state, f"{self.state} ({self.peer})")
         if self.forced:
-            text += f" (forced; up to {self.missing if self.missing is not None else 'an unknown number of'} " \
-                    "messages may be missing)"
+            text += (
+                f" (forced; up to {self.missing if self.missing is not None else 'an unknown number of'} "
+                "messages may be missing)"
+            )
         return text
 
 

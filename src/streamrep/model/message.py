@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -65,8 +66,9 @@ class OriginRun(Sequence[Message]):
 
     def _message(self, m: Message) -> Message:
         value, key, _, timestamp, _, offset, _ = m
-        return _new_tuple(Message, (value, key, ((ORIGIN_HEADER, self.prefix + b"%d" % offset),), timestamp, -1, -1,
-                                    self.topic))
+        return _new_tuple(
+            Message, (value, key, ((ORIGIN_HEADER, self.prefix + b"%d" % offset),), timestamp, -1, -1, self.topic)
+        )
 
     def __getitem__(self, index):
         if isinstance(index, slice):
@@ -76,8 +78,9 @@ class OriginRun(Sequence[Message]):
     def __iter__(self) -> Iterator[Message]:
         prefix, topic = self.prefix, self.topic
         for value, key, _, timestamp, _, offset, _ in self.source:
-            yield _new_tuple(Message, (value, key, ((ORIGIN_HEADER, prefix + b"%d" % offset),), timestamp, -1, -1,
-                                       topic))
+            yield _new_tuple(
+                Message, (value, key, ((ORIGIN_HEADER, prefix + b"%d" % offset),), timestamp, -1, -1, topic)
+            )
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, OriginRun) and other.source is self.source:

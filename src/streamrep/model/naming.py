@@ -58,11 +58,11 @@ class TopicNaming(ABC):
         """The stream's topic held in ``kafka_topic``, or None if that Kafka topic is not the stream's."""
 
     @abstractmethod
-    def overlaps(self, other: "TopicNaming") -> bool:
+    def overlaps(self, other: TopicNaming) -> bool:
         """Whether one Kafka topic could belong to both namings."""
 
     @abstractmethod
-    def within(self, other: "TopicNaming") -> bool:
+    def within(self, other: TopicNaming) -> bool:
         """Whether every Kafka topic of this naming could belong to ``other`` too."""
 
     @property
@@ -90,7 +90,7 @@ class PrefixNaming(TopicNaming):
     def topic_of(self, kafka_topic: str) -> str | None:
         if not kafka_topic.startswith(self.prefix) or is_internal(kafka_topic):
             return None
-        topic = kafka_topic[len(self.prefix):]
+        topic = kafka_topic[len(self.prefix) :]
         return topic if TOPIC_NAME.fullmatch(topic) and topic not in (".", "..") else None
 
     def overlaps(self, other: TopicNaming) -> bool:
@@ -143,16 +143,21 @@ def naming_for(spec: str | None, path: str, namespace: str = "") -> TopicNaming:
         if not KAFKA_TOPIC_NAME.fullmatch(prefix + "x"):
             raise InvalidArgument(
                 f"stream path {path!r} cannot name Kafka topics (Kafka allows letters, digits, '.', '_' and '-'); "
-                "choose another path or -topicnaming prefix:<kafka topic prefix>")
+                "choose another path or -topicnaming prefix:<kafka topic prefix>"
+            )
         return PrefixNaming(prefix, spec)
     if spec == "cluster":
         return PrefixNaming("", spec)
     if spec.startswith("prefix:"):
-        prefix = spec[len("prefix:"):]
+        prefix = spec[len("prefix:") :]
         if prefix and not KAFKA_TOPIC_NAME.fullmatch(prefix):
-            raise InvalidArgument(f"invalid -topicnaming {spec!r}: a Kafka topic prefix uses letters, digits, '.', '_' and '-'")
+            raise InvalidArgument(
+                f"invalid -topicnaming {spec!r}: a Kafka topic prefix uses letters, digits, '.', '_' and '-'"
+            )
         if prefix and is_internal(prefix):
-            raise InvalidArgument(f"invalid -topicnaming {spec!r}: topics starting with '__' or '{INTERNAL_PREFIX}' are internal")
+            raise InvalidArgument(
+                f"invalid -topicnaming {spec!r}: topics starting with '__' or '{INTERNAL_PREFIX}' are internal"
+            )
         return PrefixNaming(prefix, spec)
     if spec == "hpe":
         return HpeNaming(path)

@@ -15,7 +15,8 @@ MapR-to-Kafka codec mapping and which cluster connections encryption needs are h
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from streamrep.errors import InvalidArgument
 
@@ -45,8 +46,9 @@ def parse_network_compression(value: Any) -> str:
         return DEFAULT_NETWORK_COMPRESSION
     word = value.strip().lower() if isinstance(value, str) else None
     if word == "lzf":
-        raise InvalidArgument("networkcompression lzf is not available: Kafka has no LZF codec; "
-                              "use lz4 (as fast) or zlib")
+        raise InvalidArgument(
+            "networkcompression lzf is not available: Kafka has no LZF codec; use lz4 (as fast) or zlib"
+        )
     if word not in KAFKA_CODECS:
         raise InvalidArgument(f"invalid networkcompression {value!r}: off, lz4, zlib, gzip, snappy or zstd")
     return word
@@ -86,8 +88,10 @@ def plaintext_connection(role: str, cluster: str, kind: str, settings: Mapping[s
     protocol = str(settings.get(SECURITY_PROTOCOL) or "PLAINTEXT")
     if protocol.upper() in TLS_PROTOCOLS:
         return None
-    return (f"networkencryption needs TLS, but the gateway {role} on cluster {cluster} with "
-            f"{SECURITY_PROTOCOL}={protocol}; set it to SSL or SASL_SSL")
+    return (
+        f"networkencryption needs TLS, but the gateway {role} on cluster {cluster} with "
+        f"{SECURITY_PROTOCOL}={protocol}; set it to SSL or SASL_SSL"
+    )
 
 
 def check_encryption(source: Any, replica: Any) -> None:

@@ -10,14 +10,14 @@ def murmur2(data: bytes) -> int:
     seed, m, r = 0x9747B28C, 0x5BD1E995, 24
     h = (seed ^ length) & 0xFFFFFFFF
     for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+        k = int.from_bytes(data[i : i + 4], "little")
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> r
         k = (k * m) & 0xFFFFFFFF
         h = ((h * m) & 0xFFFFFFFF) ^ k
     tail = length % 4
     if tail:
-        rest = data[length - tail:]
+        rest = data[length - tail :]
         if tail == 3:
             h ^= rest[2] << 16
         if tail >= 2:

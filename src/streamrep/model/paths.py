@@ -38,9 +38,7 @@ def validate_cluster_name(name: str) -> str:
 def validate_topic_name(name: str) -> str:
     """Return ``name`` if it is a valid topic name, else raise InvalidArgument."""
     if not isinstance(name, str) or not TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-        raise InvalidArgument(
-            f"invalid topic name {name!r}: use 1-249 letters, digits, '.', '_' or '-'"
-        )
+        raise InvalidArgument(f"invalid topic name {name!r}: use 1-249 letters, digits, '.', '_' or '-'")
     return name
 
 
@@ -54,7 +52,7 @@ class StreamPath:
     def __str__(self) -> str:
         return f"/{MAPR_ROOT}/{self.cluster}{self.path}"
 
-    def topic(self, name: str) -> "TopicPath":
+    def topic(self, name: str) -> TopicPath:
         return TopicPath(self, validate_topic_name(name))
 
 
@@ -90,9 +88,7 @@ def parse_stream_path(text: str, default_cluster: str | None) -> StreamPath:
         raise InvalidArgument(f"invalid stream path {original!r}: empty path component ('//')")
     if parts[0] == MAPR_ROOT:
         if len(parts) < 3:
-            raise InvalidArgument(
-                f"invalid stream path {original!r}: expected /mapr/<cluster>/<stream>"
-            )
+            raise InvalidArgument(f"invalid stream path {original!r}: expected /mapr/<cluster>/<stream>")
         cluster, rest = validate_cluster_name(parts[1]), parts[2:]
     else:
         if default_cluster is None:

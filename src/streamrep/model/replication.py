@@ -15,9 +15,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
 from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
@@ -48,7 +49,6 @@ class ReplicaState(str, Enum):
     FAILED_OVER = "REPLICA_STATE_FAILED_OVER"
 
 
-
 @dataclass(frozen=True)
 class ReplicaLink:
     """One entry of a source stream's replica list."""
@@ -71,10 +71,10 @@ class ReplicaLink:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "ReplicaLink":
+    def from_dict(cls, data: Mapping) -> ReplicaLink:
         return cls(**_known_fields(cls, data))
 
-    def with_changes(self, **changes) -> "ReplicaLink":
+    def with_changes(self, **changes) -> ReplicaLink:
         return replace(self, **changes)
 
 
@@ -90,7 +90,7 @@ class UpstreamLink:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> "UpstreamLink":
+    def from_dict(cls, data: Mapping) -> UpstreamLink:
         return cls(**_known_fields(cls, data))
 
 
@@ -146,16 +146,26 @@ def agreement(source: StreamPath, source_entry: Any, replica: StreamPath, replic
     if link is None:
         return Agreement(None, f"{source} does not list {replica} as a replica")
     if not binds(link, replica_entry.uuid, replica_entry.created):
-        return Agreement(link, (
-            f"replica {replica} is now stream {replica_entry.uuid}, not the agreed stream {_agreed_uuid(link)}: "
-            f"it was deleted and recreated; remove it from {source} and add it again"), broken=True)
+        return Agreement(
+            link,
+            (
+                f"replica {replica} is now stream {replica_entry.uuid}, not the agreed stream {_agreed_uuid(link)}: "
+                f"it was deleted and recreated; remove it from {source} and add it again"
+            ),
+            broken=True,
+        )
     upstream = find_link(replica_entry.upstreams, source)
     if upstream is None:
         return Agreement(link, f"{replica} does not list {source} as an upstream")
     if not binds(upstream, source_entry.uuid, source_entry.created):
-        return Agreement(link, (
-            f"upstream {source} is now stream {source_entry.uuid}, not the agreed stream {_agreed_uuid(upstream)}: "
-            f"it was deleted and recreated; remove the upstream from {replica} and add it again"), broken=True)
+        return Agreement(
+            link,
+            (
+                f"upstream {source} is now stream {source_entry.uuid}, not the agreed stream {_agreed_uuid(upstream)}: "
+                f"it was deleted and recreated; remove the upstream from {replica} and add it again"
+            ),
+            broken=True,
+        )
     return Agreement(link)
 
 
@@ -214,8 +224,13 @@ def find_link(links: Iterable, path: StreamPath):
     return next((link for link in links if link.path == wanted), None)
 
 
-def check_replica_add(source: StreamPath, replica: StreamPath, replicas: list[ReplicaLink],
-                      source_uuid: str | None = None, replica_uuid: str | None = None) -> None:
+def check_replica_add(
+    source: StreamPath,
+    replica: StreamPath,
+    replicas: list[ReplicaLink],
+    source_uuid: str | None = None,
+    replica_uuid: str | None = None,
+) -> None:
     """Refuse a replica registration that breaks a rule.
 
     :param source_uuid: the source stream's UUID, and ``replica_uuid`` the replica's: equal
@@ -227,9 +242,7 @@ def check_replica_add(source: StreamPath, replica: StreamPath, replicas: list[Re
     if find_link(replicas, replica):
         raise AlreadyExists(f"{replica} is already a replica of {source}")
     if len(replicas) >= MAX_REPLICAS:
-        raise LimitExceeded(
-            f"stream {source} already has {len(replicas)} replicas; the maximum is {MAX_REPLICAS}"
-        )
+        raise LimitExceeded(f"stream {source} already has {len(replicas)} replicas; the maximum is {MAX_REPLICAS}")
 
 
 def check_upstream_add(
@@ -254,9 +267,7 @@ def check_upstream_add(
     if find_link(upstreams, upstream):
         raise AlreadyExists(f"{upstream} is already an upstream of {replica}")
     if len(upstreams) >= MAX_UPSTREAMS:
-        raise LimitExceeded(
-            f"stream {replica} already has {len(upstreams)} upstreams; the maximum is {MAX_UPSTREAMS}"
-        )
+        raise LimitExceeded(f"stream {replica} already has {len(upstreams)} upstreams; the maximum is {MAX_UPSTREAMS}")
     for other, topics in sorted(topics_of_upstreams.items()):
         shared = sorted(topics & topics_of_new)
         if shared:
@@ -266,8 +277,9 @@ def check_upstream_add(
             )
 
 
-def check_distinct(first: StreamPath, first_uuid: str | None, second: StreamPath, second_uuid: str | None,
-                   relation: str) -> None:
+def check_distinct(
+    first: StreamPath, first_uuid: str | None, second: StreamPath, second_uuid: str | None, relation: str
+) -> None:
     """Refuse a stream linked to itself under another name (the same UUID)."""
     if first_uuid is not None and first_uuid == second_uuid:
         raise InvalidArgument(
@@ -298,8 +310,9 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
     return names
 
 
-def effective_state(link: ReplicaLink, agreed: bool, error: str | None = None,
-                    no_gateway: str | None = None) -> tuple[str, str | None]:
+def effective_state(
+    link: ReplicaLink, agreed: bool, error: str | None = None, no_gateway: str | None = None
+) -> tuple[str, str | None]:
     """The state ``replica list`` shows, and its error. In order: FAILED_OVER (a failover withdrew
     the agreement on purpose: not an error, not waiting); an error (stored by a gateway,
     or ``error`` found now: a replica that was deleted, messages lost to the source's retention)

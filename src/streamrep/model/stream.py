@@ -30,13 +30,13 @@ class StreamMeta:
     adminperm: str = ""
 
     @classmethod
-    def for_creator(cls, user: str, **changes: Any) -> "StreamMeta":
+    def for_creator(cls, user: str, **changes: Any) -> StreamMeta:
         """Defaults for a stream ``user`` creates, with ``changes`` applied and validated."""
         owner = f"u:{user}"
         base = cls(**{perm: owner for perm in PERMISSIONS})
         return base.edited(**changes)
 
-    def edited(self, **changes: Any) -> "StreamMeta":
+    def edited(self, **changes: Any) -> StreamMeta:
         """A copy with ``changes`` (None values ignored), validated."""
         known = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - known)
@@ -45,9 +45,11 @@ class StreamMeta:
         clean = {k: v for k, v in changes.items() if v is not None}
         return replace(self, **clean).validated()
 
-    def validated(self) -> "StreamMeta":
-        if isinstance(self.defaultpartitions, bool) or not isinstance(self.defaultpartitions, int) or not (
-            1 <= self.defaultpartitions <= MAX_PARTITIONS
+    def validated(self) -> StreamMeta:
+        if (
+            isinstance(self.defaultpartitions, bool)
+            or not isinstance(self.defaultpartitions, int)
+            or not (1 <= self.defaultpartitions <= MAX_PARTITIONS)
         ):
             raise InvalidArgument(
                 f"invalid defaultpartitions {self.defaultpartitions!r}: must be 1 to {MAX_PARTITIONS}"
@@ -65,7 +67,7 @@ class StreamMeta:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StreamMeta":
+    def from_dict(cls, data: dict[str, Any]) -> StreamMeta:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -24,8 +24,8 @@ of its first stream; a message is never applied to its origin stream (loop preve
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from streamrep.errors import Conflict, InvalidArgument
 from streamrep.model.message import ORIGIN_HEADER, Message, OriginRun
@@ -153,14 +153,17 @@ def _check_span(span: tuple[int, int], batch: Sequence[Message], topic: str, par
     read_from, read_next = span
     if batch:
         if not read_from <= batch[0].offset <= batch[-1].offset < read_next:
-            raise InvalidArgument(f"the read span [{read_from}, {read_next}) of {topic}/{partition} does not hold "
-                                  f"its batch (offsets {batch[0].offset}-{batch[-1].offset})")
+            raise InvalidArgument(
+                f"the read span [{read_from}, {read_next}) of {topic}/{partition} does not hold "
+                f"its batch (offsets {batch[0].offset}-{batch[-1].offset})"
+            )
     elif read_from > read_next:
         raise InvalidArgument(f"the read span [{read_from}, {read_next}) of {topic}/{partition} is reversed")
 
 
-def _plan_unreplicated(plan: ApplyPlan, batch: Sequence[Message], topic: str, needed: int,
-                       own_key: str, own_prefix: bytes) -> ApplyPlan:
+def _plan_unreplicated(
+    plan: ApplyPlan, batch: Sequence[Message], topic: str, needed: int, own_key: str, own_prefix: bytes
+) -> ApplyPlan:
     """``plan_apply`` for messages with consecutive offsets and no headers, all first produced
     in the source: what to write is a suffix of the batch, one run, with no per-message decisions.
     The position mark is already planned."""

@@ -9,7 +9,8 @@ coordinator, and a gateway whose heartbeat expires has its partitions dealt to t
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TypeVar
 
 HEARTBEAT_INTERVAL_SECONDS = 2.0
 HEARTBEAT_EXPIRY_SECONDS = 10.0
@@ -39,8 +40,13 @@ def deal(partitions: Iterable[P], gateways: Sequence[str]) -> dict[str, list[P]]
     return shares
 
 
-def share_of(gateway: str, partitions: Iterable[P], heartbeats: Mapping[str, float], now: float,
-             expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> list[P]:
+def share_of(
+    gateway: str,
+    partitions: Iterable[P],
+    heartbeats: Mapping[str, float],
+    now: float,
+    expiry: float = HEARTBEAT_EXPIRY_SECONDS,
+) -> list[P]:
     """The partitions ``gateway`` should replicate now. A gateway always counts itself live."""
     live = set(live_gateways(heartbeats, now, expiry)) | {gateway}
     return deal(partitions, sorted(live))[gateway]

@@ -7,14 +7,14 @@ messages, so running it again, resuming after a crash, or handing over to the ga
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound, StreamrepError
-from streamrep.model.catalog import StreamEntry
 from streamrep.model import replication as rules
+from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_source
@@ -43,8 +43,9 @@ class CopyPlan:
         return pending
 
 
-def check_copy(admin: StreamAdmin, source: str | StreamPath,
-               destination: str | StreamPath) -> tuple[StreamEntry, StreamEntry | None]:
+def check_copy(
+    admin: StreamAdmin, source: str | StreamPath, destination: str | StreamPath
+) -> tuple[StreamEntry, StreamEntry | None]:
     """The rights a copy needs, checked before anything is created or written: copyperm on
     the source; on an existing destination produceperm, or adminperm (its administrator could
     grant itself produceperm, and a copy that created the destination must be able to resume
@@ -89,8 +90,9 @@ def plan_copy(admin: StreamAdmin, source: str, destination: str) -> CopyPlan:
     return plan
 
 
-def copy_partition(source_store: Store, dest_store: Store, plan: CopyPlan, unit: SourcePartition,
-                   batch_size: int = COPY_BATCH) -> int:
+def copy_partition(
+    source_store: Store, dest_store: Store, plan: CopyPlan, unit: SourcePartition, batch_size: int = COPY_BATCH
+) -> int:
     """Copy one source partition up to its planned end; returns messages written."""
     end = plan.ends[unit]
     written = 0
@@ -119,8 +121,9 @@ def copy_ended(admin: StreamAdmin, plan: CopyPlan, error: str | None = None) -> 
     so a state a gateway recorded meanwhile (an error, a fallback) is kept."""
     if _is_its_replica(admin, plan):
         state = ReplicaState.UNEXPECTED if error else ReplicaState.WAITING_FOR_GATEWAY
-        admin.set_replica_state(str(plan.source), str(plan.destination), state, error,
-                                only_from=ReplicaState.COPY_IN_PROGRESS)
+        admin.set_replica_state(
+            str(plan.source), str(plan.destination), state, error, only_from=ReplicaState.COPY_IN_PROGRESS
+        )
 
 
 @contextmanager

@@ -35,7 +35,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import Conflict, StreamrepError
@@ -99,13 +100,20 @@ def list_cursors(admin: StreamAdmin, path: str, group: str | None = None) -> lis
         for topic in topics:
             for p, offset in sorted(store.cursors(name, entry.uuid, topic).items()):
                 end = store.offsets(entry.uuid, topic, p)[1]
-                rows.append({"group": name, "topic": topic, "partition": p, "offset": offset,
-                             "lag": max(0, end - offset)})
+                rows.append(
+                    {"group": name, "topic": topic, "partition": p, "offset": offset, "lag": max(0, end - offset)}
+                )
     return rows
 
 
-def sync_partitions(source_store: Store, source_uuid: str, replica_store: Store, replica_uuid: str,
-                    partitions: Iterable[tuple[str, int]], takeover: bool = False) -> list[Row]:
+def sync_partitions(
+    source_store: Store,
+    source_uuid: str,
+    replica_store: Store,
+    replica_uuid: str,
+    partitions: Iterable[tuple[str, int]],
+    takeover: bool = False,
+) -> list[Row]:
     """The rules of this module for the given source partitions, for every group of the source.
 
     :param partitions: ``(topic, partition)`` of the source stream.
@@ -124,14 +132,33 @@ def sync_partitions(source_store: Store, source_uuid: str, replica_store: Store,
     replica_topics = replica_store.topics(replica_uuid)
     rows: list[Row] = []
     for group in groups:
-        rows += _sync_group(group, group in live, source_store, source_uuid, replica_store, replica_uuid,
-                            by_topic, marks, replica_topics, takeover)
+        rows += _sync_group(
+            group,
+            group in live,
+            source_store,
+            source_uuid,
+            replica_store,
+            replica_uuid,
+            by_topic,
+            marks,
+            replica_topics,
+            takeover,
+        )
     return rows
 
 
-def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, replica_store: Store,
-                replica_uuid: str, by_topic: Mapping[str, Sequence[int]], marks: Mapping[str, int],
-                replica_topics: Mapping[str, int], takeover: bool) -> list[Row]:
+def _sync_group(
+    group: str,
+    live: bool,
+    source_store: Store,
+    source_uuid: str,
+    replica_store: Store,
+    replica_uuid: str,
+    by_topic: Mapping[str, Sequence[int]],
+    marks: Mapping[str, int],
+    replica_topics: Mapping[str, int],
+    takeover: bool,
+) -> list[Row]:
     key = f"{replica_uuid}|{group}"
     written = (replica_store.catalog_get(CURSOR_SYNC_KIND, key) or {}).get("topics", {})
     rows: list[Row] = []
@@ -147,11 +174,14 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
         for p in wanted:
             cursor, current = source_cursors[p], replica_cursors.get(p)
             record = written.get(topic, {}).get(str(p))
-            row = {"group": group, "topic": topic, "partition": p, "sourceOffset": cursor,
-                   "replicaOffset": current}
+            row = {"group": group, "topic": topic, "partition": p, "sourceOffset": cursor, "replicaOffset": current}
             rows.append(row)
-            if takeover and not live and current is not None and (
-                    not _ours(record, current) or record["source"] != source_uuid):
+            if (
+                takeover
+                and not live
+                and current is not None
+                and (not _ours(record, current) or record["source"] != source_uuid)
+            ):
                 record = {"offset": current, "prior": current, "source": source_uuid}
                 adopted.setdefault(topic, {})[p] = current
             if live:
@@ -163,8 +193,9 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
             elif p >= count or _position(source_store, source_uuid, topic, p, marks, cursor) < cursor:
                 row["action"] = WAITING
             else:
-                target = translate_partition(replica_store, replica_uuid, position_key(source_uuid, topic, p),
-                                             topic, p, cursor)
+                target = translate_partition(
+                    replica_store, replica_uuid, position_key(source_uuid, topic, p), topic, p, cursor
+                )
                 if current is not None and target <= current:
                     row["action"] = UNCHANGED if target == current else BEHIND
                 else:
@@ -176,8 +207,9 @@ def _sync_group(group: str, live: bool, source_store: Store, source_uuid: str, r
     return rows
 
 
-def _position(source_store: Store, source_uuid: str, topic: str, partition: int, marks: Mapping[str, int],
-              cursor: int) -> int:
+def _position(
+    source_store: Store, source_uuid: str, topic: str, partition: int, marks: Mapping[str, int], cursor: int
+) -> int:
     """Where the replica's replication of the source partition stands, as ``transfer.next_position``
     sees it: nothing before the oldest offset the source holds is waited for (an empty partition,
     or messages dropped by the source's ttl before they were replicated)."""
@@ -195,8 +227,13 @@ def _ours(record: Mapping[str, Any] | None, current: int | None) -> bool:
     return current in (record["offset"], record.get("prior"))
 
 
-def _record(store: Store, replica_uuid: str, group: str, source_uuid: str,
-            records: Mapping[str, Mapping[int, tuple[int, int | None]]]) -> None:
+def _record(
+    store: Store,
+    replica_uuid: str,
+    group: str,
+    source_uuid: str,
+    records: Mapping[str, Mapping[int, tuple[int, int | None]]],
+) -> None:
     """Record ``(offset, prior)`` per topic and partition as written by the sync from ``source_uuid``."""
 
     def change(doc: dict | None) -> dict:
@@ -217,14 +254,25 @@ def adopt_cursors(store: Store, stream_uuid: str, source_uuid: str) -> int:
     groups = store.groups(stream_uuid)
     for group in groups:
         cursors = {topic: store.cursors(group, stream_uuid, topic) for topic in store.topics(stream_uuid)}
-        _record(store, stream_uuid, group, source_uuid,
-                {topic: {p: (o, o) for p, o in parts.items()} for topic, parts in cursors.items()})
+        _record(
+            store,
+            stream_uuid,
+            group,
+            source_uuid,
+            {topic: {p: (o, o) for p, o in parts.items()} for topic, parts in cursors.items()},
+        )
     return len(groups)
 
 
-def _commit(group: str, source_uuid: str, replica_store: Store, replica_uuid: str,
-            moves: Mapping[str, Mapping[int, tuple[int, int | None]]], adopted: Mapping[str, Mapping[int, int]],
-            rows: list[Row]) -> None:
+def _commit(
+    group: str,
+    source_uuid: str,
+    replica_store: Store,
+    replica_uuid: str,
+    moves: Mapping[str, Mapping[int, tuple[int, int | None]]],
+    adopted: Mapping[str, Mapping[int, int]],
+    rows: list[Row],
+) -> None:
     """Record what is about to be written, then write it: a sync cut off in between finds the
     replica still at the recorded ``prior`` value and writes again."""
 
@@ -257,8 +305,9 @@ class CursorSync:
         self.rows: list[Row] = []  # the last pass's rows, for status and tests
         self.errors: dict[str, str] = {}  # replica path -> the last pass's error
 
-    def maybe_sync(self, admin: StreamAdmin, replica_store: Store,
-                   units: Mapping[SourcePartition, Sequence[Flow]]) -> bool:
+    def maybe_sync(
+        self, admin: StreamAdmin, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]
+    ) -> bool:
         """Sync if a pass is due; returns whether one ran."""
         now = time.monotonic()
         if self.interval is None or now - self._last < self.interval:
@@ -280,8 +329,9 @@ class CursorSync:
         for pair, partitions in sorted(work.items()):
             flow = flows[pair]
             try:
-                rows += sync_partitions(admin.store(flow.source), flow.source_uuid, replica_store,
-                                        flow.replica_uuid, partitions)
+                rows += sync_partitions(
+                    admin.store(flow.source), flow.source_uuid, replica_store, flow.replica_uuid, partitions
+                )
             except StreamrepError as err:
                 errors[str(flow.replica)] = str(err)
                 log.warning("cursor sync %s -> %s failed: %s", flow.source, flow.replica, err)

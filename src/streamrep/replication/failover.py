@@ -43,8 +43,9 @@ Every step finds its work done or does it, so each command is safe to retry.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from streamrep.client.admin import StreamAdmin, now_ms
 from streamrep.client.producer import FAILOVER_CHECK_SECONDS
@@ -132,17 +133,21 @@ def stage(pair: Pair) -> str:
     """Where the pair stands (LINKED ... RETURNING); NotFound or Conflict when no failover or
     failback applies to it."""
     src, dst, record = pair.src, pair.dst, pair.dst_entry.failover
-    if record is not None and record.state in (FailoverState.FAILED_OVER.value, FailoverState.FAILING_BACK.value,
-                                               FailoverState.TAKING_BACK.value):
-        raise Conflict(f"stream {dst} {record.describe()}: it is not a replica now; to give it its role back "
-                       f"use 'stream replica failback -path {dst} -replica {record.peer}'")
+    if record is not None and record.state in (
+        FailoverState.FAILED_OVER.value,
+        FailoverState.FAILING_BACK.value,
+        FailoverState.TAKING_BACK.value,
+    ):
+        raise Conflict(
+            f"stream {dst} {record.describe()}: it is not a replica now; to give it its role back "
+            f"use 'stream replica failback -path {dst} -replica {record.peer}'"
+        )
     if record is not None and record.peer == str(src):
         if record.state == FailoverState.RETURNING.value:
             return RETURNING
         if record.state == FailoverState.PROMOTED.value:
             reverse = rules.find_link(pair.dst_entry.replicas, src) is not None
-            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK.value,
-                                                      FailoverState.TAKING_BACK.value)
+            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK.value, FailoverState.TAKING_BACK.value)
             return FAILING_BACK if reverse and failing_back else FAILED_OVER
     if record is not None and record.state == FailoverState.PROMOTED.value:
         raise Conflict(f"stream {dst} was promoted to replace {record.peer}, not {src}")
@@ -161,8 +166,9 @@ def stage(pair: Pair) -> str:
 
 
 # -- what is pending ----------------------------------------------------------------------------
-def lag_by_topic(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath,
-                 dst_entry: StreamEntry) -> list[dict[str, Any]]:
+def lag_by_topic(
+    admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
+) -> list[dict[str, Any]]:
     """Per topic of the source: the messages and bytes ``dst`` has not applied yet and how long
     the oldest of them has waited (ms), counted as ``status.pending`` counts them."""
     source_store, marks = admin.store(src), admin.store(dst).marks(dst_entry.uuid)
@@ -176,8 +182,14 @@ def lag_by_topic(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, ds
             messages, size = messages + n, size + b
             if n:
                 oldest = lo if oldest is None else min(oldest, lo)
-        rows.append({"topic": topic, "pendingMessages": messages, "bytesPending": size,
-                     "replicationLagMillis": 0 if oldest is None else max(0, now - oldest)})
+        rows.append(
+            {
+                "topic": topic,
+                "pendingMessages": messages,
+                "bytesPending": size,
+                "replicationLagMillis": 0 if oldest is None else max(0, now - oldest),
+            }
+        )
     return rows
 
 
@@ -186,6 +198,7 @@ def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
     kept in the replica's cluster), or None if none was recorded."""
     try:
         from streamrep.replication import lag  # the lag history (issue 10 section 3)
+
         doc = admin.store(pair.dst).catalog_get(lag.LAG_KIND, lag.flow_key(pair.source_uuid, pair.dst_entry.uuid))
         samples = lag.samples_of(doc)
     except (ImportError, AttributeError, StreamrepError):
@@ -216,16 +229,22 @@ def _groups(admin: StreamAdmin, path: StreamPath, entry: StreamEntry | None) -> 
 def _ends(admin: StreamAdmin, path: StreamPath, uuid: str) -> dict[str, int]:
     """Every partition's end offset, by ``topic/partition``."""
     store = admin.store(path)
-    return {f"{topic}/{p}": store.offsets(uuid, topic, p)[1]
-            for topic, count in store.topics(uuid).items() for p in range(count)}
+    return {
+        f"{topic}/{p}": store.offsets(uuid, topic, p)[1]
+        for topic, count in store.topics(uuid).items()
+        for p in range(count)
+    }
 
 
 def _written_since(admin: StreamAdmin, path: StreamPath, uuid: str, ends: dict[str, int]) -> int:
     """Messages written to the stream after the end offsets ``ends`` (offsets are not a count:
     Kafka's transaction markers take some)."""
     store = admin.store(path)
-    return sum(store.range_stats(uuid, topic, p, ends.get(f"{topic}/{p}", 0))[0]
-               for topic, count in store.topics(uuid).items() for p in range(count))
+    return sum(
+        store.range_stats(uuid, topic, p, ends.get(f"{topic}/{p}", 0))[0]
+        for topic, count in store.topics(uuid).items()
+        for p in range(count)
+    )
 
 
 # -- the plan -----------------------------------------------------------------------------------
@@ -246,8 +265,11 @@ def failover_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, An
         topics = lag_by_topic(admin, src, pair.src_entry, dst, pair.dst_entry)
     total = None if topics is None else sum(t["pendingMessages"] for t in topics)
     plan: dict[str, Any] = {
-        "path": str(src), "replica": str(dst), "stage": where,
-        "sourceReachable": pair.reachable, "sourceError": pair.unreachable,
+        "path": str(src),
+        "replica": str(dst),
+        "stage": where,
+        "sourceReachable": pair.reachable,
+        "sourceError": pair.unreachable,
         "pendingMessages": total,
         "bytesPending": None if topics is None else sum(t["bytesPending"] for t in topics),
         "replicationLagMillis": None if topics is None else max((t["replicationLagMillis"] for t in topics), default=0),
@@ -258,8 +280,10 @@ def failover_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, An
         "forceNeeded": not pair.reachable and where in (LINKED, FAILING_OVER),
     }
     if where in (FAILED_OVER, FAILING_BACK, RETURNING):
-        plan["steps"] = [f"nothing to do: {dst} is already {pair.dst_entry.failover.describe()}"
-                         + ("" if where == FAILED_OVER else f" ({where}; finish it with failback)")]
+        plan["steps"] = [
+            f"nothing to do: {dst} is already {pair.dst_entry.failover.describe()}"
+            + ("" if where == FAILED_OVER else f" ({where}; finish it with failback)")
+        ]
         if where == FAILED_OVER and pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER.value:
             plan["steps"].append(f"record on {src} (reachable again) that it failed over: its producers are refused")
     elif pair.reachable:
@@ -305,8 +329,9 @@ def _grace(record: FailoverRecord | None, grace: float) -> None:
             time.sleep(left)
 
 
-def stop_flow(admin: StreamAdmin, src: StreamPath, source_uuid: str, src_store_readable: bool, dst: StreamPath,
-              dst_uuid: str) -> int:
+def stop_flow(
+    admin: StreamAdmin, src: StreamPath, source_uuid: str, src_store_readable: bool, dst: StreamPath, dst_uuid: str
+) -> int:
     """Write a stop mark (``stop_key``) for every partition of ``source_uuid`` into the replica
     ``dst``: from then on no apply from it commits. Returns how many partitions were stopped."""
     store = admin.store(dst)
@@ -352,8 +377,14 @@ def _mark_link_failed_over(admin: StreamAdmin, src: StreamPath, dst: StreamPath)
     admin.set_replica_state(str(src), str(dst), ReplicaState.FAILED_OVER)
 
 
-def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False, timeout: float = DEFAULT_TIMEOUT,
-             grace: float = FENCE_GRACE_SECONDS) -> dict[str, Any]:
+def failover(
+    admin: StreamAdmin,
+    source: str,
+    replica: str,
+    force: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+    grace: float = FENCE_GRACE_SECONDS,
+) -> dict[str, Any]:
     """``stream replica failover``: promote ``replica`` to take the place of ``source`` (see the
     module's docstring). Needs adminperm on both streams (on the replica only, when the source
     is unreachable) and what the link commands need.
@@ -370,24 +401,39 @@ def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False,
     pair = _pair(admin, source, replica)
     where = stage(pair)
     src, dst = pair.src, pair.dst
-    result: dict[str, Any] = {"path": str(src), "replica": str(dst), "alreadyDone": False, "forced": False,
-                              "missing": 0, "lateMessages": 0, "cursors": []}
+    result: dict[str, Any] = {
+        "path": str(src),
+        "replica": str(dst),
+        "alreadyDone": False,
+        "forced": False,
+        "missing": 0,
+        "lateMessages": 0,
+        "cursors": [],
+    }
     if where in (FAILING_BACK, RETURNING):
-        raise Conflict(f"{dst} is already {pair.dst_entry.failover.describe()} and a failback is under way "
-                       f"({where}): finish it with 'stream replica failback -path {src} -replica {dst}'")
+        raise Conflict(
+            f"{dst} is already {pair.dst_entry.failover.describe()} and a failback is under way "
+            f"({where}): finish it with 'stream replica failback -path {src} -replica {dst}'"
+        )
     if where == FAILED_OVER:
         record = pair.dst_entry.failover
         _withdraw(admin, pair)  # an earlier try may have stopped after promoting
         if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER.value:
             _demote_source(admin, pair, record.since)  # a forced failover's source is back: refuse its producers
-        result.update(alreadyDone=True, forced=record.forced, missing=record.missing,
-                      result=f"already failed over: {dst} is {record.describe()}")
+        result.update(
+            alreadyDone=True,
+            forced=record.forced,
+            missing=record.missing,
+            result=f"already failed over: {dst} is {record.describe()}",
+        )
         return result
     if not pair.reachable and not force:
         known = last_known_lag(admin, pair)
-        raise Unavailable(f"source {src} is unreachable ({pair.unreachable}); use -force true to promote {dst} "
-                          f"anyway (up to {known if known is not None else 'an unknown number of'} messages "
-                          f"may be missing)")
+        raise Unavailable(
+            f"source {src} is unreachable ({pair.unreachable}); use -force true to promote {dst} "
+            f"anyway (up to {known if known is not None else 'an unknown number of'} messages "
+            f"may be missing)"
+        )
     missing: int | None = 0
     if pair.reachable:
         record = pair.src_entry.failover
@@ -399,16 +445,20 @@ def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False,
         count = lambda: pending(admin, str(src), str(dst))["pendingMessages"]  # noqa: E731
         if link is not None and link.paused and count() and not force:
             _unfence(admin, src)
-            raise Conflict(f"replica {dst} is paused with {count()} messages pending: resume it "
-                           f"('stream replica resume -path {src} -replica {dst}') or use -force true")
+            raise Conflict(
+                f"replica {dst} is paused with {count()} messages pending: resume it "
+                f"('stream replica resume -path {src} -replica {dst}') or use -force true"
+            )
         drained, missing = _wait(count, lambda n: n == 0, timeout)
         if not drained and not force:
             _unfence(admin, src)
             gateways = _gateways(admin, pair)
-            raise Unavailable(f"replica {dst} still lacks {missing} messages of {src} after {timeout:g} s "
-                              f"(live gateways: {', '.join(gateways or []) or 'none'}); nothing was changed and "
-                              f"producers write to {src} again: start the gateways of cluster {dst.cluster} "
-                              f"or use -force true")
+            raise Unavailable(
+                f"replica {dst} still lacks {missing} messages of {src} after {timeout:g} s "
+                f"(live gateways: {', '.join(gateways or []) or 'none'}); nothing was changed and "
+                f"producers write to {src} again: start the gateways of cluster {dst.cluster} "
+                f"or use -force true"
+            )
         stop_flow(admin, src, pair.src_entry.uuid, True, dst, pair.dst_entry.uuid)
         result["cursors"] = place_cursors(admin, src, pair.src_entry.uuid, dst, pair.dst_entry.uuid)
         result["lateMessages"] = count()
@@ -417,8 +467,9 @@ def failover(admin: StreamAdmin, source: str, replica: str, force: bool = False,
         if pair.source_uuid is not None:
             stop_flow(admin, src, pair.source_uuid, False, dst, pair.dst_entry.uuid)
     forced = not pair.reachable or bool(missing)
-    promoted = FailoverRecord(FailoverState.PROMOTED.value, str(src), pair.source_uuid, now_ms(), forced,
-                              missing if forced else 0)
+    promoted = FailoverRecord(
+        FailoverState.PROMOTED.value, str(src), pair.source_uuid, now_ms(), forced, missing if forced else 0
+    )
     admin.set_failover(dst, promoted)  # first: a retry from here on finds it failed over and completes it
     _withdraw(admin, pair)
     if pair.reachable:
@@ -446,8 +497,9 @@ def _demote_source(admin: StreamAdmin, pair: Pair, since: int) -> None:
     _mark_link_failed_over(admin, pair.src, pair.dst)
     # its consumers' cursors become the sync's to move forward at failback
     adopt_cursors(admin.store(pair.src), admin.entry(pair.src).uuid, pair.dst_entry.uuid)
-    admin.set_failover(pair.src, FailoverRecord(FailoverState.FAILED_OVER.value, str(pair.dst),
-                                                pair.dst_entry.uuid, since))
+    admin.set_failover(
+        pair.src, FailoverRecord(FailoverState.FAILED_OVER.value, str(pair.dst), pair.dst_entry.uuid, since)
+    )
 
 
 def _seconds(value: Any, what: str) -> float:
@@ -476,17 +528,24 @@ def failback_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, An
     if pair.reachable and where in (FAILED_OVER, FAILING_BACK, RETURNING):
         back = lag_by_topic(admin, dst, pair.dst_entry, src, pair.src_entry)
     to_copy = None if back is None else sum(t["pendingMessages"] for t in back)
-    plan = {"path": str(src), "replica": str(dst), "stage": where, "sourceReachable": pair.reachable,
-            "sourceError": pair.unreachable, "toCopyBack": to_copy, "topics": back,
-            "gateways": _gateways(admin, pair, reverse=True), "groups": _groups(admin, dst, pair.dst_entry)}
+    plan = {
+        "path": str(src),
+        "replica": str(dst),
+        "stage": where,
+        "sourceReachable": pair.reachable,
+        "sourceError": pair.unreachable,
+        "toCopyBack": to_copy,
+        "topics": back,
+        "gateways": _gateways(admin, pair, reverse=True),
+        "groups": _groups(admin, dst, pair.dst_entry),
+    }
     if where == LINKED:
         plan["steps"] = [f"nothing to do: {src} replicates to {dst} (not failed over)"]
     else:
         plan["steps"] = [
             f"add the reverse link {dst} -> {src}: it copies only the {to_copy} messages produced on {dst} "
             f"(the apply skips messages whose origin is {src}); producers keep writing to {dst}",
-            f"return: send producers back to {src} (they wait there), wait until {src} has every message "
-            f"of {dst}",
+            f"return: send producers back to {src} (they wait there), wait until {src} has every message of {dst}",
             f"stop the reverse flow, place the cursors of {len(plan['groups'] or [])} group(s) back on {src}",
             f"restore {src} -> {dst} from the replica's stored positions, remove the reverse link, "
             f"clear the records: producers write to {src}",
@@ -507,8 +566,14 @@ def _failback_stage(pair: Pair) -> str:
     return where
 
 
-def failback(admin: StreamAdmin, source: str, replica: str, phase: str = "all", timeout: float = DEFAULT_TIMEOUT,
-             grace: float = FENCE_GRACE_SECONDS) -> dict[str, Any]:
+def failback(
+    admin: StreamAdmin,
+    source: str,
+    replica: str,
+    phase: str = "all",
+    timeout: float = DEFAULT_TIMEOUT,
+    grace: float = FENCE_GRACE_SECONDS,
+) -> dict[str, Any]:
     """``stream replica failback``: give ``source`` its role back from the promoted ``replica``
     (see the module's docstring). Needs adminperm on both streams, and copyperm on the promoted
     stream (it becomes the source of the reverse link).
@@ -526,8 +591,14 @@ def failback(admin: StreamAdmin, source: str, replica: str, phase: str = "all", 
     pair = _pair(admin, source, replica)
     where = _failback_stage(pair)
     src, dst = pair.src, pair.dst
-    result: dict[str, Any] = {"path": str(src), "replica": str(dst), "phase": phase, "alreadyDone": False,
-                              "copiedBack": None, "cursors": []}
+    result: dict[str, Any] = {
+        "path": str(src),
+        "replica": str(dst),
+        "phase": phase,
+        "alreadyDone": False,
+        "copiedBack": None,
+        "cursors": [],
+    }
     if where == LINKED:
         result.update(alreadyDone=True, result=f"nothing to fail back: {src} replicates to {dst}")
         return result
@@ -540,8 +611,10 @@ def failback(admin: StreamAdmin, source: str, replica: str, phase: str = "all", 
     if phase == "reverse":
         if where == RETURNING:
             raise Conflict(f"the return of {dst} to {src} is under way: finish it with phase return")
-        result["result"] = (f"reverse link {dst} -> {src} in place: "
-                            f"{pending(admin, str(dst), str(src))['pendingMessages']} messages to copy back")
+        result["result"] = (
+            f"reverse link {dst} -> {src} in place: "
+            f"{pending(admin, str(dst), str(src))['pendingMessages']} messages to copy back"
+        )
         return result
     where = _failback_stage(pair)
     if where == FAILED_OVER:
@@ -558,9 +631,11 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
         _demote_source(admin, pair, pair.dst_entry.failover.since)  # forced: the source was never told
     clear_stops(admin, src, pair.src_entry.uuid, pair.dst_entry.uuid)  # left by an earlier failback
     baseline = _ends(admin, src, pair.src_entry.uuid)
-    admin.set_failover(src, FailoverRecord(FailoverState.FAILING_BACK.value, str(dst), pair.dst_entry.uuid,
-                                           now_ms(), baseline=baseline),
-                       only_state=FailoverState.FAILED_OVER.value)
+    admin.set_failover(
+        src,
+        FailoverRecord(FailoverState.FAILING_BACK.value, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
+        only_state=FailoverState.FAILED_OVER.value,
+    )
     ensure_replica(admin, dst, src, paused=False)
     ensure_upstream(admin, src, dst)
 
@@ -581,14 +656,20 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     count = lambda: pending(admin, str(dst), str(src))["pendingMessages"]  # noqa: E731
     drained, left = _wait(count, lambda n: n == 0, timeout)
     if not drained:
-        admin.set_failover(dst, record.with_changes(state=FailoverState.PROMOTED.value),
-                           only_state=FailoverState.RETURNING.value)
+        admin.set_failover(
+            dst, record.with_changes(state=FailoverState.PROMOTED.value), only_state=FailoverState.RETURNING.value
+        )
         if src_record is not None:
-            admin.set_failover(src, src_record.with_changes(state=FailoverState.FAILING_BACK.value),
-                               only_state=FailoverState.TAKING_BACK.value)
-        raise Unavailable(f"{src} still lacks {left} messages of {dst} after {timeout:g} s (live gateways of "
-                          f"cluster {src.cluster}: {', '.join(_gateways(admin, pair, True) or []) or 'none'}); "
-                          f"producers write to {dst} again; run failback again once the gateways run")
+            admin.set_failover(
+                src,
+                src_record.with_changes(state=FailoverState.FAILING_BACK.value),
+                only_state=FailoverState.TAKING_BACK.value,
+            )
+        raise Unavailable(
+            f"{src} still lacks {left} messages of {dst} after {timeout:g} s (live gateways of "
+            f"cluster {src.cluster}: {', '.join(_gateways(admin, pair, True) or []) or 'none'}); "
+            f"producers write to {dst} again; run failback again once the gateways run"
+        )
     src_entry = admin.entry(src)
     baseline = src_entry.failover.baseline if src_entry.failover is not None else None
     copied = None if baseline is None else _written_since(admin, src, src_entry.uuid, baseline)
@@ -608,10 +689,14 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     if rules.find_link(src_entry.replicas, dst) is None:
         ensure_replica(admin, src, dst, paused=False)
     else:
-        admin.set_replica_state(str(src), str(dst), ReplicaState.WAITING_FOR_GATEWAY,
-                                only_from=ReplicaState.FAILED_OVER)
+        admin.set_replica_state(
+            str(src), str(dst), ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER
+        )
         admin.resume_replica(str(src), str(dst))
     admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)
-    return {"copiedBack": copied, "cursors": cursors,
-            "result": f"failed back: producers write to {src}, which replicates to {dst} again"}
+    return {
+        "copiedBack": copied,
+        "cursors": cursors,
+        "result": f"failed back: producers write to {src}, which replicates to {dst} again",
+    }

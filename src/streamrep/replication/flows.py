@@ -66,7 +66,23 @@ def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Block
     return flows, blocked
 
 
-def flow_of(source: StreamPath, source_entry: StreamEntry, replica: StreamPath, replica_entry: StreamEntry,
-            link: rules.ReplicaLink) -> Flow:
-    return Flow(source, source_entry.uuid, replica, replica_entry.uuid, link.paused, link.synchronous,
-                link.state, link.error, link.throttle, link.networkencryption, link.networkcompression)
+def flow_of(
+    source: StreamPath,
+    source_entry: StreamEntry,
+    replica: StreamPath,
+    replica_entry: StreamEntry,
+    link: rules.ReplicaLink,
+) -> Flow:
+    return Flow(
+        source,
+        source_entry.uuid,
+        replica,
+        replica_entry.uuid,
+        link.paused,
+        link.synchronous,
+        link.state,
+        link.error,
+        link.throttle,
+        link.networkencryption,
+        link.networkcompression,
+    )

@@ -19,24 +19,43 @@ import logging
 import socket
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
-from streamrep.store.base import Store
-from streamrep.replication.assignment import (HEARTBEAT_EXPIRY_SECONDS, HEARTBEAT_INTERVAL_SECONDS, eligible,
-                                               live_gateways, share_of)
+from streamrep.replication.assignment import (
+    HEARTBEAT_EXPIRY_SECONDS,
+    HEARTBEAT_INTERVAL_SECONDS,
+    eligible,
+    live_gateways,
+    share_of,
+)
 from streamrep.replication.cursors import CursorSync
 from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.lag import LagRecorder
-from streamrep.replication.service import (HEARTBEAT_KIND, StopWatch, announce, beat, placement, share_names,
-                                           stopped_line, withdraw)
-from streamrep.replication.transfer import (SourcePartition, SourceRead, apply_to_replicas, ensure_topics,
-                                            next_position, read_source)
+from streamrep.replication.service import (
+    HEARTBEAT_KIND,
+    StopWatch,
+    announce,
+    beat,
+    placement,
+    share_names,
+    stopped_line,
+    withdraw,
+)
+from streamrep.replication.transfer import (
+    SourcePartition,
+    SourceRead,
+    apply_to_replicas,
+    ensure_topics,
+    next_position,
+    read_source,
+)
+from streamrep.store.base import Store
 
 # HEARTBEAT_KIND is defined with the other service documents in service.py; callers keep importing it from here.
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
@@ -54,8 +73,9 @@ def heartbeats(store: Store) -> dict[str, float]:
     return {gid: doc["ts"] for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()}
 
 
-def gateway_outage(admin: StreamAdmin, source_cluster: str, cluster: str,
-                   expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> str | None:
+def gateway_outage(
+    admin: StreamAdmin, source_cluster: str, cluster: str, expiry: float = HEARTBEAT_EXPIRY_SECONDS
+) -> str | None:
     """Why no gateway replicates from ``source_cluster`` into ``cluster`` now (MapR's
     ErrAllGatewaysUnreachable), or None while one is live: one the source cluster lists for
     ``cluster`` (``cluster gateway set``), or any gateway of ``cluster`` if it lists none."""
@@ -63,8 +83,10 @@ def gateway_outage(admin: StreamAdmin, source_cluster: str, cluster: str,
     if live_gateways(eligible(heartbeats(admin.clusters.store(cluster)), listed), time.time(), expiry):
         return None
     if listed:
-        return (f"ErrAllGatewaysUnreachable: none of the gateways {', '.join(listed)} that cluster "
-                f"{source_cluster} lists for cluster {cluster} has a live heartbeat")
+        return (
+            f"ErrAllGatewaysUnreachable: none of the gateways {', '.join(listed)} that cluster "
+            f"{source_cluster} lists for cluster {cluster} has a live heartbeat"
+        )
     return f"ErrAllGatewaysUnreachable: no gateway of cluster {cluster} has a live heartbeat"
 
 
@@ -120,8 +142,9 @@ class Gateway:
     :param gateway_id: its name, as listed by ``cluster gateway set`` (default: host name).
     """
 
-    def __init__(self, admin: StreamAdmin, cluster: str, gateway_id: str | None = None,
-                 expiry: float = HEARTBEAT_EXPIRY_SECONDS):
+    def __init__(
+        self, admin: StreamAdmin, cluster: str, gateway_id: str | None = None, expiry: float = HEARTBEAT_EXPIRY_SECONDS
+    ):
         admin.require_cluster_admin(cluster)  # a gateway acts with its cluster's authority
         self.admin = admin
         self.cluster = cluster
@@ -241,13 +264,16 @@ class Gateway:
             for flow in flows:
                 if flow.replica_uuid not in marks:
                     marks[flow.replica_uuid] = self.store.marks(flow.replica_uuid)
-            position = min((next_position(self.store, f.replica_uuid, unit, source_start, marks[f.replica_uuid])
-                            for f in flows), default=source_end)
+            position = min(
+                (next_position(self.store, f.replica_uuid, unit, source_start, marks[f.replica_uuid]) for f in flows),
+                default=source_end,
+            )
             result[unit] = Progress(source_start, source_end, position)
         return result
 
-    def read(self, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH,
-             end: int | None = None) -> SourceRead:
+    def read(
+        self, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH, end: int | None = None
+    ) -> SourceRead:
         """The next messages of one source partition for its flows, from the lowest stored
         position, with the span they cover and the oldest offset the source holds (for ``apply``).
 
@@ -257,8 +283,14 @@ class Gateway:
         source_store = self.admin.clusters.store(unit.source.cluster)
         return read_source(source_store, unit, progress.position, max_messages, end)
 
-    def apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message],
-              source_start: int, span: tuple[int, int] | None = None) -> tuple[dict[Flow, int], dict[Flow, str]]:
+    def apply(
+        self,
+        unit: SourcePartition,
+        flows: Iterable[Flow],
+        batch: Sequence[Message],
+        source_start: int,
+        span: tuple[int, int] | None = None,
+    ) -> tuple[dict[Flow, int], dict[Flow, str]]:
         """Apply ``batch`` (the messages of ``unit`` in ``span``, as ``transfer.apply_to_replicas``:
         read once, written to all in one transaction where the store allows) to each flow's
         replica, exactly once. A flow that fails is reported and the others still get the batch.
@@ -266,16 +298,22 @@ class Gateway:
         written, errors = self._apply(unit, flows, batch, source_start, span)
         return written, {flow: f"{unit.topic}/{unit.partition}: {err}" for flow, err in errors.items()}
 
-    def _apply(self, unit: SourcePartition, flows: Iterable[Flow], batch: Sequence[Message], source_start: int,
-               span: tuple[int, int] | None) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
+    def _apply(
+        self,
+        unit: SourcePartition,
+        flows: Iterable[Flow],
+        batch: Sequence[Message],
+        source_start: int,
+        span: tuple[int, int] | None,
+    ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
         by_replica = {flow.replica_uuid: flow for flow in flows}
         codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
         written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span, codecs)
-        return ({by_replica[r]: n for r, n in written.items()},
-                {by_replica[r]: err for r, err in errors.items()})
+        return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
 
-    def replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH,
-                  end: int | None = None) -> int:
+    def replicate(
+        self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH, end: int | None = None
+    ) -> int:
         """Move up to ``max_messages`` of one source partition into its replicas; returns how
         many source messages were read.
 
@@ -283,8 +321,7 @@ class Gateway:
         """
         return len(self._replicate(unit, flows, max_messages, end).messages)
 
-    def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int,
-                   end: int | None) -> SourceRead:
+    def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int, end: int | None) -> SourceRead:
         read = self.read(unit, flows, max_messages, end)
         _, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
         if errors:  # the other replicas have the batch; the pass reports this unit as failed

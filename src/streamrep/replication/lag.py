@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlertRaised, InvalidArgument, StreamrepError
@@ -69,8 +70,12 @@ def measure(admin: StreamAdmin, source: str, replica: str, now_ms: int | None = 
 
     info = pending(admin, source, replica)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return {"t": now_ms, "messages": info["pendingMessages"], "bytes": info["bytesPending"],
-            "ms": lag_millis(info["minPendingTS"], now_ms)}
+    return {
+        "t": now_ms,
+        "messages": info["pendingMessages"],
+        "bytes": info["bytesPending"],
+        "ms": lag_millis(info["minPendingTS"], now_ms),
+    }
 
 
 # -- history ----------------------------------------------------------------------------------
@@ -89,8 +94,13 @@ def due(doc: Mapping[str, Any] | None, now_ms: int, every: float = SAMPLE_SECOND
     return newest is None or now_ms - newest >= every * 1000
 
 
-def appended(doc: Mapping[str, Any] | None, flow: Flow, sample: Mapping[str, int],
-             every: float = SAMPLE_SECONDS, keep: int = HISTORY_SAMPLES) -> dict[str, Any]:
+def appended(
+    doc: Mapping[str, Any] | None,
+    flow: Flow,
+    sample: Mapping[str, int],
+    every: float = SAMPLE_SECONDS,
+    keep: int = HISTORY_SAMPLES,
+) -> dict[str, Any]:
     """``doc`` with ``sample`` added and only the newest ``keep`` samples kept; raises
     ``_NotDue`` when its newest sample is younger than ``every`` seconds (pure: a catalog
     change may run more than once)."""
@@ -100,13 +110,17 @@ def appended(doc: Mapping[str, Any] | None, flow: Flow, sample: Mapping[str, int
     return {"source": str(flow.source), "replica": str(flow.replica), "every": every, "samples": rows[-keep:]}
 
 
-def record(store: Store, flow: Flow, sample: Mapping[str, int], every: float = SAMPLE_SECONDS,
-           keep: int = HISTORY_SAMPLES) -> bool:
+def record(
+    store: Store, flow: Flow, sample: Mapping[str, int], every: float = SAMPLE_SECONDS, keep: int = HISTORY_SAMPLES
+) -> bool:
     """Add ``sample`` to ``flow``'s history in the replica's cluster (``store``), unless the flow
     was sampled less than ``every`` seconds before it. Returns whether it was written."""
     try:
-        store.catalog_update(LAG_KIND, flow_key(flow.source_uuid, flow.replica_uuid),
-                             lambda doc: appended(doc, flow, sample, every, keep))
+        store.catalog_update(
+            LAG_KIND,
+            flow_key(flow.source_uuid, flow.replica_uuid),
+            lambda doc: appended(doc, flow, sample, every, keep),
+        )
     except _NotDue:
         return False
     return True
@@ -123,7 +137,7 @@ def lag_history(admin: StreamAdmin, source: str, replica: str) -> list[dict[str,
 
 
 def samples_of(doc: Mapping[str, Any] | None) -> list[dict[str, int]]:
-    return [dict(zip(FIELDS, row)) for row in (doc or {}).get("samples") or []]
+    return [dict(zip(FIELDS, row, strict=False)) for row in (doc or {}).get("samples") or []]
 
 
 # -- what a gateway does ---------------------------------------------------------------------
@@ -145,7 +159,7 @@ class LagRecorder:
         self.metrics: GatewayMetrics | None = None
         self._next = float("-inf")  # monotonic time of the next sample
 
-    def export(self, gateway_id: str, port: int) -> "GatewayMetrics":
+    def export(self, gateway_id: str, port: int) -> GatewayMetrics:
         """Serve this gateway's Prometheus metrics on ``port`` from now on (``metrics.py``)."""
         from streamrep.replication.metrics import GatewayMetrics  # prometheus_client only when asked
 
@@ -197,8 +211,10 @@ class LagRecorder:
             except StreamrepError as err:
                 log.warning("lag of %s -> %s not sampled: %s", flow.source, flow.replica, err)
         if self.metrics is not None:
-            self.metrics.lag({(str(f.source), str(f.replica)): s for f, s in taken.items()},
-                             {(str(f.source), str(f.replica)) for f in flows})
+            self.metrics.lag(
+                {(str(f.source), str(f.replica)): s for f, s in taken.items()},
+                {(str(f.source), str(f.replica)) for f in flows},
+            )
         return taken
 
 
@@ -210,8 +226,13 @@ def _link(admin: StreamAdmin, source: str, replica: str) -> tuple[StreamPath, An
     return src, src_entry, dst, admin.entry(dst)
 
 
-def set_alert(admin: StreamAdmin, source: str, replica: str, max_lag_millis: int | None = None,
-              max_lag_messages: int | None = None) -> dict[str, Any]:
+def set_alert(
+    admin: StreamAdmin,
+    source: str,
+    replica: str,
+    max_lag_millis: int | None = None,
+    max_lag_messages: int | None = None,
+) -> dict[str, Any]:
     """``stream replica alert``: set the thresholds past which the monitoring DAG fails for
     ``replica``. A threshold not given keeps its value; 0 removes it. Needs adminperm on the
     source. Safe to repeat.
@@ -260,8 +281,9 @@ def breaches(sample: Mapping[str, int], limits: Mapping[str, int | None]) -> lis
     if limits.get("maxLagMillis") is not None and sample["ms"] > limits["maxLagMillis"]:
         found.append(f"lag {sample['ms']:,} ms passes its threshold of {limits['maxLagMillis']:,} ms")
     if limits.get("maxLagMessages") is not None and sample["messages"] > limits["maxLagMessages"]:
-        found.append(f"{sample['messages']:,} messages behind passes its threshold of "
-                     f"{limits['maxLagMessages']:,} messages")
+        found.append(
+            f"{sample['messages']:,} messages behind passes its threshold of {limits['maxLagMessages']:,} messages"
+        )
     return found
 
 
@@ -279,14 +301,25 @@ def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[dict[str, 
             flows, _ = flows_into(admin, cluster)
             store = admin.clusters.store(cluster)
         except StreamrepError as err:
-            rows.append({"source": None, "replicaPath": None, "cluster": cluster, "paused": None,
-                         "problems": [f"cluster {cluster} cannot be checked: {err}"]})
+            rows.append(
+                {
+                    "source": None,
+                    "replicaPath": None,
+                    "cluster": cluster,
+                    "paused": None,
+                    "problems": [f"cluster {cluster} cannot be checked: {err}"],
+                }
+            )
             continue
         outages: dict[str, str | None] = {}
         for flow in flows:
             problems: list[str] = []
-            row: dict[str, Any] = {"source": str(flow.source), "replicaPath": str(flow.replica), "cluster": cluster,
-                                   "paused": flow.paused}
+            row: dict[str, Any] = {
+                "source": str(flow.source),
+                "replicaPath": str(flow.replica),
+                "cluster": cluster,
+                "paused": flow.paused,
+            }
             try:
                 limits = thresholds(store, flow.source_uuid, flow.replica_uuid)
                 sample = measure(admin, str(flow.source), str(flow.replica))
@@ -309,8 +342,11 @@ def alert_line(rows: Iterable[Mapping[str, Any]]) -> str | None:
     parts = []
     for row in rows:
         if row["problems"]:
-            who = (f"replica {row['replicaPath']} (of {row['source']})" if row["replicaPath"]
-                   else f"cluster {row['cluster']}")
+            who = (
+                f"replica {row['replicaPath']} (of {row['source']})"
+                if row["replicaPath"]
+                else f"cluster {row['cluster']}"
+            )
             parts.append(f"{who}: {'; '.join(row['problems'])}")
     return " | ".join(parts) or None
 

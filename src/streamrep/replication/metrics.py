@@ -17,7 +17,7 @@ mixes their series, and Python's default process metrics are not exported.
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -37,21 +37,46 @@ class GatewayMetrics:
     def __init__(self, cluster: str, gateway_id: str):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.lag_messages = Gauge("streamrep_replica_lag_messages", "Messages the source holds that the replica "
-                                  "has not applied", FLOW_LABELS, registry=r)
-        self.lag_bytes = Gauge("streamrep_replica_lag_bytes", "Value bytes of the messages the replica has not "
-                               "applied", FLOW_LABELS, registry=r)
-        self.lag_seconds = Gauge("streamrep_replica_lag_seconds", "Seconds the oldest message the replica has not "
-                                 "applied has waited", FLOW_LABELS, registry=r)
-        self.sampled = Gauge("streamrep_replica_lag_sample_timestamp_seconds", "When the replica's lag was last "
-                             "measured (seconds since the epoch)", FLOW_LABELS, registry=r)
+        self.lag_messages = Gauge(
+            "streamrep_replica_lag_messages",
+            "Messages the source holds that the replica has not applied",
+            FLOW_LABELS,
+            registry=r,
+        )
+        self.lag_bytes = Gauge(
+            "streamrep_replica_lag_bytes",
+            "Value bytes of the messages the replica has not applied",
+            FLOW_LABELS,
+            registry=r,
+        )
+        self.lag_seconds = Gauge(
+            "streamrep_replica_lag_seconds",
+            "Seconds the oldest message the replica has not applied has waited",
+            FLOW_LABELS,
+            registry=r,
+        )
+        self.sampled = Gauge(
+            "streamrep_replica_lag_sample_timestamp_seconds",
+            "When the replica's lag was last measured (seconds since the epoch)",
+            FLOW_LABELS,
+            registry=r,
+        )
         labels = (cluster, gateway_id)
-        self.replicated = Counter("streamrep_gateway_replicated_messages", "Source messages this gateway "
-                                  "replicated", GATEWAY_LABELS, registry=r).labels(*labels)
-        self.passes = Counter("streamrep_gateway_passes", "Passes (Spark: micro-batches) this gateway ran",
-                              GATEWAY_LABELS, registry=r).labels(*labels)
-        self.last_pass = Gauge("streamrep_gateway_last_pass_timestamp_seconds", "When this gateway's last pass "
-                               "ended (seconds since the epoch)", GATEWAY_LABELS, registry=r).labels(*labels)
+        self.replicated = Counter(
+            "streamrep_gateway_replicated_messages",
+            "Source messages this gateway replicated",
+            GATEWAY_LABELS,
+            registry=r,
+        ).labels(*labels)
+        self.passes = Counter(
+            "streamrep_gateway_passes", "Passes (Spark: micro-batches) this gateway ran", GATEWAY_LABELS, registry=r
+        ).labels(*labels)
+        self.last_pass = Gauge(
+            "streamrep_gateway_last_pass_timestamp_seconds",
+            "When this gateway's last pass ended (seconds since the epoch)",
+            GATEWAY_LABELS,
+            registry=r,
+        ).labels(*labels)
         self._flows: set[tuple[str, str]] = set()
         self.server = None
 

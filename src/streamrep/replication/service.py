@@ -39,8 +39,9 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, StreamrepError
@@ -57,13 +58,18 @@ LAUNCH_BACKOFF_MIN_SECONDS = 30.0
 LAUNCH_BACKOFF_MAX_SECONDS = 300.0
 # The stream_gateways run states in which a launch is still in flight.
 ACTIVE_RUN_STATES = ("queued", "running")
-AIRFLOW_CONTEXT = {"dagId": "AIRFLOW_CTX_DAG_ID", "runId": "AIRFLOW_CTX_DAG_RUN_ID",
-                   "taskId": "AIRFLOW_CTX_TASK_ID", "try": "AIRFLOW_CTX_TRY_NUMBER"}
+AIRFLOW_CONTEXT = {
+    "dagId": "AIRFLOW_CTX_DAG_ID",
+    "runId": "AIRFLOW_CTX_DAG_RUN_ID",
+    "taskId": "AIRFLOW_CTX_TASK_ID",
+    "try": "AIRFLOW_CTX_TRY_NUMBER",
+}
 
 
 # -- what a gateway writes about itself ------------------------------------------------
-def placement(engine: str, master: str | None = None, app_id: str | None = None,
-              env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def placement(
+    engine: str, master: str | None = None, app_id: str | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """Where a gateway runs, for its heartbeat document.
 
     :param engine: ``local`` (in the process that called) or ``spark``.
@@ -124,8 +130,10 @@ def stopped_line(cluster: str, doc: Mapping[str, Any] | None) -> str:
     """Why a gateway of ``cluster`` does not run: the stop request, and how to start again."""
     by = f" by {doc.get('by')}" if doc and doc.get("by") else ""
     at = f" at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(doc['at']))}" if doc and doc.get("at") else ""
-    return (f"the gateways of cluster {cluster} are stopped (gateway stop{by}{at}); "
-            f"start them with 'streamrep gateway start -cluster {cluster}'")
+    return (
+        f"the gateways of cluster {cluster} are stopped (gateway stop{by}{at}); "
+        f"start them with 'streamrep gateway start -cluster {cluster}'"
+    )
 
 
 class StopWatch:
@@ -175,8 +183,13 @@ def request(admin: StreamAdmin, cluster: str, state: str) -> dict[str, Any]:
 
     doc = store.catalog_update(SERVICE_KIND, SERVICE_KEY, change) or {}
     live = [row["id"] for row in gateways(admin, cluster) if row["status"] in ("live", "stopping")]
-    return {"cluster": cluster, "desired": doc.get("state", state), "by": doc.get("by"), "at": doc.get("at"),
-            "live": live}
+    return {
+        "cluster": cluster,
+        "desired": doc.get("state", state),
+        "by": doc.get("by"),
+        "at": doc.get("at"),
+        "live": live,
+    }
 
 
 def wait_stopped(admin: StreamAdmin, cluster: str, timeout: float, poll: float = 0.5) -> list[str]:
@@ -205,8 +218,13 @@ def _listed_by(admin: StreamAdmin, sources: Iterable[str]) -> dict[str, dict[str
     return listed
 
 
-def gateway_rows(beats: Mapping[str, Mapping[str, Any]], wanted: str | None, listed: Mapping[str, list[str]],
-                 now: float, expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> list[dict[str, Any]]:
+def gateway_rows(
+    beats: Mapping[str, Mapping[str, Any]],
+    wanted: str | None,
+    listed: Mapping[str, list[str]],
+    now: float,
+    expiry: float = HEARTBEAT_EXPIRY_SECONDS,
+) -> list[dict[str, Any]]:
     """The rows of one cluster's gateways: those heartbeating (``beats``: the heartbeat
     documents) and those listed (gateway -> source clusters), given the ``wanted`` state."""
     rows = []
@@ -218,12 +236,23 @@ def gateway_rows(beats: Mapping[str, Mapping[str, Any]], wanted: str | None, lis
             status = "stopping"
         holds = status in ("live", "stopping")  # an expired gateway's share went to the others
         share = list(beat_doc.get("share") or ()) if holds else []
-        rows.append({
-            "id": gid, "status": status, "host": beat_doc.get("host"), "pid": beat_doc.get("pid"),
-            "engine": beat_doc.get("engine"), "master": beat_doc.get("master"), "appId": beat_doc.get("appId"),
-            "airflow": airflow_text(beat_doc.get("airflow")), "heartbeatAgeSeconds": age,
-            "partitions": len(share), "share": share, "listedBy": sorted(listed.get(gid, [])), "desired": wanted,
-        })
+        rows.append(
+            {
+                "id": gid,
+                "status": status,
+                "host": beat_doc.get("host"),
+                "pid": beat_doc.get("pid"),
+                "engine": beat_doc.get("engine"),
+                "master": beat_doc.get("master"),
+                "appId": beat_doc.get("appId"),
+                "airflow": airflow_text(beat_doc.get("airflow")),
+                "heartbeatAgeSeconds": age,
+                "partitions": len(share),
+                "share": share,
+                "listedBy": sorted(listed.get(gid, [])),
+                "desired": wanted,
+            }
+        )
     return rows
 
 
@@ -262,13 +291,20 @@ def all_gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, 
     return result
 
 
-def live_gateways_of(store: Store, now: float | None = None, listed: Iterable[str] | None = None,
-                     expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> list[str]:
+def live_gateways_of(
+    store: Store,
+    now: float | None = None,
+    listed: Iterable[str] | None = None,
+    expiry: float = HEARTBEAT_EXPIRY_SECONDS,
+) -> list[str]:
     """The gateways of ``store``'s cluster with a live heartbeat (only those in ``listed``, if given)."""
     now = time.time() if now is None else now
     names = None if listed is None else set(listed)
-    return sorted(gid for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()
-                  if now - float(doc.get("ts", 0)) < expiry and (names is None or gid in names))
+    return sorted(
+        gid
+        for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()
+        if now - float(doc.get("ts", 0)) < expiry and (names is None or gid in names)
+    )
 
 
 # -- supervision --------------------------------------------------------------------------
@@ -300,8 +336,9 @@ def launch_run_id(cluster: str, since: float, attempt: int) -> str:
 RunState = Callable[[str], "str | None"]
 
 
-def supervise(admin: StreamAdmin, cluster: str, run_state: RunState | None = None,
-              now: float | None = None) -> Decision:
+def supervise(
+    admin: StreamAdmin, cluster: str, run_state: RunState | None = None, now: float | None = None
+) -> Decision:
     """The supervisor's decision for ``cluster`` (and its record of a launch). Needs adminperm
     on the cluster, as starting a gateway does.
 
@@ -330,12 +367,15 @@ def supervise(admin: StreamAdmin, cluster: str, run_state: RunState | None = Non
     attempts = int(launch.get("attempts") or 0)
     if last_run and now < float(launch.get("at") or 0) + launch_backoff(attempts):
         wait = float(launch["at"]) + launch_backoff(attempts) - now
-        return Decision(cluster, False, None, f"{cluster}: no live gateway; next launch in {wait:.0f} s "
-                                              f"(backoff after {attempts} launches)")
+        return Decision(
+            cluster,
+            False,
+            None,
+            f"{cluster}: no live gateway; next launch in {wait:.0f} s (backoff after {attempts} launches)",
+        )
     admin.require_cluster_admin(cluster)
     run_id = launch_run_id(cluster, float(doc.get("since") or doc.get("at") or now), int(launch.get("seq") or 0) + 1)
-    _record(store, doc, {"runId": run_id, "at": now, "attempts": attempts + 1,
-                         "seq": int(launch.get("seq") or 0) + 1})
+    _record(store, doc, {"runId": run_id, "at": now, "attempts": attempts + 1, "seq": int(launch.get("seq") or 0) + 1})
     return Decision(cluster, True, run_id, f"{cluster}: no live gateway: launching {run_id}")
 
 

@@ -11,7 +11,8 @@ stream made any other way) is refused, as the seeds say.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlreadyExists, NotFound
@@ -66,8 +67,14 @@ def begin_autosetup(admin: StreamAdmin, path: str, replica: str, **network: Any)
     return src, dst
 
 
-def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | StreamPath, paused: bool = True,
-                   synchronous: bool = False, **network: Any) -> tuple[ReplicaLink, bool]:
+def ensure_replica(
+    admin: StreamAdmin,
+    path: str | StreamPath,
+    replica: str | StreamPath,
+    paused: bool = True,
+    synchronous: bool = False,
+    **network: Any,
+) -> tuple[ReplicaLink, bool]:
     """``stream replica add``, or the link an earlier run (or try) added: safe to retry.
 
     An existing link is accepted only if it names the stream now at ``replica`` (its UUID) and
@@ -94,9 +101,11 @@ def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | St
             raise
     dst_entry = admin.entry(dst)
     if not _binds(link, dst_entry):
-        raise AlreadyExists(f"{dst} is already a replica of {src}, but of an earlier stream at that path, not "
-                            f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
-                            f"remove the replica from {src} and add it again")
+        raise AlreadyExists(
+            f"{dst} is already a replica of {src}, but of an earlier stream at that path, not "
+            f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
+            f"remove the replica from {src} and add it again"
+        )
     wanted = {"synchronous": synchronous, **options}
     have = {name: getattr(link, name) for name in wanted}
     if have != wanted or (link.paused and not paused):
@@ -104,14 +113,19 @@ def ensure_replica(admin: StreamAdmin, path: str | StreamPath, replica: str | St
         names = ["synchronous", *(name for name in options if have[name] != wanted[name])]
 
         def shown(was_paused: bool, values: dict[str, Any]) -> str:
-            return " ".join([f"paused={str(was_paused).lower()}",
-                             *(f"{name}={str(values[name]).lower()}" for name in names)])
-        raise AlreadyExists(f"{dst} is already a replica of {src} with {shown(link.paused, have)}, "
-                            f"not {shown(paused, wanted)}")
+            return " ".join(
+                [f"paused={str(was_paused).lower()}", *(f"{name}={str(values[name]).lower()}" for name in names)]
+            )
+
+        raise AlreadyExists(
+            f"{dst} is already a replica of {src} with {shown(link.paused, have)}, not {shown(paused, wanted)}"
+        )
     return link, False
 
 
-def ensure_upstream(admin: StreamAdmin, path: str | StreamPath, upstream: str | StreamPath) -> tuple[UpstreamLink, bool]:
+def ensure_upstream(
+    admin: StreamAdmin, path: str | StreamPath, upstream: str | StreamPath
+) -> tuple[UpstreamLink, bool]:
     """``stream upstream add``, or the link an earlier run (or try) added: safe to retry.
 
     An existing link is accepted only if it names the stream now at ``upstream`` (its UUID).
@@ -130,9 +144,11 @@ def ensure_upstream(admin: StreamAdmin, path: str | StreamPath, upstream: str | 
             raise
     src_entry = admin.entry(src)
     if not _binds(link, src_entry):
-        raise AlreadyExists(f"{src} is already an upstream of {dst}, but of an earlier stream at that path, not "
-                            f"stream {src_entry.uuid} now there: it was deleted and recreated; "
-                            f"remove the upstream from {dst} and add it again")
+        raise AlreadyExists(
+            f"{src} is already an upstream of {dst}, but of an earlier stream at that path, not "
+            f"stream {src_entry.uuid} now there: it was deleted and recreated; "
+            f"remove the upstream from {dst} and add it again"
+        )
     return link, False
 
 
@@ -140,9 +156,17 @@ def _binds(link: ReplicaLink | UpstreamLink, entry: StreamEntry) -> bool:
     return rules.binds(link, entry.uuid, entry.created)
 
 
-def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = False,
-              synchronous: bool = False, copier: Copier = copy_stream, throttle: Any = None,
-              networkencryption: Any = None, networkcompression: Any = None) -> dict[str, Any]:
+def autosetup(
+    admin: StreamAdmin,
+    path: str,
+    replica: str,
+    multimaster: bool = False,
+    synchronous: bool = False,
+    copier: Copier = copy_stream,
+    throttle: Any = None,
+    networkencryption: Any = None,
+    networkcompression: Any = None,
+) -> dict[str, Any]:
     """Create the replica, register it paused, agree upstream, copy, (reverse link for
     multi-master), resume. If it fails part-way, the same call again completes it (see the
     module's docstring).
@@ -152,8 +176,7 @@ def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = F
         its other network options (``StreamAdmin.add_replica``), for both links of multi-master.
         Checked before anything is created.
     """
-    network = {"throttle": throttle, "networkencryption": networkencryption,
-               "networkcompression": networkcompression}
+    network = {"throttle": throttle, "networkencryption": networkencryption, "networkcompression": networkcompression}
     src, dst = begin_autosetup(admin, path, replica, **network)
     steps = ["create"]
     link, _ = ensure_replica(admin, src, dst, synchronous=synchronous, **network)
@@ -169,6 +192,14 @@ def autosetup(admin: StreamAdmin, path: str, replica: str, multimaster: bool = F
         admin.resume_replica(str(dst), str(src))
     admin.resume_replica(str(src), str(dst))  # last: it finishes the autosetup
     steps.append("resume")
-    return {"path": str(src), "replica": str(dst), "multimaster": multimaster, "synchronous": synchronous,
-            "throttle": link.throttle, "networkencryption": link.networkencryption,
-            "networkcompression": link.networkcompression, "steps": steps, "copied": copied["messages"]}
+    return {
+        "path": str(src),
+        "replica": str(dst),
+        "multimaster": multimaster,
+        "synchronous": synchronous,
+        "throttle": link.throttle,
+        "networkencryption": link.networkencryption,
+        "networkcompression": link.networkcompression,
+        "steps": steps,
+        "copied": copied["messages"],
+    }

@@ -17,7 +17,6 @@ from streamrep.replication.gateway import gateway_outage
 from streamrep.replication.lag import lag_millis, thresholds
 from streamrep.replication.service import live_gateways_of
 
-
 # Up to this many pending messages per partition are read to leave out those that came from
 # the replica itself (multi-master): they will be skipped, not applied. Above it, the count is
 # an upper bound.
@@ -34,8 +33,9 @@ def to_apply(messages: list[Message], replica_uuid: str) -> tuple[int, int, int 
     return len(kept), sum(len(m.value or b"") for m in kept), min(stamps), max(stamps)
 
 
-def partition_pending(source_store, src_uuid: str, dst_uuid: str, marks: dict[str, int], topic: str,
-                      partition: int) -> tuple[int, int, int | None, int | None]:
+def partition_pending(
+    source_store, src_uuid: str, dst_uuid: str, marks: dict[str, int], topic: str, partition: int
+) -> tuple[int, int, int | None, int | None]:
     """``(messages, bytes, oldest ts, newest ts)`` of one source partition not yet applied to the
     replica ``dst_uuid`` whose marks are ``marks``: exact (origin-filtered) for small backlogs."""
     start, _ = source_store.offsets(src_uuid, topic, partition)
@@ -66,12 +66,15 @@ def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
     return {"pendingMessages": messages, "bytesPending": size, "minPendingTS": oldest, "maxPendingTS": newest}
 
 
-def _losses(marks: dict[str, int], source_store, src_uuid: str) -> tuple[dict[str, int], list[tuple[str, int, int, int]]]:
+def _losses(
+    marks: dict[str, int], source_store, src_uuid: str
+) -> tuple[dict[str, int], list[tuple[str, int, int, int]]]:
     """The replica's losses from one source: the loss marks a gateway recorded (key -> end),
     and ``(topic, partition, first, end)`` of those not recorded yet (the replica's position is
     below the source's first offset)."""
-    recorded = {key: end for key, end in marks.items()
-                if (parsed := parse_loss_key(key)) is not None and parsed[0] == src_uuid}
+    recorded = {
+        key: end for key, end in marks.items() if (parsed := parse_loss_key(key)) is not None and parsed[0] == src_uuid
+    }
     unrecorded = []
     for topic, count in source_store.topics(src_uuid).items():
         for partition in range(count):
@@ -87,8 +90,9 @@ def _recorded_range(key: str, end: int) -> tuple[str, int, int, int]:
     return topic, partition, first, end - 1
 
 
-def lost_ranges(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath,
-                dst_entry: StreamEntry) -> list[tuple[str, int, int, int]]:
+def lost_ranges(
+    admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
+) -> list[tuple[str, int, int, int]]:
     """``(topic, partition, first, last)`` of every source offset range that the source's retention
     removed before it reached the replica and that no admin has acknowledged: those a gateway
     recorded, and those it will record (the replica's position is below the source's first offset)."""
@@ -140,15 +144,20 @@ def loss_error(ranges: list[tuple[str, int, int, int]]) -> str | None:
     if not ranges:
         return None
     total = sum(last - first + 1 for _, _, first, last in ranges)
-    shown = ", ".join(f"{topic}/{partition} offsets {first}-{last} ({last - first + 1})"
-                      for topic, partition, first, last in ranges[:10])
+    shown = ", ".join(
+        f"{topic}/{partition} offsets {first}-{last} ({last - first + 1})"
+        for topic, partition, first, last in ranges[:10]
+    )
     more = f" and {len(ranges) - 10} more ranges" if len(ranges) > 10 else ""
-    return (f"{total} messages were removed by the source's retention before they were replicated: "
-            f"{shown}{more}; acknowledge with 'stream replica acknowledge'")
+    return (
+        f"{total} messages were removed by the source's retention before they were replicated: "
+        f"{shown}{more}; acknowledge with 'stream replica acknowledge'"
+    )
 
 
-def replica_health(admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath,
-                   dst_entry: StreamEntry) -> tuple[str | None, str | None]:
+def replica_health(
+    admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
+) -> tuple[str | None, str | None]:
     """For ``StreamAdmin.list_replicas``: ``(error, no_gateway)``: unacknowledged losses, and why
     no gateway is live for the flow (None when one is)."""
     try:
@@ -205,5 +214,9 @@ def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str]
 
 
 # With nothing pending, a replica in one of these states holds every message of its source.
-UP_TO_DATE_STATES = {ReplicaState.REPLICATING.value, ReplicaState.WAITING_FOR_GATEWAY.value,
-                     ReplicaState.SYNC_FALLBACK.value, ReplicaState.PAUSED.value}
+UP_TO_DATE_STATES = {
+    ReplicaState.REPLICATING.value,
+    ReplicaState.WAITING_FOR_GATEWAY.value,
+    ReplicaState.SYNC_FALLBACK.value,
+    ReplicaState.PAUSED.value,
+}

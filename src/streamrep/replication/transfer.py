@@ -4,8 +4,9 @@ the in-process gateway and the Spark writers all use."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 from streamrep.errors import AlreadyExists, Conflict, StreamrepError
 from streamrep.model.message import Message
@@ -19,6 +20,7 @@ CONFLICT_RETRIES = 20
 
 class FlowStopped(Conflict):
     """The flow from a source partition into a replica was stopped by a failover."""
+
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,9 @@ class SourcePartition:
         return position_key(self.source_uuid, self.topic, self.partition)
 
 
-def ensure_topics(source_store: Store, source_uuid: str, replica_store: Store, replica_uuid: str,
-                  only: Iterable[str] | None = None) -> dict[str, int]:
+def ensure_topics(
+    source_store: Store, source_uuid: str, replica_store: Store, replica_uuid: str, only: Iterable[str] | None = None
+) -> dict[str, int]:
     """Give the replica every topic of the source, with at least as many partitions (the
     partition of a message is kept). Returns the source's topics."""
     source_topics = source_store.topics(source_uuid)
@@ -67,8 +70,9 @@ class SourceRead(NamedTuple):
     source_start: int
 
 
-def read_until(source_store: Store, unit: SourcePartition, start: int, max_messages: int,
-               end: int | None = None) -> tuple[list[Message], int]:
+def read_until(
+    source_store: Store, unit: SourcePartition, start: int, max_messages: int, end: int | None = None
+) -> tuple[list[Message], int]:
     """``Store.read_span`` of ``unit``, stopping at source offset ``end`` (None: no end): the
     messages and the offset to read next, never beyond ``end``."""
     if end is not None:
@@ -85,8 +89,9 @@ def read_until(source_store: Store, unit: SourcePartition, start: int, max_messa
     return messages, read_next
 
 
-def read_source(source_store: Store, unit: SourcePartition, start: int, max_messages: int,
-                end: int | None = None) -> SourceRead:
+def read_source(
+    source_store: Store, unit: SourcePartition, start: int, max_messages: int, end: int | None = None
+) -> SourceRead:
     """``read_until``, with the oldest offset the source holds read afterwards: messages that
     retention removed before the read are then recorded as lost by the apply, not skipped."""
     messages, read_next = read_until(source_store, unit, start, max_messages, end)
@@ -94,8 +99,14 @@ def read_source(source_store: Store, unit: SourcePartition, start: int, max_mess
     return SourceRead(messages, (start, read_next), source_start)
 
 
-def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, batch: Sequence[Message],
-                source_start: int = 0, span: tuple[int, int] | None = None) -> int:
+def apply_batch(
+    replica_store: Store,
+    replica_uuid: str,
+    unit: SourcePartition,
+    batch: Sequence[Message],
+    source_start: int = 0,
+    span: tuple[int, int] | None = None,
+) -> int:
     """Apply ``batch`` (the messages of ``unit`` in ``span``) to one replica, exactly once
     (``apply_to_replicas``). Returns how many messages were written; raises what failed,
     ``FlowStopped`` once a failover has stopped the flow.
@@ -110,10 +121,15 @@ def apply_batch(replica_store: Store, replica_uuid: str, unit: SourcePartition, 
     return written[replica_uuid]
 
 
-def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: SourcePartition,
-                      batch: Sequence[Message], source_start: int = 0, span: tuple[int, int] | None = None,
-                      compression: Mapping[str, str] | None = None
-                      ) -> tuple[dict[str, int], dict[str, StreamrepError]]:
+def apply_to_replicas(
+    replica_store: Store,
+    replica_uuids: Sequence[str],
+    unit: SourcePartition,
+    batch: Sequence[Message],
+    source_start: int = 0,
+    span: tuple[int, int] | None = None,
+    compression: Mapping[str, str] | None = None,
+) -> tuple[dict[str, int], dict[str, StreamrepError]]:
     """Apply ``batch`` (the messages of ``unit`` in ``span``) to replicas of one cluster, each
     exactly once: read once, written many times (``Store.apply_many``, one transaction where
     the backend allows).
@@ -149,14 +165,16 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
             if stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
                 errors[replica_uuid] = FlowStopped(
                     f"replication of {unit.source} {unit.topic}/{unit.partition} into stream uuid {replica_uuid} "
-                    "was stopped by a failover")
+                    "was stopped by a failover"
+                )
                 continue
             share = (marks.get(pkey), marks.get(own_key)) if shareable else None
             plan = shared.get(share) if share is not None else None
             if plan is None:
                 try:
-                    plan = plan_apply(replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks,
-                                      source_start, span)
+                    plan = plan_apply(
+                        replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks, source_start, span
+                    )
                 except StreamrepError as err:
                     errors[replica_uuid] = err
                     continue
@@ -168,15 +186,18 @@ def apply_to_replicas(replica_store: Store, replica_uuids: Sequence[str], unit: 
             expect = {key: marks.get(key) for key in plan.marks}
             expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
             plans[replica_uuid] = plan
-            applies.append(ReplicaApply(replica_uuid, plan.messages, plan.marks, expect, plan.syncs,
-                                        (compression or {}).get(replica_uuid)))
+            applies.append(
+                ReplicaApply(
+                    replica_uuid, plan.messages, plan.marks, expect, plan.syncs, (compression or {}).get(replica_uuid)
+                )
+            )
         pending = []
         if applies:
             try:
                 results = replica_store.apply_many(unit.topic, unit.partition, applies, source=unit.key)
             except StreamrepError as err:  # the whole write failed: nothing of it was committed
                 results = [err] * len(applies)
-            for apply, result in zip(applies, results):
+            for apply, result in zip(applies, results, strict=False):
                 if isinstance(result, Conflict):
                     pending.append(apply.stream)
                     conflicts[apply.stream] = result
@@ -197,18 +218,31 @@ def _after_apply(replica_store: Store, replica_uuid: str, unit: SourcePartition,
     """What follows a committed apply: the warning for a loss, and the replica's retention."""
     if plan.lost is not None:
         first, end = plan.lost
-        log.warning("stream %s (uuid %s) topic %s partition %d: %d messages (offsets %d-%d) were removed by "
-                    "the source's retention before they were replicated to stream uuid %s",
-                    unit.source, unit.source_uuid, unit.topic, unit.partition, end - first, first, end - 1,
-                    replica_uuid)
+        log.warning(
+            "stream %s (uuid %s) topic %s partition %d: %d messages (offsets %d-%d) were removed by "
+            "the source's retention before they were replicated to stream uuid %s",
+            unit.source,
+            unit.source_uuid,
+            unit.topic,
+            unit.partition,
+            end - first,
+            first,
+            end - 1,
+            replica_uuid,
+        )
     try:
         replica_store.retain(replica_uuid, unit.topic)
     except StreamrepError as err:  # the batch is committed: retention runs again on the next one
         log.warning("stream uuid %s topic %s: retention failed: %s", replica_uuid, unit.topic, err)
 
 
-def next_position(replica_store: Store, replica_uuid: str, unit: SourcePartition, source_start: int,
-                  marks: Mapping[str, int] | None = None) -> int:
+def next_position(
+    replica_store: Store,
+    replica_uuid: str,
+    unit: SourcePartition,
+    source_start: int,
+    marks: Mapping[str, int] | None = None,
+) -> int:
     """Where replication of ``unit`` into a replica resumes: its stored position (the truth),
     or the oldest message the source holds if it has none.
 

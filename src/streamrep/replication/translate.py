@@ -31,8 +31,9 @@ def translate_offset(syncs: list[tuple[int, int, int, int]], cursor: int, replic
     return replica_end
 
 
-def check_translate(admin: StreamAdmin, source: str,
-                    replica: str) -> tuple[StreamPath, StreamPath, StreamEntry, StreamEntry]:
+def check_translate(
+    admin: StreamAdmin, source: str, replica: str
+) -> tuple[StreamPath, StreamPath, StreamEntry, StreamEntry]:
     """Resolve ``source`` and its direct ``replica``, and check that the caller may move a
     group's cursors between them: consumeperm on both. Returns their paths and entries."""
     src, dst = admin.path(source), admin.path(replica)
@@ -43,8 +44,9 @@ def check_translate(admin: StreamAdmin, source: str,
     return src, dst, src_entry, dst_entry
 
 
-def translate_partition(replica_store: Store, replica_uuid: str, source_key: str, topic: str, partition: int,
-                        cursor: int) -> int:
+def translate_partition(
+    replica_store: Store, replica_uuid: str, source_key: str, topic: str, partition: int, cursor: int
+) -> int:
     """``translate_offset`` of one source partition's ``cursor`` into ``replica_uuid``.
 
     The replica's end is read before its syncs: a batch applied in between then shows in the
@@ -53,8 +55,9 @@ def translate_partition(replica_store: Store, replica_uuid: str, source_key: str
     return translate_offset(replica_store.offset_syncs(replica_uuid, source_key), cursor, end)
 
 
-def translate_cursors(admin: StreamAdmin, source: str, replica: str, group: str,
-                      commit: bool = False) -> list[dict[str, Any]]:
+def translate_cursors(
+    admin: StreamAdmin, source: str, replica: str, group: str, commit: bool = False
+) -> list[dict[str, Any]]:
     """Translate every committed cursor of ``group`` on ``source`` to ``replica``; with
     ``commit`` store them as the same group's cursors on the replica (needs consumeperm there)."""
     if not group:
@@ -69,11 +72,12 @@ def translate_cursors(admin: StreamAdmin, source: str, replica: str, group: str,
         for partition, cursor in sorted(cursors.items()):
             if partition >= replica_topics.get(topic, 0):
                 continue  # not replicated yet: nothing to translate to
-            translated[partition] = translate_partition(replica_store, dst_entry.uuid,
-                                                        position_key(src_entry.uuid, topic, partition),
-                                                        topic, partition, cursor)
-            rows.append({"topic": topic, "partition": partition, "sourceOffset": cursor,
-                         "replicaOffset": translated[partition]})
+            translated[partition] = translate_partition(
+                replica_store, dst_entry.uuid, position_key(src_entry.uuid, topic, partition), topic, partition, cursor
+            )
+            rows.append(
+                {"topic": topic, "partition": partition, "sourceOffset": cursor, "replicaOffset": translated[partition]}
+            )
         if commit and translated:
             replica_store.commit_cursors(group, dst_entry.uuid, topic, translated)
     return rows

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
@@ -25,10 +25,10 @@ from streamrep.spark.source import (
     FORMAT,
     RETRY_SECONDS,
     copy_task,
+    next_holders,
     offset_key,
     plan_share,
     record_pass,
-    next_holders,
     register,
     replicate_slot,
     resolve_home,
@@ -101,8 +101,9 @@ class _Heartbeat(threading.Thread):
     :param stop: set when a stop is requested (None: a drain, ``once``, which ignores it).
     """
 
-    def __init__(self, gateway: Gateway, interval: float = HEARTBEAT_INTERVAL_SECONDS,
-                 stop: threading.Event | None = None):
+    def __init__(
+        self, gateway: Gateway, interval: float = HEARTBEAT_INTERVAL_SECONDS, stop: threading.Event | None = None
+    ):
         super().__init__(name="streamrep-heartbeat", daemon=True)
         self.gateway = gateway
         self.interval = interval
@@ -119,33 +120,51 @@ class _Heartbeat(threading.Thread):
                 log.warning("gateway %s: heartbeat failed: %s", self.gateway.id, err)
 
 
-def start_gateway(spark, cluster: str, gateway_id: str | None = None, home: str | None = None,
-                  checkpoint: str | None = None, once: bool = False, interval: float = DEFAULT_INTERVAL,
-                  max_records: int | None = None):
+def start_gateway(
+    spark,
+    cluster: str,
+    gateway_id: str | None = None,
+    home: str | None = None,
+    checkpoint: str | None = None,
+    once: bool = False,
+    interval: float = DEFAULT_INTERVAL,
+    max_records: int | None = None,
+):
     """Start the gateway's streaming query (reader ``gateway`` into writer ``replicate``)."""
     home = resolve_home(home)
     gateway_id = gateway_id or default_gateway_id()
-    reader = (spark.readStream.format(FORMAT)
-              .option("home", home)
-              .option("cluster", cluster)
-              .option("gateway", gateway_id))
+    reader = (
+        spark.readStream.format(FORMAT).option("home", home).option("cluster", cluster).option("gateway", gateway_id)
+    )
     if max_records:
         reader = reader.option("maxRecordsPerTrigger", str(max_records))
-    writer = (reader.load().writeStream.format(FORMAT)
-              .option("home", home)
-              .option("mode", "replicate")
-              .option("cluster", cluster)
-              .option("gateway", gateway_id)
-              .option("checkpointLocation", checkpoint or default_checkpoint(home, cluster, gateway_id))
-              .queryName(f"streamrep-gateway-{cluster}-{gateway_id}"))
+    writer = (
+        reader.load()
+        .writeStream.format(FORMAT)
+        .option("home", home)
+        .option("mode", "replicate")
+        .option("cluster", cluster)
+        .option("gateway", gateway_id)
+        .option("checkpointLocation", checkpoint or default_checkpoint(home, cluster, gateway_id))
+        .queryName(f"streamrep-gateway-{cluster}-{gateway_id}")
+    )
     writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{interval} seconds")
     return writer.start()
 
 
-def run_gateway(spark, admin: StreamAdmin, cluster: str, gateway_id: str | None = None,
-                home: str | None = None, checkpoint: str | None = None, once: bool = False,
-                interval: float = DEFAULT_INTERVAL, max_records: int | None = None,
-                stop: threading.Event | None = None, metrics_port: int | None = None) -> None:
+def run_gateway(
+    spark,
+    admin: StreamAdmin,
+    cluster: str,
+    gateway_id: str | None = None,
+    home: str | None = None,
+    checkpoint: str | None = None,
+    once: bool = False,
+    interval: float = DEFAULT_INTERVAL,
+    max_records: int | None = None,
+    stop: threading.Event | None = None,
+    metrics_port: int | None = None,
+) -> None:
     """Run a gateway of ``cluster`` until everything available now is replicated (``once``),
     or until ``stop`` is set, the cluster's gateways are asked to stop (``gateway stop``: the
     pass in progress ends first), or the process is interrupted. Its heartbeat is withdrawn on
@@ -368,8 +387,12 @@ class ProgressReport:
         if not self.batches:
             self.last = now  # idle: nothing to say, and the next line counts from here
         elif final or now - self.last >= self.every:
-            print(f"gateway {self.gateway_id}: {self.messages} messages in {self.batches} passes "
-                  f"in the last {now - self.last:.0f} s (up to pass {self.seen})", file=sys.stderr, flush=True)
+            print(
+                f"gateway {self.gateway_id}: {self.messages} messages in {self.batches} passes "
+                f"in the last {now - self.last:.0f} s (up to pass {self.seen})",
+                file=sys.stderr,
+                flush=True,
+            )
             self.batches = self.messages = 0
             self.last = now
 

@@ -35,8 +35,8 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,26 +77,31 @@ READ_CHUNK = 10_000  # messages per store read, and so per Arrow batch and per a
 RETRY_SECONDS = 5.0  # a gateway re-reads a partition its stored positions say is behind at most this often
 
 HEADER = StructType([StructField("key", StringType(), False), StructField("value", BinaryType(), True)])
-SCHEMA = StructType([
-    StructField("source", StringType(), False),  # the stream path, /mapr/<cluster>/<stream>
-    StructField("source_uuid", StringType(), False),
-    StructField("topic", StringType(), False),
-    StructField("partition", IntegerType(), False),
-    StructField("offset", LongType(), False),
-    StructField("key", BinaryType(), True),
-    StructField("value", BinaryType(), True),
-    StructField("headers", ArrayType(HEADER, False), False),
-    StructField("timestamp", LongType(), False),  # ms since the epoch
-])
+SCHEMA = StructType(
+    [
+        StructField("source", StringType(), False),  # the stream path, /mapr/<cluster>/<stream>
+        StructField("source_uuid", StringType(), False),
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("offset", LongType(), False),
+        StructField("key", BinaryType(), True),
+        StructField("value", BinaryType(), True),
+        StructField("headers", ArrayType(HEADER, False), False),
+        StructField("timestamp", LongType(), False),  # ms since the epoch
+    ]
+)
 # The copy and gateway readers add the span of source offsets each row covers: its reader read
 # [span_from, span_next) and found this row's message the only one there. A row with offset
 # NO_MESSAGE carries only a span (offsets that hold no message, such as Kafka's transaction
 # markers), so the writers move the positions past them. Per row, so that the writer's runs,
 # however Spark re-batches the rows, know their spans exactly.
-SPAN_SCHEMA = StructType(SCHEMA.fields + [
-    StructField("span_from", LongType(), False),
-    StructField("span_next", LongType(), False),
-])
+SPAN_SCHEMA = StructType(
+    SCHEMA.fields
+    + [
+        StructField("span_from", LongType(), False),
+        StructField("span_next", LongType(), False),
+    ]
+)
 NO_MESSAGE = -1
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")  # exactly what Spark checks batches against
 SPAN_ARROW_SCHEMA = to_arrow_schema(SPAN_SCHEMA, timezone="UTC")
@@ -176,12 +181,16 @@ def default_limit(options: Mapping[str, str]):
 
 
 # -- rows <-> messages ---------------------------------------------------------------------
-def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message],
-             spans: tuple[Sequence[int], Sequence[int]] | None = None) -> pa.RecordBatch:
+def to_batch(
+    source: str,
+    unit: SourcePartition,
+    messages: Sequence[Message],
+    spans: tuple[Sequence[int], Sequence[int]] | None = None,
+) -> pa.RecordBatch:
     """Messages of one source partition as an Arrow batch of SCHEMA, or of SPAN_SCHEMA with
     ``spans`` (each row's ``span_from`` and ``span_next``)."""
     n = len(messages)
-    values, keys, headers, timestamps, _, offsets, _ = zip(*messages)
+    values, keys, headers, timestamps, _, offsets, _ = zip(*messages, strict=False)
     if any(headers):
         header_array = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], _HEADERS_TYPE)
     else:
@@ -204,8 +213,9 @@ def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message],
     return pa.RecordBatch.from_arrays(columns, schema=SPAN_ARROW_SCHEMA)
 
 
-def read_range(source_store, unit: SourcePartition, start: int, end: int,
-               spans: bool = False) -> Iterator[pa.RecordBatch]:
+def read_range(
+    source_store, unit: SourcePartition, start: int, end: int, spans: bool = False
+) -> Iterator[pa.RecordBatch]:
     """Arrow batches of ``unit``'s messages from ``start`` up to ``end`` (exclusive).
 
     :param spans: batches of SPAN_SCHEMA, with a span-only row (offset NO_MESSAGE) for a read
@@ -258,7 +268,9 @@ def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Me
     if contiguous and _single(uuids) and _single(topics) and _single(partitions) and _single(sources):
         bounds = [(0, batch.num_rows)]
     else:
-        idents = list(zip(uuids.to_pylist(), topics.to_pylist(), partitions.to_pylist(), sources.to_pylist()))
+        idents = list(
+            zip(uuids.to_pylist(), topics.to_pylist(), partitions.to_pylist(), sources.to_pylist(), strict=False)
+        )
         bounds, first = [], 0
         for i in range(1, len(idents) + 1):
             if i == len(idents) or idents[i] != idents[first] or (spanned and froms[i] != nexts[i - 1]):
@@ -269,7 +281,8 @@ def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Me
         unit = SourcePartition(uuid, topic, partition, parse_stream_path(sources[lo].as_py(), None))
         messages = [
             _new_tuple(Message, (values[i], keys[i], headers[i], timestamps[i], partition, offsets[i], topic))
-            for i in range(lo, hi) if offsets[i] != NO_MESSAGE
+            for i in range(lo, hi)
+            if offsets[i] != NO_MESSAGE
         ]
         yield unit, messages, (froms[lo], nexts[hi - 1]) if spanned else None
 
@@ -472,8 +485,9 @@ class CopyReader(DataSourceReader):
         yield from read_range(source_store, unit, start, partition.end, spans=True)
 
 
-def copy_task(home: str | None, plan: CopyPlan, units: Sequence[SourcePartition],
-              ids: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def copy_task(
+    home: str | None, plan: CopyPlan, units: Sequence[SourcePartition], ids: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """copystream's Spark task (``mapInArrow`` over the indexes ``ids`` into ``units``): copies
     its source partitions in this process with ``copy_partition``, so no message crosses into
     the JVM and back (the reader-into-writer path cost a Python object, an Arrow row and a JVM
@@ -597,9 +611,13 @@ def _share_start(admin: StreamAdmin, cluster: str, partition: GatewayPartition, 
     return min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
 
 
-def plan_share(units: Mapping[SourcePartition, Sequence], progress: Mapping[SourcePartition, Progress],
-               budget: int | None = None, target: Mapping[str, int] | None = None,
-               skip: Iterable[str] = ()) -> list[GatewayPartition]:
+def plan_share(
+    units: Mapping[SourcePartition, Sequence],
+    progress: Mapping[SourcePartition, Progress],
+    budget: int | None = None,
+    target: Mapping[str, int] | None = None,
+    skip: Iterable[str] = (),
+) -> list[GatewayPartition]:
     """The source partitions of a gateway's share that have messages to move now, each with the
     end of this pass: the source's end (capped by ``target``), ``budget`` rows at most in all.
 
@@ -611,15 +629,21 @@ def plan_share(units: Mapping[SourcePartition, Sequence], progress: Mapping[Sour
     """
     skip = set(skip)
     keyed = {offset_key(u): (u, p) for u, p in sorted(progress.items()) if offset_key(u) not in skip}
-    highs = {k: p.source_end if target is None else min(p.source_end, target.get(k, p.position))
-             for k, (_, p) in keyed.items()}
+    highs = {
+        k: p.source_end if target is None else min(p.source_end, target.get(k, p.position))
+        for k, (_, p) in keyed.items()
+    }
     shares = spread({k: max(0, highs[k] - p.position) for k, (_, p) in keyed.items()}, budget)
-    return [GatewayPartition(u, p.position + shares[k], tuple(f.replica_uuid for f in units[u]))
-            for k, (u, p) in keyed.items() if shares[k] > 0]
+    return [
+        GatewayPartition(u, p.position + shares[k], tuple(f.replica_uuid for f in units[u]))
+        for k, (u, p) in keyed.items()
+        if shares[k] > 0
+    ]
 
 
-def replicate_share(home: str | None, cluster: str, gateway_id: str,
-                    partitions: Iterable[GatewayPartition]) -> Iterator[ApplyCommit]:
+def replicate_share(
+    home: str | None, cluster: str, gateway_id: str, partitions: Iterable[GatewayPartition]
+) -> Iterator[ApplyCommit]:
     """Read and apply each source partition in this process (one Spark task of the gateway's
     driver loop): the same read and the same transactional apply as the streaming reader and
     writer, so the stored positions stay the only truth, but the messages go straight from the
@@ -637,8 +661,9 @@ def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def slot_share(plan: Sequence[GatewayPartition], holders: Mapping[str, str], slices: int, slot: int,
-               worker: str) -> list[GatewayPartition]:
+def slot_share(
+    plan: Sequence[GatewayPartition], holders: Mapping[str, str], slices: int, slot: int, worker: str
+) -> list[GatewayPartition]:
     """The source partitions of ``plan`` that the task of ``slot`` (of ``slices``) applies when it
     runs in ``worker``: those this worker applied last (``holders``: offset key -> worker id), and
     of those no worker holds, every ``slices``-th from ``slot`` on. A partition held by a worker
@@ -646,13 +671,16 @@ def slot_share(plan: Sequence[GatewayPartition], holders: Mapping[str, str], sli
     single task (``slices`` 1) applies the whole plan."""
     if slices <= 1:
         return list(plan)
-    return [p for i, p in enumerate(plan)
-            if holders.get(offset_key(p.unit)) == worker
-            or (offset_key(p.unit) not in holders and i % slices == slot)]
+    return [
+        p
+        for i, p in enumerate(plan)
+        if holders.get(offset_key(p.unit)) == worker or (offset_key(p.unit) not in holders and i % slices == slot)
+    ]
 
 
-def next_holders(holders: Mapping[str, str], keys: Iterable[str], applied: Mapping[str, str],
-                 slices: int) -> dict[str, str]:
+def next_holders(
+    holders: Mapping[str, str], keys: Iterable[str], applied: Mapping[str, str], slices: int
+) -> dict[str, str]:
     """Which worker holds each source partition after a pass: the one that applied it
     (``applied``: offset key -> worker id); none for a key of the pass (``keys``) that nobody
     applied (its worker ran no task: gone, or one worker ran two tasks). A worker holding more
@@ -675,8 +703,15 @@ def next_holders(holders: Mapping[str, str], keys: Iterable[str], applied: Mappi
     return held
 
 
-def replicate_slot(home: str | None, cluster: str, gateway_id: str, plan: Sequence[GatewayPartition],
-                   holders: Mapping[str, str], slices: int, slots: Iterable[int]) -> Iterator[ApplyCommit]:
+def replicate_slot(
+    home: str | None,
+    cluster: str,
+    gateway_id: str,
+    plan: Sequence[GatewayPartition],
+    holders: Mapping[str, str],
+    slices: int,
+    slots: Iterable[int],
+) -> Iterator[ApplyCommit]:
     """One task of a gateway pass (``jobs._Passes``): ``replicate_share`` over this task's
     ``slot_share``, each ApplyCommit naming this worker. Spark gives a task to any idle Python
     worker, so the task picks its partitions by the worker it finds itself in: a replica
@@ -703,8 +738,9 @@ def warm_worker(home: str | None, cluster: str, gateway_id: str, _slice: Iterabl
     yield os.getpid()
 
 
-def _share_runs(home: str | None, cluster: str, partition: GatewayPartition
-                ) -> Iterator[tuple[SourcePartition, list[Message], tuple[int, int]]]:
+def _share_runs(
+    home: str | None, cluster: str, partition: GatewayPartition
+) -> Iterator[tuple[SourcePartition, list[Message], tuple[int, int]]]:
     """``read_share``'s reads as runs (``batch_runs``' shape): the messages and the span of each."""
     admin = admin_for(home)
     unit = partition.unit
@@ -775,15 +811,14 @@ def _write_copy(home: str | None, destination: str, batches: Iterator[pa.RecordB
     return commit
 
 
-def _write_replicate(home: str | None, cluster: str, gateway_id: str,
-                     batches: Iterator[pa.RecordBatch]) -> ApplyCommit:
+def _write_replicate(home: str | None, cluster: str, gateway_id: str, batches: Iterator[pa.RecordBatch]) -> ApplyCommit:
     """Apply rows into every unpaused replica on ``cluster`` that their source feeds."""
-    return _apply_runs(gateway_for(home, cluster, gateway_id),
-                       (run for batch in batches for run in batch_runs(batch)))
+    return _apply_runs(gateway_for(home, cluster, gateway_id), (run for batch in batches for run in batch_runs(batch)))
 
 
-def _apply_runs(gateway: Gateway, runs: Iterable[tuple[SourcePartition, list[Message], tuple[int, int] | None]]
-                ) -> ApplyCommit:
+def _apply_runs(
+    gateway: Gateway, runs: Iterable[tuple[SourcePartition, list[Message], tuple[int, int] | None]]
+) -> ApplyCommit:
     """Apply runs of one source partition each (``batch_runs``' shape) into every unpaused
     replica on the gateway's cluster that their source feeds. A replica that fails is reported
     and skipped for the rest of the task; the others go on."""
@@ -863,8 +898,13 @@ class ReplicateStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[ApplyCommit | None], batchId: int) -> None:
         total = totals(messages)
         record_pass(gateway_for(self.home, self.cluster, self.gateway_id), total)
-        log.info("batch %d: %d rows, %d written, %d errors", batchId, total.rows, sum(total.written.values()),
-                 len(total.errors))
+        log.info(
+            "batch %d: %d rows, %d written, %d errors",
+            batchId,
+            total.rows,
+            sum(total.written.values()),
+            len(total.errors),
+        )
 
 
 def record_pass(gateway: Gateway, total: ApplyCommit, by_source: Mapping[str, Sequence] | None = None) -> None:
@@ -877,8 +917,11 @@ def record_pass(gateway: Gateway, total: ApplyCommit, by_source: Mapping[str, Se
         return
     by_source = gateway.active_flows() if by_source is None else by_source
     flows = [f for fs in by_source.values() for f in fs if flow_key(f.source_uuid, f.replica_uuid) in touched]
-    errors = {f: total.errors[flow_key(f.source_uuid, f.replica_uuid)] for f in flows
-              if flow_key(f.source_uuid, f.replica_uuid) in total.errors}
+    errors = {
+        f: total.errors[flow_key(f.source_uuid, f.replica_uuid)]
+        for f in flows
+        if flow_key(f.source_uuid, f.replica_uuid) in total.errors
+    }
     gateway.record_states(flows, errors)
 
 

@@ -27,18 +27,19 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
-from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 from streamrep.client.identity import LAUNCHER_USER, current_identity, named_user
+from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
 
 
 class Terminated(StreamrepError):
     """The launcher was asked to stop (SIGTERM, SIGHUP) while its Spark job ran; the job was
     stopped first."""
+
 
 APPS = ("copystream", "gateway")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
@@ -51,9 +52,10 @@ MASTER_FORMS = "local, local[N], local[*], spark://HOST:PORT, yarn or k8s://http
 _HOST_PORT = r"[A-Za-z0-9._\-]+:\d{1,5}"
 _MASTER = re.compile(
     r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]"
-    rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*|yarn|k8s://(https?://)?[A-Za-z0-9._\-]+(:\d{{1,5}})?(/\S*)?")
-DEFAULT_INTERVAL = 0.5
-JVM_NOISE = "WARNING: Using incubator modules"  # printed by every Java 17 start; says nothing  # seconds between gateway micro-batches
+    rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*|yarn|k8s://(https?://)?[A-Za-z0-9._\-]+(:\d{{1,5}})?(/\S*)?"
+)
+DEFAULT_INTERVAL = 0.5  # seconds between gateway micro-batches
+JVM_NOISE = "WARNING: Using incubator modules"  # printed by every Java 17 start; says nothing
 
 # Settings for a small local Spark: the Python data source runs in Python workers, which must
 # be reused (starting them per task made the pipeline 4x slower), and a batch has no shuffle.
@@ -130,14 +132,20 @@ def app_path(app: str) -> str:
         raise InvalidArgument(f"unknown Spark app {app!r}: expected one of {', '.join(APPS)}")
     path = apps_dir() / f"{app}.py"
     if not path.is_file():
-        fix = ("unset STREAMREP_SPARK_APPS or point it at a folder holding the apps" if os.environ.get("STREAMREP_SPARK_APPS")
-               else "reinstall streamrep (pip install --force-reinstall streamrep)")
+        fix = (
+            "unset STREAMREP_SPARK_APPS or point it at a folder holding the apps"
+            if os.environ.get("STREAMREP_SPARK_APPS")
+            else "reinstall streamrep (pip install --force-reinstall streamrep)"
+        )
         raise Unavailable(f"Spark app {app} not found at {path}: {fix}")
     return str(path)
 
 
-def application(app: str, args: Sequence[str] = (), conf: Mapping[str, str] | None = None,
-                ) -> tuple[str, list[str], dict[str, str]]:
+def application(
+    app: str,
+    args: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+) -> tuple[str, list[str], dict[str, str]]:
     """``(application path, application args, conf)`` for spark-submit or SparkSubmitOperator
     (``conf`` over the app's ``APP_CONF`` over ``spark_conf``'s)."""
     path = app_path(app)
@@ -169,8 +177,10 @@ def require_java(env: Mapping[str, str] | None = None) -> str:
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java", path=env.get("PATH", ""))
     if not java or not os.access(java, os.X_OK):
         where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no java on PATH"
-        raise Unavailable(f"Spark needs Java on this worker ({where}): install a JRE 17 or 21 "
-                          f"(apt-get install default-jre-headless) or set JAVA_HOME")
+        raise Unavailable(
+            f"Spark needs Java on this worker ({where}): install a JRE 17 or 21 "
+            f"(apt-get install default-jre-headless) or set JAVA_HOME"
+        )
     return java
 
 
@@ -187,9 +197,11 @@ def require_matching_pyspark(package_dir: str | None = None, version: str | None
         return  # pyspark-client alone (Spark Connect): no local Spark to compare with
     jars = cores[0].stem.rsplit("-", 1)[-1]
     if jars != version:
-        raise Unavailable(f"pyspark's Python files are {version} but its jars are {jars} (pyspark-client, which the "
-                          f"Spark provider requires, overwrote them): pip install --force-reinstall --no-deps "
-                          f"pyspark=={jars}")
+        raise Unavailable(
+            f"pyspark's Python files are {version} but its jars are {jars} (pyspark-client, which the "
+            f"Spark provider requires, overwrote them): pip install --force-reinstall --no-deps "
+            f"pyspark=={jars}"
+        )
 
 
 def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -197,7 +209,9 @@ def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     venv's pyspark, and this interpreter for the driver and the workers."""
     env = dict(os.environ if base is None else base)
     venv_bin = os.path.dirname(sys.executable)
-    env["PATH"] = os.pathsep.join([venv_bin, *[p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin]])
+    env["PATH"] = os.pathsep.join(
+        [venv_bin, *[p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin]]
+    )
     try:
         import pyspark
 
@@ -209,9 +223,13 @@ def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def spark_submit_command(app: str, args: Sequence[str] = (), master: str | None = None,
-                         conf: Mapping[str, str] | None = None,
-                         env: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+def spark_submit_command(
+    app: str,
+    args: Sequence[str] = (),
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[list[str], dict[str, str]]:
     """``(argv, env)`` running ``app`` with ``args`` through spark-submit.
 
     :param master: the Spark master; default ``STREAMREP_SPARK_MASTER``, else ``local[N]`` for a
@@ -373,8 +391,14 @@ class AppResult:
         return self.returncode == 0
 
 
-def run_app(app: str, args: Sequence[str] = (), master: str | None = None, conf: Mapping[str, str] | None = None,
-            env: Mapping[str, str] | None = None, timeout: float | None = None) -> AppResult:
+def run_app(
+    app: str,
+    args: Sequence[str] = (),
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> AppResult:
     """Run ``app`` to completion with spark-submit, tethered to this process; its output is
     captured. A timeout stops the job and raises ``subprocess.TimeoutExpired``."""
     argv, run_env = spark_submit_command(app, args, master, conf, env)
@@ -383,8 +407,14 @@ def run_app(app: str, args: Sequence[str] = (), master: str | None = None, conf:
     return AppResult(proc.returncode, stdout, stderr)
 
 
-def start_app(app: str, args: Sequence[str] = (), master: str | None = None, conf: Mapping[str, str] | None = None,
-              env: Mapping[str, str] | None = None, **popen) -> subprocess.Popen:
+def start_app(
+    app: str,
+    args: Sequence[str] = (),
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **popen,
+) -> subprocess.Popen:
     """Start ``app`` with spark-submit in the background, tethered to this process (it stops
     when this process dies; ``stop_job`` stops it); ``popen`` goes to subprocess.Popen."""
     argv, run_env = spark_submit_command(app, args, master, conf, env)
@@ -398,12 +428,13 @@ def _failure(app: str, result: AppResult) -> StreamrepError:
     """The app's own one-line error (``ERROR: ...``; spark-submit may pass the driver's stderr
     to stdout), or its exit status."""
     lines = [line for line in (result.stdout + "\n" + result.stderr).splitlines() if line.startswith("ERROR: ")]
-    message = lines[-1][len("ERROR: "):] if lines else f"exited with status {result.returncode}"
+    message = lines[-1][len("ERROR: ") :] if lines else f"exited with status {result.returncode}"
     return StreamrepError(f"{app} on Spark failed: {message}")
 
 
-def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int | None = None,
-                   master: str | None = None) -> dict:
+def run_copystream(
+    src: str, dst: str, home: str | None = None, numthreads: int | None = None, master: str | None = None
+) -> dict:
     """Run the copystream app through spark-submit; returns its summary (``copy.summary``).
 
     :param master: the Spark master (see ``spark_submit_command``)."""
@@ -419,9 +450,15 @@ def run_copystream(src: str, dst: str, home: str | None = None, numthreads: int 
     return json.loads(summary[-1])
 
 
-def run_gateway(cluster: str, gateway_id: str | None = None, once: bool = False, home: str | None = None,
-                interval: float = DEFAULT_INTERVAL, master: str | None = None,
-                metrics_port: int | None = None) -> None:
+def run_gateway(
+    cluster: str,
+    gateway_id: str | None = None,
+    once: bool = False,
+    home: str | None = None,
+    interval: float = DEFAULT_INTERVAL,
+    master: str | None = None,
+    metrics_port: int | None = None,
+) -> None:
     """Run the gateway app through spark-submit in the foreground, its output passed through.
 
     :param master: the Spark master (see ``spark_submit_command``).

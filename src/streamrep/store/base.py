@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.model.catalog import STREAM_KIND
@@ -109,8 +110,9 @@ class Store(ABC):
     def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
         """Up to ``max_messages`` messages from offset ``start`` on, in offset order."""
 
-    def read_span(self, stream: str, topic: str, partition: int, start: int,
-                  max_messages: int) -> tuple[list[Message], int]:
+    def read_span(
+        self, stream: str, topic: str, partition: int, start: int, max_messages: int
+    ) -> tuple[list[Message], int]:
         """Up to ``max_messages`` messages from offset ``start`` on, and the offset to read next:
         every message of the partition in ``[start, next)`` is in the list (offsets in between
         that hold no message, such as Kafka's transaction markers, are skipped).
@@ -174,7 +176,9 @@ class Store(ABC):
         return set()
 
     @abstractmethod
-    def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+    def range_stats(
+        self, stream: str, topic: str, partition: int, start: int
+    ) -> tuple[int, int, int | None, int | None]:
         """From ``start`` to the end: ``(messages, value bytes, oldest timestamp, newest timestamp)``."""
 
     # -- replication marks (kept with the replica, written with its messages) ------
@@ -208,8 +212,9 @@ class Store(ABC):
         :return: the first offset assigned.
         """
 
-    def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
-                   source: str = "") -> list[int | StreamrepError]:
+    def apply_many(
+        self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
+    ) -> list[int | StreamrepError]:
         """``apply`` for several replicas of one source partition (a gateway's fan-out): each is
         all or nothing and checked against its own ``expect``; one whose marks moved gets its
         Conflict in the result (one that fails otherwise, its error) and the others are still
@@ -223,8 +228,9 @@ class Store(ABC):
         results: list[int | StreamrepError] = []
         for stream, messages, marks, expect, syncs, compression in applies:
             try:
-                results.append(self.apply(stream, topic, partition, messages, marks, expect, source, syncs,
-                                          compression))
+                results.append(
+                    self.apply(stream, topic, partition, messages, marks, expect, source, syncs, compression)
+                )
             except StreamrepError as err:
                 results.append(err)
         return results
@@ -238,5 +244,5 @@ class Store(ABC):
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
         """Recorded ``(source offset, replica partition, replica offset, run length)`` syncs, in source order."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a store without connections has nothing to release
         """Release connections. The store may be used again afterwards (it reopens)."""

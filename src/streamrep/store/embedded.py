@@ -23,8 +23,8 @@ import os
 import sqlite3
 import threading
 import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Callable, Iterator, Mapping, Sequence
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError, Unavailable
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
@@ -69,7 +69,6 @@ CREATE TABLE IF NOT EXISTS cursors(
 """ + "\n".join(f"{statement};" for statement in FORMAT_2_STATEMENTS)
 
 
-
 _NAME_PREFIXES: dict[str, bytes] = {}  # header name -> its encoded length + bytes (names repeat)
 
 
@@ -89,7 +88,7 @@ def encode_headers(headers: Headers) -> bytes | None:
     if not headers:
         return None
     if len(headers) == 1:  # the common case (a replicated message's origin): no generator
-        (k, v), = headers
+        ((k, v),) = headers
         return _name_prefix(k) + len(v).to_bytes(4, "big") + v
     return b"".join(_name_prefix(k) + len(v).to_bytes(4, "big") + v for k, v in headers)
 
@@ -98,11 +97,11 @@ def decode_headers(blob: bytes) -> Headers:
     headers = []
     i, end = 0, len(blob)
     while i < end:
-        name_end = i + 2 + int.from_bytes(blob[i:i + 2], "big")
-        value_end = name_end + 4 + int.from_bytes(blob[name_end:name_end + 4], "big")
+        name_end = i + 2 + int.from_bytes(blob[i : i + 2], "big")
+        value_end = name_end + 4 + int.from_bytes(blob[name_end : name_end + 4], "big")
         if value_end > end:
             raise ValueError("truncated message headers")
-        headers.append((blob[i + 2:name_end].decode("utf-8"), bytes(blob[name_end + 4:value_end])))
+        headers.append((blob[i + 2 : name_end].decode("utf-8"), bytes(blob[name_end + 4 : value_end])))
         i = value_end
     return tuple(headers)
 
@@ -118,8 +117,10 @@ def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
 
 def _plain(rows: Sequence[tuple], partition: int, topic: str) -> list[Message]:
     # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
-    return [_new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
-            for offset, ts, key, value, headers in rows]
+    return [
+        _new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
+        for offset, ts, key, value, headers in rows
+    ]
 
 
 def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topic: str) -> list[Message]:
@@ -129,8 +130,11 @@ def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topi
         return _plain(rows, partition, topic)
     low = rows[0][0]
     if rows[-1][0] - low != len(rows) - 1:  # never with gap-free offsets: check each row
-        return [m for row in rows for m in _messages([row], [r for r in runs if r[0] <= row[0] < r[0] + r[1]],
-                                                      partition, topic)]
+        return [
+            m
+            for row in rows
+            for m in _messages([row], [r for r in runs if r[0] <= row[0] < r[0] + r[1]], partition, topic)
+        ]
     out: list[Message] = []
     done = 0
     for first, count, prefix, origin_first in runs:
@@ -140,9 +144,13 @@ def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topi
         if a > done:
             out += _plain(rows[done:a], partition, topic)
         delta = origin_first - first
-        out += [_new_tuple(Message, (value, key, ((ORIGIN_HEADER, prefix + b"%d" % (offset + delta)),), ts, partition,
-                                     offset, topic))
-                for offset, ts, key, value, _ in rows[a:b]]
+        out += [
+            _new_tuple(
+                Message,
+                (value, key, ((ORIGIN_HEADER, prefix + b"%d" % (offset + delta)),), ts, partition, offset, topic),
+            )
+            for offset, ts, key, value, _ in rows[a:b]
+        ]
         done = b
     if done < len(rows):
         out += _plain(rows[done:], partition, topic)
@@ -187,8 +195,9 @@ class EmbeddedStore(Store):
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), mode=0o700, exist_ok=True)
             if self.create:
                 _create_owner_only(self.path)
-            con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
-                                  check_same_thread=False)
+            con = sqlite3.connect(
+                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+            )
             con.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             self._init_schema(con)
             st = os.stat(self.path)
@@ -208,8 +217,10 @@ class EmbeddedStore(Store):
             # A registered store always has its tables (cluster add made them). An empty file is one
             # truncated or replaced: a new store in its place would have no cluster ACE, so anyone
             # could make themselves its administrator.
-            raise sqlite3.DatabaseError("the file is empty, not the registered store (truncated?): restore it "
-                                        "from a backup, or remove the cluster and add it again")
+            raise sqlite3.DatabaseError(
+                "the file is empty, not the registered store (truncated?): restore it "
+                "from a backup, or remove the cluster and add it again"
+            )
         if "store_info" in tables:
             row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
             if row and row[0] == FORMAT_1:
@@ -344,8 +355,11 @@ class EmbeddedStore(Store):
 
     def _drop_partitions(self, con: sqlite3.Connection, where: str, args: tuple) -> int:
         pids = [r[0] for r in con.execute(f"SELECT id FROM partitions WHERE {where}", args)]
-        con.execute("INSERT OR REPLACE INTO retired_offsets "
-                    f"SELECT stream, topic, partition, end_offset FROM partitions WHERE {where}", args)
+        con.execute(
+            "INSERT OR REPLACE INTO retired_offsets "
+            f"SELECT stream, topic, partition, end_offset FROM partitions WHERE {where}",
+            args,
+        )
         for pid in pids:
             con.execute("DELETE FROM messages WHERE id >= ? AND id < ?", (pid << OFFSET_BITS, (pid + 1) << OFFSET_BITS))
             con.execute("DELETE FROM cursors WHERE pid=?", (pid,))
@@ -381,8 +395,15 @@ class EmbeddedStore(Store):
             raise NotFound(f"topic {topic} has no partition {partition}")
         return row
 
-    def _append(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
-                messages: Sequence[Message], same_as: int | None = None) -> int:
+    def _append(
+        self,
+        con: sqlite3.Connection,
+        stream: str,
+        topic: str,
+        partition: int,
+        messages: Sequence[Message],
+        same_as: int | None = None,
+    ) -> int:
         """Append ``messages`` to one partition; returns the first offset.
 
         :param same_as: the first rowid of the same messages, written in this transaction to
@@ -393,16 +414,23 @@ class EmbeddedStore(Store):
             raise Unavailable(f"topic {topic} partition {partition} has run out of offsets")
         base = (pid << OFFSET_BITS) + end
         if same_as is not None:
-            con.execute("INSERT INTO messages(id, ts, key, value, headers) SELECT id + ?, ts, key, value, headers "
-                        "FROM messages WHERE id >= ? AND id < ?", (base - same_as, same_as, same_as + len(messages)))
+            con.execute(
+                "INSERT INTO messages(id, ts, key, value, headers) SELECT id + ?, ts, key, value, headers "
+                "FROM messages WHERE id >= ? AND id < ?",
+                (base - same_as, same_as, same_as + len(messages)),
+            )
             if type(messages) is OriginRun:
                 self._add_origin_run(con, pid, end, len(messages), messages.prefix, messages.origin_first)
         elif type(messages) is OriginRun:
             # Header-less source messages: their origin goes into one origin_runs row.
             con.executemany(
                 "INSERT INTO messages(id, ts, key, value) VALUES (?, ?, ?, ?)",
-                [(rid, timestamp, key, value)
-                 for rid, (value, key, _, timestamp, _, _, _) in zip(range(base, base + len(messages)), messages.source)],
+                [
+                    (rid, timestamp, key, value)
+                    for rid, (value, key, _, timestamp, _, _, _) in zip(
+                        range(base, base + len(messages)), messages.source, strict=False
+                    )
+                ],
             )
             self._add_origin_run(con, pid, end, len(messages), messages.prefix, messages.origin_first)
         else:
@@ -410,20 +438,23 @@ class EmbeddedStore(Store):
                 "INSERT INTO messages(id, ts, key, value, headers) VALUES (?, ?, ?, ?, ?)",
                 [
                     (rid, timestamp, key, value, encode_headers(headers) if headers else None)
-                    for rid, (value, key, headers, timestamp, _, _, _) in zip(range(base, base + len(messages)),
-                                                                              messages)
+                    for rid, (value, key, headers, timestamp, _, _, _) in zip(
+                        range(base, base + len(messages)), messages, strict=False
+                    )
                 ],
             )
         con.execute("UPDATE partitions SET end_offset=? WHERE id=?", (end + len(messages), pid))
         return end
 
     @staticmethod
-    def _add_origin_run(con: sqlite3.Connection, pid: int, first: int, count: int, prefix: bytes,
-                        origin_first: int) -> None:
+    def _add_origin_run(
+        con: sqlite3.Connection, pid: int, first: int, count: int, prefix: bytes, origin_first: int
+    ) -> None:
         """Record a run, or extend the partition's last run if this one continues it (a flow
         applying batch after batch then keeps one row)."""
-        last = con.execute("SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=? "
-                           "ORDER BY first DESC LIMIT 1", (pid,)).fetchone()
+        last = con.execute(
+            "SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=? ORDER BY first DESC LIMIT 1", (pid,)
+        ).fetchone()
         if last is not None and last[0] + last[1] == first and last[2] == prefix and last[3] + last[1] == origin_first:
             con.execute("UPDATE origin_runs SET count=? WHERE pid=? AND first=?", (last[1] + count, pid, last[0]))
         else:
@@ -431,8 +462,10 @@ class EmbeddedStore(Store):
 
     def append(self, stream: str, topic: str, batches: Mapping[int, Sequence[Message]]) -> dict[int, int]:
         with self._write() as con:
-            return {partition: self._append(con, stream, topic, partition, messages)
-                    for partition, messages in batches.items()}
+            return {
+                partition: self._append(con, stream, topic, partition, messages)
+                for partition, messages in batches.items()
+            }
 
     def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
         con = self._connection()
@@ -446,12 +479,16 @@ class EmbeddedStore(Store):
             ).fetchall()
             # The runs that cover the rows read: the last one starting at or before the first
             # row, and those starting after it.
-            runs = con.execute(
-                "SELECT * FROM (SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=?1 AND first <= ?2 "
-                "ORDER BY first DESC LIMIT 1) UNION ALL SELECT first, count, prefix, origin_first FROM origin_runs "
-                "WHERE pid=?1 AND first > ?2 AND first <= ?3 ORDER BY 1",
-                (pid, rows[0][0], rows[-1][0]),
-            ).fetchall() if rows else ()
+            runs = (
+                con.execute(
+                    "SELECT * FROM (SELECT first, count, prefix, origin_first FROM origin_runs WHERE pid=?1 AND first <= ?2 "
+                    "ORDER BY first DESC LIMIT 1) UNION ALL SELECT first, count, prefix, origin_first FROM origin_runs "
+                    "WHERE pid=?1 AND first > ?2 AND first <= ?3 ORDER BY 1",
+                    (pid, rows[0][0], rows[-1][0]),
+                ).fetchall()
+                if rows
+                else ()
+            )
         except sqlite3.DatabaseError as err:
             raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
         if not rows:  # an idle reader polls here: notice a deleted file rather than wait forever
@@ -459,7 +496,9 @@ class EmbeddedStore(Store):
         try:
             return _messages(rows, runs, partition, topic)
         except (ValueError, TypeError) as err:
-            raise Unavailable(f"cluster {self.cluster}: store {self.path} holds a corrupt message in {topic}/{partition}: {err}") from None
+            raise Unavailable(
+                f"cluster {self.cluster}: store {self.path} holds a corrupt message in {topic}/{partition}: {err}"
+            ) from None
 
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
         rows = self._query(
@@ -491,7 +530,9 @@ class EmbeddedStore(Store):
                     dropped += new_start - start
         return dropped
 
-    def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+    def range_stats(
+        self, stream: str, topic: str, partition: int, start: int
+    ) -> tuple[int, int, int | None, int | None]:
         con = self._connection()
         try:
             pid, first, end = self._partition(con, stream, topic, partition)
@@ -520,13 +561,14 @@ class EmbeddedStore(Store):
         syncs: Sequence[tuple[int, int]] = (),
         compression: str | None = None,
     ) -> int:
-        result, = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
+        (result,) = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
         if isinstance(result, StreamrepError):
             raise result
         return result
 
-    def apply_many(self, topic: str, partition: int, applies: Sequence[ReplicaApply],
-                   source: str = "") -> list[int | StreamrepError]:
+    def apply_many(
+        self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
+    ) -> list[int | StreamrepError]:
         # One SQLite transaction for all: a replica's messages equal to those already written
         # to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row.
         results: list[int | StreamrepError] = []
@@ -541,34 +583,48 @@ class EmbeddedStore(Store):
                 # A savepoint per replica: one that fails (a missing partition) leaves the others written.
                 con.execute("SAVEPOINT replica")
                 try:
-                    results.append(self._apply_one(con, stream, topic, partition, messages, marks, source, syncs,
-                                                   written))
+                    results.append(
+                        self._apply_one(con, stream, topic, partition, messages, marks, source, syncs, written)
+                    )
                 except StreamrepError as err:
                     con.execute("ROLLBACK TO replica")
                     results.append(err)
                 con.execute("RELEASE replica")
         return results
 
-    def _apply_one(self, con: sqlite3.Connection, stream: str, topic: str, partition: int,
-                   messages: Sequence[Message], marks: Mapping[str, int], source: str,
-                   syncs: Sequence[tuple[int, int]], written: list[tuple[Sequence[Message], int]]) -> int:
+    def _apply_one(
+        self,
+        con: sqlite3.Connection,
+        stream: str,
+        topic: str,
+        partition: int,
+        messages: Sequence[Message],
+        marks: Mapping[str, int],
+        source: str,
+        syncs: Sequence[tuple[int, int]],
+        written: list[tuple[Sequence[Message], int]],
+    ) -> int:
         """One replica's part of ``apply_many``; ``written`` lists the batches already written in
         this transaction (with their first rowid), and gains this one if it is new."""
         if messages:
             same_as = next((rowid for other, rowid in written if _same(other, messages)), None)
             first = self._append(con, stream, topic, partition, messages, same_as)
             if same_as is None:
-                written.append((messages, (self._partition(con, stream, topic, partition)[0] << OFFSET_BITS)
-                                + first))
+                written.append((messages, (self._partition(con, stream, topic, partition)[0] << OFFSET_BITS) + first))
         else:
             first = self._partition(con, stream, topic, partition)[2]
-        con.executemany("INSERT OR REPLACE INTO marks VALUES (?, ?, ?)",
-                        [(stream, key, value) for key, value in marks.items()])
+        con.executemany(
+            "INSERT OR REPLACE INTO marks VALUES (?, ?, ?)", [(stream, key, value) for key, value in marks.items()]
+        )
         # A sync covers the run of messages up to the next sync (or the end of the batch).
         bounds = [index for index, _ in syncs[1:]] + [len(messages)]
-        con.executemany("INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
-                        [(stream, source, source_offset, partition, first + index, bound - index)
-                         for (index, source_offset), bound in zip(syncs, bounds)])
+        con.executemany(
+            "INSERT OR REPLACE INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (stream, source, source_offset, partition, first + index, bound - index)
+                for (index, source_offset), bound in zip(syncs, bounds, strict=False)
+            ],
+        )
         return first
 
     @staticmethod
@@ -577,14 +633,18 @@ class EmbeddedStore(Store):
         for key, expected in expect.items():
             row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
             if (row[0] if row else None) != expected:
-                return Conflict(f"replication mark {key} of stream {stream} moved ({expected} -> "
-                                f"{row[0] if row else None}); another gateway applied this batch")
+                return Conflict(
+                    f"replication mark {key} of stream {stream} moved ({expected} -> "
+                    f"{row[0] if row else None}); another gateway applied this batch"
+                )
         return None
 
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
         with self._write() as con:
-            return sum(con.execute("DELETE FROM marks WHERE stream=? AND key=? AND value=?",
-                                   (stream, key, value)).rowcount for key, value in marks.items())
+            return sum(
+                con.execute("DELETE FROM marks WHERE stream=? AND key=? AND value=?", (stream, key, value)).rowcount
+                for key, value in marks.items()
+            )
 
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
         return self._query(

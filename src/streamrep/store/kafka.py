@@ -55,14 +55,23 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from streamrep.errors import (AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound, PermissionDenied,
-                              StreamrepError, Unavailable)
+from streamrep.errors import (
+    AlreadyExists,
+    Conflict,
+    InvalidArgument,
+    LimitExceeded,
+    NotFound,
+    PermissionDenied,
+    StreamrepError,
+    Unavailable,
+)
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 from streamrep.model.naming import DEFAULT_NAMING, INTERNAL_PREFIX, PrefixNaming, TopicNaming, naming_for
@@ -83,8 +92,12 @@ MAX_READERS = 16
 _STORE_KIND = "store"
 # Compacted, with small segments: the cleaner only compacts closed segments, and every new store object
 # reads these topics from the start, so they must stay near the size of their live keys.
-INTERNAL_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "600000", "segment.bytes": str(16 << 20),
-                         "min.cleanable.dirty.ratio": "0.1"}
+INTERNAL_TOPIC_CONFIG = {
+    "cleanup.policy": "compact",
+    "segment.ms": "600000",
+    "segment.bytes": str(16 << 20),
+    "min.cleanable.dirty.ratio": "0.1",
+}
 CLIENT_LOG = logging.getLogger("streamrep.kafka.client")
 if CLIENT_LOG.level == logging.NOTSET:
     CLIENT_LOG.setLevel(logging.CRITICAL)  # fencing and coordinator retries are routine; real failures raise
@@ -111,9 +124,16 @@ _FENCING_RACE = {KafkaError.UNKNOWN, KafkaError.CONCURRENT_TRANSACTIONS}
 # Kafka's answers to an offset change for a group with live members.
 _GROUP_ACTIVE = {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION}
 # Brief states of a new or moving partition: asked again until TIMEOUT_SECONDS have passed.
-_TRANSIENT = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_PARTITION,
-              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError.NOT_COORDINATOR,
-              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT}
+_TRANSIENT = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError._UNKNOWN_PARTITION,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.REQUEST_TIMED_OUT,
+}
 
 
 def _kafka_error(err: Any) -> KafkaError | None:
@@ -158,7 +178,9 @@ class KafkaStore(Store):
         self._uncommitted_consumer: Consumer | None = None  # sees the high watermark, not the LSO
         self._txns: OrderedDict[str, Producer] = OrderedDict()
         self._txn_codecs: dict[str, str] = {}  # txid -> the compression.type its cached producer writes with
-        self._readers: OrderedDict[tuple[str, int], list] = OrderedDict()  # (kafka topic, partition) -> [consumer, next]
+        self._readers: OrderedDict[tuple[str, int], list] = (
+            OrderedDict()
+        )  # (kafka topic, partition) -> [consumer, next]
         self._folds: dict[str, _Fold] = {}
         self._internal_ready = False
         self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
@@ -194,7 +216,9 @@ class KafkaStore(Store):
         if kind is not None:
             return kind(f"cluster {self.cluster}: {what}: {err.str()}")
         if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
-            return Unavailable(f"cluster {self.cluster}: Kafka at {self.bootstrap} is unreachable ({what}: {err.str()})")
+            return Unavailable(
+                f"cluster {self.cluster}: Kafka at {self.bootstrap} is unreachable ({what}: {err.str()})"
+            )
         return Unavailable(f"cluster {self.cluster}: {what}: {err.str()}")
 
     def _admin(self) -> AdminClient:
@@ -208,9 +232,18 @@ class KafkaStore(Store):
         # out of range, e.g. while a restarted broker recovers its log. A fold that skipped its own last
         # marks would compare-and-set against stale positions; from the earliest offset it only replays
         # (folds are replay-safe, and readers skip what lies below a replica's position).
-        return Consumer({**self._client, "group.id": f"{self._internal}reader", "enable.auto.commit": False,
-                         "enable.auto.offset.store": False, "isolation.level": "read_committed",
-                         "auto.offset.reset": "earliest", "fetch.wait.max.ms": 20, **extra})
+        return Consumer(
+            {
+                **self._client,
+                "group.id": f"{self._internal}reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 20,
+                **extra,
+            }
+        )
 
     def _meta(self) -> Consumer:
         self._fresh()
@@ -249,8 +282,15 @@ class KafkaStore(Store):
             return producer
         # None keeps the cluster's client settings (librdkafka's default: none)
         codec = compression or str(self._client.get("compression.type", "none"))
-        producer = Producer({**self._client, "transactional.id": txid, "linger.ms": 2,
-                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS, "compression.type": codec})
+        producer = Producer(
+            {
+                **self._client,
+                "transactional.id": txid,
+                "linger.ms": 2,
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                "compression.type": codec,
+            }
+        )
         with self._errors("cannot start a transaction"):
             # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer.
             producer.list_topics(timeout=TIMEOUT_SECONDS)
@@ -281,12 +321,14 @@ class KafkaStore(Store):
         deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
         while self._watermarks(name, 0, name)[1] < high:
             if time.monotonic() > deadline:
-                raise Unavailable(f"cluster {self.cluster}: a transaction on {name} stayed open for "
-                                  f"{VISIBLE_WITHIN_SECONDS:.0f} s; try again")
+                raise Unavailable(
+                    f"cluster {self.cluster}: a transaction on {name} stayed open for "
+                    f"{VISIBLE_WITHIN_SECONDS:.0f} s; try again"
+                )
             time.sleep(0.005)
 
     @contextmanager
-    def _transaction(self, txid: str, reads: str, compression: str | None = None) -> Iterator["_Transaction"]:
+    def _transaction(self, txid: str, reads: str, compression: str | None = None) -> Iterator[_Transaction]:
         """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
         It returns once its internal records are readable: Kafka writes commit markers after the commit
         returns, and the next read (by this process or another) must see what was just written.
@@ -320,8 +362,9 @@ class KafkaStore(Store):
             if isinstance(exc, KafkaException):
                 err = _kafka_error(exc)
                 if err is not None and err.txn_requires_abort() and err.code() in _FENCING_RACE:
-                    raise Conflict(f"cluster {self.cluster}: another writer took over (transaction aborted: "
-                                   f"{err.str()}); retry") from None
+                    raise Conflict(
+                        f"cluster {self.cluster}: another writer took over (transaction aborted: {err.str()}); retry"
+                    ) from None
                 raise self._translate(exc, "transaction failed") from None
             raise
         try:
@@ -356,8 +399,10 @@ class KafkaStore(Store):
         for name, offset in last_offsets.items():
             while self._watermarks(name, 0, name)[1] <= offset:
                 if time.monotonic() > deadline:
-                    raise Unavailable(f"cluster {self.cluster}: a committed write to {name} did not become readable "
-                                      f"within {VISIBLE_WITHIN_SECONDS:.0f} s")
+                    raise Unavailable(
+                        f"cluster {self.cluster}: a committed write to {name} did not become readable "
+                        f"within {VISIBLE_WITHIN_SECONDS:.0f} s"
+                    )
                 time.sleep(0.002)
 
     # -- internal topics -----------------------------------------------------------
@@ -366,7 +411,9 @@ class KafkaStore(Store):
             return
         with self._errors("cannot read topics"):
             existing = self._admin().list_topics(timeout=TIMEOUT_SECONDS).topics
-        missing = [NewTopic(name, 1, config=INTERNAL_TOPIC_CONFIG) for name in self._topics.values() if name not in existing]
+        missing = [
+            NewTopic(name, 1, config=INTERNAL_TOPIC_CONFIG) for name in self._topics.values() if name not in existing
+        ]
         if missing:
             for name, future in self._admin().create_topics(missing, request_timeout=TIMEOUT_SECONDS).items():
                 try:
@@ -389,7 +436,7 @@ class KafkaStore(Store):
                 return
             time.sleep(0.05)
 
-    def _fold(self, name: str) -> "_Fold":
+    def _fold(self, name: str) -> _Fold:
         self._fresh()
         fold = self._folds.get(name)
         if fold is None:
@@ -432,7 +479,9 @@ class KafkaStore(Store):
                         raise
                     if kind == STREAM_KIND:  # the broker's ACLs follow the stream's ACEs, set before the commit
                         self.acls.sync_stream(self.catalog_get(kind, key), new)
-                    txn.internal("catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8"))
+                    txn.internal(
+                        "catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8")
+                    )
                 return new
             except Conflict as exc:
                 if exc is refused:
@@ -463,8 +512,10 @@ class KafkaStore(Store):
             except StreamrepError:
                 continue
             if other_path != path and naming.overlaps(other):
-                raise Conflict(f"the Kafka topics of {path} ({naming.spec}) would overlap those of stream "
-                               f"{other_path} ({other.spec}); choose another -topicnaming")
+                raise Conflict(
+                    f"the Kafka topics of {path} ({naming.spec}) would overlap those of stream "
+                    f"{other_path} ({other.spec}); choose another -topicnaming"
+                )
         if path in others:
             return  # the stream exists: creating it is refused as AlreadyExists
         listed = self._kafka_topics()
@@ -477,14 +528,18 @@ class KafkaStore(Store):
             yields = rank < claim.rank and not naming.within(claim.naming)
             creates_new = not naming.adopts and claim.naming.adopts
             if naming.overlaps(claim.naming) and not (yields or creates_new):
-                raise Conflict(f"the Kafka topics of {path} ({naming.spec}) would overlap those of {claim.whose} "
-                               "on the same brokers; choose another path or -topicnaming")
+                raise Conflict(
+                    f"the Kafka topics of {path} ({naming.spec}) would overlap those of {claim.whose} "
+                    "on the same brokers; choose another path or -topicnaming"
+                )
         if not naming.adopts:
             existing = sorted(name for name in listed if naming.topic_of(name) is not None)
             if existing:  # no stream of this installation names it (checked above): someone else's, or left over
-                raise Conflict(f"Kafka topic {existing[0]} already exists, and the {naming.spec} naming of {path} "
-                               "never adopts a topic; adopt existing topics with -topicnaming prefix:<P>, "
-                               "or choose another path")
+                raise Conflict(
+                    f"Kafka topic {existing[0]} already exists, and the {naming.spec} naming of {path} "
+                    "never adopts a topic; adopt existing topics with -topicnaming prefix:<P>, "
+                    "or choose another path"
+                )
 
     # -- other installations on the same brokers ------------------------------------
     def _rank(self, naming: TopicNaming) -> tuple[int, ...]:
@@ -502,11 +557,19 @@ class KafkaStore(Store):
         streams: list[_Claim] = []
         namespaces: list[_Claim] = []
         for ns in sorted(found):
-            installation = (f"the streamrep installation with namespace {ns!r}" if ns
-                            else "the streamrep installation without a namespace")
+            installation = (
+                f"the streamrep installation with namespace {ns!r}"
+                if ns
+                else "the streamrep installation without a namespace"
+            )
             if ns and not f"{self.namespace}.".startswith(f"{ns}."):  # not ours when ours is nested in it
-                namespaces.append(_Claim(PrefixNaming(f"{ns}.", DEFAULT_NAMING), (2, len(ns) + 1, len(ns)),
-                                         f"{installation} (every topic under '{ns}.')"))
+                namespaces.append(
+                    _Claim(
+                        PrefixNaming(f"{ns}.", DEFAULT_NAMING),
+                        (2, len(ns) + 1, len(ns)),
+                        f"{installation} (every topic under '{ns}.')",
+                    )
+                )
             fold = self._others.get(ns)
             if fold is None:
                 fold = self._others[ns] = _Fold(self, _internal_prefix(ns) + "catalog", learn=False)
@@ -529,8 +592,9 @@ class KafkaStore(Store):
         self._claims = streams + namespaces  # a stream's claim names what overlaps most precisely
         self._claimed = {}
 
-    def _foreign(self, naming: TopicNaming, names: Sequence[str], listed: Mapping[str, int] | None = None,
-                 refresh: bool = False) -> dict[str, "_Claim"]:
+    def _foreign(
+        self, naming: TopicNaming, names: Sequence[str], listed: Mapping[str, int] | None = None, refresh: bool = False
+    ) -> dict[str, _Claim]:
         """Of the Kafka topics ``names`` (named by ``naming``, a stream of this installation), those another
         installation holds against it: name -> its claim.
 
@@ -563,8 +627,9 @@ class KafkaStore(Store):
         name = naming.kafka_topic(topic)
         claim = self._foreign(naming, [name]).get(name)
         if claim is not None:
-            raise NotFound(f"topic {topic} does not exist: Kafka topic {name} belongs to {claim.whose} "
-                           "on the same brokers")
+            raise NotFound(
+                f"topic {topic} does not exist: Kafka topic {name} belongs to {claim.whose} on the same brokers"
+            )
         return name
 
     def location(self, stream: str, topic: str) -> dict[str, str]:
@@ -585,10 +650,13 @@ class KafkaStore(Store):
         name = naming.kafka_topic(topic)
         claim = self._foreign(naming, [name], self._kafka_topics(), refresh=True).get(name)
         if claim is not None:
-            raise Conflict(f"topic {topic} would be Kafka topic {name}, which belongs to {claim.whose} "
-                           "on the same brokers; choose another topic name")
-        future = self._admin().create_topics([NewTopic(name, partitions, config=_STREAM_TOPIC_CONFIG)],
-                                             request_timeout=TIMEOUT_SECONDS)[name]
+            raise Conflict(
+                f"topic {topic} would be Kafka topic {name}, which belongs to {claim.whose} "
+                "on the same brokers; choose another topic name"
+            )
+        future = self._admin().create_topics(
+            [NewTopic(name, partitions, config=_STREAM_TOPIC_CONFIG)], request_timeout=TIMEOUT_SECONDS
+        )[name]
         try:
             future.result()
         except KafkaException as exc:
@@ -607,8 +675,9 @@ class KafkaStore(Store):
             raise InvalidArgument(f"topic {topic} has {count} partitions; partitions can only be added")
         if partitions == count:
             return
-        future = self._admin().create_partitions([NewPartitions(name, partitions)],
-                                                 request_timeout=TIMEOUT_SECONDS)[name]
+        future = self._admin().create_partitions([NewPartitions(name, partitions)], request_timeout=TIMEOUT_SECONDS)[
+            name
+        ]
         with self._errors(f"cannot add partitions to Kafka topic {name}"):
             future.result()
         deadline = time.monotonic() + TIMEOUT_SECONDS
@@ -645,11 +714,12 @@ class KafkaStore(Store):
         syncs.catch_up()
         producer = self._producer()
         for key in list(marks.state.get(stream, {})):
-            producer.produce(self._topics["marks"], key=f"{stream}\x1f{key}".encode("utf-8"), value=None)
+            producer.produce(self._topics["marks"], key=f"{stream}\x1f{key}".encode(), value=None)
         for source, runs in syncs.state.get(stream, {}).items():
             for source_offset in runs:
-                producer.produce(self._topics["syncs"], key=f"{stream}\x1f{source}\x1f{source_offset}".encode("utf-8"),
-                                 value=None)
+                producer.produce(
+                    self._topics["syncs"], key=f"{stream}\x1f{source}\x1f{source_offset}".encode(), value=None
+                )
         self._flush(producer, "cannot drop the stream's replication marks")
 
     # -- data ----------------------------------------------------------------------
@@ -657,11 +727,20 @@ class KafkaStore(Store):
         with self._errors(what):
             left = producer.flush(TIMEOUT_SECONDS)
         if left:
-            raise Unavailable(f"cluster {self.cluster}: {what}: {left} messages not acknowledged within "
-                              f"{TIMEOUT_SECONDS:.0f} s (is Kafka at {self.bootstrap} up?)")
+            raise Unavailable(
+                f"cluster {self.cluster}: {what}: {left} messages not acknowledged within "
+                f"{TIMEOUT_SECONDS:.0f} s (is Kafka at {self.bootstrap} up?)"
+            )
 
-    def _produce_all(self, producer: Producer, name: str, partition: int, messages: Sequence[Message],
-                     offsets: list[int], errors: list) -> None:
+    def _produce_all(
+        self,
+        producer: Producer,
+        name: str,
+        partition: int,
+        messages: Sequence[Message],
+        offsets: list[int],
+        errors: list,
+    ) -> None:
         """Produce ``messages`` to one partition; each delivery stores its offset in ``offsets`` (by index)
         or an error. One callback serves the whole call: an idempotent producer (every producer here)
         reports one partition's deliveries in the order they were produced."""
@@ -679,8 +758,15 @@ class KafkaStore(Store):
         for value, key, headers, timestamp, _, _, _ in messages:
             while True:
                 try:
-                    produce(name, value, key, partition=partition, on_delivery=report, timestamp=timestamp or 0,
-                            headers=list(headers) if headers else None)
+                    produce(
+                        name,
+                        value,
+                        key,
+                        partition=partition,
+                        on_delivery=report,
+                        timestamp=timestamp or 0,
+                        headers=list(headers) if headers else None,
+                    )
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
@@ -729,8 +815,9 @@ class KafkaStore(Store):
     def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
         return self.read_span(stream, topic, partition, start, max_messages)[0]
 
-    def read_span(self, stream: str, topic: str, partition: int, start: int,
-                  max_messages: int) -> tuple[list[Message], int]:
+    def read_span(
+        self, stream: str, topic: str, partition: int, start: int, max_messages: int
+    ) -> tuple[list[Message], int]:
         name = self._kafka_name(stream, topic)
         first, end = self._watermarks(name, partition, topic)
         start = max(start, first)
@@ -757,9 +844,20 @@ class KafkaStore(Store):
                     overshoot = True  # never returned, and the reader seeks again next time
                     continue
                 headers = msg.headers()
-                append(new(Message, (msg.value() or b"", msg.key(),
-                                     tuple([(k, v or b"") for k, v in headers]) if headers else (),
-                                     msg.timestamp()[1], partition, offset, topic)))
+                append(
+                    new(
+                        Message,
+                        (
+                            msg.value() or b"",
+                            msg.key(),
+                            tuple([(k, v or b"") for k, v in headers]) if headers else (),
+                            msg.timestamp()[1],
+                            partition,
+                            offset,
+                            topic,
+                        ),
+                    )
+                )
             if out:
                 position = max(position, out[-1].offset + 1)
             if not overshoot and len(out) < max_messages:
@@ -781,8 +879,11 @@ class KafkaStore(Store):
                 err = _kafka_error(exc)
                 code = err.code() if err is not None else None
                 if code in _TRANSIENT and time.monotonic() < deadline:
-                    if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC,
-                                KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    if code in (
+                        KafkaError._UNKNOWN_PARTITION,
+                        KafkaError._UNKNOWN_TOPIC,
+                        KafkaError.UNKNOWN_TOPIC_OR_PART,
+                    ):
                         if self._kafka_topics().get(name, 0) <= partition:
                             raise NotFound(f"topic {topic} has no partition {partition}") from None
                         with self._errors(f"cannot read metadata of {name}"):  # added since the client last looked
@@ -802,8 +903,11 @@ class KafkaStore(Store):
         for partition in range(count):
             first, end = self._watermarks(name, partition, topic)
             with self._errors(f"cannot read offsets of {name}"):
-                found = self._meta().offsets_for_times([TopicPartition(name, partition, timestamp)],
-                                                       timeout=TIMEOUT_SECONDS)[0].offset
+                found = (
+                    self._meta()
+                    .offsets_for_times([TopicPartition(name, partition, timestamp)], timeout=TIMEOUT_SECONDS)[0]
+                    .offset
+                )
             new_start = end if found < 0 else min(found, end)
             if new_start > first:
                 wanted.append(TopicPartition(name, partition, new_start))
@@ -814,7 +918,9 @@ class KafkaStore(Store):
                     future.result()
         return dropped
 
-    def range_stats(self, stream: str, topic: str, partition: int, start: int) -> tuple[int, int, int | None, int | None]:
+    def range_stats(
+        self, stream: str, topic: str, partition: int, start: int
+    ) -> tuple[int, int, int | None, int | None]:
         # Kafka keeps no counts, so the range is read. It ends where the partition ended when
         # the count began (a busy topic would otherwise never be counted to its end), and the
         # store is not held between reads, so gateways sharing it keep applying meanwhile.
@@ -840,20 +946,24 @@ class KafkaStore(Store):
 
     def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:
         from confluent_kafka import ConsumerGroupTopicPartitions
+
         name = self._kafka_name(stream, topic)
-        request = ConsumerGroupTopicPartitions(self._group(group),
-                                               [TopicPartition(name, p, o) for p, o in sorted(cursors.items())])
+        request = ConsumerGroupTopicPartitions(
+            self._group(group), [TopicPartition(name, p, o) for p, o in sorted(cursors.items())]
+        )
         try:
-            for future in self._admin().alter_consumer_group_offsets([request],
-                                                                     request_timeout=TIMEOUT_SECONDS).values():
+            for future in (
+                self._admin().alter_consumer_group_offsets([request], request_timeout=TIMEOUT_SECONDS).values()
+            ):
                 for tp in future.result().topic_partitions:  # Kafka answers per partition
                     if tp.error is not None:
                         raise KafkaException(tp.error)
         except KafkaException as exc:
             err = _kafka_error(exc)
             if err is not None and err.code() in _GROUP_ACTIVE:  # Kafka refuses to move a live group's offsets
-                raise Conflict(f"cluster {self.cluster}: group {group} is active (it has members); "
-                               f"its cursors were not changed") from None
+                raise Conflict(
+                    f"cluster {self.cluster}: group {group} is active (it has members); its cursors were not changed"
+                ) from None
             raise self._translate(exc, f"cannot commit cursors of group {group}") from None
 
     def _namespaced_groups(self) -> list[str]:
@@ -861,11 +971,15 @@ class KafkaStore(Store):
         with self._errors("cannot list consumer groups"):
             listed = self._admin().list_consumer_groups(request_timeout=TIMEOUT_SECONDS).result()
         prefix = f"{self.namespace}." if self.namespace else ""
-        return sorted(g.group_id[len(prefix):] for g in listed.valid
-                      if g.group_id.startswith(prefix) and not g.group_id.startswith(INTERNAL_PREFIX))
+        return sorted(
+            g.group_id[len(prefix) :]
+            for g in listed.valid
+            if g.group_id.startswith(prefix) and not g.group_id.startswith(INTERNAL_PREFIX)
+        )
 
     def groups(self, stream: str) -> list[str]:
         from confluent_kafka import ConsumerGroupTopicPartitions
+
         held = self._held(self._naming(stream))
         candidates = self._namespaced_groups()
         if not candidates:
@@ -873,12 +987,19 @@ class KafkaStore(Store):
         admin = self._admin()
         # One request per group (the client's limit), all sent before any answer is awaited.
         with self._errors("cannot read consumer group offsets"):
-            futures = {group: list(admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(self._group(group))], request_timeout=TIMEOUT_SECONDS).values())[0]
-                for group in candidates}
-            return [group for group, future in futures.items()
-                    if any(tp.offset >= 0 and tp.topic in held
-                           for tp in future.result().topic_partitions)]
+            futures = {
+                group: list(
+                    admin.list_consumer_group_offsets(
+                        [ConsumerGroupTopicPartitions(self._group(group))], request_timeout=TIMEOUT_SECONDS
+                    ).values()
+                )[0]
+                for group in candidates
+            }
+            return [
+                group
+                for group, future in futures.items()
+                if any(tp.offset >= 0 and tp.topic in held for tp in future.result().topic_partitions)
+            ]
 
     def active_groups(self, groups: Sequence[str]) -> set[str]:
         if not groups:
@@ -890,14 +1011,16 @@ class KafkaStore(Store):
 
     def cursors(self, group: str, stream: str, topic: str) -> dict[int, int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
+
         name = self._kafka_name(stream, topic)
         count = self._kafka_topics().get(name, 0)
         if not count:
             return {}
         request = ConsumerGroupTopicPartitions(self._group(group), [TopicPartition(name, p) for p in range(count)])
         with self._errors(f"cannot read cursors of group {group}"):
-            result = list(self._admin().list_consumer_group_offsets([request],
-                                                                    request_timeout=TIMEOUT_SECONDS).values())[0].result()
+            result = list(
+                self._admin().list_consumer_group_offsets([request], request_timeout=TIMEOUT_SECONDS).values()
+            )[0].result()
         return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
     # -- replication marks ---------------------------------------------------------
@@ -924,8 +1047,10 @@ class KafkaStore(Store):
             current = self.marks(stream)  # read after this writer fenced every other of the partition
             for key, expected in expect.items():
                 if current.get(key) != expected:
-                    raise Conflict(f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
-                                   "another gateway applied this batch")
+                    raise Conflict(
+                        f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
+                        "another gateway applied this batch"
+                    )
             offsets = [-1] * len(messages)
             errors: list = []
             if messages:
@@ -936,8 +1061,11 @@ class KafkaStore(Store):
             for key, value in marks.items():
                 txn.internal("marks", f"{stream}\x1f{key}", str(value).encode("ascii"))
             for source_offset, replica_offset, count in _runs(syncs, offsets):
-                txn.internal("syncs", f"{stream}\x1f{source}\x1f{source_offset}",
-                             json.dumps([partition, replica_offset, count]).encode("ascii"))
+                txn.internal(
+                    "syncs",
+                    f"{stream}\x1f{source}\x1f{source_offset}",
+                    json.dumps([partition, replica_offset, count]).encode("ascii"),
+                )
         if messages:
             return offsets[0]
         return self._watermarks(name, partition, topic)[1]
@@ -984,8 +1112,11 @@ class KafkaStore(Store):
 
     def __getstate__(self) -> dict:
         # Pickled into Spark tasks: clients are opened again where the store is used.
-        return {"cluster": self.cluster, "bootstrap": self.bootstrap,
-                "settings": {**self._settings, **self._own, NAMESPACE_SETTING: self.namespace}}
+        return {
+            "cluster": self.cluster,
+            "bootstrap": self.bootstrap,
+            "settings": {**self._settings, **self._own, NAMESPACE_SETTING: self.namespace},
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["cluster"], state["bootstrap"], state["settings"])
@@ -996,16 +1127,40 @@ def _serialized(method: Callable) -> Callable:
     def call(self: KafkaStore, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             return method(self, *args, **kwargs)
+
     return call
 
 
 # One thread at a time per store object, as the embedded store's SQLite transactions serialise
 # threads: its readers, folds and transactional producers hold positions and open transactions
 # that two threads must not share mid-call (gateways in threads of one process share a store).
-for _name in ("store_id", "catalog_get", "catalog_list", "catalog_update", "check_naming", "topics", "create_topic",
-              "add_partitions", "delete_topic", "drop_stream", "append", "read", "read_span", "offsets",
-              "purge_before", "commit_cursors", "cursors", "groups", "active_groups", "marks", "apply",
-              "drop_marks", "offset_syncs", "location", "close"):
+for _name in (
+    "store_id",
+    "catalog_get",
+    "catalog_list",
+    "catalog_update",
+    "check_naming",
+    "topics",
+    "create_topic",
+    "add_partitions",
+    "delete_topic",
+    "drop_stream",
+    "append",
+    "read",
+    "read_span",
+    "offsets",
+    "purge_before",
+    "commit_cursors",
+    "cursors",
+    "groups",
+    "active_groups",
+    "marks",
+    "apply",
+    "drop_marks",
+    "offset_syncs",
+    "location",
+    "close",
+):
     setattr(KafkaStore, _name, _serialized(getattr(KafkaStore, _name)))
 
 
@@ -1020,7 +1175,7 @@ def _installation_of(name: str) -> str | None:
     if name == head + "catalog":
         return ""
     if name.startswith(head) and name.endswith(tail) and len(name) > len(head + tail):
-        return name[len(head):-len(tail)]
+        return name[len(head) : -len(tail)]
     return None
 
 
@@ -1041,7 +1196,7 @@ def _runs(syncs: Sequence[tuple[int, int]], offsets: Sequence[int]) -> Iterator[
     """``(source offset, replica offset, count)`` runs: a sync's run of consecutive source offsets,
     split wherever the replica offsets were not consecutive (another producer wrote in between)."""
     bounds = [index for index, _ in syncs[1:]] + [len(offsets)]
-    for (index, source_offset), bound in zip(syncs, bounds):
+    for (index, source_offset), bound in zip(syncs, bounds, strict=False):
         run_start = index
         for i in range(index + 1, bound + 1):
             if i == bound or offsets[i] != offsets[i - 1] + 1:
@@ -1086,8 +1241,9 @@ class _Fold:
         deadline = time.monotonic() + TIMEOUT_SECONDS
         while self.position < end:
             if time.monotonic() > deadline:
-                raise Unavailable(f"cluster {store.cluster}: reading {self.name} timed out at offset "
-                                  f"{self.position} of {end}")
+                raise Unavailable(
+                    f"cluster {store.cluster}: reading {self.name} timed out at offset {self.position} of {end}"
+                )
             with store._errors(f"cannot read {self.name}"):
                 batch = self.consumer.consume(10000, timeout=0.02)
             for msg in batch:

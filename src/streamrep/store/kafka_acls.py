@@ -10,11 +10,19 @@ A cluster without an authorizer answers SECURITY_DISABLED, and then nothing is k
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
-                                   ResourcePatternType, ResourceType)
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
 
 from streamrep.errors import InvalidArgument, PermissionDenied, StreamrepError
 from streamrep.model.acls import Grant, Principals, installation_grants, stream_grants
@@ -24,16 +32,25 @@ from streamrep.model.naming import naming_for
 if TYPE_CHECKING:
     from streamrep.store.kafka import KafkaStore
 
-_RESOURCES = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP,
-              "transactional_id": ResourceType.TRANSACTIONAL_ID, "cluster": ResourceType.BROKER}
+_RESOURCES = {
+    "topic": ResourceType.TOPIC,
+    "group": ResourceType.GROUP,
+    "transactional_id": ResourceType.TRANSACTIONAL_ID,
+    "cluster": ResourceType.BROKER,
+}
 TIMEOUT_SECONDS = 15.0
 
 
 def _fields(grant: Grant) -> tuple:
-    return (_RESOURCES[grant.resource], grant.name,
-            ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL,
-            f"User:{grant.principal}", "*", AclOperation[grant.operation],
-            AclPermissionType.ALLOW if grant.allow else AclPermissionType.DENY)
+    return (
+        _RESOURCES[grant.resource],
+        grant.name,
+        ResourcePatternType.PREFIXED if grant.prefixed else ResourcePatternType.LITERAL,
+        f"User:{grant.principal}",
+        "*",
+        AclOperation[grant.operation],
+        AclPermissionType.ALLOW if grant.allow else AclPermissionType.DENY,
+    )
 
 
 def _binding(grant: Grant) -> AclBinding:
@@ -45,9 +62,14 @@ def _grant(binding: AclBinding) -> Grant | None:
     resource = {v: k for k, v in _RESOURCES.items()}.get(binding.restype)
     if resource is None or not binding.principal.startswith("User:") or binding.host != "*":
         return None
-    return Grant(resource, binding.name, binding.resource_pattern_type == ResourcePatternType.PREFIXED,
-                 binding.principal[len("User:"):], binding.operation.name,
-                 binding.permission_type == AclPermissionType.ALLOW)
+    return Grant(
+        resource,
+        binding.name,
+        binding.resource_pattern_type == ResourcePatternType.PREFIXED,
+        binding.principal[len("User:") :],
+        binding.operation.name,
+        binding.permission_type == AclPermissionType.ALLOW,
+    )
 
 
 class _NoAuthorizer(Exception):
@@ -70,7 +92,7 @@ class KafkaAcls:
     :param settings: the cluster's settings (groups mapping, gateway principal)
     """
 
-    def __init__(self, store: "KafkaStore", admin: Callable[[], AdminClient], settings: Mapping[str, Any]):
+    def __init__(self, store: KafkaStore, admin: Callable[[], AdminClient], settings: Mapping[str, Any]):
         self._store = store
         self._admin = admin
         self.principals = Principals.from_settings(settings)
@@ -89,8 +111,10 @@ class KafkaAcls:
         change, the installation's own grants, is the probe."""
         if self._enforced is None:
             try:
-                self._create(installation_grants(self._store.internal_prefix, self._group_prefix(), self.principals),
-                             "cannot set streamrep's ACLs")
+                self._create(
+                    installation_grants(self._store.internal_prefix, self._group_prefix(), self.principals),
+                    "cannot set streamrep's ACLs",
+                )
                 self._enforced = True
             except _NoAuthorizer:
                 self._enforced = False
@@ -108,8 +132,15 @@ class KafkaAcls:
         entry = StreamEntry.from_dict(doc)
         prefix = naming_for(entry.naming, entry.path, self._store.namespace).kafka_topic("")
         what = f"stream {entry.path} on cluster {self._store.cluster}"
-        return prefix, stream_grants(entry.meta, prefix, self.principals, writable=not one_way_replica(entry),
-                                     replicated=bool(entry.replicas), replica=bool(entry.upstreams), what=what)
+        return prefix, stream_grants(
+            entry.meta,
+            prefix,
+            self.principals,
+            writable=not one_way_replica(entry),
+            replicated=bool(entry.replicas),
+            replica=bool(entry.upstreams),
+            what=what,
+        )
 
     def sync_stream(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """Make the ACL entries under the stream's topic prefix those its new document calls for.
@@ -126,8 +157,15 @@ class KafkaAcls:
             self._replace(prefix, {g for g in new_grants if g.name == prefix and prefix == new_prefix})
 
     def _replace(self, prefix: str, wanted: set[Grant]) -> None:
-        pattern = AclBindingFilter(ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, None, None,
-                                   AclOperation.ANY, AclPermissionType.ANY)
+        pattern = AclBindingFilter(
+            ResourceType.TOPIC,
+            prefix,
+            ResourcePatternType.PREFIXED,
+            None,
+            None,
+            AclOperation.ANY,
+            AclPermissionType.ANY,
+        )
         what = f"cannot set the ACLs of Kafka topics {prefix}*"
         try:
             present = {g for g in map(_grant, self._describe(pattern)) if g is not None}
@@ -147,8 +185,11 @@ class KafkaAcls:
         if not grants:
             return
         try:
-            for future in self._admin().create_acls([_binding(g) for g in sorted(grants)],
-                                                    request_timeout=TIMEOUT_SECONDS).values():
+            for future in (
+                self._admin()
+                .create_acls([_binding(g) for g in sorted(grants)], request_timeout=TIMEOUT_SECONDS)
+                .values()
+            ):
                 future.result()
         except KafkaException as exc:
             err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
@@ -157,4 +198,3 @@ class KafkaAcls:
             raise self._fail(exc, what) from None
         except (ValueError, TypeError) as exc:  # a name Kafka's client refuses
             raise InvalidArgument(f"cluster {self._store.cluster}: {what}: {exc}") from None
-

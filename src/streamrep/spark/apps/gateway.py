@@ -26,8 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--id", help="the gateway's name (default: the host name)")
     parser.add_argument("--home", help="STREAMREP_HOME (the cluster registry)")
     parser.add_argument("--once", action="store_true", help="replicate what is available now, then exit")
-    parser.add_argument("--checkpoint", help="unused, accepted for compatibility: each pass starts from the stored positions")
-    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds an idle gateway waits between passes")
+    parser.add_argument(
+        "--checkpoint", help="unused, accepted for compatibility: each pass starts from the stored positions"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=DEFAULT_INTERVAL, help="seconds an idle gateway waits between passes"
+    )
     parser.add_argument("--max-records", type=int, help="source messages per pass at most")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics from the driver on this port")
     args = parser.parse_args(argv)
@@ -36,8 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     def job(spark, admin):
         from streamrep.spark.jobs import run_gateway
 
-        run_gateway(spark, admin, args.cluster, args.id, args.home, args.checkpoint, args.once,
-                    args.interval, args.max_records, metrics_port=args.metrics_port)
+        run_gateway(
+            spark,
+            admin,
+            args.cluster,
+            args.id,
+            args.home,
+            args.checkpoint,
+            args.once,
+            args.interval,
+            args.max_records,
+            metrics_port=args.metrics_port,
+        )
 
     return run(f"gateway-{args.cluster}", args.home, job)
 
