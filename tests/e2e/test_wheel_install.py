@@ -4,14 +4,14 @@ For each supported Airflow release (``scripts/wheel_envs.py``: a venv per lock i
 ``tests/wheel/``, made by ``./run test`` before the tests, so nothing is downloaded here), the
 wheel built from this checkout by ``uv build`` is installed with ``pip install --no-index``:
 pip finds every dependency the wheel declares already there, or fails. ``AIRFLOW_HOME`` has an
-empty plugins folder, and its dags folder holds only the README's short file. Then:
+empty plugins folder, and its dags folder holds only the short file that docs/airflow.md shows. Then:
 
 * ``airflow providers list`` and ``airflow plugins`` show streamrep;
 * an API server with login on serves the page (401 without a token, 200 with one), the
   connection form's fields, and the Test button;
 * ``airflow dags test stream_replica_manual_setup`` copies on Spark with the app from the
   installed package;
-* the README's example user test passes with the package's pytest fixtures, in a folder
+* the Airflow guide's example user test passes with the package's pytest fixtures, in a folder
   outside the repository.
 """
 
@@ -32,14 +32,15 @@ from airflow_production import Airflow, free_ports
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-README_FILE = re.compile(r"<!-- file: (?P<name>[\w/.]+) -->\n```\w*\n(?P<body>.*?)```", re.DOTALL)
+AIRFLOW_GUIDE = REPO / "docs" / "airflow.md"
+FILE_MARKER = re.compile(r"<!-- file: (?P<name>[\w/.]+) -->\n```\w*\n(?P<body>.*?)```", re.DOTALL)
 SOURCE, REPLICA = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
 
 
-def readme_files() -> dict[str, str]:
-    """The files the README shows whole, each after a ``<!-- file: NAME -->`` line."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    return {m["name"]: m["body"] for m in README_FILE.finditer(text)}
+def documented_files() -> dict[str, str]:
+    """The files the Airflow guide (docs/airflow.md) shows whole, each after a ``<!-- file: NAME -->`` line."""
+    text = AIRFLOW_GUIDE.read_text(encoding="utf-8")
+    return {m["name"]: m["body"] for m in FILE_MARKER.finditer(text)}
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +109,7 @@ def installed(request, wheel, tmp_path_factory) -> Installed:
     home = root / "airflow-home"
     (home / "plugins").mkdir(parents=True)
     (home / "dags").mkdir()
-    (home / "dags" / "streamrep_dags.py").write_text(readme_files()["dags/streamrep_dags.py"])
+    (home / "dags" / "streamrep_dags.py").write_text(documented_files()["dags/streamrep_dags.py"])
     (port,) = free_ports(1)
     env = {
         k: v
@@ -251,11 +252,11 @@ def test_the_manual_setup_dag_copies_on_spark_with_the_packaged_app(installed):
     assert row["replicaPath"] == REPLICA and row["paused"] is False
 
 
-def test_the_readme_example_user_test_passes_with_the_packaged_fixtures(installed):
+def test_the_guides_example_user_test_passes_with_the_packaged_fixtures(installed):
     user_repo = installed.root / "user-dag-repo"
     (user_repo / "tests").mkdir(parents=True)
     name = "tests/test_orders_replication.py"
-    (user_repo / name).write_text(readme_files()[name])
+    (user_repo / name).write_text(documented_files()[name])
     env = {k: v for k, v in installed.env.items() if not k.startswith("AIRFLOW")}  # the plugin's own home
     done = installed.run("pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=user_repo, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

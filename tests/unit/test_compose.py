@@ -1,8 +1,8 @@
-"""docker-compose.yaml, the Dockerfiles, .env.example and the README's "The compose stack" agree.
+"""docker-compose.yaml, the Dockerfiles, .env.example and "The compose stack" of docs/operations.md agree.
 
 Fast and without an engine: Debian's docker-compose 1.29 validates and resolves the file
 (``docker-compose config``, as on a fresh clone: no .env, none of its variables in the
-environment), and the resolved services are checked against the README's services table, the
+environment), and the resolved services are checked against the services table of docs/operations.md, the
 pinned versions of uv.lock, kafka/pom.xml and ./run. ``tests/e2e/test_stack.py`` builds and
 starts the stack for real.
 """
@@ -21,7 +21,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
-README_SECTION = "## The compose stack"
+OPERATIONS = REPO / "docs" / "operations.md"
+STACK_SECTION = "## The compose stack"
 # ${VAR}, ${VAR:-default} or ${VAR-default}; "$${...}" is an escaped dollar for the container's shell.
 VARIABLE = re.compile(r"(?<!\$)\$\{(\w+)(?:(:?-)([^}]*))?\}")
 
@@ -50,15 +51,15 @@ def compose_config(tmp_path_factory) -> dict:
     return yaml.safe_load(done.stdout)
 
 
-def readme_services() -> list[str]:
-    """The services named in the first column of the README's compose services table."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    start = text.find(README_SECTION)
-    assert start != -1, f"README.md has no section {README_SECTION!r}"
-    end = text.find("\n## ", start + len(README_SECTION))
+def documented_services() -> list[str]:
+    """The services named in the first column of the compose services table of docs/operations.md."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    start = text.find(STACK_SECTION)
+    assert start != -1, f"docs/operations.md has no section {STACK_SECTION!r}"
+    end = text.find("\n## ", start + len(STACK_SECTION))
     section = text[start : end if end != -1 else len(text)]
     names = re.findall(r"^\| `([a-z][a-z0-9-]*)` \|", section, flags=re.MULTILINE)
-    assert names, f"no services table (rows starting with | `name` |) in the README's {README_SECTION!r}"
+    assert names, f"no services table (rows starting with | `name` |) in docs/operations.md's {STACK_SECTION!r}"
     return names
 
 
@@ -78,12 +79,12 @@ def test_config_validates_without_env_file(compose_config):
     assert compose_config["services"], "no services"
 
 
-def test_readme_services_are_the_stack_and_all_have_healthchecks(compose_config):
-    named = readme_services()
+def test_documented_services_are_the_stack_and_all_have_healthchecks(compose_config):
+    named = documented_services()
     services = compose_config["services"]
-    assert len(named) == len(set(named)), f"a service listed twice in the README: {named}"
-    assert set(named) - set(services) == set(), "in the README's table but not in docker-compose.yaml"
-    assert set(services) - set(named) == set(), "in docker-compose.yaml but not in the README's table"
+    assert len(named) == len(set(named)), f"a service listed twice in docs/operations.md: {named}"
+    assert set(named) - set(services) == set(), "in the table of docs/operations.md but not in docker-compose.yaml"
+    assert set(services) - set(named) == set(), "in docker-compose.yaml but not in the table of docs/operations.md"
     for name in named:
         check = services[name].get("healthcheck") or {}
         test = check.get("test")

@@ -1,7 +1,7 @@
 """The permission matrix: every command that reads or writes a stream or a cluster, run through
 the real CLI (in-process, identity from ``STREAMREP_USER``) by the owner, by a user holding one
-single right, and by a user with none. Each is allowed or refused as README's "Permissions"
-table says, and this file checks that the README's table is this table.
+single right, and by a user with none. Each is allowed or refused as the "Permissions" table of
+docs/user-guide.md says, and this file checks that the guide's table is this table.
 
 One world (two clusters, streams linked both ways, messages, a consumer group, a gateway list) is
 built once and copied for every case, so each command runs against the same fresh state. On Kafka
@@ -26,7 +26,7 @@ from streamrep.model.ace import Identity
 from streamrep.model.stream import PERMISSIONS
 from streamrep.replication.gateway import Gateway
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+USER_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"  # SF's agreed replica
 SPARE = "/mapr/newyork/spare"  # a stream with the same ACEs, linked to nothing
@@ -300,9 +300,9 @@ def test_a_refused_command_changes_nothing(world, tmp_path, monkeypatch):
     assert [e.path for e in before.list_streams("newyork")] == ["/activity", "/spare"]
 
 
-def readme_table() -> dict[str, dict[str, bool]]:
-    """README's "Permissions" table: command -> role -> allowed."""
-    text = README.read_text(encoding="utf-8")
+def documented_table() -> dict[str, dict[str, bool]]:
+    """The "Permissions" table of docs/user-guide.md: command -> role -> allowed."""
+    text = USER_GUIDE.read_text(encoding="utf-8")
     section = text.split("\n## Permissions\n", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
     header = next(line for line in section.splitlines() if line.startswith("| command"))
@@ -319,15 +319,15 @@ REGISTRY_ONLY = {"cluster add", "cluster list", "cluster remove", "cluster defau
 
 
 def test_every_command_is_in_the_matrix():
-    """A new command cannot slip past the matrix (and so past the README's table)."""
+    """A new command cannot slip past the matrix (and so past the user guide's table)."""
     from streamrep.cli.main import COMMANDS
 
     covered = {name.split(" (")[0] for name in MATRIX}
     assert {" ".join(cmd.words) for cmd in COMMANDS} - REGISTRY_ONLY == covered
 
 
-def test_the_readme_table_is_this_table():
-    table = readme_table()
+def test_the_user_guides_table_is_this_table():
+    table = documented_table()
     assert set(table) == set(MATRIX)
     for command, (_, allowed) in MATRIX.items():
         assert table[command] == {role: role in allowed for role in ROLES}, command
