@@ -21,7 +21,7 @@ API and the page all act on the same state.
 | --- | --- |
 | `supervise` (every scheduled run) | for each cluster whose gateways should run, with no live gateway heartbeat and no launch in flight: trigger a `stream_gateways` run (conf `{cluster, once: false}`) |
 | `start` | `gateway start -cluster <cluster>` (desired state running), then supervise that cluster at once |
-| `stop` | `gateway stop -cluster <cluster>`: every gateway finishes its micro-batch, withdraws its heartbeat and exits 0, so its `stream_gateways` run ends **success** |
+| `stop` | `gateway stop -cluster <cluster>`: every gateway finishes its pass, withdraws its heartbeat and exits 0, so its `stream_gateways` run ends **success** |
 
 Trigger `start`/`stop` from the trigger form (params `action` and `cluster`), or over REST:
 `POST /api/v2/dags/stream_gateway_service/dagRuns` with

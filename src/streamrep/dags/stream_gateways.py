@@ -14,7 +14,10 @@ DOC = """
 ### Gateways of a cluster
 
 Starts the gateways that replicate into the replicas on `cluster`, one task per gateway, each a
-Spark Structured Streaming job (`streamrep/spark/apps/gateway.py`):
+Spark application (`streamrep/spark/apps/gateway.py`) that runs a loop of batch passes: its driver
+plans each pass (the gateway's share of the source partitions, from the stored positions) and runs
+it as one Spark job whose tasks read the sources and apply into the replicas. It is not a
+Structured Streaming query and keeps no checkpoint.
 
 1. `plan_gateways` — the gateways the source clusters list for `cluster`
    (`streamrep cluster gateway set -dstcluster <cluster> -gateways "gw1 gw2"`), or one gateway
@@ -33,7 +36,7 @@ with streamrep's one-line message, and is not retried. Each mapped task is label
 gateway's name.
 
 **Stopping.** `streamrep gateway stop -cluster <cluster>` (or the `stream_gateway_service` DAG
-with `action: stop`) stops every gateway after its current micro-batch: each task succeeds and
+with `action: stop`) stops every gateway after its current pass: each task succeeds and
 the run ends as success. Runs with `once: false` are also what the `stream_gateway_service`
 supervisor triggers for a cluster whose gateways should run and have no live heartbeat.
 

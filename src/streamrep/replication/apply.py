@@ -1,13 +1,16 @@
 """The replay-safe apply of replicated messages: what to write to a replica, and which marks
 to store with it in the same destination transaction.
 
-Two kinds of marks, both kept in the replica's cluster:
+Three kinds of marks are planned here, all kept in the replica's cluster (a fourth, the failover's
+stop mark ``s|<source uuid>|<topic>|<partition>`` of ``model.replication.stop_key``, is written by
+``replication/failover.py`` and checked by ``transfer.apply_batch``, never planned here):
 
 - **position** ``p|<source uuid>|<topic>|<partition>``: the next source offset to apply from
   that source partition. A replayed or overlapping batch is skipped below it; a batch whose
   read span starts above it is a gap and is refused. A batch moves it to the end of its read
   span, past offsets that hold no message (Kafka's transaction markers), so it reaches the
-  source's end offset. The stored position is the truth: a Spark checkpoint is only a cache of it.
+  source's end offset. The stored position is the truth: the Spark gateway keeps no checkpoint,
+  and every pass starts from the stored positions.
 - **loss mark** ``l|<source uuid>|<topic>|<partition>|<first>`` = end: source offsets
   ``first`` to ``end - 1`` were removed by the source's retention before this replica got
   them. Recorded in the same transaction that moves the position past them, so no loss is
