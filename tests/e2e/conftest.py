@@ -1,5 +1,5 @@
 """End-to-end fixtures: one Airflow home and one STREAMREP_HOME for the whole session, the
-real ``airflow`` and ``streamrep`` executables, and Airflow's UI started by the README's
+real ``airflow`` and ``streamrep`` executables, and Airflow's UI started by the Airflow guide's
 command (``scripts/airflow-ui.sh``) on a free port.
 
 Every child process gets a scrubbed environment: the caller's ``AIRFLOW__*``/``AIRFLOW_CONN_*``

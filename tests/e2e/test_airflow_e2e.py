@@ -4,8 +4,8 @@
 2. ``airflow dags test stream_replica_autosetup`` with multi-master (copystream on Spark, the
    reverse link);
 3. new messages on both sides, then ``airflow dags test stream_gateways`` for each cluster (Spark
-   Structured Streaming gateways, ``once``): every replica then holds every message exactly once;
-4. the README's ``scripts/airflow-ui.sh``: a DAG triggered through the REST API runs to success,
+   gateways of batch passes, ``once``): every replica then holds every message exactly once;
+4. ``scripts/airflow-ui.sh`` (docs/airflow.md): a DAG triggered through the REST API runs to success,
    a malformed path or a missing replica is refused, the page's login check lets every visitor
    in with login off, and the "Stream replication" page renders in headless Chromium.
 """

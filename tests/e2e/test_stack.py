@@ -1,7 +1,7 @@
 """The compose stack for real: ``./run stack up``, ``check`` and ``down`` (scripts/stack.py).
 
 Builds every image on this machine (from scratch on a fresh clone: the engine's data is in the
-git-ignored .docker/), starts every service until healthy, runs the README's walkthrough inside
+git-ignored .docker/), starts every service until healthy, runs the walkthrough of docs/operations.md inside
 the stack, and tears it down. Skipped, with the reason, when no Docker engine can be used. The
 host ports are free ones (the .env variables), so ``./run kafka``'s brokers can run beside it.
 """

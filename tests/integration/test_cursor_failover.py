@@ -6,7 +6,7 @@ SIGKILL. A new consumer process of the same group on the replica, with no manual
 exactly the messages after the group's last commit at the source: 0 skipped, 0 repeated.
 
 Then the bound for messages that reach the replica by another path (two-way multi-master), as the
-README's "Consumer failover: replicated cursors" section states it.
+"Consumer failover: replicated cursors" section of docs/user-guide.md states it.
 
 The random seed is printed; ``STREAMREP_TEST_SEED=<seed>`` replays the same batch sizes, commit
 points and kill moment.
@@ -191,7 +191,7 @@ def consumed_from(admin, path: str, positions: dict[int, int]) -> list:
 @pytest.mark.backends("embedded", "kafka")
 def test_the_bound_for_messages_that_reach_the_replica_by_another_path(pair):
     """Two-way multi-master SF <-> NY, one partition: NY's own messages reach SF, and a group of SF
-    fails over to NY. Exactly the README's bound: a message of SF's partition that NY holds from
+    fails over to NY. Exactly the user guide's bound: a message of SF's partition that NY holds from
     another path (here: NY produced it) is skipped iff it is at or after the cursor on SF and
     before the translated cursor on NY, repeated iff before the cursor on SF and at or after it on
     NY (never, for two streams); every message NY got from SF is neither."""

@@ -696,7 +696,7 @@ def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
 
 def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_path):
     """The Spark provider's pyspark-client overwrites pyspark's Python files with an older
-    release (PLATFORM.md); spark-submit is refused with the reinstall that repairs it."""
+    release (docs/platform.md); spark-submit is refused with the reinstall that repairs it."""
     import pyspark
 
     from streamrep.spark import submit

@@ -4,7 +4,7 @@ The cluster (``spark_cluster``) is a master and one worker from pyspark's own ``
 started without PYTHONPATH. The executors run a Python of their own (``STREAMREP_SPARK_PYTHON``)
 in which streamrep is a wheel built from this repository and installed: not this venv's
 editable install, not the repository's ``plugins/`` folder. That the job succeeds proves that
-what the README asks to install on the workers is enough.
+what docs/operations.md ("Running on a Spark cluster") asks to install on the workers is enough.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Replication between an embedded cluster and a Kafka cluster, both ways, through the same core calls
 the CLI and the DAGs make: autosetup, gateways, multi-master with producers on both sides, and
-consumer cursors translated for a move from one to the other (the migration path of the README)."""
+consumer cursors translated for a move from one to the other (the migration path of docs/kafka.md)."""
 
 from __future__ import annotations
 

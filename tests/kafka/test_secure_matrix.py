@@ -2,7 +2,7 @@
 own, and the caller is the principal its registry's settings authenticate (no ``STREAMREP_USER``).
 
 The world is built by ``admin``, the super user streamrep administers with, holding the owner's
-place in README's table. A representative part of the matrix runs, one case per family and right:
+place in the permissions table of docs/user-guide.md. A representative part of the matrix runs, one case per family and right:
 
 - where the table refuses, the command is refused in one line: by streamrep, in the same words as on
   any cluster, or, for a change of the catalog, possibly by the broker first;
@@ -10,7 +10,7 @@ place in README's table. A representative part of the matrix runs, one case per 
   which streamrep keeps from the stream's ACEs, let the principal through;
 - where it allows a change of the catalog to someone other than the administrator, the broker
   refuses it in one line (only super users and the gateway write streamrep's internal topics) and
-  nothing changes. README's "Secured Kafka" says why.
+  nothing changes. "Secured Kafka" in docs/kafka.md says why.
 """
 
 from __future__ import annotations

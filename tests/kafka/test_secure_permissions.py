@@ -1,6 +1,6 @@
 """On the secured three-broker clusters (SASL_SSL, SCRAM-SHA-512, StandardAuthorizer), the broker holds
 streamrep's ACEs: plain confluent-kafka clients, each with one user's credentials, are refused by the
-broker exactly where README's permission table refuses, and allowed where it allows. streamrep's own
+broker exactly where the permission table of docs/user-guide.md refuses, and allowed where it allows. streamrep's own
 commands act as the authenticated principal.
 
 The streams are administered by ``admin`` (the super user streamrep administers with); ``gateway`` is

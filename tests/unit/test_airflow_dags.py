@@ -352,7 +352,7 @@ def test_the_monitor_checks_every_five_minutes_without_catchup_or_retries(dagbag
 
 
 def test_the_package_dags_come_through_the_dags_folder_short_file(dagbag):
-    """A dags folder needs only ``dags/streamrep_dags.py`` (README): every packaged DAG is
+    """A dags folder needs only ``dags/streamrep_dags.py`` (docs/airflow.md): every packaged DAG is
     registered as defined there, so the scheduler and workers parse that file to find it."""
     import streamrep.dags
 

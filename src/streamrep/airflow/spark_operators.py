@@ -237,7 +237,7 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     :param interval: seconds between micro-batches.
     :param max_records: source messages per micro-batch at most.
     :param metrics_port: serve the gateway's Prometheus metrics from the Spark driver on this port
-        (README, "Lag, metrics and alerts"); one port per gateway task on a host.
+        (docs/operations.md, "Lag, metrics and alerts"); one port per gateway task on a host.
     :return: (XCom) ``cluster``, ``gateway`` and ``once``.
     """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 # The range pyproject.toml declares (tests/unit/test_provider_distribution.py keeps them equal);
-# README "Supported versions" lists the releases the wheel was tested on.
+# docs/airflow.md, "Supported versions", lists the releases the wheel was tested on.
 SUPPORTED_AIRFLOW = ">=3.2.0,<3.4"
 
 

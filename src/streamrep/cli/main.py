@@ -317,7 +317,7 @@ def cursor_sync(ctx: Context, path: str, replica: str, takeover: bool = False) -
 # -- replication jobs ----------------------------------------------------------------
 ENGINES = ("auto", "local", "spark")
 # Up to this many messages a copy runs in this process. Measured on 2 cores with embedded stores
-# (README "Tests and benchmarks"): in-process copies 145k msg/s in flat memory; Spark takes ~15 s to
+# (docs/performance.md, "Benchmarks against the goals"): in-process copies 145k msg/s in flat memory; Spark takes ~15 s to
 # start and then moves ~55k msg/s, as its tasks share one SQLite writer. Above this, or with
 # -engine spark, the copy is spread over a Spark cluster's executors.
 COPY_IN_PROCESS_MAX = 5_000_000

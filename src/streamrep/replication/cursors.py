@@ -26,7 +26,7 @@ The rules, all here (``sync_partitions`` applies them to one source stream and o
 The gateway serving a source partition syncs that partition's cursors of every group to each
 replica it applies to, at most every ``CURSOR_SYNC_SECONDS`` (``CursorSync``), not every batch.
 
-Left open (documented in the README): a commit on the replica in the instant between the sync's
+Left open (documented in docs/user-guide.md): a commit on the replica in the instant between the sync's
 read of the replica cursor and its write is overwritten once (no compare-and-set on group offsets).
 """
 
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 # How often a gateway syncs the cursors of its share: a few seconds bounds how far a consumer that
 # fails over may be set back (it resumes at the last synced commit, never before it), at the cost
-# of one pass over the groups (see the README's "Consumer failover" section for measured costs).
+# of one pass over the groups (see "Consumer failover" in docs/user-guide.md for measured costs).
 CURSOR_SYNC_SECONDS = 5.0
 # Catalog documents (in the replica's cluster), one per replica and group: what sync last wrote.
 CURSOR_SYNC_KIND = "cursorsync"

@@ -1,5 +1,5 @@
 """A gateway's Prometheus metrics (``gateway run ... -metricsport N``). The names are part of
-the interface (README, "Lag, metrics and alerts"):
+the interface (docs/operations.md, "Lag, metrics and alerts"):
 
 - ``streamrep_replica_lag_messages{source,replica}``: messages the source holds that the replica lacks;
 - ``streamrep_replica_lag_bytes{source,replica}``: their value bytes;
