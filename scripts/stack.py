@@ -4,7 +4,7 @@
             dockerd whose data, socket and logs live in .docker/ unless an engine answers already;
             make the base image debian:bookworm-slim with mmdebstrap when it is missing; build
             the images (cached layers); start every service and wait until each is healthy
-    check   the README's walkthrough inside the stack, timed part by part
+    check   the walkthrough of docs/operations.md inside the stack, timed part by part
     down    remove the stack's containers, networks and volumes; stop the dockerd that up started
     logs    the logs of one service (docker-compose logs)
 
@@ -453,7 +453,7 @@ def check_ports() -> None:
                 ) from None
 
 
-# ---------------------------------------------------------------- check: the README's walkthrough
+# ---------------------------------------------------------------- check: the walkthrough of docs/operations.md
 
 
 class Airflow:
@@ -538,7 +538,7 @@ CLI_SERVICE = "airflow-worker"  # the CLI runs where the tasks run, as the same 
 
 
 def check(stack: Stack) -> CheckResult:
-    """The README's walkthrough: autosetup (copystream on Spark), a continuous gateway, produce on
+    """The walkthrough of docs/operations.md: autosetup (copystream on Spark), a continuous gateway, produce on
     sanfrancisco, consume on newyork, and ``replica list`` up to date."""
     down = set(json_config(stack)["services"]) - {"airflow-init"} - stack.running_services()
     if down:

@@ -2,7 +2,7 @@
 
 Each supported Airflow release has a lock in ``tests/wheel/airflow-<version>.txt``: what uv
 resolved from the package index for that release plus streamrep's declared dependencies (and
-pytest, to run the README's example test), with hashes. Airflow's published constraint files
+pytest, to run the example test of docs/airflow.md), with hashes. Airflow's published constraint files
 are not reachable from this machine, so the locks stand in for them: Airflow and everything it
 brings are resolved as the index stood the day after the release (``--exclude-newer``), which is
 what its constraint file pins; streamrep's own direct dependencies as the index stands today.
@@ -46,7 +46,7 @@ DIRECT = (
 )
 LOCKED_ON = "2026-11-25"
 PYTHON = "3.11"
-# What the README's example test needs beside streamrep: the repository's pinned pytest.
+# What the example test of docs/airflow.md needs beside streamrep: the repository's pinned pytest.
 TEST_REQUIREMENTS = ("pytest==9.2.0",)
 
 
@@ -116,7 +116,7 @@ def install() -> None:
         run = lambda *args: subprocess.run(["uv", *args], check=True, cwd=REPO)  # noqa: E731
         run("venv", "--quiet", "--seed", "--python", python, str(env))
         # The Spark provider requires pyspark-client, an older copy of pyspark's Python files that
-        # overwrites them; pyspark goes in after it, as the README tells pip users. Installed
+        # overwrites them; pyspark goes in after it, as docs/airflow.md tells pip users. Installed
         # rather than reinstalled: uv's --reinstall refreshes, which rebuilds pyspark's 400 MB sdist.
         without_pyspark, pyspark = split_pyspark(lock_file)
         (env / "without-pyspark.txt").write_text(without_pyspark)

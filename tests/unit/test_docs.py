@@ -79,7 +79,9 @@ def test_the_readme_is_a_front_page():
 
 def test_the_slugs_are_githubs():
     assert slug("CLI (maprcli's grammar)") == "cli-maprclis-grammar"
-    assert slug("How topics are named: `stream create -topicnaming`") == "how-topics-are-named-stream-create--topicnaming"
+    assert (
+        slug("How topics are named: `stream create -topicnaming`") == "how-topics-are-named-stream-create--topicnaming"
+    )
     assert slug("Docker (issue 17, 25 Nov 2026)") == "docker-issue-17-25-nov-2026"
     assert slug("Airflow 3.2 and 3.3") == "airflow-32-and-33"
 
