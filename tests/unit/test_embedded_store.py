@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from streamrep.errors import (
     AlreadyExists,
+    CorruptStore,
     InvalidArgument,
     NotFound,
     StreamrepError,
@@ -386,16 +387,17 @@ def assert_one_line_unavailable(err, *fragments):
         assert fragment in message
 
 
-def test_corrupt_file_is_unavailable(tmp_path):
+def test_corrupt_file_is_a_corrupt_store_not_unavailable(tmp_path):
+    """Corruption is the user's to fix (restore the file): never Unavailable, which is retried."""
     path = tmp_path / "corrupt.db"
     path.write_bytes(b"this is not a database at all\n" * 200)
     store = EmbeddedStore("broken", str(path))
-    with pytest.raises(Unavailable) as err:
+    with pytest.raises(CorruptStore) as err:
         store.topics(S)
     assert_one_line_unavailable(err, "cluster broken", str(path))
 
 
-def test_foreign_sqlite_file_is_unavailable(tmp_path):
+def test_foreign_sqlite_file_is_a_corrupt_store(tmp_path):
     path = tmp_path / "foreign.db"
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE customers(id INTEGER PRIMARY KEY, name TEXT)")
@@ -403,10 +405,10 @@ def test_foreign_sqlite_file_is_unavailable(tmp_path):
     con.commit()
     con.close()
     store = EmbeddedStore("foreign", str(path))
-    with pytest.raises(Unavailable) as err:
+    with pytest.raises(CorruptStore) as err:
         store.catalog_get("stream", "/a")
     assert_one_line_unavailable(err, "not a streamrep store")
-    with pytest.raises(Unavailable):
+    with pytest.raises(CorruptStore):
         store.create_topic(S, "t", 1)
     # The foreign file is untouched: same tables and data, and not switched to WAL.
     con = sqlite3.connect(path)
@@ -416,7 +418,7 @@ def test_foreign_sqlite_file_is_unavailable(tmp_path):
     con.close()
 
 
-def test_unknown_store_format_is_unavailable(tmp_path):
+def test_unknown_store_format_is_a_corrupt_store(tmp_path):
     path = tmp_path / "future.db"
     store = EmbeddedStore("c", str(path))
     store.create_topic(S, "t", 1)
@@ -425,7 +427,7 @@ def test_unknown_store_format_is_unavailable(tmp_path):
     con.execute("UPDATE store_info SET value='streamrep-embedded-99' WHERE key='format'")
     con.commit()
     con.close()
-    with pytest.raises(Unavailable) as err:
+    with pytest.raises(CorruptStore) as err:
         EmbeddedStore("c", str(path)).topics(S)
     assert_one_line_unavailable(err, "unknown store format", "streamrep-embedded-99")
 
