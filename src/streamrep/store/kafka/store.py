@@ -19,34 +19,14 @@ the store interface, over confluent-kafka.
   committed group offsets (group ``<namespace>.<group>`` under a namespace).
 
 Client settings (security.protocol, SASL, SSL files) pass through to confluent-kafka unchanged;
-``streamrep.namespace`` is streamrep's own: it lets several installations share one Kafka cluster.
-
-**Installations on shared brokers own their topics** (issue 18: a namespace-less installation created
-``/prod/apps/clicks`` and read a ``prod`` stream's topic). A store finds the other installations from
-the topic list (their ``_streamrep[.<ns>].catalog``) and folds their catalogs read-only into claims:
-each stream's naming, and each namespace's prefix ``<ns>.`` (every topic under it is that
-installation's, but for a namespace nested in it). Of a stream and a claim that could both name a
-Kafka topic, the higher rank holds it (``naming.rank``: a naming that creates its topics outranks an
-adopting one, a narrower prefix a wider one; the namespace prefix outranks both).
-
-- ``stream create`` refuses a naming that would share or take another installation's topics; it
-  allows only an adopting naming wider than the other's (``cluster`` beside other installations),
-  and a creating naming over an adopting one. The default and ``hpe`` namings never adopt: a Kafka
-  topic already in their range is refused, so nothing existing changes hands on creation.
-- ``topics``, reads, writes, cursors and ``drop_stream`` skip topics another installation holds, so
-  a ``cluster`` stream never sees them (nor anyone's internal topics); ``topic create`` refuses them.
-- Cost: creating reads the others anew (a topic list and one offset request per installation). Other
-  calls use what the store last read, and read again only for a Kafka topic name it has not judged:
-  a judgement holds while the topic exists, since the rules above keep it from changing hands.
-- With ACLs, an installation may be refused another's catalog: that installation's streams are then
-  unknown here (its namespace prefix still counts, from the topic list) and the broker's ACLs guard
-  its topics; streamrep never fails for it. Two installations blind to each other, or creating at the
-  same moment, can still both name a topic: the rank decides, and an exact tie gives it to neither.
+``streamrep.namespace`` is streamrep's own: it lets several installations share one Kafka cluster,
+each owning its topics (``installations``).
 
 The store is split into modules, each stating its invariants: ``keys`` (the internal records' and
 transactional ids' formats), ``transactions`` (compare-and-set by fencing), ``folds`` (the internal
-topics read into memory), ``acls`` (Kafka ACLs kept in step with the catalog), ``serialized`` (one
-thread at a time per store object, for every public method) and ``client`` (settings and errors).
+topics read into memory), ``installations`` (what other installations on the brokers hold),
+``acls`` (Kafka ACLs kept in step with the catalog), ``serialized`` (one thread at a time per store
+object, for every public method) and ``client`` (settings and Kafka's errors).
 """
 
 from __future__ import annotations
@@ -59,7 +39,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, NamedTuple, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -70,13 +50,12 @@ from streamrep.errors import (
     Conflict,
     InvalidArgument,
     NotFound,
-    PermissionDenied,
     StreamrepError,
     Unavailable,
 )
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
-from streamrep.model.naming import DEFAULT_NAMING, INTERNAL_PREFIX, PrefixNaming, TopicNaming, naming_for
+from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import CatalogDoc, Store
 from streamrep.store.kafka import keys
@@ -92,12 +71,12 @@ from streamrep.store.kafka.client import (
     TIMEOUT_SECONDS,
     TRANSIENT,
     USER_ERRORS,
-    installation_of,
     internal_prefix,
     kafka_error,
     watermarks,
 )
 from streamrep.store.kafka.folds import CatalogFold, Fold, MarksFold, SyncsFold
+from streamrep.store.kafka.installations import Installations
 from streamrep.store.kafka.serialized import serialized, unheld
 from streamrep.store.kafka.transactions import Transaction, Transactions
 
@@ -116,14 +95,6 @@ class _Reader:
     def __init__(self, consumer: Consumer):
         self.consumer = consumer
         self.next: int | None = None
-
-
-class _Claim(NamedTuple):
-    """Kafka topics another installation on the same brokers holds: those of ``naming``."""
-
-    naming: TopicNaming
-    rank: tuple[int, ...]  # see KafkaStore._rank; a namespace's own prefix outranks every stream's
-    whose: str  # "stream /a of the streamrep installation with namespace 'prod'"
 
 
 @serialized
@@ -170,9 +141,7 @@ class KafkaStore(Store):
         self._folds: dict[str, Fold] = {}
         self._internal_ready = False
         self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
-        self._others: dict[str, CatalogFold] = {}  # namespace of another installation on the brokers -> its catalog
-        self._claims: list[_Claim] = []  # what the other installations hold, as last read
-        self._claimed: dict[str, list[_Claim]] = {}  # Kafka topic -> the claims on it (kept while it exists)
+        self._installations = Installations(self)  # what other installations on the brokers hold
 
     @property
     def internal_prefix(self) -> str:
@@ -382,114 +351,20 @@ class KafkaStore(Store):
                 )
         if path in others:
             return  # the stream exists: creating it is refused as AlreadyExists
-        listed = self._kafka_topics()
-        self._refresh_others(listed)  # creating a stream always reads the other installations anew
-        rank = self._rank(naming)
-        for claim in self._claims:
-            # Two overlaps are allowed: an adopting naming wider than the other's (it yields the other's
-            # topics when read), and a naming that creates its topics over an adopting one (which yields
-            # them; none exist yet, checked below). Anything else would share, or take, the other's topics.
-            yields = rank < claim.rank and not naming.within(claim.naming)
-            creates_new = not naming.adopts and claim.naming.adopts
-            if naming.overlaps(claim.naming) and not (yields or creates_new):
-                raise Conflict(
-                    f"the Kafka topics of {path} ({naming.spec}) would overlap those of {claim.whose} "
-                    "on the same brokers; choose another path or -topicnaming"
-                )
-        if not naming.adopts:
-            existing = sorted(name for name in listed if naming.topic_of(name) is not None)
-            if existing:  # no stream of this installation names it (checked above): someone else's, or left over
-                raise Conflict(
-                    f"Kafka topic {existing[0]} already exists, and the {naming.spec} naming of {path} "
-                    "never adopts a topic; adopt existing topics with -topicnaming prefix:<P>, "
-                    "or choose another path"
-                )
-
-    # -- other installations on the same brokers ------------------------------------
-    def _rank(self, naming: TopicNaming) -> tuple[int, ...]:
-        """Of two overlapping streams of different installations, the higher rank holds a shared topic;
-        the longer namespace breaks a tie (it is the one whose prefix the topic is under)."""
-        return (*naming.rank, len(self.namespace))
-
-    def _refresh_others(self, listed: Mapping[str, int]) -> None:
-        """Read again what the other installations on these brokers hold (``listed`` is the topic list):
-        each one's namespace prefix ``<ns>.``, and its streams' namings, from its catalog (read-only;
-        folded on from where this store left it, so a refresh costs one offset request per installation)."""
-        found = {ns for ns in map(installation_of, listed) if ns is not None and ns != self.namespace}
-        for gone in set(self._others) - found:
-            self._others.pop(gone).close()
-        streams: list[_Claim] = []
-        namespaces: list[_Claim] = []
-        for ns in sorted(found):
-            installation = (
-                f"the streamrep installation with namespace {ns!r}"
-                if ns
-                else "the streamrep installation without a namespace"
-            )
-            if ns and not f"{self.namespace}.".startswith(f"{ns}."):  # not ours when ours is nested in it
-                namespaces.append(
-                    _Claim(
-                        PrefixNaming(f"{ns}.", DEFAULT_NAMING),
-                        (2, len(ns) + 1, len(ns)),
-                        f"{installation} (every topic under '{ns}.')",
-                    )
-                )
-            fold = self._others.get(ns)
-            if fold is None:
-                fold = self._others[ns] = CatalogFold(self, internal_prefix(ns) + "catalog", learn=False)
-            try:
-                fold.catch_up()
-            except PermissionDenied:
-                # ACLs keep its catalog from this installation: its streams are unknown here, and the
-                # broker's ACLs on its topics are what guards them (its namespace prefix still counts).
-                continue
-            except NotFound:  # deleted since it was listed
-                self._others.pop(ns).close()
-                continue
-            for (kind, path), doc in sorted(fold.state.items()):
-                try:
-                    if kind == STREAM_KIND:
-                        naming = naming_for(doc.get("naming"), doc["path"], ns)
-                        streams.append(_Claim(naming, (*naming.rank, len(ns)), f"stream {path} of {installation}"))
-                except (StreamrepError, KeyError, TypeError, AttributeError):
-                    continue  # a stream whose naming cannot be used holds no topics
-        self._claims = streams + namespaces  # a stream's claim names what overlaps most precisely
-        self._claimed = {}
-
-    def _foreign(
-        self, naming: TopicNaming, names: Sequence[str], listed: Mapping[str, int] | None = None, refresh: bool = False
-    ) -> dict[str, _Claim]:
-        """Of the Kafka topics ``names`` (named by ``naming``, a stream of this installation), those another
-        installation holds against it: name -> its claim.
-
-        The others are read again when asked to (creating), or when a name comes up that this store has
-        not judged. A judgement is kept while the Kafka topic exists (``listed`` is the topic list, when
-        the caller has it): the checks on creating keep an existing topic from changing hands."""
-        if listed is not None:
-            for gone in [name for name in self._claimed if name not in listed]:
-                del self._claimed[gone]  # deleted: judged again if made again
-        judged = self._claimed
-        if refresh or any(name not in judged for name in names):
-            listed = self._kafka_topics() if listed is None else listed
-            self._refresh_others(listed)
-            judged = {name: [c for c in self._claims if c.naming.topic_of(name) is not None] for name in names}
-            self._claimed.update((name, claims) for name, claims in judged.items() if name in listed)
-        rank = self._rank(naming)
-        held = {name: [c for c in judged[name] if c.rank >= rank] for name in names}
-        return {name: claims[0] for name, claims in held.items() if claims}  # a stream's first: the most precise
+        self._installations.check_new(path, naming)
 
     def _held(self, naming: TopicNaming) -> dict[str, int]:
         """The Kafka topics of ``naming`` that no other installation holds: name -> partition count."""
         listed = self._kafka_topics()
         names = [name for name in listed if naming.topic_of(name) is not None]
-        foreign = self._foreign(naming, names, listed)
+        foreign = self._installations.foreign(naming, names, listed)
         return {name: listed[name] for name in names if name not in foreign}
 
     def _kafka_name(self, stream: str, topic: str) -> str:
         """The Kafka topic of the stream's ``topic``; NotFound if another installation holds it."""
         naming = self._naming(stream)
         name = naming.kafka_topic(topic)
-        claim = self._foreign(naming, [name]).get(name)
+        claim = self._installations.foreign(naming, [name]).get(name)
         if claim is not None:
             raise NotFound(
                 f"topic {topic} does not exist: Kafka topic {name} belongs to {claim.whose} on the same brokers"
@@ -515,7 +390,7 @@ class KafkaStore(Store):
     def create_topic(self, stream: str, topic: str, partitions: int) -> None:
         naming = self._naming(stream)
         name = naming.kafka_topic(topic)
-        claim = self._foreign(naming, [name], self._kafka_topics(), refresh=True).get(name)
+        claim = self._installations.foreign(naming, [name], self._kafka_topics(), refresh=True).get(name)
         if claim is not None:
             raise Conflict(
                 f"topic {topic} would be Kafka topic {name}, which belongs to {claim.whose} "
@@ -968,8 +843,9 @@ class KafkaStore(Store):
 
     def close(self) -> None:
         if self._pid == os.getpid():
-            for fold in (*self._folds.values(), *self._others.values()):
+            for fold in self._folds.values():
                 fold.close()
+            self._installations.close()
             for reader in self._readers.values():
                 reader.consumer.close()
             if self._meta_consumer is not None:
