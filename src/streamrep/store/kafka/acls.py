@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-# confluent-kafka's admin package re-exports these from private modules without declaring them (__all__)
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
+# confluent-kafka's admin package re-exports these from private modules without declaring them (__all__):
+# an error under --strict (no implicit re-export) only, hence unused-ignore for the project's own settings.
+from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
     AclBinding,
     AclBindingFilter,
     AclOperation,
