@@ -33,5 +33,10 @@ class Unavailable(StreamrepError):
     """A cluster cannot be reached, or its store is unreadable or corrupt."""
 
 
+class CorruptStore(StreamrepError):
+    """A cluster's store file is corrupt, or is not a streamrep store it can read: retrying cannot
+    help (unlike ``Unavailable``); restore the file, or remove the cluster and add it again."""
+
+
 class AlertRaised(StreamrepError):
     """A replica's lag passed its alert threshold, or no gateway serving it is live."""

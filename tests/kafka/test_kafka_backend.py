@@ -3,12 +3,10 @@ each comes with, against the real broker."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
 
-from streamrep.errors import Conflict
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
 
@@ -20,24 +18,6 @@ def store(empty_home, add_cluster) -> KafkaStore:
     """The store of a Kafka cluster of its own (a namespace on the session's broker, deleted after the test)."""
     add_cluster(empty_home, "kc")
     return empty_home.store("kc")
-
-
-def test_a_conflict_raised_by_the_change_is_the_callers_answer_not_a_retry(store):
-    """``catalog_update`` retries when another writer fenced it; a Conflict the change itself
-    raises (a topic-name conflict between upstreams, say) is a refusal: raised at once, as it
-    is, and nothing is written."""
-    store.catalog_update("doc", "d", lambda _: {"v": 1})
-    calls = []
-
-    def refuse(doc):
-        calls.append(doc)
-        raise Conflict("topic name conflict: clicks")
-
-    with pytest.raises(Conflict, match="^topic name conflict: clicks$"):
-        store.catalog_update("doc", "d", refuse)
-    assert calls == [{"v": 1}]
-    assert store.catalog_get("doc", "d") == {"v": 1}
-    assert store.catalog_update("doc", "d", lambda doc: {"v": doc["v"] + 1}) == {"v": 2}  # the writer still works
 
 
 def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(store):
@@ -57,44 +37,6 @@ def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(store)
         assert other.marks(stream) == {}
     finally:
         other.close()
-
-
-def test_one_store_object_serves_several_threads(store):
-    """Gateways in threads of one process share a store object (as on embedded clusters): each
-    thread's reads are whole and in order, and its transactions (one producer per partition)
-    do not interleave with another's."""
-    stream = str(uuid.uuid4())
-    store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
-    store.create_topic(stream, "t", 1)
-    store.append(stream, "t", {0: [Message(b"%d" % i) for i in range(2000)]})
-    errors, reads = [], []
-
-    def reader():
-        try:
-            for _ in range(5):
-                batch = store.read(stream, "t", 0, 0, 2000)
-                reads.append([m.offset for m in batch])
-        except Exception as exc:  # noqa: BLE001 - reported by the test thread
-            errors.append(exc)
-
-    def writer(n):
-        try:
-            for i in range(5):
-                key = f"p|w{n}|t|0"
-                store.apply(stream, "t", 0, [Message(b"w")], {key: i + 1}, {key: i or None})
-        except Exception as exc:  # noqa: BLE001
-            errors.append(exc)
-
-    threads = [threading.Thread(target=reader) for _ in range(3)] + [
-        threading.Thread(target=writer, args=(n,)) for n in range(2)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-    assert len(reads) == 15 and all(offsets == list(range(2000)) for offsets in reads)
-    assert store.marks(stream) == {"p|w0|t|0": 5, "p|w1|t|0": 5}
 
 
 def test_a_store_writes_to_partitions_another_store_added(store):

@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-import streamrep.store.kafka as kafka_store
+import streamrep.store.kafka.transactions as kafka_transactions
 from integration.replication_helpers import COPY_CHILD, GATEWAY_CHILD, Child, clean_env, json_rows, wait_until
 from streamrep.client import StreamAdmin
 from streamrep.errors import Conflict, Unavailable
@@ -57,7 +57,7 @@ FREEZING_GATEWAY_CHILD = (
     textwrap.dedent("""
     import os, signal
     from confluent_kafka import Producer
-    import streamrep.store.kafka as kafka_store
+    import streamrep.store.kafka.transactions as kafka_transactions
 
     class Freezing(Producer):
         frozen = False
@@ -79,7 +79,7 @@ FREEZING_GATEWAY_CHILD = (
                 raise
             print("ZOMBIE COMMITTED", flush=True)
 
-    kafka_store.Producer = Freezing
+    kafka_transactions.Producer = Freezing  # the transactional producers are made there
 """)
     + GATEWAY_CHILD
 )
@@ -90,7 +90,8 @@ FREEZING_GATEWAY_CHILD = (
 DEAD_WRITER_CHILD = textwrap.dedent("""
     import os, signal, sys
     from confluent_kafka import Producer
-    import streamrep.store.kafka as kafka_store
+    import streamrep.store.kafka.transactions as kafka_transactions
+    from streamrep.store.kafka import KafkaStore
     from streamrep.model.message import Message
 
     class Freezing(Producer):
@@ -98,8 +99,8 @@ DEAD_WRITER_CHILD = textwrap.dedent("""
             print("FROZEN", flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
 
-    kafka_store.Producer = Freezing
-    store = kafka_store.KafkaStore("dead", sys.argv[1], {"streamrep.namespace": sys.argv[2]})
+    kafka_transactions.Producer = Freezing
+    store = KafkaStore("dead", sys.argv[1], {"streamrep.namespace": sys.argv[2]})
     print("READY", flush=True)
     store.apply(sys.argv[3], "t", 1, [Message(b"dead")], {"dead": 1}, {"dead": None})
 """)
@@ -336,10 +337,10 @@ def test_a_commit_not_yet_readable_is_never_built_upon(api, child_env, monkeypat
             wait_until(lambda: "FROZEN" in dead.lines, 60, "the dead writer's transaction to open")
         finally:
             dead.kill9()
-        monkeypatch.setattr(kafka_store, "VISIBLE_WITHIN_SECONDS", 1.0)
+        monkeypatch.setattr(kafka_transactions, "VISIBLE_WITHIN_SECONDS", 1.0)
         with pytest.raises(Unavailable, match="did not become readable"):
             writer.apply(stream, "t", 0, [Message(b"once")], {"pos": 2}, {"pos": 1})
-        monkeypatch.setattr(kafka_store, "VISIBLE_WITHIN_SECONDS", 60.0)  # outlasts the dead transaction
+        monkeypatch.setattr(kafka_transactions, "VISIBLE_WITHIN_SECONDS", 60.0)  # outlasts the dead transaction
         with pytest.raises(Conflict, match="moved"):
             writer.apply(stream, "t", 0, [Message(b"once")], {"pos": 2}, {"pos": 1})
         assert writer.marks(stream)["pos"] == 2

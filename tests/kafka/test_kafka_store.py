@@ -1,4 +1,6 @@
-"""The Kafka store against a real Apache Kafka broker: what the store interface promises, on Kafka's terms."""
+"""The Kafka store against a real Apache Kafka broker: what it does on Kafka's own terms (transaction
+markers, fencing of zombies, group offsets, adopted topics, naming). What every store promises is
+tests/store/test_conformance.py, run on Kafka too."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, Unavailable
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
@@ -45,31 +47,6 @@ def add_stream(store: KafkaStore, path: str = "/s", naming: str | None = None) -
     return stream
 
 
-def test_catalog_updates_from_two_writers_are_never_lost(kafka_broker, namespace):
-    stores = [store_for(kafka_broker, namespace) for _ in range(2)]
-    per_writer = 10
-
-    failures = []
-
-    def increment(store):
-        try:
-            for _ in range(per_writer):
-                store.catalog_update("counter", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
-        except Exception as exc:  # a fenced writer retries; nothing should reach here
-            failures.append(exc)
-
-    threads = [threading.Thread(target=increment, args=(s,)) for s in stores]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert failures == []
-    fresh = store_for(kafka_broker, namespace)
-    assert fresh.catalog_get("counter", "c") == {"n": 2 * per_writer}
-    for s in (*stores, fresh):
-        s.close()
-
-
 def test_two_admins_creating_one_stream_one_wins(home_kafka_admins):
     first, second = home_kafka_admins
     results = []
@@ -97,39 +74,6 @@ def home_kafka_admins(empty_home, kafka_broker, namespace):
     yield admins
     for admin in admins:
         admin.clusters.close()
-
-
-def test_messages_keep_keys_headers_timestamps_and_partitions(store):
-    stream = add_stream(store)
-    store.create_topic(stream, "t", 3)
-    with pytest.raises(AlreadyExists):
-        store.create_topic(stream, "t", 3)
-    assert store.topics(stream) == {"t": 3}
-    sent = {
-        p: [
-            Message(b"v%d-%d" % (p, i), b"k%d" % i, (("h", b"x"), ("h", b"y"), ("e", b"")), 1_700_000_000_000 + i)
-            for i in range(4)
-        ]
-        for p in range(3)
-    }
-    firsts = store.append(stream, "t", sent)
-    assert firsts == {0: 0, 1: 0, 2: 0}
-    for p in range(3):
-        got = store.read(stream, "t", p, 0, 100)
-        assert [(m.value, m.key, m.headers, m.timestamp, m.partition, m.offset, m.topic) for m in got] == [
-            (m.value, m.key, m.headers, m.timestamp, p, i, "t") for i, m in enumerate(sent[p])
-        ]
-        assert store.offsets(stream, "t", p) == (0, 4)
-    with pytest.raises(NotFound):
-        store.offsets(stream, "t", 7)
-    store.add_partitions(stream, "t", 5)
-    assert store.topics(stream) == {"t": 5}
-    with pytest.raises(InvalidArgument):
-        store.add_partitions(stream, "t", 2)
-    store.delete_topic(stream, "t")
-    assert store.topics(stream) == {}
-    with pytest.raises(NotFound):
-        store.delete_topic(stream, "t")
 
 
 def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
@@ -211,14 +155,6 @@ def test_a_zombie_gateway_is_fenced(kafka_broker, namespace):
         s.close()
 
 
-def test_drop_marks_only_those_unchanged(store):
-    stream = add_stream(store)
-    store.create_topic(stream, "t", 1)
-    store.apply(stream, "t", 0, [], {"l|src|t|0|5": 9, "p|src|t|0": 9}, {})
-    assert store.drop_marks(stream, {"l|src|t|0|5": 9, "p|src|t|0": 8}) == 1
-    assert store.marks(stream) == {"p|src|t|0": 9}
-
-
 def test_cursors_are_kafka_group_offsets(store, kafka_broker, namespace):
     stream = add_stream(store)
     store.create_topic(stream, "t", 2)
@@ -231,16 +167,6 @@ def test_cursors_are_kafka_group_offsets(store, kafka_broker, namespace):
         assert time.monotonic() < deadline, "the group never showed in Kafka's own listing"
         time.sleep(0.2)
     assert store_for(kafka_broker, namespace).cursors("readers", stream, "t") == {0: 2, 1: 1}  # another client
-
-
-def test_retention_deletes_records_before_a_time(store):
-    stream = add_stream(store)
-    store.create_topic(stream, "t", 1)
-    now = int(time.time() * 1000)
-    store.append(stream, "t", {0: [Message(b"old", timestamp=now - 60_000)] * 2 + [Message(b"new", timestamp=now)]})
-    assert store.purge_before(stream, "t", now - 1000) == 2
-    assert store.offsets(stream, "t", 0) == (2, 3)
-    assert [m.value for m in store.read(stream, "t", 0, 0, 10)] == [b"new"]
 
 
 def test_existing_topics_are_adopted_by_prefix(store, kafka_broker, namespace):

@@ -23,7 +23,7 @@ from streamrep.airflow.operators import ReplicaRemoveOperator
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.airflow.triggers import ReplicaUpToDateTrigger
-from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, Unavailable
+from streamrep.errors import CorruptStore, InvalidArgument, NotFound, PermissionDenied, Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.replication import ReplicaState
 from streamrep.spark.jobs import USER_ERROR_EXIT, fail, is_outage, is_user_error
@@ -85,6 +85,22 @@ def test_remove_without_confirmation_fails_and_keeps_the_replica(running, confir
         f"set confirm_remove to true to remove the replica"
     )
     assert [link.path for link in running.entry(SRC).replicas] == [DST]
+
+
+def test_a_corrupt_store_fails_the_task_at_once_in_one_line(running, home):
+    """A corrupt store file is the user's to fix: unlike Unavailable (an AirflowException, retried),
+    the task fails without retrying, with the one line naming the cluster and the file."""
+    path = home.get("sanfrancisco").url[len("embedded:") :]
+    home.close()
+    for name in (f"{path}-wal", f"{path}-shm"):
+        if os.path.exists(name):
+            os.remove(name)
+    with open(path, "wb") as f:
+        f.write(b"\x00garbage, not SQLite\xff" * 512)
+    with pytest.raises(AirflowFailException) as raised:
+        ReplicaRemoveOperator(task_id="remove", path=SRC, replica=DST, confirmed="True").execute(ctx())
+    assert str(raised.value) == f"streamrep: cluster sanfrancisco: cannot open store {path}: file is not a database"
+    assert raised.value.__cause__ is None
 
 
 def test_remove_with_confirmation_removes(running):
@@ -367,7 +383,9 @@ def test_the_spark_apps_exit_with_a_distinct_status_for_user_errors(capsys):
         NotFound("stream /mapr/a/b does not exist"),
         PermissionDenied("user bob does not have copyperm"),
         InvalidArgument("bad"),
+        CorruptStore("cluster a: cannot open store x: file is not a database"),
         RuntimeError("py4j: streamrep.errors.NotFound: stream /mapr/a/b does not exist"),
+        RuntimeError("py4j: streamrep.errors.CorruptStore: cluster a: cannot open store x: file is not a database"),
     ):
         assert is_user_error(err) and fail(err) == USER_ERROR_EXIT, err
     for err in (

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, Unavailable
+from streamrep.errors import AlreadyExists, CorruptStore, InvalidArgument, NotFound, Unavailable
 from streamrep.model.paths import validate_cluster_name
 from streamrep.store.base import Store
 from streamrep.store.embedded import EmbeddedStore
@@ -188,7 +188,7 @@ class Clusters:
             try:
                 store_id = store.store_id()
                 self._refuse_registered(data, store, store_id)
-            except (AlreadyExists, Unavailable):
+            except (AlreadyExists, Unavailable, CorruptStore):
                 store.close()
                 raise
             data["clusters"][name] = {"url": url, **({"settings": info.settings} if info.settings else {})}
@@ -210,7 +210,7 @@ class Clusters:
                 same = (real is not None and os.path.realpath(path) == real) or self._read_store_id(
                     info, path
                 ) == store_id
-            except Unavailable:
+            except (Unavailable, CorruptStore):
                 same = False  # an unreadable cluster cannot be compared; its own commands say why
             if same:
                 raise AlreadyExists(f"this store is already registered as cluster {other} (store id {store_id})")

@@ -25,8 +25,17 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError, Unavailable
+from streamrep.errors import (
+    AlreadyExists,
+    Conflict,
+    CorruptStore,
+    InvalidArgument,
+    NotFound,
+    StreamrepError,
+    Unavailable,
+)
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
 from streamrep.store.base import CatalogDoc, ReplicaApply, Store
 
@@ -111,11 +120,13 @@ def _same(a: Sequence[Message], b: Sequence[Message]) -> bool:
     if a is b:
         return True
     if type(a) is OriginRun or type(b) is OriginRun:
-        return type(a) is type(b) and a.source is b.source and a.prefix == b.prefix and a.topic == b.topic
+        if not (isinstance(a, OriginRun) and isinstance(b, OriginRun)) or type(a) is not type(b):
+            return False
+        return a.source is b.source and a.prefix == b.prefix and a.topic == b.topic
     return len(a) == len(b) and list(a) == list(b)
 
 
-def _plain(rows: Sequence[tuple], partition: int, topic: str) -> list[Message]:
+def _plain(rows: Sequence[tuple[Any, ...]], partition: int, topic: str) -> list[Message]:
     # tuple.__new__ skips Message's Python-level __new__: the same tuple, cheaper per row.
     return [
         _new_tuple(Message, (value, key, decode_headers(headers) if headers else (), ts, partition, offset, topic))
@@ -123,7 +134,9 @@ def _plain(rows: Sequence[tuple], partition: int, topic: str) -> list[Message]:
     ]
 
 
-def _messages(rows: Sequence[tuple], runs: Sequence[tuple], partition: int, topic: str) -> list[Message]:
+def _messages(
+    rows: Sequence[tuple[Any, ...]], runs: Sequence[tuple[Any, ...]], partition: int, topic: str
+) -> list[Message]:
     """Messages from rows ``(offset, ts, key, value, headers)`` in offset order, with the origin
     header put back on those in ``runs`` (``origin_runs`` rows, in order)."""
     if not runs:
@@ -166,6 +179,21 @@ def _create_owner_only(path: str) -> None:
         pass
 
 
+class _NotAStore(sqlite3.DatabaseError):
+    """The file is a SQLite database, but not a streamrep store this version can read."""
+
+
+def _unreadable(err: sqlite3.Error, message: str) -> StreamrepError:
+    """``message`` as CorruptStore if ``err`` says the file itself is bad (corrupt, not a database,
+    not a streamrep store), which no retry can fix; otherwise (busy, I/O, disk full) Unavailable."""
+    code = getattr(err, "sqlite_errorcode", None)
+    if isinstance(err, _NotAStore) or (
+        code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    ):
+        return CorruptStore(message)
+    return Unavailable(message)
+
+
 class EmbeddedStore(Store):
     """A cluster kept in one SQLite file.
 
@@ -185,7 +213,7 @@ class EmbeddedStore(Store):
     # -- connections ---------------------------------------------------------------
     def _connection(self) -> sqlite3.Connection:
         # One connection per thread and per process: sqlite3 connections must not cross forks.
-        con = getattr(self._local, "con", None)
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
         if con is not None and self._pid == os.getpid():
             return con
         self._pid = os.getpid()
@@ -203,7 +231,7 @@ class EmbeddedStore(Store):
             st = os.stat(self.path)
             self._local.file_id = (st.st_dev, st.st_ino)  # the file this thread's connection has open
         except sqlite3.DatabaseError as err:
-            raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err}") from None
+            raise _unreadable(err, f"cluster {self.cluster}: cannot open store {self.path}: {err}") from None
         except OSError as err:
             raise Unavailable(f"cluster {self.cluster}: cannot open store {self.path}: {err.strerror}") from None
         self._local.con = con
@@ -212,12 +240,12 @@ class EmbeddedStore(Store):
     def _init_schema(self, con: sqlite3.Connection) -> None:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "store_info" not in tables:
-            raise sqlite3.DatabaseError("the file is a SQLite database but not a streamrep store")
+            raise _NotAStore("the file is a SQLite database but not a streamrep store")
         if not tables and not self.create:
             # A registered store always has its tables (cluster add made them). An empty file is one
             # truncated or replaced: a new store in its place would have no cluster ACE, so anyone
             # could make themselves its administrator.
-            raise sqlite3.DatabaseError(
+            raise _NotAStore(
                 "the file is empty, not the registered store (truncated?): restore it "
                 "from a backup, or remove the cluster and add it again"
             )
@@ -226,7 +254,7 @@ class EmbeddedStore(Store):
             if row and row[0] == FORMAT_1:
                 self._upgrade(con)
             elif not row or row[0] != FORMAT:
-                raise sqlite3.DatabaseError(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
+                raise _NotAStore(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
         # WAL only once the file is known to be ours (or new): it would change a foreign SQLite file.
         con.execute("PRAGMA journal_mode=WAL")
         sync = "FULL" if os.environ.get("STREAMREP_SYNC", "").lower() == "full" else "NORMAL"
@@ -266,10 +294,10 @@ class EmbeddedStore(Store):
     def store_id(self) -> str:
         rows = self._query("SELECT value FROM store_info WHERE key='store_id'")
         if rows:
-            return rows[0][0]
+            return str(rows[0][0])
         with self._write() as con:  # a store made before identities: give it one, once
             con.execute("INSERT OR IGNORE INTO store_info VALUES ('store_id', ?)", (str(uuid.uuid4()),))
-            return con.execute("SELECT value FROM store_info WHERE key='store_id'").fetchone()[0]
+            return str(con.execute("SELECT value FROM store_info WHERE key='store_id'").fetchone()[0])
 
     def close(self) -> None:
         con = getattr(self._local, "con", None)
@@ -296,13 +324,13 @@ class EmbeddedStore(Store):
                 con.execute("COMMIT")
             except sqlite3.Error as err:
                 con.execute("ROLLBACK")
-                raise Unavailable(f"cluster {self.cluster}: commit failed: {err}") from None
+                raise _unreadable(err, f"cluster {self.cluster}: commit failed: {err}") from None
 
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
             return self._connection().execute(sql, args).fetchall()
         except sqlite3.DatabaseError as err:
-            raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+            raise _unreadable(err, f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
 
     # -- catalog -------------------------------------------------------------------
     def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
@@ -353,7 +381,7 @@ class EmbeddedStore(Store):
                 raise InvalidArgument(f"topic {topic} has {count} partitions; partitions can only be added")
             self._insert_partitions(con, stream, topic, range(count, partitions))
 
-    def _drop_partitions(self, con: sqlite3.Connection, where: str, args: tuple) -> int:
+    def _drop_partitions(self, con: sqlite3.Connection, where: str, args: tuple[Any, ...]) -> int:
         pids = [r[0] for r in con.execute(f"SELECT id FROM partitions WHERE {where}", args)]
         con.execute(
             "INSERT OR REPLACE INTO retired_offsets "
@@ -387,7 +415,7 @@ class EmbeddedStore(Store):
 
     # -- data ----------------------------------------------------------------------
     def _partition(self, con: sqlite3.Connection, stream: str, topic: str, partition: int) -> tuple[int, int, int]:
-        row = con.execute(
+        row: tuple[int, int, int] | None = con.execute(
             "SELECT id, start_offset, end_offset FROM partitions WHERE stream=? AND topic=? AND partition=?",
             (stream, topic, partition),
         ).fetchone()
@@ -490,13 +518,13 @@ class EmbeddedStore(Store):
                 else ()
             )
         except sqlite3.DatabaseError as err:
-            raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+            raise _unreadable(err, f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
         if not rows:  # an idle reader polls here: notice a deleted file rather than wait forever
             self._check_file()
         try:
             return _messages(rows, runs, partition, topic)
         except (ValueError, TypeError) as err:
-            raise Unavailable(
+            raise CorruptStore(
                 f"cluster {self.cluster}: store {self.path} holds a corrupt message in {topic}/{partition}: {err}"
             ) from None
 
@@ -537,12 +565,12 @@ class EmbeddedStore(Store):
         try:
             pid, first, end = self._partition(con, stream, topic, partition)
             base = pid << OFFSET_BITS
-            row = con.execute(
+            row: tuple[int, int, int | None, int | None] = con.execute(
                 "SELECT count(*), coalesce(sum(length(value)), 0), min(ts), max(ts) FROM messages WHERE id >= ? AND id < ?",
                 (base + max(start, first), base + end),
             ).fetchone()
         except sqlite3.DatabaseError as err:
-            raise Unavailable(f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
+            raise _unreadable(err, f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
         return row
 
     # -- replication marks ---------------------------------------------------------

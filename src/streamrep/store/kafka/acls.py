@@ -14,7 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (
+
+# confluent-kafka's admin package re-exports these from private modules without declaring them (__all__):
+# an error under --strict (no implicit re-export) only, hence unused-ignore for the project's own settings.
+from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -28,9 +31,10 @@ from streamrep.errors import InvalidArgument, PermissionDenied, StreamrepError
 from streamrep.model.acls import Grant, Principals, installation_grants, stream_grants
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.naming import naming_for
+from streamrep.store.kafka.client import TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
-    from streamrep.store.kafka import KafkaStore
+    from streamrep.store.kafka.store import KafkaStore
 
 _RESOURCES = {
     "topic": ResourceType.TOPIC,
@@ -38,10 +42,9 @@ _RESOURCES = {
     "transactional_id": ResourceType.TRANSACTIONAL_ID,
     "cluster": ResourceType.BROKER,
 }
-TIMEOUT_SECONDS = 15.0
 
 
-def _fields(grant: Grant) -> tuple:
+def _fields(grant: Grant) -> tuple[ResourceType, str, ResourcePatternType, str, str, AclOperation, AclPermissionType]:
     return (
         _RESOURCES[grant.resource],
         grant.name,
@@ -59,7 +62,10 @@ def _binding(grant: Grant) -> AclBinding:
 
 def _grant(binding: AclBinding) -> Grant | None:
     """The grant an ACL entry holds, or None for an entry streamrep never writes."""
-    resource = {v: k for k, v in _RESOURCES.items()}.get(binding.restype)
+    restype, operation = binding.restype, binding.operation
+    if not isinstance(restype, ResourceType) or not isinstance(operation, AclOperation):
+        return None  # the client makes both enums: described entries always have them
+    resource = {v: k for k, v in _RESOURCES.items()}.get(restype)
     if resource is None or not binding.principal.startswith("User:") or binding.host != "*":
         return None
     return Grant(
@@ -67,7 +73,7 @@ def _grant(binding: AclBinding) -> Grant | None:
         binding.name,
         binding.resource_pattern_type == ResourcePatternType.PREFIXED,
         binding.principal[len("User:") :],
-        binding.operation.name,
+        operation.name,
         binding.permission_type == AclPermissionType.ALLOW,
     )
 
@@ -103,7 +109,8 @@ class KafkaAcls:
 
     def _describe(self, pattern: AclBindingFilter) -> list[AclBinding]:
         future = self._admin().describe_acls(pattern, request_timeout=TIMEOUT_SECONDS)
-        return future.result()
+        bindings: list[AclBinding] = future.result()
+        return bindings
 
     def enforced(self) -> bool:
         """Whether the broker runs an authorizer. Kafka 4 answers a look at the ACLs of a cluster
@@ -129,7 +136,7 @@ class KafkaAcls:
         """The topic prefix of a stream's catalog document and the grants it calls for."""
         if doc is None:
             return None, set()
-        entry = StreamEntry.from_dict(doc)
+        entry = StreamEntry.from_dict(dict(doc))
         prefix = naming_for(entry.naming, entry.path, self._store.namespace).kafka_topic("")
         what = f"stream {entry.path} on cluster {self._store.cluster}"
         return prefix, stream_grants(
@@ -161,8 +168,8 @@ class KafkaAcls:
             ResourceType.TOPIC,
             prefix,
             ResourcePatternType.PREFIXED,
-            None,
-            None,
+            None,  # type: ignore[arg-type]  # a filter's None matches any principal; the stubs allow only str
+            None,  # type: ignore[arg-type]  # and any host
             AclOperation.ANY,
             AclPermissionType.ANY,
         )

@@ -1,0 +1,101 @@
+"""The record formats of the Kafka store's internal topics and transactional ids: one codec.
+
+Invariants:
+
+- A record key joins its fields with ``SEPARATOR`` (the ASCII unit separator, which no stream UUID,
+  catalog kind, topic name or position key contains). Every field but the last must not contain it;
+  the last may (a catalog key, a mark name), since a key is split at most ``fields - 1`` times.
+- Keys are UTF-8 in Kafka. A record without a value (a tombstone) deletes its key when folded.
+- ``catalog``: ``<kind>␟<key>`` -> the document as JSON.
+- ``marks``: ``<stream uuid>␟<mark>`` -> the mark's integer value in ASCII.
+- ``syncs``: ``<stream uuid>␟<source position key>␟<source offset>`` -> JSON
+  ``[replica partition, replica offset, run length]``.
+- A transactional id names what it writes: ``<internal prefix><kind>.<digest>``, the digest being
+  the SHA-1 of the separator-joined parts (ids are kept by the coordinator, so they stay short).
+  Writers of the same thing share an id, which is what fences one with the other: changing this
+  format would let an old and a new writer of one partition run side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+SEPARATOR = "\x1f"
+
+
+def _join(*fields: str) -> str:
+    for field in fields[:-1]:
+        if SEPARATOR in field:
+            raise ValueError(f"a key field cannot contain the separator: {field!r}")
+    return SEPARATOR.join(fields)
+
+
+# -- catalog -----------------------------------------------------------------------------------
+def catalog_key(kind: str, key: str) -> str:
+    """The record key of catalog document ``kind``/``key``."""
+    return _join(kind, key)
+
+
+def parse_catalog_key(record_key: str) -> tuple[str, str]:
+    """``(kind, key)`` of a catalog record key."""
+    kind, key = record_key.split(SEPARATOR, 1)
+    return kind, key
+
+
+# -- marks -------------------------------------------------------------------------------------
+def mark_key(stream: str, mark: str) -> str:
+    """The record key of replication mark ``mark`` of ``stream``."""
+    return _join(stream, mark)
+
+
+def parse_mark_key(record_key: str) -> tuple[str, str]:
+    """``(stream, mark)`` of a marks record key."""
+    stream, mark = record_key.split(SEPARATOR, 1)
+    return stream, mark
+
+
+def mark_value(value: int) -> bytes:
+    return str(value).encode("ascii")
+
+
+def parse_mark_value(value: bytes) -> int:
+    return int(value)
+
+
+# -- offset syncs ------------------------------------------------------------------------------
+def sync_key(stream: str, source: str, source_offset: int) -> str:
+    """The record key of the offset sync of ``stream`` starting at ``source_offset`` of ``source``."""
+    return _join(stream, source, str(source_offset))
+
+
+def parse_sync_key(record_key: str) -> tuple[str, str, int]:
+    """``(stream, source, source offset)`` of a syncs record key."""
+    stream, source, offset = record_key.split(SEPARATOR, 2)
+    return stream, source, int(offset)
+
+
+def sync_value(partition: int, replica_offset: int, count: int) -> bytes:
+    return json.dumps([partition, replica_offset, count]).encode("ascii")
+
+
+def parse_sync_value(value: bytes) -> tuple[int, int, int]:
+    partition, replica_offset, count = json.loads(value)
+    return int(partition), int(replica_offset), int(count)
+
+
+# -- transactional ids -------------------------------------------------------------------------
+def transactional_id(internal_prefix: str, kind: str, *names: str) -> str:
+    """The transactional id of the writes of ``kind`` to the thing ``names`` names."""
+    digest = hashlib.sha1(SEPARATOR.join((kind, *names)).encode("utf-8")).hexdigest()[:20]
+    return f"{internal_prefix}{kind}.{digest}"
+
+
+def catalog_txid(internal_prefix: str, kind: str, key: str) -> str:
+    """The id of every writer of catalog document ``kind``/``key``."""
+    return transactional_id(internal_prefix, "catalog", kind, key)
+
+
+def apply_txid(internal_prefix: str, stream: str, topic: str, partition: int) -> str:
+    """The id of every writer of one replica partition: its messages and its marks."""
+    return transactional_id(internal_prefix, "apply", stream, topic, str(partition))
