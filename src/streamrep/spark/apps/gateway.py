@@ -2,7 +2,7 @@
 replicas on ``--cluster``.
 
     spark-submit streamrep/spark/apps/gateway.py --cluster C [--id G] [--home H] [--once]
-        [--checkpoint DIR] [--interval SECONDS] [--max-records N] [--metrics-port P]
+        [--interval SECONDS] [--max-records N] [--metrics-port P]
 
 ``--once`` replicates what is available now and exits; otherwise passes run (the next one at
 once after a pass that moved messages, else after ``--interval`` seconds) until the cluster's gateways are asked to stop (``streamrep gateway stop``:
@@ -27,9 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="STREAMREP_HOME (the cluster registry)")
     parser.add_argument("--once", action="store_true", help="replicate what is available now, then exit")
     parser.add_argument(
-        "--checkpoint", help="unused, accepted for compatibility: each pass starts from the stored positions"
-    )
-    parser.add_argument(
         "--interval", type=float, default=DEFAULT_INTERVAL, help="seconds an idle gateway waits between passes"
     )
     parser.add_argument("--max-records", type=int, help="source messages per pass at most")
@@ -46,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
             args.cluster,
             args.id,
             args.home,
-            args.checkpoint,
             args.once,
             args.interval,
             args.max_records,
