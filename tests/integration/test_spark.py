@@ -299,7 +299,7 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
     assert summary["positions"] == ends
     assert {k: marks[f"p|{src_uuid}|{k.replace(':', '|')}"] for k in ends} == ends
 
-    again = jobs.copy_stream(spark, admin, source, destination)
+    again = jobs.copystream_job(spark, admin, source, destination)
     assert again["messages"] == 0
     assert held(admin, destination) == 3500
 
@@ -328,7 +328,7 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
         return original(path, rep, state, error, **kwargs)
 
     admin.set_replica_state = spy
-    summary = jobs.copy_stream(spark, admin, source, replica)
+    summary = jobs.copystream_job(spark, admin, source, replica)
     assert summary["messages"] == 2000 - done
     assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]
     assert replica_state(admin, source, replica) == "REPLICA_STATE_PAUSED"  # copied, not resumed yet
@@ -341,8 +341,8 @@ def test_copystream_job_of_an_empty_stream(spark, clusters):
     admin = clusters
     source = make_stream(admin, f"/mapr/{SF}/quiet", {"nothing": 2})
     admin.create_stream(f"/mapr/{SF}/bare")  # no topics at all: Spark plans one empty partition
-    assert jobs.copy_stream(spark, admin, source, f"/mapr/{NY}/quiet")["messages"] == 0
-    assert jobs.copy_stream(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare")["messages"] == 0
+    assert jobs.copystream_job(spark, admin, source, f"/mapr/{NY}/quiet")["messages"] == 0
+    assert jobs.copystream_job(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare")["messages"] == 0
     assert [t["topic"] for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
 
 
@@ -394,7 +394,7 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters)
     admin.resume_replica(source, live)
     produce(admin, f"{source}:items", (f"item-{i}" for i in range(1500)))
 
-    jobs.run_gateway(spark, admin, NY, "g1", once=True)
+    jobs.gateway_job(spark, admin, NY, "g1", once=True)
     assert_same_messages(admin, source, live)
     assert held(admin, paused) == 0
     assert not admin.store(admin.path(paused)).marks(admin.entry(paused).uuid)
@@ -408,7 +408,7 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters)
     admin.create_topic(source, "extra", 2)
     produce(admin, f"{source}:items", (f"more-{i}" for i in range(300)))
     produce(admin, f"{source}:extra", (f"extra-{i}" for i in range(100)))
-    jobs.run_gateway(spark, admin, NY, "g1", once=True)
+    jobs.gateway_job(spark, admin, NY, "g1", once=True)
     assert_same_messages(admin, source, live)
     assert_same_messages(admin, source, paused)
 
@@ -432,7 +432,7 @@ def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(
 
 
 def gateway_while(spark, admin, steps, **options) -> None:
-    """Run the Spark gateway g1 of NY (``jobs.run_gateway``, in the test's thread, where its
+    """Run the Spark gateway g1 of NY (``jobs.gateway_job``, in the test's thread, where its
     session is active) until ``steps``, run in another thread, end; then raise what they raised."""
     import threading
 
@@ -452,7 +452,7 @@ def gateway_while(spark, admin, steps, **options) -> None:
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        jobs.run_gateway(spark, admin, NY, "g1", stop=stop, **options)
+        jobs.gateway_job(spark, admin, NY, "g1", stop=stop, **options)
     finally:
         stop.set()
         watcher.join(timeout=30)
@@ -538,7 +538,7 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    jobs.run_gateway(spark, admin, NY, "g1", interval=0.3, stop=stop, metrics_port=port)
+    jobs.gateway_job(spark, admin, NY, "g1", interval=0.3, stop=stop, metrics_port=port)
     watcher.join(timeout=30)
     assert not failed, failed
     assert seen[f"streamrep_gateway_passes_total{{{gw}}}"] >= 1

@@ -32,9 +32,9 @@ def run_copy(
         engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
     if engine == "local":
         return copy_stream(admin, src, dst)
-    from streamrep.spark.submit import run_copystream  # Spark is only imported when used
+    from streamrep.spark.submit import submit_copystream  # Spark is only imported when used
 
-    return run_copystream(src, dst, home=admin.clusters.home, numthreads=numthreads, master=master)
+    return submit_copystream(src, dst, home=admin.clusters.home, numthreads=numthreads, master=master)
 
 
 def copystream(

@@ -28,9 +28,9 @@ def gateway_run(
     """Run a gateway of ``cluster`` until stopped, or with ``-once`` until all is replicated."""
     spark_master(master)
     if engine == "spark":
-        from streamrep.spark.submit import run_gateway
+        from streamrep.spark.submit import submit_gateway
 
-        run_gateway(
+        submit_gateway(
             cluster,
             gateway_id=id,
             once=once,

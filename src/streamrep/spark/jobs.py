@@ -66,7 +66,7 @@ def _submitted() -> bool:
 
 
 # -- copystream ----------------------------------------------------------------------------
-def copy_stream(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
+def copystream_job(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
     """copystream on Spark: plan the copy once (fixing each source partition's end), show
     COPY_IN_PROGRESS, copy every source partition in its own task (``tasks.copy_task``, which
     reads and applies inside the task), and restore the state. Returns ``copy.summary``."""
@@ -109,7 +109,7 @@ class _Heartbeat(threading.Thread):
                 log.warning("gateway %s: heartbeat failed: %s", self.gateway.id, err)
 
 
-def run_gateway(
+def gateway_job(
     spark,
     admin: StreamAdmin,
     cluster: str,
@@ -297,7 +297,7 @@ class _Passes:
                 raise
             # A task's Unavailable (a broker down or a leader moving: the marks or the catalog could
             # not be read) reaches the driver wrapped by Spark, and would end the gateway as if it
-            # were a bug; it is the outage it says, which run_gateway rides out as the in-process
+            # were a bug; it is the outage it says, which gateway_job rides out as the in-process
             # gateway does. Nothing is lost or repeated: the next pass starts from the stored marks.
             raise Unavailable(error_line(err)) from None
         self.last_job = time.monotonic()

@@ -432,7 +432,7 @@ def _failure(app: str, result: AppResult) -> StreamrepError:
     return StreamrepError(f"{app} on Spark failed: {message}")
 
 
-def run_copystream(
+def submit_copystream(
     src: str, dst: str, home: str | None = None, numthreads: int | None = None, master: str | None = None
 ) -> dict:
     """Run the copystream app through spark-submit; returns its summary (``copy.summary``).
@@ -450,7 +450,7 @@ def run_copystream(
     return json.loads(summary[-1])
 
 
-def run_gateway(
+def submit_gateway(
     cluster: str,
     gateway_id: str | None = None,
     once: bool = False,

@@ -8,7 +8,7 @@ replicas on ``--cluster``.
 once after a pass that moved messages, else after ``--interval`` seconds) until the cluster's gateways are asked to stop (``streamrep gateway stop``:
 the pass in progress finishes, exit status 0) or the process is stopped (SIGTERM or SIGINT).
 Started while its cluster's gateways are stopped, it exits at once with status 0 and one line.
-The gateway's heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.run_gateway``.
+The gateway's heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.gateway_job``.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals()
 
     def job(spark, admin):
-        from streamrep.spark.jobs import run_gateway
+        from streamrep.spark.jobs import gateway_job
 
-        run_gateway(
+        gateway_job(
             spark,
             admin,
             args.cluster,
