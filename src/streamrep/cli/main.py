@@ -17,7 +17,7 @@ import os
 import sys
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from streamrep.cli import cluster, copystream, cursor, data, gateway, replica, stream, topic, upstream
 from streamrep.cli.common import Context, OutputFailed, Rows, reason
@@ -185,9 +185,10 @@ class ClosedStream:
 
 
 def main() -> None:
-    out = sys.stdout or ClosedStream("stdout")
+    # A ClosedStream has the few methods run() calls on a TextIO.
+    out = sys.stdout or cast(TextIO, ClosedStream("stdout"))
     err = sys.stderr or open(os.devnull, "w")
-    stdin = sys.stdin or ClosedStream("stdin")
+    stdin = sys.stdin or cast(TextIO, ClosedStream("stdin"))
     try:
         status = run(sys.argv[1:], out, err, stdin)
     except Exception as error:  # a bug, not a user error: one line unless debugging
