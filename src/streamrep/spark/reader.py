@@ -24,7 +24,7 @@ from streamrep.spark.runtime import admin_for
 
 @dataclass
 class RangePartition(InputPartition):
-    """One source partition, read from ``start`` (or the stored position) up to ``end``."""
+    """One source partition, read from ``start`` up to ``end`` (exclusive)."""
 
     unit: SourcePartition
     start: int

@@ -30,8 +30,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class ApplyCommit(WriterCommitMessage):
-    """What one write task applied: rows seen, and messages written and errors by
-    ``<source uuid>|<replica uuid>``."""
+    """What one write task applied: rows seen, and messages written and errors by flow (the
+    source and the stream written into, ``lag.flow_key``)."""
 
     rows: int = 0
     written: dict[str, int] = field(default_factory=dict)
