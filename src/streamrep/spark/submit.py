@@ -310,6 +310,8 @@ class Tether:
 
     def pids(self) -> list[int]:
         """The jobs started so far (live or not)."""
+        if self._read < 0:
+            return list(self._pids)  # closed: what was reported before
         try:
             while chunk := os.read(self._read, 4096):
                 self._pids += [int(pid) for pid in chunk.split()]
@@ -340,11 +342,15 @@ class Tether:
         return jobs
 
     def close(self) -> None:
+        """Close the pipe (the pids reported so far are kept)."""
+        self.pids()
         for fd in (self._read, self._write):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._read = self._write = -1
 
 
 def _running(pid: int) -> bool:
