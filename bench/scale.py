@@ -7,8 +7,8 @@ first point, measured in the same run: 2 executors / 1 executor, 2 gateways / 1 
 
 Cases (``--only`` picks some):
 
-* ``spark``: copystream (``spark.submit.run_copystream``) and the Spark gateway
-  (``spark.submit.run_gateway`` with ``once``) moving ``--spark-messages`` from a stream of
+* ``spark``: copystream (``spark.submit.submit_copystream``) and the Spark gateway
+  (``spark.submit.submit_gateway`` with ``once``) moving ``--spark-messages`` from a stream of
   ``--spark-partitions`` partitions, on ``local[1]`` and ``local[2]``, and with ``--masters
   standalone`` on a Spark standalone cluster started here (pyspark's ``bin/spark-class``: a master, and a
   worker restarted with 1 and with 2 cores). Two times per run: the wall time (spark-submit to
@@ -66,10 +66,10 @@ from streamrep.cli.main import run as cli_run
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.replication.gateway import Gateway
 from streamrep.spark.submit import (
-    run_copystream,
-    run_gateway,
     stop_job,
+    submit_copystream,
     submit_env,
+    submit_gateway,
     tether,
 )
 
@@ -190,12 +190,12 @@ def spark_run(home: str, admin: StreamAdmin, app: str, master: str, n: int, coun
     t = time.perf_counter()
     try:
         if app == "copystream":
-            result = run_copystream("/mapr/sf/s", dst, home=home)
+            result = submit_copystream("/mapr/sf/s", dst, home=home)
             assert result["messages"] == count, result
         else:
             # A gateway id per run: its checkpoint (a cache of positions) is its own.
             with contextlib.redirect_stderr(io.StringIO()):
-                run_gateway("ny", f"spark{n}", once=True, home=home)
+                submit_gateway("ny", f"spark{n}", once=True, home=home)
     finally:
         wall = time.perf_counter() - t
         watch.join(timeout=5)

@@ -224,6 +224,52 @@ def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     assert len(batches) >= 4 and max(p["numInputRows"] for p in batches) <= 20
 
 
+def test_read_a_stream_as_a_stream_resumes_from_its_checkpoint(spark, clusters, tmp_path):
+    """``spark.readStream.format("streamrep")`` as a user's job runs it, run after run on one
+    checkpoint into Parquet files (``Trigger.AvailableNow``: each run reads what is there and
+    ends): a run reads only what came since the last one, a partition added since from its
+    start, so the files hold every message once; with ``startingOffsets`` latest a new query
+    skips what the stream held when it started."""
+    admin = clusters
+    stream = make_stream(admin, f"/mapr/{SF}/ticks", {"t": 2})
+    produce(admin, f"{stream}:t", (f"old-{i}" for i in range(10)))
+
+    def run(name: str, **options: str) -> int:
+        """One run of the job ``name``; returns the rows it read."""
+        reader = spark.readStream.format("streamrep").option("path", stream).option("home", home_of(admin))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        query = (
+            reader.load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / name / "out"))
+            .option("checkpointLocation", str(tmp_path / name / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(180)
+        assert not query.isActive and query.exception() is None
+        return sum(p["numInputRows"] for p in query.recentProgress)
+
+    def written(name: str) -> Counter:
+        return Counter(r.value.decode() for r in spark.read.parquet(str(tmp_path / name / "out")).collect())
+
+    assert run("ticks") == 10
+    assert written("ticks") == Counter(f"old-{i}" for i in range(10))
+
+    produce(admin, f"{stream}:t", (f"new-{i}" for i in range(30)))
+    admin.edit_topic(stream, "t", 3)  # a new partition, read from its start
+    produce(admin, f"{stream}:t", (f"more-{i}" for i in range(30)), keyed=False)
+    assert run("ticks") == 60
+    assert run("ticks") == 0  # nothing new
+    rows = spark.read.parquet(str(tmp_path / "ticks" / "out")).collect()
+    assert {r.partition for r in rows} == {0, 1, 2}
+    want = [f"old-{i}" for i in range(10)] + [f"new-{i}" for i in range(30)] + [f"more-{i}" for i in range(30)]
+    assert written("ticks") == Counter(want)  # each exactly once
+
+    assert run("latest", startingOffsets="latest") == 0
+
+
 # -- copystream -----------------------------------------------------------------------------
 def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child_env):
     from streamrep.spark import jobs, run_app
@@ -253,7 +299,7 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
     assert summary["positions"] == ends
     assert {k: marks[f"p|{src_uuid}|{k.replace(':', '|')}"] for k in ends} == ends
 
-    again = jobs.copy_stream(spark, admin, source, destination)
+    again = jobs.copystream_job(spark, admin, source, destination)
     assert again["messages"] == 0
     assert held(admin, destination) == 3500
 
@@ -282,7 +328,7 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
         return original(path, rep, state, error, **kwargs)
 
     admin.set_replica_state = spy
-    summary = jobs.copy_stream(spark, admin, source, replica)
+    summary = jobs.copystream_job(spark, admin, source, replica)
     assert summary["messages"] == 2000 - done
     assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]
     assert replica_state(admin, source, replica) == "REPLICA_STATE_PAUSED"  # copied, not resumed yet
@@ -295,17 +341,19 @@ def test_copystream_job_of_an_empty_stream(spark, clusters):
     admin = clusters
     source = make_stream(admin, f"/mapr/{SF}/quiet", {"nothing": 2})
     admin.create_stream(f"/mapr/{SF}/bare")  # no topics at all: Spark plans one empty partition
-    assert jobs.copy_stream(spark, admin, source, f"/mapr/{NY}/quiet")["messages"] == 0
-    assert jobs.copy_stream(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare")["messages"] == 0
+    assert jobs.copystream_job(spark, admin, source, f"/mapr/{NY}/quiet")["messages"] == 0
+    assert jobs.copystream_job(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare")["messages"] == 0
     assert [t["topic"] for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
 
 
-def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clusters):
-    """The gateway's sink, called as a Spark task would call it: a replica that cannot take
-    the rows (here: they would leave a gap) is reported, and the others still get them;
-    commit() records UNEXPECTED with the error, and REPLICATING for the others."""
+def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(clusters):
+    """A Spark gateway pass's apply, called as its task calls it (``tasks.apply_runs``): a
+    replica that cannot take the messages (here: they would leave a gap) is reported, and the
+    others still get them; ``record_pass`` records UNEXPECTED with the error, and REPLICATING
+    for the others."""
+    from streamrep.replication.lag import flow_key
     from streamrep.replication.transfer import apply_batch
-    from streamrep.spark import source as datasource
+    from streamrep.spark.tasks import apply_runs, record_pass
 
     admin = clusters
     stream = make_stream(admin, f"/mapr/{SF}/sensors", {"temp": 1})
@@ -318,24 +366,22 @@ def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clust
     messages = contents(admin, stream)[("temp", 0)]
     apply_batch(admin.store(admin.path(ahead)), admin.entry(ahead).uuid, unit, messages[:5])
 
-    batch = datasource.to_batch(stream, unit, messages[5:])  # rows 5..9 only
-    commit = datasource._write_replicate(home_of(admin), NY, "g1", iter([batch]))
+    commit = apply_runs(gateway, [(unit, messages[5:], None)])  # messages 5..9 only
     assert commit.rows == 5
-    assert commit.written == {f"{unit.source_uuid}|{admin.entry(ahead).uuid}": 5}
+    assert commit.written == {flow_key(unit.source_uuid, admin.entry(ahead).uuid): 5}
     [(key, error)] = commit.errors.items()
     assert key.endswith(admin.entry(behind).uuid) and "replication gap" in error
     assert [m.value for m in contents(admin, ahead)[("temp", 0)]] == [m.value for m in messages]
     assert held(admin, behind) == 0
 
-    writer = datasource.ReplicateStreamWriter(home_of(admin), NY, "g1")
-    writer.commit([commit, None], 0)
+    record_pass(gateway, commit)
     assert replica_state(admin, stream, ahead) == "REPLICA_STATE_REPLICATING"
     [row] = [r for r in admin.list_replicas(stream) if r["replicaPath"] == behind]
     assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row["errors"]
 
 
 # -- the gateway --------------------------------------------------------------------------------
-def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters, tmp_path):
+def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters):
     """The gateway job with --once (the app's code, on the shared session; the kill test runs
     the app itself through spark-submit)."""
     from streamrep.spark import jobs
@@ -347,9 +393,8 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters,
     link(admin, source, paused, paused=True)
     admin.resume_replica(source, live)
     produce(admin, f"{source}:items", (f"item-{i}" for i in range(1500)))
-    checkpoint = str(tmp_path / "checkpoint")
 
-    jobs.run_gateway(spark, admin, NY, "g1", checkpoint=checkpoint, once=True)
+    jobs.gateway_job(spark, admin, NY, "g1", once=True)
     assert_same_messages(admin, source, live)
     assert held(admin, paused) == 0
     assert not admin.store(admin.path(paused)).marks(admin.entry(paused).uuid)
@@ -357,14 +402,13 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters,
     assert replica_state(admin, source, paused) == "REPLICA_STATE_PAUSED"
     assert "g1" not in admin.store(admin.path(live)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
 
-    # Resumed, with more data and a new topic: the next run (same checkpoint) brings the
-    # paused replica up from its own position, which is behind the checkpoint's offsets,
-    # and the live one on from where it stood.
+    # Resumed, with more data and a new topic: the next run brings the paused replica up from
+    # its own position, which is behind the live one's, and the live one on from where it stood.
     admin.resume_replica(source, paused)
     admin.create_topic(source, "extra", 2)
     produce(admin, f"{source}:items", (f"more-{i}" for i in range(300)))
     produce(admin, f"{source}:extra", (f"extra-{i}" for i in range(100)))
-    jobs.run_gateway(spark, admin, NY, "g1", checkpoint=checkpoint, once=True)
+    jobs.gateway_job(spark, admin, NY, "g1", once=True)
     assert_same_messages(admin, source, live)
     assert_same_messages(admin, source, paused)
 
@@ -387,37 +431,59 @@ def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(
     assert broken.last_job > float("-inf")  # the next warm-up waits WARM_SECONDS, not one idle pass
 
 
-def test_gateway_stream_picks_up_new_topics_partitions_and_replicas(spark, clusters, tmp_path):
+def gateway_while(spark, admin, steps, **options) -> None:
+    """Run the Spark gateway g1 of NY (``jobs.gateway_job``, in the test's thread, where its
+    session is active) until ``steps``, run in another thread, end; then raise what they raised."""
+    import threading
+
     from streamrep.spark import jobs
 
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            steps()
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            failed.append(err)
+        finally:
+            stop.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        jobs.gateway_job(spark, admin, NY, "g1", stop=stop, **options)
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+    assert not failed, failed
+
+
+def test_the_spark_gateway_picks_up_new_topics_partitions_and_replicas(spark, clusters):
     admin = clusters
     source = make_stream(admin, f"/mapr/{SF}/clicks", {"web": 2})
-    first = f"/mapr/{NY}/clicks-1"
+    first, second = f"/mapr/{NY}/clicks-1", f"/mapr/{NY}/clicks-2"
     link(admin, source, first)
     produce(admin, f"{source}:web", (f"web-{i}" for i in range(500)))
-    query = jobs.start_gateway(
-        spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"), interval=0.2, max_records=200
-    )
-    try:
+
+    def steps() -> None:
         wait_for(lambda: held(admin, first) == 500, what="the first replica")
         admin.create_topic(source, "mobile", 1)
         admin.edit_topic(source, "web", 3)
         produce(admin, f"{source}:mobile", (f"mobile-{i}" for i in range(50)))
         produce(admin, f"{source}:web", (f"web2-{i}" for i in range(90)), keyed=False)
         wait_for(lambda: held(admin, first) == 640, what="the new topic and partition")
-        second = f"/mapr/{NY}/clicks-2"
         link(admin, source, second)
         wait_for(lambda: held(admin, second) == 640, what="the new replica")
-        assert query.isActive and query.exception() is None
-    finally:
-        query.stop()
-        Gateway(admin, NY, "g1").stop()
+
+    gateway_while(spark, admin, steps, interval=0.2, max_records=200)
+    assert "g1" not in admin.store(admin.path(first)).catalog_list(HEARTBEAT_KIND)  # withdrawn on exit
     assert_same_messages(admin, source, first)
     assert_same_messages(admin, source, second)
     assert replica_state(admin, source, second) == "REPLICA_STATE_REPLICATING"
 
 
-def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark, clusters, tmp_path):
+def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark, clusters):
     """The Spark engine's driver samples the replicas' lag into their history and serves the
     gateway's Prometheus metrics, counting micro-batches as passes."""
     import threading
@@ -472,9 +538,7 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
-    jobs.run_gateway(
-        spark, admin, NY, "g1", checkpoint=str(tmp_path / "checkpoint"), interval=0.3, stop=stop, metrics_port=port
-    )
+    jobs.gateway_job(spark, admin, NY, "g1", interval=0.3, stop=stop, metrics_port=port)
     watcher.join(timeout=30)
     assert not failed, failed
     assert seen[f"streamrep_gateway_passes_total{{{gw}}}"] >= 1
@@ -554,8 +618,6 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
         "g1",
         "--home",
         home_of(admin),
-        "--checkpoint",
-        str(tmp_path / "ck"),
         "--max-records",
         "10000",
         "--interval",
@@ -662,11 +724,10 @@ def test_a_worker_without_java_gets_one_line_naming_the_fix(tmp_path):
 
 
 # --- cursors ---
-def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
+def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters):
     """The Spark engine's gateway carries a group's committed cursor to the replica, as the
     in-process one does (both sync from ``Gateway.assignment``, every CURSOR_SYNC_SECONDS)."""
     from streamrep.client import Consumer
-    from streamrep.spark import jobs
 
     admin = clusters
     source = make_stream(admin, f"/mapr/{SF}/orders", {"t": 2})
@@ -676,17 +737,17 @@ def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
     consumer = Consumer(f"{source}:t", group="g", from_start=True, admin=admin)
     first = consumer.poll(120)
     consumer.commit()
-    query = jobs.start_gateway(spark, NY, "g1", home_of(admin), str(tmp_path / "checkpoint"), interval=0.2)
     replica_store, replica_uuid = admin.store(admin.path(replica)), admin.entry(replica).uuid
-    try:
-        wait_for(
+    gateway_while(
+        spark,
+        admin,
+        lambda: wait_for(
             lambda: replica_store.cursors("g", replica_uuid, "t") == consumer.positions,
             timeout=120,
             what="the group's cursors on the replica",
-        )
-    finally:
-        query.stop()
-        Gateway(admin, NY, "g1").stop()
+        ),
+        interval=0.2,
+    )
     resumed = Consumer(f"{replica}:t", group="g", from_start=True, admin=admin)
     rest = []
     while batch := resumed.poll(1000):

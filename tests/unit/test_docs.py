@@ -13,10 +13,6 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 README_MAX_LINES = 300
 
-# Pages that another branch of issue 19 writes (the Spark source's user guide, with the removal of the
-# legacy streaming gateway). A link to one is checked once it exists; until then it may dangle.
-WRITTEN_ELSEWHERE = {REPO / "docs" / "spark-source.md"}
-
 FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.MULTILINE | re.DOTALL)
 CODE_SPAN = re.compile(r"`[^`\n]*`")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -64,8 +60,7 @@ def test_every_relative_link_resolves(page):
         file_part, _, anchor = target.partition("#")
         file = (page.parent / file_part).resolve() if file_part else page
         if not file.exists():
-            if file not in WRITTEN_ELSEWHERE:
-                broken.append(f"{target}: no file {file.relative_to(REPO) if file.is_relative_to(REPO) else file}")
+            broken.append(f"{target}: no file {file.relative_to(REPO) if file.is_relative_to(REPO) else file}")
             continue
         if anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(f"{target}: no heading with the anchor #{anchor} in {file.relative_to(REPO)}")

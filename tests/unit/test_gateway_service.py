@@ -350,10 +350,10 @@ def test_the_page_starts_and_stops_gateways_and_shows_their_shares(linked, as_al
 
 
 def test_a_spark_gateway_started_while_stopped_returns_at_once_with_one_line(linked, capsys):
-    from streamrep.spark.jobs import run_gateway
+    from streamrep.spark.jobs import gateway_job
 
     service.request(linked, "newyork", service.STOPPED)
-    run_gateway(None, linked, "newyork", "g1")  # returns before it needs a Spark session
+    gateway_job(None, linked, "newyork", "g1")  # returns before it needs a Spark session
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
         "gateway g1 not started: the gateways of cluster newyork are stopped"

@@ -231,15 +231,16 @@ def test_gateways_publish_into_a_replica_nobody_may_produce_to(agreed, bob):
     assert sorted(held(admin, NY)) == ["a", "b", "c"]
 
 
-def test_the_spark_copy_reader_uses_the_same_check(source, bob, monkeypatch, home):
-    from streamrep.spark.source import CopyReader
+def test_the_spark_copy_task_uses_the_same_check(source, bob, monkeypatch, home):
+    from streamrep.replication.copy import plan_copy
+    from streamrep.spark.tasks import copy_task
 
     source.create_stream(NY)
-    monkeypatch.setenv("STREAMREP_USER", "bob")  # the data source builds its admin from the environment
+    plan = plan_copy(source, SF, NY)  # planned by a caller who may
+    monkeypatch.setenv("STREAMREP_USER", "bob")  # a Spark task builds its admin from the environment
     monkeypatch.setenv("STREAMREP_GROUPS", "")
-    reader = CopyReader({"home": home.home, "copyfrom": SF, "copyto": NY, "ends": "{}"})
     with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
-        reader.partitions()
+        next(copy_task(home.home, plan, sorted(plan.ends), iter([])))
 
 
 def test_links_from_older_or_newer_catalogs_load():

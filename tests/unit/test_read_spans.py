@@ -1,6 +1,6 @@
 """Replication over a source whose offsets are not gap-free, as on Kafka: transaction markers
 take an offset after every committed transaction, and an aborted transaction leaves offsets
-that no reader ever gets. Copy, the in-process gateway, the Spark writers' code, status and the
+that no reader ever gets. Copy, the in-process gateway, the Spark gateway's tasks, status and the
 consumer all read spans (``Store.read_span``), so every message arrives exactly once and the
 positions reach the source's end offset.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-import pyarrow as pa
 import pytest
 
 from streamrep.client.consumer import Consumer
@@ -382,45 +381,29 @@ def test_a_consumer_of_a_gapped_source_reads_everything_once_and_reaches_the_end
     assert again.poll(100) == [] and again.lag() == {0: 0, 1: 0}
 
 
-# -- the Spark writers' code, fed what the readers yield, re-batched as Spark may --------------------------
-@pytest.mark.parametrize("rows_per_batch", [1, 2, 7, 1000])
-def test_the_spark_copy_writer_applies_read_spans_exactly_once(gapped, rows_per_batch, monkeypatch):
-    from streamrep.spark import source as datasource
-    from streamrep.spark.source import NO_MESSAGE, SPAN_SCHEMA, _write_copy, read_range
+# -- the Spark gateway's pass tasks ---------------------------------------------------------------------
+def test_the_spark_gateways_pass_task_replicates_a_gapped_source_exactly_once(gapped, monkeypatch):
+    """What a Spark gateway pass's task runs (``tasks.replicate_share``), in this process: each
+    source partition read in spans from the replica's stored position up to the pass's end,
+    markers included, so the position reaches the source's end; a repeated pass writes nothing."""
+    from streamrep.spark import runtime
+    from streamrep.spark.tasks import GatewayPartition, replicate_share
 
     admin, source = gapped
-    # the writer's per-process admin is this one, whose source cluster is the double
-    monkeypatch.setitem(datasource._ADMINS, datasource.resolve_home(admin.clusters.home), admin)
+    # the task's per-process admin is this one, whose source cluster is the double
+    monkeypatch.setitem(runtime._ADMINS, runtime.resolve_home(admin.clusters.home), admin)
     sent = history(admin, source)
-    src = admin.store(admin.path(SF))
     ends = source_ends(admin, source)
-    # partition 0 as a Spark copy task reads it (in two ranges, one ending at a marker),
-    # partition 1 from its last transaction's marker on: only markers there at first
-    batches = [
-        *read_range(src, unit_of(admin, 0), 0, 11, spans=True),
-        *read_range(src, unit_of(admin, 0), 11, ends[0], spans=True),
-    ]
-    table = pa.Table.from_batches(batches)
-    assert table.schema.names == SPAN_SCHEMA.names
-    assert table.column("span_from").to_pylist()[0] == 0 and table.column("span_next").to_pylist()[-1] == 20
-    rebatched = [
-        b for chunk in range(0, table.num_rows, rows_per_batch) for b in table.slice(chunk, rows_per_batch).to_batches()
-    ]
-    commit = _write_copy(admin.clusters.home, NY, iter(rebatched))
-    assert (commit.rows, sum(commit.written.values())) == (10, 10)
-    assert replica_values(admin, 0) == sent[0]
-    assert positions(admin)[0] == 20
-
-    # partition 1: everything but the trailing markers first, then a range of only markers
-    uuid = admin.entry(SF).uuid
-    last_message = [m.offset for m in src.read(uuid, TOPIC, 1, 0, 100)][-1]
-    _write_copy(admin.clusters.home, NY, read_range(src, unit_of(admin, 1), 0, last_message + 1, spans=True))
-    assert positions(admin)[1] == last_message + 1
-    [markers] = read_range(src, unit_of(admin, 1), last_message + 1, ends[1], spans=True)
-    assert markers.column("offset").to_pylist() == [NO_MESSAGE]
-    commit = _write_copy(admin.clusters.home, NY, iter([markers]))
-    assert (commit.rows, sum(commit.written.values())) == (0, 0)
-    assert positions(admin) == ends and replica_values(admin, 1) == sent[1]
+    # the replica's topics, as the gateway's assignment creates them before a pass
+    ensure_topics(source, admin.entry(SF).uuid, admin.store(admin.path(NY)), admin.entry(NY).uuid)
+    plan = [GatewayPartition(unit_of(admin, p), ends[p], (admin.entry(NY).uuid,)) for p in (0, 1)]
+    commits = list(replicate_share(admin.clusters.home, "newyork", "spark-gw", plan))
+    assert [c.errors for c in commits] == [{}, {}]
+    assert sum(c.rows for c in commits) == sum(sum(c.written.values()) for c in commits) == 20
+    assert positions(admin) == ends
+    assert {p: replica_values(admin, p) for p in (0, 1)} == sent
+    again = list(replicate_share(admin.clusters.home, "newyork", "spark-gw", plan))
+    assert sum(c.rows for c in again) == 0  # nothing past the stored positions
     [row] = replica_status(admin, SF)
     assert row["isUptodate"] and row["pendingMessages"] == 0
 

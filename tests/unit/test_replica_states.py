@@ -269,19 +269,19 @@ def test_plan_never_counts_as_lost_what_the_batch_holds():
 
 
 @ON_BOTH
-def test_the_spark_gateways_writer_records_the_loss_too(linked, caplog):
-    # The code a Spark gateway's write task runs (ReplicateStreamWriter.write), fed Arrow batches
-    # by the reader's read_range, in this process: no Spark session needed to prove the path.
+def test_the_spark_gateways_pass_records_the_loss_too(linked, caplog):
+    # The code a Spark gateway pass's task runs (tasks.replicate_share: read from the replica's
+    # stored position, apply), in this process: no Spark session needed to prove the path.
     from streamrep.replication.transfer import SourcePartition
-    from streamrep.spark.source import ReplicateStreamWriter, read_range
+    from streamrep.spark.tasks import GatewayPartition, replicate_share
 
     lose_three(linked, Gateway(linked, "newyork", "gw1"))
     produce(linked, "e")
     sp = linked.path(SF)
     unit = SourcePartition(linked.entry(SF).uuid, "t", 0, sp)
-    writer = ReplicateStreamWriter(linked.clusters.home, "newyork", "spark-gw")
+    partition = GatewayPartition(unit, 5, (linked.entry(NY).uuid,))
     with caplog.at_level(logging.WARNING, logger="streamrep.replication.transfer"):
-        commit = writer.write(read_range(linked.store(sp), unit, 4, 5))
+        [commit] = replicate_share(linked.clusters.home, "newyork", "spark-gw", [partition])
     assert (commit.rows, sum(commit.written.values()), commit.errors) == (1, 1, {})
     assert any("3 messages (offsets 1-3)" in r.getMessage() for r in caplog.records)
     assert values(linked, NY) == ["a", "e"]

@@ -1,11 +1,12 @@
-"""The Spark gateway's pass plan (``source.plan_share``): what each pass reads, from where to where."""
+"""The Spark gateway's pass plan (``tasks.plan_share``): what each pass reads, from where to where."""
 
 from types import SimpleNamespace
 
 from streamrep.model.paths import parse_stream_path
 from streamrep.replication.gateway import Progress
 from streamrep.replication.transfer import SourcePartition
-from streamrep.spark.source import next_holders, offset_key, plan_share, slot_share
+from streamrep.spark.offsets import offset_key
+from streamrep.spark.tasks import next_holders, plan_share, slot_share
 
 SRC = parse_stream_path("/mapr/sf/s", None)
 A, B, C = (SourcePartition("u1", "t", p, SRC) for p in range(3))

@@ -133,3 +133,28 @@ def test_airflow_without_spark_default_runs_on_streamrep_spark_master(monkeypatc
     op._use_local_spark_if_unconfigured()
     command = op._get_hook()._build_spark_submit_command("app.py")
     assert command[command.index("--master") + 1] == "spark://127.0.0.1:7078"
+
+
+# -- a job whose Popen another thread holds (the provider's hook): Tether ---------------------------
+def test_a_tethered_job_reports_its_pid_and_stops_with_everything_it_started(tmp_path):
+    """What the Airflow operators' on_kill relies on: the job, started with the Tether's Popen
+    options by someone else's Popen, reports its pid; ``stop`` ends it and the processes it
+    started (a child that ignores SIGTERM is killed after the grace), leaving the exit status to
+    whoever holds the Popen."""
+    import subprocess
+    import time
+
+    tether = submit.Tether()
+    script = "trap '' TERM; sleep 60 & wait"  # a shell that ignores SIGTERM, with a child
+    try:
+        proc = subprocess.Popen(["bash", "-c", script], **tether.popen_options())
+        deadline = time.monotonic() + 10
+        while len(submit.job_processes(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tree = submit.job_processes(proc.pid)
+        assert tether.pids() == [proc.pid] and tether.running() == [proc.pid] and len(tree) == 2
+        assert tether.stop(grace=0.5) == [proc.pid]
+        assert proc.wait(10) != 0
+        assert tether.running() == [] and not any(submit._running(pid) for pid in tree)
+    finally:
+        tether.close()

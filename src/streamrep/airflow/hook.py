@@ -53,6 +53,9 @@ from streamrep.model.paths import validate_cluster_name
 from streamrep.store.embedded import EmbeddedStore
 
 CLUSTER_CONN_PREFIX = "streamrep_"
+# The connection the Spark operators define when no Spark connection is (spark_operators.py):
+# named like a cluster's, but not one.
+LOCAL_SPARK_CONN_ID = "streamrep_spark_local"
 KAFKA_SETTINGS_EXTRA = "kafka"  # extra.kafka: a Kafka cluster's client settings
 
 
@@ -238,6 +241,11 @@ class StreamrepHook(BaseHook):
         if "clusters" in self.__dict__:
             self.clusters.close()
 
+    def discover_clusters(self) -> None:
+        """Resolve every cluster a ``streamrep_<cluster>`` connection defines, so that
+        ``clusters.list()`` names them too (``discover_connection_clusters``)."""
+        discover_connection_clusters(self.clusters)
+
     # -- for processes outside Airflow (Spark apps) ----------------------------------
     def process_env(self) -> dict[str, str]:
         """Environment for a child process (spark-submit) so that it sees the same clusters
@@ -331,6 +339,37 @@ class StreamrepHook(BaseHook):
         namespace = info.settings.get(NAMESPACE_SETTING)
         where = f"{info.url} (namespace {namespace})" if namespace else info.url
         return f"cluster {info.name} at {where}: Kafka reached, {len(streams)} streams"
+
+
+# Connections named like a cluster's (``streamrep_*``) that define none.
+NOT_CLUSTER_CONNS = {StreamrepHook.default_conn_name, LOCAL_SPARK_CONN_ID}
+
+
+def discover_connection_clusters(clusters: ConnectionClusters) -> None:
+    """Resolve the clusters defined by ``streamrep_<cluster>`` connections (environment and,
+    in the API server, the metadata database), so that ``clusters.list()`` names them too
+    (``clusters``: a hook's ``clusters``)."""
+    names: set[str] = set()
+    for key in os.environ:
+        if key.startswith("AIRFLOW_CONN_" + CLUSTER_CONN_PREFIX.upper()):
+            names.add(key[len("AIRFLOW_CONN_") :].lower())
+    try:
+        from airflow.models.connection import Connection
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            names.update(
+                cid
+                for (cid,) in session.query(Connection.conn_id).filter(Connection.conn_type == StreamrepHook.conn_type)
+            )
+    except Exception:  # noqa: BLE001 - no metadata database here: the environment is enough
+        pass
+    for conn_id in sorted(names - NOT_CLUSTER_CONNS):
+        if conn_id.startswith(CLUSTER_CONN_PREFIX):
+            try:
+                clusters.get(conn_id[len(CLUSTER_CONN_PREFIX) :])
+            except (StreamrepError, ValueError):
+                continue
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamrep.airflow.assets import emit_replica_caught_up, emits_caught_up
-from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, user_errors
+from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, discover_connection_clusters, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
@@ -629,8 +629,6 @@ def known_clusters(admin: StreamAdmin) -> list[str]:
     """Every cluster the hook behind ``admin`` can resolve: the registry's, and those of
     ``streamrep_<cluster>`` connections in the environment (and the metadata database, where
     it is reachable)."""
-    from streamrep.airflow.page import discover_connection_clusters  # the page's discovery, not a copy
-
     if isinstance(admin.clusters, ConnectionClusters):
         discover_connection_clusters(admin.clusters)
     return [c.name for c in admin.clusters.list()]

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -40,7 +39,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from streamrep.airflow.hook import CLUSTER_CONN_PREFIX, ConnectionClusters, StreamrepHook
+from streamrep.airflow.hook import StreamrepHook
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import KAFKA_SCHEME
 from streamrep.errors import StreamrepError
@@ -52,37 +51,9 @@ from streamrep.replication.service import all_gateways
 from streamrep.replication.status import replica_status
 
 STATE_PREFIX = "REPLICA_STATE_"
-NOT_CLUSTER_CONNS = {StreamrepHook.default_conn_name, "streamrep_spark_local"}
 
 
 # -- data ------------------------------------------------------------------------------
-def discover_connection_clusters(clusters: ConnectionClusters) -> None:
-    """Resolve the clusters defined by ``streamrep_<cluster>`` connections (environment and,
-    in the API server, the metadata database), so that ``clusters.list()`` names them too
-    (``clusters``: a hook's ``clusters``)."""
-    names: set[str] = set()
-    for key in os.environ:
-        if key.startswith("AIRFLOW_CONN_" + CLUSTER_CONN_PREFIX.upper()):
-            names.add(key[len("AIRFLOW_CONN_") :].lower())
-    try:
-        from airflow.models.connection import Connection
-        from airflow.utils.session import create_session
-
-        with create_session() as session:
-            names.update(
-                cid
-                for (cid,) in session.query(Connection.conn_id).filter(Connection.conn_type == StreamrepHook.conn_type)
-            )
-    except Exception:  # noqa: BLE001 - no metadata database here: the environment is enough
-        pass
-    for conn_id in sorted(names - NOT_CLUSTER_CONNS):
-        if conn_id.startswith(CLUSTER_CONN_PREFIX):
-            try:
-                clusters.get(conn_id[len(CLUSTER_CONN_PREFIX) :])
-            except (StreamrepError, ValueError):
-                continue
-
-
 def topology(admin: StreamAdmin) -> dict[str, Any]:
     """Everything the page shows, as JSON-ready data."""
     now = time.time()
@@ -294,14 +265,18 @@ def _svg(topo: dict[str, Any]) -> str:
         offset = -8 if (link["replica"], link["source"]) in pairs else 0
         if (link["replica"], link["source"]) in pairs and link["source"] > link["replica"]:
             offset = 8
-        (ci, sx, sy, sw), (cj, dx, dy, dw) = src, dst
-        y1, y2 = sy + STREAM_H / 2 + offset, dy + STREAM_H / 2 + offset
+        (ci, src_x, src_y, src_w), (cj, dx, dy, dw) = src, dst
+        y1, y2 = src_y + STREAM_H / 2 + offset, dy + STREAM_H / 2 + offset
+        x1: float
+        x2: float
         if ci < cj:
-            x1, x2 = sx + sw, dx
+            x1, x2 = src_x + src_w, dx
         elif ci > cj:
-            x1, x2 = sx, dx + dw
+            x1, x2 = src_x, dx + dw
         else:
-            x1, x2 = sx + sw, dx + dw
+            x1, x2 = src_x + src_w, dx + dw
+        c1: tuple[float, float]
+        c2: tuple[float, float]
         if ci == cj:
             bend = 70
             c1, c2 = (x1 + bend, y1), (x2 + bend, y2)
@@ -729,14 +704,14 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
     """``topo`` without where the clusters are: no URL, and no file path in any error (the
     cluster files, the registry folder ``home``, and any other absolute path), nor a Kafka
     cluster's bootstrap servers or the broker addresses Kafka's client resolved."""
-    secrets = {home}
+    found = {home}
     for cluster in topo["clusters"]:
         url = cluster.get("url") or ""
-        secrets.update({url, url.split(":", 1)[-1]})
+        found.update({url, url.split(":", 1)[-1]})
         if url.startswith(KAFKA_SCHEME):  # Kafka's errors name the bootstrap servers, one by one too
             servers = url[len(KAFKA_SCHEME) :]
-            secrets.update({servers, *servers.split(",")})
-    secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+            found.update({servers, *servers.split(",")})
+    secrets = sorted((s for s in found if s), key=len, reverse=True)
 
     def scrub(text: Any) -> Any:
         if not isinstance(text, str):
@@ -766,7 +741,7 @@ def current_topology(
     """The topology as ``access`` may see it (everything when None)."""
     hook = hook_factory()
     try:
-        discover_connection_clusters(hook.clusters)
+        hook.discover_clusters()
         topo = topology(hook.admin)
         if access is not None and not access.sees_locations:
             topo = hide_locations(topo, hook.clusters.home)
@@ -810,7 +785,7 @@ def create_app(
             return JSONResponse({"error": f"unknown action {action!r}: start or stop"}, status_code=404)
         hook = hook_factory()
         try:
-            discover_connection_clusters(hook.clusters)
+            hook.discover_clusters()
             row = service.request(hook.admin, cluster, service.RUNNING if action == "start" else service.STOPPED)
         except StreamrepError as err:
             return JSONResponse({"error": str(err)}, status_code=400)

@@ -10,8 +10,10 @@ its arguments and conf, this venv's ``spark-submit`` and Python) comes from
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
-from streamrep.airflow.hook import StreamrepHook, user_errors
+from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.provider import spark_conn_id
 from streamrep.replication.copy import copy_ended, plan_copy, summary
@@ -28,38 +30,48 @@ from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
 from streamrep.spark.submit import (
     LOG_JAVA_OPTIONS,
+    Tether,
     application,
     master_url,
     require_java,
     require_matching_pyspark,
-    stop_job,
     submit_env,
-    tether,
 )
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-LOCAL_SPARK_CONN_ID = "streamrep_spark_local"
 APP_ERROR_PREFIX = "ERROR: "  # how the spark_apps report an error: one line on stderr
 SUBMIT_ENV_KEYS = ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONUNBUFFERED")
 # Airflow's supervisor sends SIGKILL 5 s after SIGTERM; the job must be stopped before that.
 ON_KILL_GRACE_SECONDS = 3.0
+# The hook's arguments (its constructor's, which the operator's own mirror, defaults included).
+HOOK_ARGUMENTS = frozenset(inspect.signature(SparkSubmitHook.__init__).parameters) - {"self", "args", "kwargs"}
+# How the provider's hook reports a failed spark-submit (its exception message).
+_EXIT_STATUS = re.compile(r"Error code is: (-?\d+)")
 
 
 class TetheredSparkSubmitHook(SparkSubmitHook):
-    """A SparkSubmitHook whose spark-submit is tied to the task process
-    (``streamrep.spark.submit.tether``): the job stops when that process dies, SIGKILL included,
-    and ``on_kill`` (a timeout, the task marked failed or success) stops the whole job, the
-    Python driver and workers with the JVM."""
+    """A SparkSubmitHook whose spark-submit is tied to the task process (``submit.Tether``,
+    through ``submit``'s Popen arguments): the job stops when that process dies, SIGKILL
+    included, and ``on_kill`` (a timeout, the task marked failed or success) stops the whole
+    job, the Python driver and workers with the JVM.
+
+    :param tether: ties the jobs and knows their pids (default: one of its own).
+    """
+
+    def __init__(self, *args: Any, tether: Tether | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.tether = tether or Tether()
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
-        return super().submit(application, **{**kwargs, **tether()})
+        return super().submit(application, **{**kwargs, **self.tether.popen_options()})
 
     def on_kill(self) -> None:
-        if self._submit_sp is not None and self._submit_sp.poll() is None:
-            self.log.info("Stopping the Spark job of pid %s and every process it started", self._submit_sp.pid)
-            stop_job(self._submit_sp, grace=ON_KILL_GRACE_SECONDS)
+        running = self.tether.running()
+        if running:
+            self.log.info("Stopping the Spark job of pid %s and every process it started", running[0])
+            self.tether.stop(grace=ON_KILL_GRACE_SECONDS)
         super().on_kill()
 
 
@@ -81,32 +93,45 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
         self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str | None = None, **kwargs: Any
     ):
         kwargs.setdefault("name", f"streamrep-{self.app}")
-        super().__init__(conn_id=conn_id or spark_conn_id(), **kwargs)
+        spark_conn = conn_id or spark_conn_id()
+        super().__init__(conn_id=spark_conn, **kwargs)
+        self.spark_conn_id = spark_conn  # the Spark connection the hook is made with (_get_hook)
         self.streamrep_conn_id = streamrep_conn_id
+        # The hook's settings given here that are not template fields (those are read when the
+        # hook is made, rendered); the hook's defaults, which are the operator's, for the rest.
+        self.spark_options = {
+            k: v for k, v in kwargs.items() if k in HOOK_ARGUMENTS and k not in SparkSubmitOperator.template_fields
+        }
+        self.tether: Tether | None = None
 
     # -- what subclasses provide -------------------------------------------------------
     def app_args(self, hook: StreamrepHook) -> list[str]:
         raise NotImplementedError
 
-    def result(self, hook: StreamrepHook, output: list[str]) -> Any:
+    def result(self, hook: StreamrepHook) -> Any:
         return None
 
     # -- running --------------------------------------------------------------------------
     def _use_local_spark_if_unconfigured(self) -> None:
         try:
-            BaseHook.get_connection(self._conn_id)
+            BaseHook.get_connection(self.spark_conn_id)
         except AirflowNotFoundException:
             master = master_url(None)
-            self.log.warning("Spark connection %s is not defined: running Spark locally on %s", self._conn_id, master)
+            self.log.warning(
+                "Spark connection %s is not defined: running Spark locally on %s", self.spark_conn_id, master
+            )
             os.environ[f"AIRFLOW_CONN_{LOCAL_SPARK_CONN_ID.upper()}"] = json.dumps(
                 {"conn_type": "spark", "host": master}
             )
-            self._conn_id = LOCAL_SPARK_CONN_ID
+            self.spark_conn_id = LOCAL_SPARK_CONN_ID
 
     def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        hook.__class__ = TetheredSparkSubmitHook  # keeps every setting the provider passes to its hook
-        return hook
+        """The operator's hook (the provider's factory, which its execute and on_kill use): a
+        TetheredSparkSubmitHook with the operator's settings, as the provider's own would have."""
+        rendered = {f: getattr(self, f) for f in SparkSubmitOperator.template_fields if f in HOOK_ARGUMENTS}
+        return TetheredSparkSubmitHook(
+            tether=self.tether, conn_id=self.spark_conn_id, **{**self.spark_options, **rendered}
+        )
 
     def execute(self, context: Context) -> Any:
         hook = StreamrepHook(self.streamrep_conn_id)
@@ -127,36 +152,34 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
             env.update(self.env_vars or {})
             self.application, self.application_args, self.conf, self.env_vars = path, args, conf, env
             self._use_local_spark_if_unconfigured()
-            self._hook = None  # built from the settings above
+            self._hook = None  # the provider's: made by _get_hook from the settings above
+            self.tether = Tether()
             self.log.info("spark-submit %s %s", path, " ".join(args))
             try:
                 super().execute(context)
             except AirflowException as err:
-                if self._exit_status() == USER_ERROR_EXIT:  # a user error: retrying cannot help
+                status = _EXIT_STATUS.search(str(err))
+                if status and int(status.group(1)) == USER_ERROR_EXIT:  # a user error: retrying cannot help
                     raise AirflowFailException(self._failure(err)) from None
                 raise AirflowException(self._failure(err)) from None
-            return self.result(hook, self._output())
+            return self.result(hook)
         finally:
+            if self.tether is not None:
+                self.tether.close()
             hook.close()
 
     def preflight(self, hook: StreamrepHook, context: Context) -> Any:
         """Checks before spark-submit; a non-None result ends the task with that result."""
         return None
 
-    def _exit_status(self) -> int | None:
-        """spark-submit's exit status (the app's own, in client mode), once it has ended."""
-        process = getattr(self._hook, "_submit_sp", None)
-        return None if process is None else process.returncode
-
-    def _output(self) -> list[str]:
-        return list(getattr(self._hook, "_last_submit_log_lines", None) or ())
-
     def _failure(self, err: Exception) -> str:
-        """The app's own one-line error if it printed one, else the provider's message."""
-        errors = [line[len(APP_ERROR_PREFIX) :] for line in self._output() if line.startswith(APP_ERROR_PREFIX)]
+        """The app's own one-line error if it printed one (the provider's message ends with
+        spark-submit's last lines), else the first line of the provider's message."""
+        lines = str(err).splitlines()
+        errors = [line[len(APP_ERROR_PREFIX) :] for line in lines if line.startswith(APP_ERROR_PREFIX)]
         if errors:
             return f"streamrep {self.app}: {errors[-1]}"
-        return str(err).splitlines()[0] if str(err) else type(err).__name__
+        return lines[0] if lines else type(err).__name__
 
 
 class StreamCopyOperator(StreamrepSparkSubmitOperator):
@@ -191,7 +214,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
         pending = plan.total(admin)
         if pending:
             self.log.info("copystream %s -> %s: %d messages to copy", plan.source, plan.destination, pending)
-            self._plan = plan
+            self._plan, self._pending = plan, pending
             return None
         copy_ended(admin, plan)  # a retry after a copy whose end was never recorded
         self.log.info(
@@ -207,18 +230,12 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
             args += ["--numthreads", str(self.numthreads)]
         return args
 
-    def result(self, hook: StreamrepHook, output: list[str]) -> dict[str, Any]:
-        for line in reversed(output):
-            if line.startswith("{") and '"positions"' in line:
-                try:
-                    copied = json.loads(line)
-                except ValueError:
-                    continue
-                self.log.info(
-                    "copied %s messages; source positions reached: %s", copied.get("messages"), copied.get("positions")
-                )
-                return copied
-        return summary(self._plan, None)
+    def result(self, hook: StreamrepHook) -> dict[str, Any]:
+        """The copy's summary: the copy planned in ``preflight`` (its ends are the positions
+        reached), and the messages it wrote: what the destination lacked then and lacks no more."""
+        copied = summary(self._plan, self._pending - self._plan.total(hook.admin))
+        self.log.info("copied %s messages; source positions reached: %s", copied["messages"], copied["positions"])
+        return copied
 
 
 class StreamGatewayOperator(StreamrepSparkSubmitOperator):
@@ -290,5 +307,5 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
             args += ["--metrics-port", str(self.metrics_port)]
         return args
 
-    def result(self, hook: StreamrepHook, output: list[str]) -> dict[str, Any]:
+    def result(self, hook: StreamrepHook) -> dict[str, Any]:
         return {"cluster": self.cluster, "gateway": self.gateway_id, "once": as_bool(self.once)}

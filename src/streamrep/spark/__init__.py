@@ -1,7 +1,9 @@
-"""Layer 5's engine: the ``streamrep`` PySpark Python Data Source (``streamrep.spark.source``),
-the two Spark jobs (``streamrep.spark.jobs``), and spark-submit for them (``streamrep.spark.submit``).
+"""Layer 5's engine: the ``streamrep`` PySpark Python Data Source (``streamrep.spark.source``, with
+``rows``, ``offsets``, ``reader``, ``writer`` and ``runtime``), the two Spark jobs
+(``streamrep.spark.jobs``) and what their tasks run (``streamrep.spark.tasks``), and spark-submit
+for them (``streamrep.spark.submit``).
 
-Importing this package does not import pyspark; ``source`` and ``jobs`` do.
+Importing this package does not import pyspark; ``source``, ``jobs`` and their parts do.
 """
 
 from streamrep.spark.submit import AppResult, application, run_app, spark_submit_command, start_app, submit_env

@@ -1,6 +1,7 @@
-"""The two Spark jobs, as functions over a SparkSession: copystream (batch) and the gateway
-(Structured Streaming). ``streamrep/spark/apps/*.py`` parse arguments and call these; tests call them on
-a shared session. Every rule stays in ``streamrep.replication``.
+"""The two Spark jobs, as functions over a SparkSession: copystream (one batch job) and the
+gateway (passes planned by the driver, one Spark job each). ``streamrep/spark/apps/*.py`` parse
+arguments and call these; tests call them on a shared session. What their tasks run is in
+``streamrep.spark.tasks``; every rule stays in ``streamrep.replication``.
 """
 
 from __future__ import annotations
@@ -19,23 +20,14 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import copying, plan_copy, summary
-from streamrep.replication.gateway import Gateway, Outage, default_gateway_id
+from streamrep.replication.gateway import Gateway, Outage
 from streamrep.replication.service import placement
-from streamrep.spark.source import (
-    FORMAT,
-    RETRY_SECONDS,
-    copy_task,
-    next_holders,
-    offset_key,
-    plan_share,
-    record_pass,
-    register,
-    replicate_slot,
-    resolve_home,
-    totals,
-    warm_worker,
-)
+from streamrep.spark.offsets import offset_key
+from streamrep.spark.runtime import resolve_home
+from streamrep.spark.source import register
 from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
+from streamrep.spark.tasks import copy_task, next_holders, plan_share, record_pass, replicate_slot, warm_worker
+from streamrep.spark.writer import totals
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_SECONDS = 30.0  # a busy gateway's log grows by one line this often at most
@@ -43,6 +35,7 @@ PROGRESS_EVERY_SECONDS = 30.0  # a busy gateway's log grows by one line this oft
 # IDLE_WORKER_TIMEOUT_NS), and a new one takes seconds to start (imports, stores): an idle gateway
 # runs its warm-up job this often, so the next pass with data finds its workers ready.
 WARM_SECONDS = 30.0
+RETRY_SECONDS = 5.0  # a pass retries a source partition that did not move (a replica failed) this often at most
 
 
 def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
@@ -73,9 +66,9 @@ def _submitted() -> bool:
 
 
 # -- copystream ----------------------------------------------------------------------------
-def copy_stream(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
+def copystream_job(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
     """copystream on Spark: plan the copy once (fixing each source partition's end), show
-    COPY_IN_PROGRESS, copy every source partition in its own task (``source.copy_task``, which
+    COPY_IN_PROGRESS, copy every source partition in its own task (``tasks.copy_task``, which
     reads and applies inside the task), and restore the state. Returns ``copy.summary``."""
     home = resolve_home(home or admin.clusters.home)
     plan = plan_copy(admin, source, destination)
@@ -90,10 +83,6 @@ def copy_stream(spark, admin: StreamAdmin, source: str, destination: str, home: 
 
 
 # -- gateway -------------------------------------------------------------------------------
-def default_checkpoint(home: str | None, cluster: str, gateway_id: str) -> str:
-    return os.path.join(resolve_home(home), "checkpoints", f"gateway-{cluster}-{gateway_id}")
-
-
 class _Heartbeat(threading.Thread):
     """Keeps the gateway live while a long pass or micro-batch runs (each also heartbeats), and
     sets ``stop`` once the cluster's gateways are asked to stop (``gateway stop``).
@@ -120,45 +109,12 @@ class _Heartbeat(threading.Thread):
                 log.warning("gateway %s: heartbeat failed: %s", self.gateway.id, err)
 
 
-def start_gateway(
-    spark,
-    cluster: str,
-    gateway_id: str | None = None,
-    home: str | None = None,
-    checkpoint: str | None = None,
-    once: bool = False,
-    interval: float = DEFAULT_INTERVAL,
-    max_records: int | None = None,
-):
-    """Start the gateway's streaming query (reader ``gateway`` into writer ``replicate``)."""
-    home = resolve_home(home)
-    gateway_id = gateway_id or default_gateway_id()
-    reader = (
-        spark.readStream.format(FORMAT).option("home", home).option("cluster", cluster).option("gateway", gateway_id)
-    )
-    if max_records:
-        reader = reader.option("maxRecordsPerTrigger", str(max_records))
-    writer = (
-        reader.load()
-        .writeStream.format(FORMAT)
-        .option("home", home)
-        .option("mode", "replicate")
-        .option("cluster", cluster)
-        .option("gateway", gateway_id)
-        .option("checkpointLocation", checkpoint or default_checkpoint(home, cluster, gateway_id))
-        .queryName(f"streamrep-gateway-{cluster}-{gateway_id}")
-    )
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=f"{interval} seconds")
-    return writer.start()
-
-
-def run_gateway(
+def gateway_job(
     spark,
     admin: StreamAdmin,
     cluster: str,
     gateway_id: str | None = None,
     home: str | None = None,
-    checkpoint: str | None = None,
     once: bool = False,
     interval: float = DEFAULT_INTERVAL,
     max_records: int | None = None,
@@ -173,9 +129,8 @@ def run_gateway(
     records the replicas' lag (``replication/lag.py``) and, with ``metrics_port``, serves the
     gateway's Prometheus metrics.
 
-    The work runs as passes planned by the driver (``_Passes``), not as a streaming query:
-    ``checkpoint`` is accepted for compatibility and unused (the stored positions are the only
-    truth, and each pass starts from them)."""
+    The work runs as passes planned by the driver (``_Passes``), not as a streaming query: the
+    stored positions are the only truth, and each pass starts from them (no Spark checkpoint)."""
     gateway = Gateway(admin, cluster, gateway_id)
     if not once and gateway.stop_requested(force=True):
         print(f"gateway {gateway.id} not started: {gateway.stopped_line()}", file=sys.stderr, flush=True)
@@ -255,15 +210,15 @@ class _LagSampler(threading.Thread):
 class _Passes:
     """The gateway's passes, planned in the driver's own Python and run as one Spark job each.
 
-    Why not the streaming query (``start_gateway``): a PySpark Python data source plans every
-    micro-batch in a separate Python process and commits its writes in another, and Spark
-    writes an offset log and a commit log per micro-batch: 475-584 ms a micro-batch against
-    about 125 ms a pass here (bench/README.md, "Profile of one Spark gateway micro-batch").
-    A pass reads the assignment and the stored positions once, in this process, and runs
-    ``source.replicate_slot`` over the source partitions with messages to move (each task takes
-    those its Python worker applied last: ``source.slot_share``): read and apply
-    in the same task as before, the apply transactional, so a killed pass leaves each batch
-    applied or not, and the next pass resumes from the stored positions.
+    Why not a Structured Streaming query (the gateway was one, up to commit 51f59f3): a PySpark
+    Python data source plans every micro-batch in a separate Python process and commits its
+    writes in another, and Spark writes an offset log and a commit log per micro-batch: 475-584 ms
+    a micro-batch against about 125 ms a pass here (bench/README.md, "Profile of one Spark gateway
+    micro-batch"). A pass reads the assignment and the stored positions once, in this process, and
+    runs ``tasks.replicate_slot`` over the source partitions with messages to move (each task takes
+    those its Python worker applied last: ``tasks.slot_share``): read and apply in the same task,
+    the apply transactional, so a killed pass leaves each batch applied or not, and the next pass
+    resumes from the stored positions.
 
     :param once: drain what is there when the run starts (every partition the source clusters
         let this gateway pull, as ``Trigger.AvailableNow``), then ``run_one`` returns None.
@@ -285,7 +240,7 @@ class _Passes:
         self.holders: dict[str, str] = {}  # offset key -> the Python worker that applied it last
 
     def warm(self) -> list[int]:
-        """Start a Python worker on every core and open the gateway in each (``source.warm_worker``).
+        """Start a Python worker on every core and open the gateway in each (``tasks.warm_worker``).
         Without it, the first pass that has more source partitions than the last waits seconds
         for a new worker (5.2 s measured on Kafka under load, bench/README.md). Failing here only
         costs that wait, so an error is logged, not raised. Returns the workers' process ids
@@ -342,7 +297,7 @@ class _Passes:
                 raise
             # A task's Unavailable (a broker down or a leader moving: the marks or the catalog could
             # not be read) reaches the driver wrapped by Spark, and would end the gateway as if it
-            # were a bug; it is the outage it says, which run_gateway rides out as the in-process
+            # were a bug; it is the outage it says, which gateway_job rides out as the in-process
             # gateway does. Nothing is lost or repeated: the next pass starts from the stored marks.
             raise Unavailable(error_line(err)) from None
         self.last_job = time.monotonic()

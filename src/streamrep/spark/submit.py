@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -277,18 +278,87 @@ STOP_GRACE_SECONDS = 15.0  # for the driver to stop its query and the JVM its Sp
 _prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # looked up before any fork
 
 
-def _die_with(launcher: int) -> None:
+def _die_with(launcher: int, report: int | None = None) -> None:
     """Runs in the job's process between fork and exec: SIGTERM when ``launcher`` dies, and
-    no start at all if it died before this."""
+    no start at all if it died before this. With ``report`` (a pipe's write end), writes the
+    job's pid there."""
     if _prctl is not None:
         _prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != launcher:
         os._exit(1)
+    if report is not None:
+        os.write(report, b"%d\n" % os.getpid())
 
 
 def tether() -> dict:
     """``subprocess.Popen`` options that tie a job to this process (see above)."""
     return {"start_new_session": True, "preexec_fn": functools.partial(_die_with, os.getpid())}
+
+
+class Tether:
+    """``tether()`` for a launcher that does not hold the job's ``Popen`` (the Spark provider's
+    hook starts and reaps it): each job started with ``popen_options()`` reports its pid, so
+    that ``stop()`` can stop it with everything it started, as ``stop_job`` does."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        self._pids: list[int] = []
+
+    def popen_options(self) -> dict:
+        return {"start_new_session": True, "preexec_fn": functools.partial(_die_with, os.getpid(), self._write)}
+
+    def pids(self) -> list[int]:
+        """The jobs started so far (live or not)."""
+        if self._read < 0:
+            return list(self._pids)  # closed: what was reported before
+        try:
+            while chunk := os.read(self._read, 4096):
+                self._pids += [int(pid) for pid in chunk.split()]
+        except (BlockingIOError, OSError):
+            pass
+        return list(self._pids)
+
+    def running(self) -> list[int]:
+        return [pid for pid in self.pids() if _running(pid)]
+
+    def stop(self, grace: float = STOP_GRACE_SECONDS) -> list[int]:
+        """Stop every running job: SIGTERM to its session's group, then SIGKILL to every process
+        of it still there after ``grace`` seconds. Returns the jobs it stopped. (Their exit
+        status is their launcher's to collect.)"""
+        jobs = self.running()
+        trees = {pid: job_processes(pid) for pid in jobs}  # before a JVM goes and its children are reparented
+        for pid in jobs:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while any(_running(pid) for pid in jobs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in jobs:
+            if _running(pid):
+                _signal([*trees[pid], *job_processes(pid)[1:]], signal.SIGKILL)
+        return jobs
+
+    def close(self) -> None:
+        """Close the pipe (the pids reported so far are kept)."""
+        self.pids()
+        for fd in (self._read, self._write):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._read = self._write = -1
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: only its launcher's wait is left)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _parents() -> dict[int, list[int]]:
@@ -432,7 +502,7 @@ def _failure(app: str, result: AppResult) -> StreamrepError:
     return StreamrepError(f"{app} on Spark failed: {message}")
 
 
-def run_copystream(
+def submit_copystream(
     src: str, dst: str, home: str | None = None, numthreads: int | None = None, master: str | None = None
 ) -> dict:
     """Run the copystream app through spark-submit; returns its summary (``copy.summary``).
@@ -450,7 +520,7 @@ def run_copystream(
     return json.loads(summary[-1])
 
 
-def run_gateway(
+def submit_gateway(
     cluster: str,
     gateway_id: str | None = None,
     once: bool = False,
@@ -471,6 +541,7 @@ def run_gateway(
     argv, run_env = spark_submit_command("gateway", args, master)
     errors = []
     with foreground_job(argv, run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:  # passed through as it comes; the app's own error line is kept
             if not line.startswith(JVM_NOISE):
                 sys.stderr.write(line)

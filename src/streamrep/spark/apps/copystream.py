@@ -3,7 +3,7 @@
     spark-submit streamrep/spark/apps/copystream.py --src /mapr/a/s --dst /mapr/b/s [--home H] [--numthreads N]
 
 Prints one JSON line (``copy.summary``) on stdout. A user error prints one line on stderr
-and exits 1. The work is ``streamrep.spark.jobs.copy_stream``.
+and exits 1. The work is ``streamrep.spark.jobs.copystream_job``.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def job(spark, admin):
-        from streamrep.spark.jobs import copy_stream
+        from streamrep.spark.jobs import copystream_job
 
-        print(json.dumps(copy_stream(spark, admin, args.src, args.dst, args.home)), flush=True)
+        print(json.dumps(copystream_job(spark, admin, args.src, args.dst, args.home)), flush=True)
 
     return run("copystream", args.home, job)
 

@@ -2,13 +2,13 @@
 replicas on ``--cluster``.
 
     spark-submit streamrep/spark/apps/gateway.py --cluster C [--id G] [--home H] [--once]
-        [--checkpoint DIR] [--interval SECONDS] [--max-records N] [--metrics-port P]
+        [--interval SECONDS] [--max-records N] [--metrics-port P]
 
 ``--once`` replicates what is available now and exits; otherwise passes run (the next one at
 once after a pass that moved messages, else after ``--interval`` seconds) until the cluster's gateways are asked to stop (``streamrep gateway stop``:
 the pass in progress finishes, exit status 0) or the process is stopped (SIGTERM or SIGINT).
 Started while its cluster's gateways are stopped, it exits at once with status 0 and one line.
-The gateway's heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.run_gateway``.
+The gateway's heartbeat is withdrawn on the way out. The work is ``streamrep.spark.jobs.gateway_job``.
 """
 
 from __future__ import annotations
@@ -27,9 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="STREAMREP_HOME (the cluster registry)")
     parser.add_argument("--once", action="store_true", help="replicate what is available now, then exit")
     parser.add_argument(
-        "--checkpoint", help="unused, accepted for compatibility: each pass starts from the stored positions"
-    )
-    parser.add_argument(
         "--interval", type=float, default=DEFAULT_INTERVAL, help="seconds an idle gateway waits between passes"
     )
     parser.add_argument("--max-records", type=int, help="source messages per pass at most")
@@ -38,15 +35,14 @@ def main(argv: list[str] | None = None) -> int:
     stop_on_signals()
 
     def job(spark, admin):
-        from streamrep.spark.jobs import run_gateway
+        from streamrep.spark.jobs import gateway_job
 
-        run_gateway(
+        gateway_job(
             spark,
             admin,
             args.cluster,
             args.id,
             args.home,
-            args.checkpoint,
             args.once,
             args.interval,
             args.max_records,
