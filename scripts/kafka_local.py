@@ -60,7 +60,9 @@ SECURE_HOME = LOCAL_HOME / "secure"
 PRINCIPALS = ("admin", "gateway", "alice", "bob", "carol")
 SCRAM = "SCRAM-SHA-512"
 
-START_TIMEOUT_S = 90.0
+# A bound, not an expectation: a broker starts in 5-20 s, but a restart under a load average of 25
+# on 2 cores (a CI run beside other work) took over 90 s to open its client port.
+START_TIMEOUT_S = 240.0
 STOP_TIMEOUT_S = 30.0
 JVM_HEAP = "-Xmx512m"
 SECURE_HEAP = "-Xmx384m"  # six JVMs at once on a small machine; see docs/platform.md for what they use

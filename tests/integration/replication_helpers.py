@@ -247,6 +247,18 @@ class Child:
         return self.code
 
 
+def wait_progressing(measure: Callable[[], int], goal: int, stall: float, what: str) -> None:
+    """Poll ``measure`` until it reaches ``goal``; fail naming ``what`` only when it has not grown for
+    ``stall`` seconds. A slow machine moves slowly but keeps moving; a stuck replication does not."""
+    best, since = measure(), time.monotonic()
+    while best < goal:
+        time.sleep(0.05)
+        now = measure()
+        if now > best:
+            best, since = now, time.monotonic()
+        assert time.monotonic() - since < stall, f"{what}: stuck at {best} of {goal} for {stall:.0f} s"
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
