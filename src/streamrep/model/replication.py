@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
 from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
@@ -67,14 +67,14 @@ class ReplicaLink:
     networkencryption: bool = False
     networkcompression: str = LEGACY_NETWORK_COMPRESSION
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> ReplicaLink:
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaLink:
         return cls(**_known_fields(cls, data))
 
-    def with_changes(self, **changes) -> ReplicaLink:
+    def with_changes(self, **changes: Any) -> ReplicaLink:
         return replace(self, **changes)
 
 
@@ -86,15 +86,18 @@ class UpstreamLink:
     added: int = 0
     uuid: str | None = None  # the upstream stream agreed to; None in links written before UUIDs (see binds)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> UpstreamLink:
+    def from_dict(cls, data: Mapping[str, Any]) -> UpstreamLink:
         return cls(**_known_fields(cls, data))
 
 
-def _known_fields(cls: type, data: Mapping) -> dict:
+_Link = TypeVar("_Link", ReplicaLink, UpstreamLink)
+
+
+def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     # Catalog documents may come from older or newer releases: unknown keys are ignored and
     # missing ones take their defaults.
     names = {f.name for f in fields(cls)}
@@ -218,7 +221,7 @@ def parse_loss_key(key: str) -> tuple[str, str, int, int] | None:
     return source_uuid, topic, int(partition), int(first)
 
 
-def find_link(links: Iterable, path: StreamPath):
+def find_link(links: Iterable[_Link], path: StreamPath) -> _Link | None:
     """The link to ``path`` in ``links``, or None."""
     wanted = str(path)
     return next((link for link in links if link.path == wanted), None)
@@ -288,7 +291,7 @@ def check_distinct(
         )
 
 
-def require_link(links: Iterable, path: StreamPath, owner: StreamPath, kind: str):
+def require_link(links: Iterable[_Link], path: StreamPath, owner: StreamPath, kind: str) -> _Link:
     """The link to ``path`` or a NotFound naming ``kind`` ('replica' or 'upstream')."""
     link = find_link(links, path)
     if link is None:
