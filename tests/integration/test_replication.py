@@ -27,7 +27,7 @@ from replication_helpers import (
 )
 
 from streamrep.client import Consumer, Producer
-from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound
+from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound, RetryNow
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState, position_key
 from streamrep.replication import setup, transfer
 from streamrep.replication.flows import flows_into
@@ -793,7 +793,7 @@ def test_stale_overlapping_batches_apply_once(api3):
     uuid = api.entry(NY).uuid
     key = unit.key
     before = (count(api, NY), store.marks(uuid)[key])
-    with pytest.raises(Conflict):
+    with pytest.raises(RetryNow):
         store.apply(uuid, "t", 0, batch1[:3], {key: 999}, {key: 0}, source=key, syncs=[(0, 0)])
     assert (count(api, NY), store.marks(uuid)[key]) == before
 
@@ -822,7 +822,7 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
 
     def counting_apply(self, *args, **kwargs):  # the gateway applies through apply_many (fan-out)
         results = real_apply(self, *args, **kwargs)
-        conflicts["n"] += sum(isinstance(result, Conflict) for result in results)
+        conflicts["n"] += sum(isinstance(result, RetryNow) for result in results)
         return results
 
     monkeypatch.setattr(transfer, "plan_apply", gated_plan)

@@ -42,7 +42,7 @@ def test_a_conflict_raised_by_the_change_is_the_callers_answer_not_a_retry(store
 
 def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(store):
     """Two store objects (an acknowledging CLI and a gateway, say) write one replica partition:
-    each fences the other's transactional producer. ``drop_marks`` has no Conflict in its
+    each fences the other's transactional producer. ``drop_marks`` has no RetryNow in its
     contract (the embedded store never raises one), so the fenced store reads again and drops."""
     other = KafkaStore("kc", store.bootstrap, {"streamrep.namespace": store.namespace})
     try:

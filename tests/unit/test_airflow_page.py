@@ -110,7 +110,7 @@ def test_a_stream_the_page_may_not_count_still_shows_its_links(mesh, bob):
 
 def test_the_page_shows_an_error_above_a_pause(mesh):
     """The drawn state is ``replicaState`` (an error outranks a pause), not a second ranking."""
-    mesh.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
+    mesh.catalog.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
     mesh.pause_replica(SF, NY)
     link = next(link for link in topology(mesh)["links"] if (link["source"], link["replica"]) == (SF, NY))
     assert link["paused"] and short_state(link) == "UNEXPECTED"

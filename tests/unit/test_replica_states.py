@@ -333,5 +333,5 @@ def test_the_end_of_a_copy_keeps_a_state_a_gateway_recorded_meanwhile(linked):
     from streamrep.replication.copy import copying, plan_copy
 
     with copying(linked, plan_copy(linked, SF, NY)):
-        linked.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
+        linked.catalog.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
     assert linked.entry(SF).replicas[0].state == ReplicaState.SYNC_FALLBACK.value

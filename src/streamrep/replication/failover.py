@@ -49,16 +49,16 @@ from typing import Any
 
 from streamrep.client.admin import StreamAdmin, now_ms
 from streamrep.client.producer import FAILOVER_CHECK_SECONDS
-from streamrep.errors import Conflict, InvalidArgument, NotFound, StreamrepError, Unavailable
+from streamrep.errors import Conflict, InvalidArgument, NotFound, RetryNow, StreamrepError, Unavailable
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, stop_key
 from streamrep.replication.cursors import adopt_cursors, sync_partitions
+from streamrep.replication.pending import partition_pending, pending
 from streamrep.replication.service import live_gateways_of
 from streamrep.replication.setup import ensure_replica, ensure_upstream
-from streamrep.replication.status import partition_pending, pending
 from streamrep.replication.transfer import ensure_topics
 
 # Longer than a producer's view of a failover record may be stale, plus an append in flight.
@@ -345,9 +345,9 @@ def stop_flow(
             if key not in marks:
                 try:
                     store.apply(dst_uuid, topic, partition, [], {key: now_ms()}, {key: None})
-                except Conflict:
+                except RetryNow as retry:
                     if key not in store.marks(dst_uuid):  # not a retry of ours: something else moved
-                        raise
+                        raise Conflict(str(retry)) from None
             stopped += 1
     return stopped
 
@@ -374,7 +374,7 @@ def _mark_link_failed_over(admin: StreamAdmin, src: StreamPath, dst: StreamPath)
     if rules.find_link(admin.entry(src).replicas, dst) is None:
         return
     admin.pause_replica(str(src), str(dst))
-    admin.set_replica_state(str(src), str(dst), ReplicaState.FAILED_OVER)
+    admin.catalog.set_replica_state(src, dst, ReplicaState.FAILED_OVER)
 
 
 def failover(
@@ -689,9 +689,7 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     if rules.find_link(src_entry.replicas, dst) is None:
         ensure_replica(admin, src, dst, paused=False)
     else:
-        admin.set_replica_state(
-            str(src), str(dst), ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER
-        )
+        admin.catalog.set_replica_state(src, dst, ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER)
         admin.resume_replica(str(src), str(dst))
     admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)

@@ -31,10 +31,13 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import HasCatalog
 from streamrep.errors import AlertRaised, InvalidArgument, StreamrepError
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import require_link
 from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.pending import pending
+from streamrep.replication.service import gateway_outage
 from streamrep.store.base import Store
 
 if TYPE_CHECKING:
@@ -63,11 +66,8 @@ def lag_millis(oldest_pending_ts: int | None, now_ms: int) -> int:
     return 0 if oldest_pending_ts is None else max(0, now_ms - oldest_pending_ts)
 
 
-def measure(admin: StreamAdmin, source: str, replica: str, now_ms: int | None = None) -> dict[str, int]:
+def measure(admin: HasCatalog, source: str, replica: str, now_ms: int | None = None) -> dict[str, int]:
     """The lag of ``replica`` behind ``source`` now, as a sample (``FIELDS``)."""
-    # status imports the gateway, which records lag through this module: imported when used
-    from streamrep.replication.status import pending
-
     info = pending(admin, source, replica)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     return {
@@ -147,13 +147,13 @@ class LagRecorder:
     their lag grows) and records the samples that are due. A failure to sample is logged, never
     raised: lag is an observation and must not stop replication.
 
-    :param admin: the gateway's admin API.
+    :param catalog: the gateway's catalog.
     :param cluster: the gateway's (destination) cluster.
     :param every: seconds between two samples.
     """
 
-    def __init__(self, admin: StreamAdmin, cluster: str, every: float = SAMPLE_SECONDS):
-        self.admin = admin
+    def __init__(self, catalog: HasCatalog, cluster: str, every: float = SAMPLE_SECONDS):
+        self.catalog = catalog.catalog
         self.cluster = cluster
         self.every = every
         self.metrics: GatewayMetrics | None = None
@@ -186,7 +186,7 @@ class LagRecorder:
             return {}
         self._next = now + self.every
         try:
-            flows, _ = flows_into(self.admin, self.cluster)
+            flows, _ = flows_into(self.catalog, self.cluster)
         except StreamrepError as err:
             log.warning("lag of the replicas on %s not sampled: %s", self.cluster, err)
             return {}
@@ -196,7 +196,7 @@ class LagRecorder:
             self._next = now + max(self.every, (time.monotonic() - now) / MAX_SAMPLING_SHARE)
 
     def _sample(self, flows: list[Flow]) -> dict[Flow, dict[str, int]]:
-        store = self.admin.clusters.store(self.cluster)
+        store = self.catalog.clusters.store(self.cluster)
         taken: dict[Flow, dict[str, int]] = {}
         for flow in flows:
             try:
@@ -204,7 +204,7 @@ class LagRecorder:
                 fresh = not due(store.catalog_get(LAG_KIND, key), int(time.time() * 1000), self.every)
                 if fresh and self.metrics is None:
                     continue  # another gateway sampled it just now, and nobody scrapes this one
-                sample = measure(self.admin, str(flow.source), str(flow.replica))
+                sample = measure(self.catalog, str(flow.source), str(flow.replica))
                 if not fresh:
                     record(store, flow, sample, self.every)
                 taken[flow] = sample
@@ -293,8 +293,6 @@ def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[dict[str, 
     lists the replica's lag past its thresholds, and, for an unpaused flow, that no gateway
     serving it is live (MapR's ErrAllGatewaysUnreachable). A paused replica is not expected to
     move, so only its thresholds apply. A cluster that cannot be read is a problem too."""
-    from streamrep.replication.gateway import gateway_outage  # gateway imports this module
-
     rows = []
     for cluster in clusters:
         try:

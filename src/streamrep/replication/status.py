@@ -7,63 +7,25 @@ from functools import partial
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import Conflict, StreamrepError
+from streamrep.errors import Conflict, RetryNow, StreamrepError
 from streamrep.model.catalog import StreamEntry
-from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
-from streamrep.replication.apply import ORIGIN_HEADER
-from streamrep.replication.gateway import gateway_outage
 from streamrep.replication.lag import lag_millis, thresholds
-from streamrep.replication.service import live_gateways_of
+from streamrep.replication.pending import PRECISE_PENDING_MAX, partition_pending, pending, to_apply
+from streamrep.replication.service import gateway_outage, live_gateways_of
 
-# Up to this many pending messages per partition are read to leave out those that came from
-# the replica itself (multi-master): they will be skipped, not applied. Above it, the count is
-# an upper bound.
-PRECISE_PENDING_MAX = 10_000
-
-
-def to_apply(messages: list[Message], replica_uuid: str) -> tuple[int, int, int | None, int | None]:
-    """``range_stats`` of the messages a gateway would apply to the replica (not its own)."""
-    prefix = f"{replica_uuid}/".encode("ascii")
-    kept = [m for m in messages if not (m.header(ORIGIN_HEADER) or b"").startswith(prefix)]
-    if not kept:
-        return 0, 0, None, None
-    stamps = [m.timestamp for m in kept]
-    return len(kept), sum(len(m.value or b"") for m in kept), min(stamps), max(stamps)
-
-
-def partition_pending(
-    source_store, src_uuid: str, dst_uuid: str, marks: dict[str, int], topic: str, partition: int
-) -> tuple[int, int, int | None, int | None]:
-    """``(messages, bytes, oldest ts, newest ts)`` of one source partition not yet applied to the
-    replica ``dst_uuid`` whose marks are ``marks``: exact (origin-filtered) for small backlogs."""
-    start, _ = source_store.offsets(src_uuid, topic, partition)
-    position = max(marks.get(position_key(src_uuid, topic, partition), start), start)
-    n, b, lo, hi = source_store.range_stats(src_uuid, topic, partition, position)
-    if 0 < n <= PRECISE_PENDING_MAX:
-        read, _ = source_store.read_span(src_uuid, topic, partition, position, n)
-        n, b, lo, hi = to_apply(read, dst_uuid)
-    return n, b, lo, hi
-
-
-def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
-    """What the source holds that ``replica`` has not applied: messages, bytes, and the
-    timestamps of the oldest and newest of them."""
-    src, dst = admin.path(source), admin.path(replica)
-    src_entry, dst_entry = admin.entry(src), admin.entry(dst)
-    source_store, replica_store = admin.store(src), admin.store(dst)
-    marks = replica_store.marks(dst_entry.uuid)
-    messages = size = 0
-    oldest = newest = None
-    for topic, count in source_store.topics(src_entry.uuid).items():
-        for partition in range(count):
-            n, b, lo, hi = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
-            messages, size = messages + n, size + b
-            if n:
-                oldest = lo if oldest is None else min(oldest, lo)
-                newest = hi if newest is None else max(newest, hi)
-    return {"pendingMessages": messages, "bytesPending": size, "minPendingTS": oldest, "maxPendingTS": newest}
+__all__ = [
+    "PRECISE_PENDING_MAX",
+    "UP_TO_DATE_STATES",
+    "acknowledge_loss",
+    "lost_ranges",
+    "partition_pending",
+    "pending",
+    "replica_health",
+    "replica_status",
+    "to_apply",
+]
 
 
 def _losses(
@@ -124,7 +86,7 @@ def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> dict[str, A
                 pkey = position_key(src_entry.uuid, topic, partition)
                 store.apply(dst_entry.uuid, topic, partition, [], {pkey: end}, {pkey: first})
                 done.append((topic, partition, first, end - 1))
-        except Conflict:
+        except RetryNow:
             continue  # a gateway recorded it meanwhile: acknowledge its record instead
         store.drop_marks(dst_entry.uuid, recorded)
         done += [_recorded_range(key, end) for key, end in recorded.items()]

@@ -69,6 +69,7 @@ from streamrep.errors import (
     LimitExceeded,
     NotFound,
     PermissionDenied,
+    RetryNow,
     StreamrepError,
     Unavailable,
 )
@@ -206,12 +207,14 @@ class KafkaStore(Store):
         except KafkaException as exc:
             raise self._translate(exc, what) from None
 
-    def _translate(self, exc: Any, what: str) -> StreamrepError:
+    def _translate(self, exc: Any, what: str) -> StreamrepError | RetryNow:
+        """A Kafka error as streamrep's: a fenced transactional writer (only a transaction can be
+        fenced) is ``RetryNow``, for the transaction's caller to read again and retry."""
         err = _kafka_error(exc)
         if err is None:
             return Unavailable(f"cluster {self.cluster}: {what}: {exc}")
         if err.code() in _FENCED:
-            return Conflict(f"cluster {self.cluster}: another writer took over ({what}: {err.str()}); retry")
+            return RetryNow(f"cluster {self.cluster}: another writer took over ({what}: {err.str()}); retry")
         kind = _USER_ERRORS.get(err.code())
         if kind is not None:
             return kind(f"cluster {self.cluster}: {what}: {err.str()}")
@@ -329,7 +332,7 @@ class KafkaStore(Store):
 
     @contextmanager
     def _transaction(self, txid: str, reads: str, compression: str | None = None) -> Iterator[_Transaction]:
-        """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
+        """One transaction of ``txid``; ``RetryNow`` if another writer fenced this one (retry from the new state).
         It returns once its internal records are readable: Kafka writes commit markers after the commit
         returns, and the next read (by this process or another) must see what was just written.
 
@@ -355,14 +358,14 @@ class KafkaStore(Store):
                 # Another writer of this id (another process applying this replica partition: Spark gives a
                 # gateway's tasks to any idle Python worker) fenced this cached producer since its last
                 # transaction. librdkafka then fails the produce ("Local: Fatal error"), or a delivery
-                # report during flush, before the commit could say "fenced". A Conflict makes the caller
+                # report during flush, before the commit could say "fenced". ``RetryNow`` makes the caller
                 # retry at once from the stored state, read again by a new producer after it fenced the
                 # other (so exact whether or not anything committed), instead of failing the replica.
-                raise Conflict(f"cluster {self.cluster}: another writer took over ({err.str()}); retry") from None
+                raise RetryNow(f"cluster {self.cluster}: another writer took over ({err.str()}); retry") from None
             if isinstance(exc, KafkaException):
                 err = _kafka_error(exc)
                 if err is not None and err.txn_requires_abort() and err.code() in _FENCING_RACE:
-                    raise Conflict(
+                    raise RetryNow(
                         f"cluster {self.cluster}: another writer took over (transaction aborted: {err.str()}); retry"
                     ) from None
                 raise self._translate(exc, "transaction failed") from None
@@ -469,23 +472,18 @@ class KafkaStore(Store):
         txid = self._txid("catalog", kind, key)
         self.acls.enforced()  # the first catalog write on a cluster with an authorizer sets streamrep's own ACLs
         for _ in range(CATALOG_RETRIES):
-            refused: Conflict | None = None
             try:
                 with self._transaction(txid, "catalog") as txn:
-                    try:
-                        new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
-                    except Conflict as exc:  # the change's own refusal, not a fenced writer: never retried
-                        refused = exc
-                        raise
+                    # Read after this writer fenced the others. The change's own refusal (a Conflict
+                    # among them) is a user error, never retried; only a fenced writer (RetryNow) is.
+                    new = change(self.catalog_get(kind, key))
                     if kind == STREAM_KIND:  # the broker's ACLs follow the stream's ACEs, set before the commit
                         self.acls.sync_stream(self.catalog_get(kind, key), new)
                     txn.internal(
                         "catalog", f"{kind}\x1f{key}", None if new is None else json.dumps(new).encode("utf-8")
                     )
                 return new
-            except Conflict as exc:
-                if exc is refused:
-                    raise
+            except RetryNow:
                 continue
         raise Conflict(f"cluster {self.cluster}: catalog entry {kind} {key} kept changing; try again")
 
@@ -1047,7 +1045,7 @@ class KafkaStore(Store):
             current = self.marks(stream)  # read after this writer fenced every other of the partition
             for key, expected in expect.items():
                 if current.get(key) != expected:
-                    raise Conflict(
+                    raise RetryNow(
                         f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
                         "another gateway applied this batch"
                     )
@@ -1084,9 +1082,9 @@ class KafkaStore(Store):
                         for key in gone:
                             txn.internal("marks", f"{stream}\x1f{key}", None)
                     break
-                except Conflict:  # fenced (by a gateway, or another store object, since): read again
+                except RetryNow as retry:  # fenced (by a gateway, or another store object, since): read again
                     if attempt == CATALOG_RETRIES - 1:
-                        raise
+                        raise Conflict(str(retry)) from None
             dropped += len(gone)
         return dropped
 
