@@ -160,8 +160,8 @@ def wait_for(condition, timeout: float = 90, what: str = "condition", every: flo
 
 
 def replica_state(admin, source: str, replica: str) -> str:
-    [row] = [r for r in admin.list_replicas(source) if r["replicaPath"] == replica]
-    return row["replicaState"]
+    [row] = [r for r in admin.list_replicas(source) if r.replica_path == replica]
+    return row.state
 
 
 # -- the data source as a reader -------------------------------------------------------------
@@ -330,8 +330,8 @@ def test_replicate_writer_reports_a_failing_replica_and_applies_the_others(clust
     writer = datasource.ReplicateStreamWriter(home_of(admin), NY, "g1")
     writer.commit([commit, None], 0)
     assert replica_state(admin, stream, ahead) == "REPLICA_STATE_REPLICATING"
-    [row] = [r for r in admin.list_replicas(stream) if r["replicaPath"] == behind]
-    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row["errors"]
+    [row] = [r for r in admin.list_replicas(stream) if r.replica_path == behind]
+    assert row.state == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row.errors
 
 
 # -- the gateway --------------------------------------------------------------------------------
@@ -479,7 +479,7 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
     assert not failed, failed
     assert seen[f"streamrep_gateway_passes_total{{{gw}}}"] >= 1
     assert seen[lag_key] == 400
-    assert [s["messages"] for s in lag_history(admin, source, paused)][:1] == [400]
+    assert [s.messages for s in lag_history(admin, source, paused)][:1] == [400]
     assert lag_history(admin, source, live)  # sampled by the driver too
     assert scrape() == {}  # the endpoint closed with the gateway
 

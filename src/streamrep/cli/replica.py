@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from streamrep.cli import rows
 from streamrep.cli.common import PATH, REPLICA, SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.copystream import COPY_ENGINE, run_copy
 from streamrep.cli.grammar import Command, Option
 from streamrep.model import network
 from streamrep.replication import failover as failovers
+from streamrep.replication.cursors import SYNCED
+from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
@@ -36,7 +38,7 @@ def replica_add(
 
 def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
     del refreshnow  # maprcli's option; every figure is computed when asked, so always fresh
-    return replica_status(ctx.admin, path)
+    return [rows.replica_status_row(status) for status in replica_status(ctx.admin, path)]
 
 
 def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
@@ -75,8 +77,8 @@ def plan_rows(plan: dict[str, Any]) -> Rows:
     return rows
 
 
-def synced(rows: list[dict[str, Any]]) -> int:
-    return sum(1 for row in rows if row.get("action") == "synced")
+def synced(placed: list[CursorSyncRow]) -> int:
+    return sum(1 for row in placed if row.action == SYNCED)
 
 
 def replica_failover(
@@ -116,15 +118,7 @@ def replica_alert(
 
 
 def replica_lag(ctx: Context, path: str, replica: str) -> Rows:
-    return [
-        {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s["t"] / 1000)),
-            "lagMessages": s["messages"],
-            "lagBytes": s["bytes"],
-            "lagMillis": s["ms"],
-        }
-        for s in lag_history(ctx.admin, path, replica)
-    ]
+    return [rows.lag_row(sample) for sample in lag_history(ctx.admin, path, replica)]
 
 
 def replica_pause(ctx: Context, path: str, replica: str) -> Rows:

@@ -18,13 +18,14 @@ from typing import Any
 from streamrep.client.catalog import Catalog, now_ms
 from streamrep.client.config import ClusterInfo, Clusters
 from streamrep.client.identity import current_identity, named_user
+from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import network
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
 from streamrep.model.acls import Principals
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
-from streamrep.model.failover import FailoverRecord
+from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath, validate_cluster_name, validate_topic_name
 from streamrep.model.replication import ReplicaLink, UpstreamLink
 from streamrep.model.stream import StreamMeta, validate_partition_count
@@ -187,7 +188,7 @@ class StreamAdmin:
         return self._update(sp, edit)
 
     def set_failover(
-        self, path: str | StreamPath, record: FailoverRecord | None, only_state: str | None = None
+        self, path: str | StreamPath, record: FailoverRecord | None, only_state: FailoverState | None = None
     ) -> StreamEntry:
         """Record where a failover or failback left a stream (``model/failover.py``); needs
         adminperm. Used by ``replication.failover``, which holds the procedure.
@@ -224,25 +225,23 @@ class StreamAdmin:
         """Every stream of ``cluster`` (the default cluster if None)."""
         return self.catalog.list_streams(cluster)
 
-    def stream_info(self, path: str) -> dict[str, Any]:
+    def stream_info(self, path: str) -> StreamInfo:
         """``stream info``: metadata, identity and topic count."""
         sp = self.path(path)
         entry = self.entry(sp)
         topics = self.store(sp).topics(entry.uuid)
-        return {
-            "path": str(sp),
-            "cluster": sp.cluster,
-            "uuid": entry.uuid,
-            "creator": entry.creator,
-            "created": entry.created,
-            **entry.meta.to_dict(),
-            "topics": len(topics),
-            "partitions": sum(topics.values()),
-            "replicas": len(entry.replicas),
-            "upstreams": len(entry.upstreams),
-            "failoverState": None if entry.failover is None else entry.failover.state,
-            "failover": None if entry.failover is None else entry.failover.describe(),
-        }
+        return StreamInfo(
+            path=sp,
+            uuid=entry.uuid,
+            creator=entry.creator,
+            created=entry.created,
+            meta=entry.meta,
+            topics=len(topics),
+            partitions=sum(topics.values()),
+            replicas=len(entry.replicas),
+            upstreams=len(entry.upstreams),
+            failover=entry.failover,
+        )
 
     # -- topics --------------------------------------------------------------------
     def create_topic(self, path: str, topic: str, partitions: int | None = None) -> dict[str, Any]:
@@ -451,18 +450,13 @@ class StreamAdmin:
     def upstream_links(self, path: str) -> list[UpstreamLink]:
         return self.catalog.upstream_links(path)
 
-    def list_upstreams(self, path: str) -> list[dict[str, Any]]:
-        """``stream upstream list``: each upstream's ``cluster``, ``stream`` (its path in that
-        cluster), ``idx`` (its place in the list, from 1) and ``uuid`` (the stream agreed to; None
-        for a link written before links recorded UUIDs), as MapR reports them, with
-        ``upstreamPath`` (the full path), as ``replica list`` has ``replicaPath``."""
-        rows = []
-        for idx, link in enumerate(self.entry(path).upstreams, 1):
-            up = self.path(link.path)
-            rows.append(
-                {"cluster": up.cluster, "stream": up.path, "upstreamPath": link.path, "idx": idx, "uuid": link.uuid}
-            )
-        return rows
+    def list_upstreams(self, path: str) -> list[UpstreamRow]:
+        """``stream upstream list``: each upstream, its place in the list (from 1) and the UUID
+        of the stream agreed to (None for a link written before links recorded UUIDs)."""
+        return [
+            UpstreamRow(self.path(link.path), link.path, idx, link.uuid)
+            for idx, link in enumerate(self.entry(path).upstreams, 1)
+        ]
 
     def remove_upstream(self, path: str, upstream: str) -> None:
         """``stream upstream remove``: withdraw the agreement; replication from it stops."""
@@ -475,10 +469,8 @@ class StreamAdmin:
 
         self._update(dst, remove)
 
-    def list_replicas(self, path: str, health: ReplicaHealth | None = None) -> list[dict[str, Any]]:
-        """``stream replica list``: each replica in MapR's field names (``cluster``, ``stream``,
-        ``replicaPath``, ``replicaState``, ``paused``, ``throttle``, ``idx``, ``networkencryption``,
-        ``synchronous``, ``networkcompression``, ``uuid``, ``errors``), with the agreement checked live (a replica that does not list the source is
+    def list_replicas(self, path: str, health: ReplicaHealth | None = None) -> list[ReplicaRow]:
+        """``stream replica list``: each replica, with the agreement checked live (a replica that does not list the source is
         waiting for its upstream; a link whose stream was deleted and recreated at its path is an
         error naming both UUIDs).
 
@@ -488,7 +480,7 @@ class StreamAdmin:
         """
         src = self.path(path)
         source_entry = self.entry(src)
-        result = []
+        result: list[ReplicaRow] = []
         for idx, link in enumerate(source_entry.replicas, 1):
             dst = self.path(link.path)
             replica_entry, no_gateway = None, None
@@ -502,20 +494,19 @@ class StreamAdmin:
                 error, no_gateway = health(src, source_entry, dst, replica_entry)
             state, error = rules.effective_state(link, agreed, error, no_gateway)
             result.append(
-                {
-                    "cluster": dst.cluster,
-                    "stream": dst.path,
-                    "replicaPath": link.path,
-                    "replicaState": state,
-                    "paused": link.paused,
-                    "throttle": link.throttle,
-                    "idx": idx,
-                    "networkencryption": link.networkencryption,
-                    "synchronous": link.synchronous,
-                    "networkcompression": link.networkcompression,
-                    "uuid": replica_entry.uuid if replica_entry is not None else None,
-                    "errors": error,
-                }
+                ReplicaRow(
+                    path=dst,
+                    replica_path=link.path,
+                    state=state,
+                    paused=link.paused,
+                    throttle=link.throttle,
+                    idx=idx,
+                    networkencryption=link.networkencryption,
+                    synchronous=link.synchronous,
+                    networkcompression=link.networkcompression,
+                    uuid=replica_entry.uuid if replica_entry is not None else None,
+                    errors=error,
+                )
             )
         return result
 

@@ -129,11 +129,11 @@ class Catalog:
 
         def apply(entry: StreamEntry) -> StreamEntry:
             link = rules.require_link(entry.replicas, dst, src, "replica")
-            if only_from is not None and link.state != only_from.value:
+            if only_from is not None and link.state is not only_from:
                 return entry
-            if link.state == ReplicaState.FAILED_OVER.value and only_from is not ReplicaState.FAILED_OVER:
+            if link.state is ReplicaState.FAILED_OVER and only_from is not ReplicaState.FAILED_OVER:
                 return entry  # a failover's own record: only failback (only_from=FAILED_OVER) changes it
-            new = link.with_changes(state=state.value, error=error)
+            new = link.with_changes(state=state, error=error)
             return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
 
         self.update(src, apply)

@@ -275,7 +275,7 @@ class Producer:
             for p, (_, end) in parts.items()
         }
 
-        fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
+        fell_back = link.state is ReplicaState.SYNC_FALLBACK
         if fell_back:
             # Asynchronous while the replica lags. Once it has applied everything before
             # these messages it has caught up: wait for these again, as a synchronous

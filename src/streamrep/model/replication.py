@@ -56,7 +56,7 @@ class ReplicaLink:
     path: str
     paused: bool = False
     synchronous: bool = False
-    state: str = ReplicaState.WAITING_FOR_GATEWAY.value
+    state: ReplicaState = ReplicaState.WAITING_FOR_GATEWAY
     error: str | None = None
     added: int = 0
     uuid: str | None = None  # the replica stream agreed to; None in links written before UUIDs (see binds)
@@ -72,7 +72,10 @@ class ReplicaLink:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReplicaLink:
-        return cls(**_known_fields(cls, data))
+        known = _known_fields(cls, data)
+        if "state" in known:
+            known["state"] = ReplicaState(known["state"])
+        return cls(**known)
 
     def with_changes(self, **changes: Any) -> ReplicaLink:
         return replace(self, **changes)
@@ -315,7 +318,7 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
 
 def effective_state(
     link: ReplicaLink, agreed: bool, error: str | None = None, no_gateway: str | None = None
-) -> tuple[str, str | None]:
+) -> tuple[ReplicaState, str | None]:
     """The state ``replica list`` shows, and its error. In order: FAILED_OVER (a failover withdrew
     the agreement on purpose: not an error, not waiting); an error (stored by a gateway,
     or ``error`` found now: a replica that was deleted, messages lost to the source's retention)
@@ -323,18 +326,18 @@ def effective_state(
     a paused replica is PAUSED; with no live gateway (``no_gateway``, MapR's
     ErrAllGatewaysUnreachable) it is WAITING_FOR_GATEWAY (SYNC_FELL_BACK_TO_ASYNC stays);
     otherwise the stored state."""
-    if link.state == ReplicaState.FAILED_OVER.value:  # the agreement was withdrawn on purpose
+    if link.state is ReplicaState.FAILED_OVER:  # the agreement was withdrawn on purpose
         return link.state, None
     error = "; ".join(e for e in (error, link.error) if e) or None
     if error:
-        return ReplicaState.UNEXPECTED.value, error
+        return ReplicaState.UNEXPECTED, error
     if not agreed:
-        return ReplicaState.WAITING_FOR_UPSTREAM.value, None
-    if link.state == ReplicaState.COPY_IN_PROGRESS.value:
+        return ReplicaState.WAITING_FOR_UPSTREAM, None
+    if link.state is ReplicaState.COPY_IN_PROGRESS:
         return link.state, None
     if link.paused:
-        return ReplicaState.PAUSED.value, None
+        return ReplicaState.PAUSED, None
     if no_gateway:  # a synchronous replica that fell back keeps saying so, with the reason
-        fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
-        return (link.state if fell_back else ReplicaState.WAITING_FOR_GATEWAY.value), no_gateway
+        fell_back = link.state is ReplicaState.SYNC_FALLBACK
+        return (link.state if fell_back else ReplicaState.WAITING_FOR_GATEWAY), no_gateway
     return link.state, None

@@ -55,6 +55,7 @@ from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, stop_key
+from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.cursors import adopt_cursors, sync_partitions
 from streamrep.replication.pending import partition_pending, pending
 from streamrep.replication.service import live_gateways_of
@@ -125,7 +126,7 @@ def _pair(admin: StreamAdmin, source: str, replica: str) -> Pair:
     return Pair(src, dst, dst_entry, src_entry, None)
 
 
-def _state(entry: StreamEntry | None) -> str | None:
+def _state(entry: StreamEntry | None) -> FailoverState | None:
     return None if entry is None or entry.failover is None else entry.failover.state
 
 
@@ -134,27 +135,27 @@ def stage(pair: Pair) -> str:
     failback applies to it."""
     src, dst, record = pair.src, pair.dst, pair.dst_entry.failover
     if record is not None and record.state in (
-        FailoverState.FAILED_OVER.value,
-        FailoverState.FAILING_BACK.value,
-        FailoverState.TAKING_BACK.value,
+        FailoverState.FAILED_OVER,
+        FailoverState.FAILING_BACK,
+        FailoverState.TAKING_BACK,
     ):
         raise Conflict(
             f"stream {dst} {record.describe()}: it is not a replica now; to give it its role back "
             f"use 'stream replica failback -path {dst} -replica {record.peer}'"
         )
     if record is not None and record.peer == str(src):
-        if record.state == FailoverState.RETURNING.value:
+        if record.state == FailoverState.RETURNING:
             return RETURNING
-        if record.state == FailoverState.PROMOTED.value:
+        if record.state == FailoverState.PROMOTED:
             reverse = rules.find_link(pair.dst_entry.replicas, src) is not None
-            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK.value, FailoverState.TAKING_BACK.value)
+            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK, FailoverState.TAKING_BACK)
             return FAILING_BACK if reverse and failing_back else FAILED_OVER
-    if record is not None and record.state == FailoverState.PROMOTED.value:
+    if record is not None and record.state == FailoverState.PROMOTED:
         raise Conflict(f"stream {dst} was promoted to replace {record.peer}, not {src}")
     src_record = pair.src_entry.failover if pair.src_entry is not None else None
     if src_record is not None and src_record.peer != str(dst):
         raise Conflict(f"stream {src} is {src_record.describe()}; it cannot fail over to {dst} too")
-    if src_record is not None and src_record.state == FailoverState.FENCED.value:
+    if src_record is not None and src_record.state == FailoverState.FENCED:
         return FAILING_OVER  # an earlier try may have withdrawn the agreement already
     if rules.find_link(pair.dst_entry.upstreams, src) is None:
         raise NotFound(f"{dst} is not a replica of {src}: it does not list {src} as an upstream")
@@ -203,7 +204,7 @@ def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
         samples = lag.samples_of(doc)
     except (ImportError, AttributeError, StreamrepError):
         return None
-    return samples[-1]["messages"] if samples else None
+    return samples[-1].messages if samples else None
 
 
 def _gateways(admin: StreamAdmin, pair: Pair, reverse: bool = False) -> list[str] | None:
@@ -284,7 +285,7 @@ def failover_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, An
             f"nothing to do: {dst} is already {pair.dst_entry.failover.describe()}"
             + ("" if where == FAILED_OVER else f" ({where}; finish it with failback)")
         ]
-        if where == FAILED_OVER and pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER.value:
+        if where == FAILED_OVER and pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
             plan["steps"].append(f"record on {src} (reachable again) that it failed over: its producers are refused")
     elif pair.reachable:
         plan["steps"] = [
@@ -360,7 +361,9 @@ def clear_stops(admin: StreamAdmin, dst: StreamPath, dst_uuid: str, source_uuid:
     return store.drop_marks(dst_uuid, stops) if stops else 0
 
 
-def place_cursors(admin: StreamAdmin, src: StreamPath, src_uuid: str, dst: StreamPath, dst_uuid: str) -> list[dict]:
+def place_cursors(
+    admin: StreamAdmin, src: StreamPath, src_uuid: str, dst: StreamPath, dst_uuid: str
+) -> list[CursorSyncRow]:
     """``cursors.sync_cursors`` for every partition of the source, with the authority of the
     procedure (the caller administers both streams; consumeperm is not needed, as for a gateway)."""
     source_store = admin.store(src)
@@ -418,7 +421,7 @@ def failover(
     if where == FAILED_OVER:
         record = pair.dst_entry.failover
         _withdraw(admin, pair)  # an earlier try may have stopped after promoting
-        if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER.value:
+        if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
             _demote_source(admin, pair, record.since)  # a forced failover's source is back: refuse its producers
         result.update(
             alreadyDone=True,
@@ -438,11 +441,11 @@ def failover(
     if pair.reachable:
         record = pair.src_entry.failover
         if record is None:
-            record = FailoverRecord(FailoverState.FENCED.value, str(dst), pair.dst_entry.uuid, now_ms())
+            record = FailoverRecord(FailoverState.FENCED, str(dst), pair.dst_entry.uuid, now_ms())
             admin.set_failover(src, record)
         _grace(record, grace)
         link = rules.find_link(pair.src_entry.replicas, dst)
-        count = lambda: pending(admin, str(src), str(dst))["pendingMessages"]  # noqa: E731
+        count = lambda: pending(admin, str(src), str(dst)).messages  # noqa: E731
         if link is not None and link.paused and count() and not force:
             _unfence(admin, src)
             raise Conflict(
@@ -468,7 +471,7 @@ def failover(
             stop_flow(admin, src, pair.source_uuid, False, dst, pair.dst_entry.uuid)
     forced = not pair.reachable or bool(missing)
     promoted = FailoverRecord(
-        FailoverState.PROMOTED.value, str(src), pair.source_uuid, now_ms(), forced, missing if forced else 0
+        FailoverState.PROMOTED, str(src), pair.source_uuid, now_ms(), forced, missing if forced else 0
     )
     admin.set_failover(dst, promoted)  # first: a retry from here on finds it failed over and completes it
     _withdraw(admin, pair)
@@ -489,7 +492,7 @@ def _withdraw(admin: StreamAdmin, pair: Pair) -> None:
 
 def _unfence(admin: StreamAdmin, src: StreamPath) -> None:
     """Undo a failover's first step: producers may write to the source again."""
-    admin.set_failover(src, None, only_state=FailoverState.FENCED.value)
+    admin.set_failover(src, None, only_state=FailoverState.FENCED)
 
 
 def _demote_source(admin: StreamAdmin, pair: Pair, since: int) -> None:
@@ -497,9 +500,7 @@ def _demote_source(admin: StreamAdmin, pair: Pair, since: int) -> None:
     _mark_link_failed_over(admin, pair.src, pair.dst)
     # its consumers' cursors become the sync's to move forward at failback
     adopt_cursors(admin.store(pair.src), admin.entry(pair.src).uuid, pair.dst_entry.uuid)
-    admin.set_failover(
-        pair.src, FailoverRecord(FailoverState.FAILED_OVER.value, str(pair.dst), pair.dst_entry.uuid, since)
-    )
+    admin.set_failover(pair.src, FailoverRecord(FailoverState.FAILED_OVER, str(pair.dst), pair.dst_entry.uuid, since))
 
 
 def _seconds(value: Any, what: str) -> float:
@@ -612,29 +613,28 @@ def failback(
         if where == RETURNING:
             raise Conflict(f"the return of {dst} to {src} is under way: finish it with phase return")
         result["result"] = (
-            f"reverse link {dst} -> {src} in place: "
-            f"{pending(admin, str(dst), str(src))['pendingMessages']} messages to copy back"
+            f"reverse link {dst} -> {src} in place: {pending(admin, str(dst), str(src)).messages} messages to copy back"
         )
         return result
     where = _failback_stage(pair)
     if where == FAILED_OVER:
         raise Conflict(f"no reverse link {dst} -> {src} yet: run failback with phase reverse (or all) first")
     if phase == "all" and where == FAILING_BACK:
-        _wait(lambda: pending(admin, str(dst), str(src))["pendingMessages"], lambda n: n <= RETURN_BACKLOG, timeout)
+        _wait(lambda: pending(admin, str(dst), str(src)).messages, lambda n: n <= RETURN_BACKLOG, timeout)
     return {**result, **_return(admin, pair, timeout, grace)}
 
 
 def _reverse(admin: StreamAdmin, pair: Pair) -> None:
     """Failback's first phase: the promoted stream replicates back into the old source."""
     src, dst = pair.src, pair.dst
-    if pair.src_entry.failover is None or pair.src_entry.failover.state != FailoverState.FAILED_OVER.value:
+    if pair.src_entry.failover is None or pair.src_entry.failover.state != FailoverState.FAILED_OVER:
         _demote_source(admin, pair, pair.dst_entry.failover.since)  # forced: the source was never told
     clear_stops(admin, src, pair.src_entry.uuid, pair.dst_entry.uuid)  # left by an earlier failback
     baseline = _ends(admin, src, pair.src_entry.uuid)
     admin.set_failover(
         src,
-        FailoverRecord(FailoverState.FAILING_BACK.value, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
-        only_state=FailoverState.FAILED_OVER.value,
+        FailoverRecord(FailoverState.FAILING_BACK, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
+        only_state=FailoverState.FAILED_OVER,
     )
     ensure_replica(admin, dst, src, paused=False)
     ensure_upstream(admin, src, dst)
@@ -644,26 +644,24 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     """Failback's second phase: the switch back to the source."""
     src, dst = pair.src, pair.dst
     src_record = pair.src_entry.failover
-    if src_record is not None and src_record.state != FailoverState.TAKING_BACK.value:
+    if src_record is not None and src_record.state != FailoverState.TAKING_BACK:
         # first: the producers that RETURNING sends back wait there
-        src_record = src_record.with_changes(state=FailoverState.TAKING_BACK.value, since=now_ms())
-        admin.set_failover(src, src_record, only_state=FailoverState.FAILING_BACK.value)
+        src_record = src_record.with_changes(state=FailoverState.TAKING_BACK, since=now_ms())
+        admin.set_failover(src, src_record, only_state=FailoverState.FAILING_BACK)
     record = pair.dst_entry.failover
-    if record.state != FailoverState.RETURNING.value:
-        record = record.with_changes(state=FailoverState.RETURNING.value, since=now_ms())
-        admin.set_failover(dst, record, only_state=FailoverState.PROMOTED.value)
+    if record.state != FailoverState.RETURNING:
+        record = record.with_changes(state=FailoverState.RETURNING, since=now_ms())
+        admin.set_failover(dst, record, only_state=FailoverState.PROMOTED)
     _grace(record, grace)
-    count = lambda: pending(admin, str(dst), str(src))["pendingMessages"]  # noqa: E731
+    count = lambda: pending(admin, str(dst), str(src)).messages  # noqa: E731
     drained, left = _wait(count, lambda n: n == 0, timeout)
     if not drained:
-        admin.set_failover(
-            dst, record.with_changes(state=FailoverState.PROMOTED.value), only_state=FailoverState.RETURNING.value
-        )
+        admin.set_failover(dst, record.with_changes(state=FailoverState.PROMOTED), only_state=FailoverState.RETURNING)
         if src_record is not None:
             admin.set_failover(
                 src,
-                src_record.with_changes(state=FailoverState.FAILING_BACK.value),
-                only_state=FailoverState.TAKING_BACK.value,
+                src_record.with_changes(state=FailoverState.FAILING_BACK),
+                only_state=FailoverState.TAKING_BACK,
             )
         raise Unavailable(
             f"{src} still lacks {left} messages of {dst} after {timeout:g} s (live gateways of "

@@ -28,7 +28,7 @@ class Flow:
     replica_uuid: str
     paused: bool
     synchronous: bool
-    state: str
+    state: rules.ReplicaState
     error: str | None
     # The link's network options (``model/network.py``).
     throttle: bool = False
@@ -60,10 +60,10 @@ def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocke
                 blocked.append(Blocked(source, replica, str(err)))
                 continue
             found = rules.agreement(source, source_entry, replica, replica_entry)
-            if found.agreed:
+            if found.agreed and found.link is not None:
                 flows.append(flow_of(source, source_entry, replica, replica_entry, found.link))
             else:
-                blocked.append(Blocked(source, replica, found.reason))
+                blocked.append(Blocked(source, replica, found.reason or "not agreed"))
     return flows, blocked
 
 

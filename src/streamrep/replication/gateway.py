@@ -345,7 +345,7 @@ class Gateway:
     def picked_up(self, flows: Iterable[Flow]) -> None:
         """Flows still waiting for a gateway are served now (a gateway that only moves data
         when there is some calls this when it takes its share)."""
-        self.record_states([f for f in flows if f.state == ReplicaState.WAITING_FOR_GATEWAY.value], {})
+        self.record_states([f for f in flows if f.state is ReplicaState.WAITING_FOR_GATEWAY], {})
 
     def run(self, interval: float = 0.2, stop_after: float | None = None, where: dict | None = None) -> str | None:
         """Replicate until asked to stop (``gateway stop``), interrupted, or for ``stop_after``
@@ -377,9 +377,9 @@ class Gateway:
 
     def _record_state(self, flow: Flow, state: ReplicaState, error: str | None) -> None:
         # Written only on a change: the source catalog is not touched per batch.
-        if flow.state == state.value and flow.error == error:
+        if flow.state is state and flow.error == error:
             return
-        if flow.state == ReplicaState.SYNC_FALLBACK.value and state is ReplicaState.REPLICATING:
+        if flow.state is ReplicaState.SYNC_FALLBACK and state is ReplicaState.REPLICATING:
             return  # the synchronous path clears its own fallback once caught up
         try:
             self.catalog.set_replica_state(flow.source, flow.replica, state, error)

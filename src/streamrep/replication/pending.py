@@ -3,7 +3,7 @@ positions, less those that came from the replica itself (multi-master), which a 
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 from streamrep.client.catalog import HasCatalog
 from streamrep.model.message import Message
@@ -41,7 +41,18 @@ def partition_pending(
     return n, b, lo, hi
 
 
-def pending(admin: HasCatalog, source: str, replica: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Pending:
+    """What a replica lacks: ``messages`` and value ``bytes`` its source holds that it has not
+    applied, and the timestamps of the ``oldest`` and ``newest`` of them (None with none)."""
+
+    messages: int
+    bytes: int
+    oldest: int | None = None
+    newest: int | None = None
+
+
+def pending(admin: HasCatalog, source: str, replica: str) -> Pending:
     """What the source holds that ``replica`` has not applied: messages, bytes, and the
     timestamps of the oldest and newest of them."""
     catalog = admin.catalog
@@ -59,4 +70,4 @@ def pending(admin: HasCatalog, source: str, replica: str) -> dict[str, Any]:
             if lo is not None and hi is not None:
                 oldest = lo if oldest is None else min(oldest, lo)
                 newest = hi if newest is None else max(newest, hi)
-    return {"pendingMessages": messages, "bytesPending": size, "minPendingTS": oldest, "maxPendingTS": newest}
+    return Pending(messages, size, oldest, newest)

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from functools import partial
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
+from streamrep.client.results import ReplicaRow
 from streamrep.errors import Conflict, RetryNow, StreamrepError
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
-from streamrep.replication.lag import lag_millis, thresholds
-from streamrep.replication.pending import PRECISE_PENDING_MAX, partition_pending, pending, to_apply
+from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thresholds
+from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
 from streamrep.replication.service import gateway_outage, live_gateways_of
 
 __all__ = [
     "PRECISE_PENDING_MAX",
+    "Pending",
+    "ReplicaStatus",
     "UP_TO_DATE_STATES",
     "acknowledge_loss",
     "lost_ranges",
@@ -48,7 +53,9 @@ def _losses(
 
 
 def _recorded_range(key: str, end: int) -> tuple[str, int, int, int]:
-    _, topic, partition, first = parse_loss_key(key)
+    parsed = parse_loss_key(key)
+    assert parsed is not None  # only loss marks are recorded as losses
+    _, topic, partition, first = parsed
     return topic, partition, first, end - 1
 
 
@@ -129,41 +136,73 @@ def replica_health(
         return str(err), None
 
 
-def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
-    """``stream replica list`` rows: MapR's fields, plus pending counts, the lag in ms (how
-    long the oldest unreplicated message has waited), ``gateways``: the live gateways that
-    serve the flow (those of the replica's cluster that the source cluster sends to), and the
-    replica's alert thresholds (``maxLagMillis``, ``maxLagMessages``: ``stream replica alert``).
-    Every figure is computed now."""
+@dataclass(frozen=True)
+class ReplicaStatus(ReplicaRow):
+    """A ``replica list`` entry with every figure computed now.
+
+    :param gateways: the live gateways that serve the flow (those of the replica's cluster that
+        the source cluster sends to); None if unreadable.
+    :param pending: what the replica lacks (None if it could not be read: ``errors`` says why).
+    :param lag_millis: how long the oldest unreplicated message has waited (0 with none).
+    :param thresholds: the replica's alert thresholds (``stream replica alert``).
+    """
+
+    gateways: list[str] | None = None
+    is_uptodate: bool = False
+    pending: Pending | None = None
+    lag_millis: int = 0
+    thresholds: Thresholds = NO_THRESHOLDS
+
+    @property
+    def pending_messages(self) -> int | None:
+        return None if self.pending is None else self.pending.messages
+
+    @property
+    def bytes_pending(self) -> int | None:
+        return None if self.pending is None else self.pending.bytes
+
+
+def replica_status(admin: StreamAdmin, source: str) -> list[ReplicaStatus]:
+    """``stream replica list``: each replica (``StreamAdmin.list_replicas``), with what it lacks,
+    its lag, the live gateways that serve it and its alert thresholds. Every figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
     source_uuid = admin.entry(source).uuid if rows else None
     now = int(time.time() * 1000)
     serving: dict[str, list[str] | None] = {}  # by replica cluster
+    result = []
     for row in rows:
-        if row["cluster"] not in serving:
-            serving[row["cluster"]] = _serving(admin, admin.path(source).cluster, row["cluster"])
-        row["gateways"] = serving[row["cluster"]]
+        cluster = row.path.cluster
+        if cluster not in serving:
+            serving[cluster] = _serving(admin, admin.path(source).cluster, cluster)
+        errors = row.errors
+        info: Pending | None
         try:
-            info = pending(admin, source, row["replicaPath"])
+            info = pending(admin, source, row.replica_path)
         except StreamrepError as err:
-            info = {"pendingMessages": None, "bytesPending": None, "minPendingTS": None, "maxPendingTS": None}
-            row["errors"] = row["errors"] or str(err)
-        waiting = info["pendingMessages"]
-        row["isUptodate"] = waiting == 0 and row["replicaState"] in UP_TO_DATE_STATES
-        row.update(info)
-        row["replicationLagMillis"] = lag_millis(info["minPendingTS"], now)
-        row.update(_thresholds(admin, source_uuid, row))
-    return rows
+            info = None
+            errors = errors or str(err)
+        fields = {f.name: getattr(row, f.name) for f in dataclass_fields(ReplicaRow)}
+        result.append(
+            ReplicaStatus(
+                **{**fields, "errors": errors},
+                gateways=serving[cluster],
+                is_uptodate=info is not None and info.messages == 0 and row.state in UP_TO_DATE_STATES,
+                pending=info,
+                lag_millis=lag_millis(None if info is None else info.oldest, now),
+                thresholds=_thresholds(admin, source_uuid, row),
+            )
+        )
+    return result
 
 
-def _thresholds(admin: StreamAdmin, source_uuid: str, row: dict[str, Any]) -> dict[str, int | None]:
+def _thresholds(admin: StreamAdmin, source_uuid: str | None, row: ReplicaRow) -> Thresholds:
     """The replica's alert thresholds (None each when unset or its cluster is unreadable)."""
     try:
-        if row["uuid"] is not None:
-            return thresholds(admin.clusters.store(row["cluster"]), source_uuid, row["uuid"])
+        if row.uuid is not None and source_uuid is not None:
+            return thresholds(admin.clusters.store(row.path.cluster), source_uuid, row.uuid)
     except StreamrepError:
         pass
-    return {"maxLagMillis": None, "maxLagMessages": None}
+    return NO_THRESHOLDS
 
 
 def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str] | None:
@@ -176,9 +215,11 @@ def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str]
 
 
 # With nothing pending, a replica in one of these states holds every message of its source.
-UP_TO_DATE_STATES = {
-    ReplicaState.REPLICATING.value,
-    ReplicaState.WAITING_FOR_GATEWAY.value,
-    ReplicaState.SYNC_FALLBACK.value,
-    ReplicaState.PAUSED.value,
-}
+UP_TO_DATE_STATES = frozenset(
+    {
+        ReplicaState.REPLICATING,
+        ReplicaState.WAITING_FOR_GATEWAY,
+        ReplicaState.SYNC_FALLBACK,
+        ReplicaState.PAUSED,
+    }
+)
