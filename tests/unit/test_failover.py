@@ -122,14 +122,14 @@ def test_plan_shows_lag_pending_gateways_and_groups_and_changes_nothing(linked):
     Consumer(f"{SF}:t", group="billing", from_start=True, admin=admin).commit()
     Gateway(admin, "newyork", "gw1").heartbeat()  # live, but has applied nothing
     plan = failover_plan(admin, SF, NY)
-    assert plan["stage"] == LINKED and plan["sourceReachable"] is True
-    assert plan["pendingMessages"] == 6 and plan["bytesPending"] == sum(len(f"v-k{i}") for i in range(6))
-    assert plan["replicationLagMillis"] >= 0
-    assert [(t["topic"], t["pendingMessages"]) for t in plan["topics"]] == [("t", 6)]
-    assert plan["gateways"] == ["gw1"]
-    assert plan["groups"] == ["billing"]
-    assert plan["forceNeeded"] is False
-    assert any("6 pending" in step for step in plan["steps"])
+    assert plan.stage == LINKED and plan.source_reachable is True
+    assert plan.pending_messages == 6 and plan.bytes_pending == sum(len(f"v-k{i}") for i in range(6))
+    assert plan.lag_millis >= 0
+    assert [(t.topic, t.pending_messages) for t in plan.topics] == [("t", 6)]
+    assert plan.gateways == ["gw1"]
+    assert plan.groups == ["billing"]
+    assert plan.force_needed is False
+    assert any("6 pending" in step for step in plan.steps)
     assert admin.entry(SF).failover is None and admin.entry(NY).failover is None
     assert [u.path for u in admin.entry(NY).upstreams] == [SF]
 
@@ -218,7 +218,7 @@ def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linke
     produce(admin, SF, ["lagging1", "lagging2"])  # never replicated before the loss
     lost = unreachable_source(home, tmp_path, backend)
     plan = failover_plan(lost, SF, NY)
-    assert plan["sourceReachable"] is False and plan["forceNeeded"] is True and plan["pendingMessages"] is None
+    assert plan.source_reachable is False and plan.force_needed is True and plan.pending_messages is None
     with pytest.raises(Unavailable) as refused:
         failover(lost, SF, NY)
     assert "use -force true" in str(refused.value) and "\n" not in str(refused.value)
@@ -255,7 +255,7 @@ def test_failback_copies_back_only_what_the_source_lacks_and_restores_the_link(l
     reverse = failback(admin, SF, NY, phase="reverse")
     assert "7 messages to copy back" in reverse["result"]
     plan = failback_plan(admin, SF, NY)
-    assert plan["stage"] == "failing back" and plan["toCopyBack"] == 7  # not the 30 that came from SF
+    assert plan.stage == "failing back" and plan.to_copy_back == 7  # not the 30 that came from SF
     with pytest.raises(WritesRefused) as refused:
         produce(admin, SF, ["too-early"])
     assert refused.value.target == NY
@@ -286,12 +286,12 @@ def test_failover_is_safe_to_retry_from_every_stop(linked):
 
     # an earlier try refused producers and stopped there
     admin.set_failover(SF, FailoverRecord(FailoverState.FENCED, NY, admin.entry(NY).uuid, 0))
-    assert failover_plan(admin, SF, NY)["stage"] == "failing over"
+    assert failover_plan(admin, SF, NY).stage == "failing over"
     first = failover(admin, SF, NY, timeout=5, grace=0)
     assert first["alreadyDone"] is False
     second = failover(admin, SF, NY, timeout=5, grace=0)
     assert second["alreadyDone"] is True and second["result"].startswith("already failed over")
-    assert failover_plan(admin, SF, NY)["stage"] == FAILED_OVER
+    assert failover_plan(admin, SF, NY).stage == FAILED_OVER
 
 
 def test_refusals_are_one_line_errors(linked, bob):

@@ -714,7 +714,7 @@ class FailoverPlanOperator(_FailoverOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         planner = failovers.failover_plan if self.procedure == "failover" else failovers.failback_plan
-        plan = planner(admin, self.path, self.replica)
+        plan = presented.plan_fields(planner(admin, self.path, self.replica))
         plan["markdown"] = plan_markdown(plan, self.procedure)
         self.log.info("%s", plan["markdown"])
         return plan

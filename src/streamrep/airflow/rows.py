@@ -9,6 +9,7 @@ from typing import Any
 from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
 from streamrep.replication.cursors import CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
+from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
 from streamrep.replication.samples import LagSample
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
@@ -111,3 +112,44 @@ def translated_cursor_row(row: TranslatedCursor) -> dict[str, Any]:
         "sourceOffset": row.source_offset,
         "replicaOffset": row.replica_offset,
     }
+
+
+def topic_lag_row(topic: TopicLag) -> dict[str, Any]:
+    return {
+        "topic": topic.topic,
+        "pendingMessages": topic.pending_messages,
+        "bytesPending": topic.bytes_pending,
+        "replicationLagMillis": topic.lag_millis,
+    }
+
+
+def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
+    """A failover or failback plan in its field names: ``path``, ``replica``, ``stage``,
+    ``sourceReachable``, ``sourceError``, then the figures (failover: ``pendingMessages``,
+    ``bytesPending``, ``replicationLagMillis``, ``lastKnownLag``; failback: ``toCopyBack``),
+    ``topics``, ``gateways``, ``groups`` (failover: ``forceNeeded``) and ``steps``."""
+    fields: dict[str, Any] = {
+        "path": str(plan.path),
+        "replica": str(plan.replica),
+        "stage": plan.stage,
+        "sourceReachable": plan.source_reachable,
+        "sourceError": plan.source_error,
+    }
+    if isinstance(plan, FailoverPlan):
+        fields.update(
+            pendingMessages=plan.pending_messages,
+            bytesPending=plan.bytes_pending,
+            replicationLagMillis=plan.lag_millis,
+            lastKnownLag=plan.last_known_lag,
+        )
+    else:
+        fields.update(toCopyBack=plan.to_copy_back)
+    fields.update(
+        topics=None if plan.topics is None else [topic_lag_row(t) for t in plan.topics],
+        gateways=plan.gateways,
+        groups=plan.groups,
+    )
+    if isinstance(plan, FailoverPlan):
+        fields.update(forceNeeded=plan.force_needed)
+    fields.update(steps=list(plan.steps))
+    return fields

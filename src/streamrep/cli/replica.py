@@ -12,6 +12,7 @@ from streamrep.model import network
 from streamrep.replication import failover as failovers
 from streamrep.replication.cursors import SYNCED
 from streamrep.replication.cursors import Row as CursorSyncRow
+from streamrep.replication.failover import FailbackPlan, FailoverPlan
 from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
@@ -60,21 +61,19 @@ def replica_autosetup(
     return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options)]
 
 
-def plan_rows(plan: dict[str, Any]) -> Rows:
+def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
     """A failover or failback plan as ``item``/``value`` rows: readable as a table, whole in -json."""
-    rows = [{"item": key, "value": value} for key, value in plan.items() if key not in ("topics", "steps")]
-    for topic in plan.get("topics") or []:
-        rows.append(
+    fields = rows.plan_fields(plan)
+    items = [{"item": key, "value": value} for key, value in fields.items() if key not in ("topics", "steps")]
+    for topic in plan.topics or []:
+        items.append(
             {
-                "item": f"topic {topic['topic']}",
-                "value": (
-                    f"{topic['pendingMessages']} messages, {topic['bytesPending']} bytes, "
-                    f"lag {topic['replicationLagMillis']} ms"
-                ),
+                "item": f"topic {topic.topic}",
+                "value": f"{topic.pending_messages} messages, {topic.bytes_pending} bytes, lag {topic.lag_millis} ms",
             }
         )
-    rows += [{"item": f"step {n}", "value": step} for n, step in enumerate(plan["steps"], 1)]
-    return rows
+    items += [{"item": f"step {n}", "value": step} for n, step in enumerate(plan.steps, 1)]
+    return items
 
 
 def synced(placed: list[CursorSyncRow]) -> int:

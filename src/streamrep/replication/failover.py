@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin, now_ms
@@ -167,14 +167,76 @@ def stage(pair: Pair) -> str:
 
 
 # -- what is pending ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TopicLag:
+    """What a replica lacks of one topic: messages, value bytes, and how long the oldest has waited."""
+
+    topic: str
+    pending_messages: int
+    bytes_pending: int
+    lag_millis: int
+
+
+@dataclass
+class FailoverPlan:
+    """What ``failover`` will do (``failover_plan``).
+
+    :param stage: where the pair stands (``stage``).
+    :param source_error: why the source is unreachable (None while it is reachable).
+    :param pending_messages: what the replica lacks, in total and per topic (``topics``; None
+        each when the source is unreachable or nothing is to drain).
+    :param last_known_lag: the replica's last recorded lag in messages (None if none was recorded).
+    :param gateways: the live gateways serving the flow (None if unreadable).
+    :param groups: the consumer groups whose cursors move (None if unreadable).
+    :param steps: what will happen, in words.
+    """
+
+    path: StreamPath
+    replica: StreamPath
+    stage: str
+    source_reachable: bool
+    source_error: str | None
+    pending_messages: int | None
+    bytes_pending: int | None
+    lag_millis: int | None
+    last_known_lag: int | None
+    topics: list[TopicLag] | None
+    gateways: list[str] | None
+    groups: list[str] | None
+    force_needed: bool
+    steps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FailbackPlan:
+    """What ``failback`` will do (``failback_plan``).
+
+    :param to_copy_back: messages of the promoted stream that the source lacks (only those produced
+        on it), and per topic ``topics``; None when unknown.
+    :param gateways: the live gateways of the source's cluster (None if unreadable).
+    :param groups: the consumer groups whose cursors move back (None if unreadable).
+    """
+
+    path: StreamPath
+    replica: StreamPath
+    stage: str
+    source_reachable: bool
+    source_error: str | None
+    to_copy_back: int | None
+    topics: list[TopicLag] | None
+    gateways: list[str] | None
+    groups: list[str] | None
+    steps: list[str] = field(default_factory=list)
+
+
 def lag_by_topic(
     admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
-) -> list[dict[str, Any]]:
+) -> list[TopicLag]:
     """Per topic of the source: the messages and bytes ``dst`` has not applied yet and how long
     the oldest of them has waited (ms), counted as ``status.pending`` counts them."""
     source_store, marks = admin.store(src), admin.store(dst).marks(dst_entry.uuid)
     now = now_ms()
-    rows = []
+    rows: list[TopicLag] = []
     for topic, count in sorted(source_store.topics(src_entry.uuid).items()):
         messages = size = 0
         oldest = None
@@ -183,14 +245,7 @@ def lag_by_topic(
             messages, size = messages + n, size + b
             if n:
                 oldest = lo if oldest is None else min(oldest, lo)
-        rows.append(
-            {
-                "topic": topic,
-                "pendingMessages": messages,
-                "bytesPending": size,
-                "replicationLagMillis": 0 if oldest is None else max(0, now - oldest),
-            }
-        )
+        rows.append(TopicLag(topic, messages, size, 0 if oldest is None else max(0, now - oldest)))
     return rows
 
 
@@ -249,57 +304,51 @@ def _written_since(admin: StreamAdmin, path: StreamPath, uuid: str, ends: dict[s
 
 
 # -- the plan -----------------------------------------------------------------------------------
-def failover_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
-    """What ``failover(admin, source, replica)`` will do, as data; changes nothing.
-
-    :return: ``path``, ``replica``, ``stage``, ``sourceReachable``, ``sourceError``, the totals
-        ``pendingMessages``, ``bytesPending``, ``replicationLagMillis`` and per topic ``topics``
-        (None when the source is unreachable), ``lastKnownLag`` (messages), ``gateways`` (live,
-        serving the flow), ``groups`` (consumer groups whose cursors move), ``forceNeeded`` and
-        ``steps`` (in words).
-    """
+def failover_plan(admin: StreamAdmin, source: str, replica: str) -> FailoverPlan:
+    """What ``failover(admin, source, replica)`` will do, as data; changes nothing."""
     pair = _pair(admin, source, replica)
     where = stage(pair)
     src, dst = pair.src, pair.dst
     topics = None
     if pair.reachable and where in (LINKED, FAILING_OVER):
         topics = lag_by_topic(admin, src, pair.src_entry, dst, pair.dst_entry)
-    total = None if topics is None else sum(t["pendingMessages"] for t in topics)
-    plan: dict[str, Any] = {
-        "path": str(src),
-        "replica": str(dst),
-        "stage": where,
-        "sourceReachable": pair.reachable,
-        "sourceError": pair.unreachable,
-        "pendingMessages": total,
-        "bytesPending": None if topics is None else sum(t["bytesPending"] for t in topics),
-        "replicationLagMillis": None if topics is None else max((t["replicationLagMillis"] for t in topics), default=0),
-        "lastKnownLag": last_known_lag(admin, pair),
-        "topics": topics,
-        "gateways": _gateways(admin, pair),
-        "groups": _groups(admin, src, pair.src_entry) if pair.reachable else _groups(admin, dst, pair.dst_entry),
-        "forceNeeded": not pair.reachable and where in (LINKED, FAILING_OVER),
-    }
+    total = None if topics is None else sum(t.pending_messages for t in topics)
+    plan = FailoverPlan(
+        path=src,
+        replica=dst,
+        stage=where,
+        source_reachable=pair.reachable,
+        source_error=pair.unreachable,
+        pending_messages=total,
+        bytes_pending=None if topics is None else sum(t.bytes_pending for t in topics),
+        lag_millis=None if topics is None else max((t.lag_millis for t in topics), default=0),
+        last_known_lag=last_known_lag(admin, pair),
+        topics=topics,
+        gateways=_gateways(admin, pair),
+        groups=_groups(admin, src, pair.src_entry) if pair.reachable else _groups(admin, dst, pair.dst_entry),
+        force_needed=not pair.reachable and where in (LINKED, FAILING_OVER),
+    )
     if where in (FAILED_OVER, FAILING_BACK, RETURNING):
-        plan["steps"] = [
+        assert pair.dst_entry.failover is not None  # the stage says it has a record
+        plan.steps = [
             f"nothing to do: {dst} is already {pair.dst_entry.failover.describe()}"
             + ("" if where == FAILED_OVER else f" ({where}; finish it with failback)")
         ]
         if where == FAILED_OVER and pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
-            plan["steps"].append(f"record on {src} (reachable again) that it failed over: its producers are refused")
+            plan.steps.append(f"record on {src} (reachable again) that it failed over: its producers are refused")
     elif pair.reachable:
-        plan["steps"] = [
+        plan.steps = [
             f"refuse producers on {src} (they are told to retry, then sent to {dst})",
             f"wait {FENCE_GRACE_SECONDS:g} s, then until {dst} has applied the {total} pending messages "
-            f"(gateways live: {', '.join(plan['gateways'] or []) or 'none'})",
+            f"(gateways live: {', '.join(plan.gateways or []) or 'none'})",
             f"stop replication into {dst}: a stop mark per source partition, remove the upstream {src}, "
             f"mark the replica link {ReplicaState.FAILED_OVER.value}",
-            f"place the committed cursors of {len(plan['groups'] or [])} consumer group(s) on {dst}",
+            f"place the committed cursors of {len(plan.groups or [])} consumer group(s) on {dst}",
             f"record {dst} as PROMOTED and {src} as FAILED_OVER: producers write to {dst}",
         ]
     else:
-        missing = plan["lastKnownLag"]
-        plan["steps"] = [
+        missing = plan.last_known_lag
+        plan.steps = [
             f"{src} is unreachable ({pair.unreachable}): only -force true promotes {dst}",
             f"with -force: stop replication into {dst} (stop marks, remove the upstream {src})",
             f"record {dst} as PROMOTED; up to {missing if missing is not None else 'an unknown number of'} "
@@ -514,40 +563,34 @@ def _seconds(value: Any, what: str) -> float:
 
 
 # -- failback -----------------------------------------------------------------------------------
-def failback_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
-    """What ``failback(admin, source, replica)`` will do, as data; changes nothing.
-
-    :return: ``path``, ``replica``, ``stage``, ``toCopyBack`` (messages of the promoted stream
-        that the source lacks: only those produced on it), ``pendingMessages`` (the lag of the
-        reverse link, once it exists), ``gateways`` (live, of the source's cluster), ``groups``
-        (whose cursors move back), ``steps``.
-    """
+def failback_plan(admin: StreamAdmin, source: str, replica: str) -> FailbackPlan:
+    """What ``failback(admin, source, replica)`` will do, as data; changes nothing."""
     pair = _pair(admin, source, replica)
     where = _failback_stage(pair)
     src, dst = pair.src, pair.dst
     back = None
     if pair.reachable and where in (FAILED_OVER, FAILING_BACK, RETURNING):
         back = lag_by_topic(admin, dst, pair.dst_entry, src, pair.src_entry)
-    to_copy = None if back is None else sum(t["pendingMessages"] for t in back)
-    plan = {
-        "path": str(src),
-        "replica": str(dst),
-        "stage": where,
-        "sourceReachable": pair.reachable,
-        "sourceError": pair.unreachable,
-        "toCopyBack": to_copy,
-        "topics": back,
-        "gateways": _gateways(admin, pair, reverse=True),
-        "groups": _groups(admin, dst, pair.dst_entry),
-    }
+    to_copy = None if back is None else sum(t.pending_messages for t in back)
+    plan = FailbackPlan(
+        path=src,
+        replica=dst,
+        stage=where,
+        source_reachable=pair.reachable,
+        source_error=pair.unreachable,
+        to_copy_back=to_copy,
+        topics=back,
+        gateways=_gateways(admin, pair, reverse=True),
+        groups=_groups(admin, dst, pair.dst_entry),
+    )
     if where == LINKED:
-        plan["steps"] = [f"nothing to do: {src} replicates to {dst} (not failed over)"]
+        plan.steps = [f"nothing to do: {src} replicates to {dst} (not failed over)"]
     else:
-        plan["steps"] = [
+        plan.steps = [
             f"add the reverse link {dst} -> {src}: it copies only the {to_copy} messages produced on {dst} "
             f"(the apply skips messages whose origin is {src}); producers keep writing to {dst}",
             f"return: send producers back to {src} (they wait there), wait until {src} has every message of {dst}",
-            f"stop the reverse flow, place the cursors of {len(plan['groups'] or [])} group(s) back on {src}",
+            f"stop the reverse flow, place the cursors of {len(plan.groups or [])} group(s) back on {src}",
             f"restore {src} -> {dst} from the replica's stored positions, remove the reverse link, "
             f"clear the records: producers write to {src}",
         ]
