@@ -96,6 +96,20 @@ class Pair:
         return self.src_entry is not None
 
     @property
+    def source(self) -> StreamEntry:
+        """The source's entry, for a step that needs the source (Unavailable if it cannot be read)."""
+        if self.src_entry is None:
+            raise Unavailable(f"source {self.src} is unreachable ({self.unreachable})")
+        return self.src_entry
+
+    @property
+    def promoted(self) -> FailoverRecord:
+        """The replica's failover record, in a stage that has one (Conflict if it has none)."""
+        if self.dst_entry.failover is None:
+            raise Conflict(f"{self.dst} has no failover record")
+        return self.dst_entry.failover
+
+    @property
     def source_uuid(self) -> str | None:
         if self.src_entry is not None:
             return self.src_entry.uuid
@@ -239,11 +253,11 @@ def lag_by_topic(
     rows: list[TopicLag] = []
     for topic, count in sorted(source_store.topics(src_entry.uuid).items()):
         messages = size = 0
-        oldest = None
+        oldest: int | None = None
         for partition in range(count):
             n, b, lo, _ = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
             messages, size = messages + n, size + b
-            if n:
+            if lo is not None:
                 oldest = lo if oldest is None else min(oldest, lo)
         rows.append(TopicLag(topic, messages, size, 0 if oldest is None else max(0, now - oldest)))
     return rows
@@ -252,10 +266,13 @@ def lag_by_topic(
 def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
     """The replica's last recorded lag behind the source in messages (the gateways' lag history,
     kept in the replica's cluster), or None if none was recorded."""
+    source_uuid = pair.source_uuid
+    if source_uuid is None:
+        return None
     try:
         from streamrep.replication import lag  # the lag history (issue 10 section 3)
 
-        doc = admin.store(pair.dst).catalog_get(lag.LAG_KIND, lag.flow_key(pair.source_uuid, pair.dst_entry.uuid))
+        doc = admin.store(pair.dst).catalog_get(lag.LAG_KIND, lag.flow_key(source_uuid, pair.dst_entry.uuid))
         samples = lag.samples_of(doc)
     except (ImportError, AttributeError, StreamrepError):
         return None
@@ -311,7 +328,7 @@ def failover_plan(admin: StreamAdmin, source: str, replica: str) -> FailoverPlan
     src, dst = pair.src, pair.dst
     topics = None
     if pair.reachable and where in (LINKED, FAILING_OVER):
-        topics = lag_by_topic(admin, src, pair.src_entry, dst, pair.dst_entry)
+        topics = lag_by_topic(admin, src, pair.source, dst, pair.dst_entry)
     total = None if topics is None else sum(t.pending_messages for t in topics)
     plan = FailoverPlan(
         path=src,
@@ -464,11 +481,11 @@ def failover(
     }
     if where in (FAILING_BACK, RETURNING):
         raise Conflict(
-            f"{dst} is already {pair.dst_entry.failover.describe()} and a failback is under way "
+            f"{dst} is already {pair.promoted.describe()} and a failback is under way "
             f"({where}): finish it with 'stream replica failback -path {src} -replica {dst}'"
         )
     if where == FAILED_OVER:
-        record = pair.dst_entry.failover
+        record = pair.promoted
         _withdraw(admin, pair)  # an earlier try may have stopped after promoting
         if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
             _demote_source(admin, pair, record.since)  # a forced failover's source is back: refuse its producers
@@ -488,12 +505,12 @@ def failover(
         )
     missing: int | None = 0
     if pair.reachable:
-        record = pair.src_entry.failover
-        if record is None:
-            record = FailoverRecord(FailoverState.FENCED, str(dst), pair.dst_entry.uuid, now_ms())
-            admin.set_failover(src, record)
-        _grace(record, grace)
-        link = rules.find_link(pair.src_entry.replicas, dst)
+        fence = pair.source.failover
+        if fence is None:
+            fence = FailoverRecord(FailoverState.FENCED, str(dst), pair.dst_entry.uuid, now_ms())
+            admin.set_failover(src, fence)
+        _grace(fence, grace)
+        link = rules.find_link(pair.source.replicas, dst)
         count = lambda: pending(admin, str(src), str(dst)).messages  # noqa: E731
         if link is not None and link.paused and count() and not force:
             _unfence(admin, src)
@@ -511,8 +528,8 @@ def failover(
                 f"producers write to {src} again: start the gateways of cluster {dst.cluster} "
                 f"or use -force true"
             )
-        stop_flow(admin, src, pair.src_entry.uuid, True, dst, pair.dst_entry.uuid)
-        result["cursors"] = place_cursors(admin, src, pair.src_entry.uuid, dst, pair.dst_entry.uuid)
+        stop_flow(admin, src, pair.source.uuid, True, dst, pair.dst_entry.uuid)
+        result["cursors"] = place_cursors(admin, src, pair.source.uuid, dst, pair.dst_entry.uuid)
         result["lateMessages"] = count()
     else:
         missing = last_known_lag(admin, pair)
@@ -570,7 +587,7 @@ def failback_plan(admin: StreamAdmin, source: str, replica: str) -> FailbackPlan
     src, dst = pair.src, pair.dst
     back = None
     if pair.reachable and where in (FAILED_OVER, FAILING_BACK, RETURNING):
-        back = lag_by_topic(admin, dst, pair.dst_entry, src, pair.src_entry)
+        back = lag_by_topic(admin, dst, pair.dst_entry, src, pair.source)
     to_copy = None if back is None else sum(t.pending_messages for t in back)
     plan = FailbackPlan(
         path=src,
@@ -670,10 +687,11 @@ def failback(
 def _reverse(admin: StreamAdmin, pair: Pair) -> None:
     """Failback's first phase: the promoted stream replicates back into the old source."""
     src, dst = pair.src, pair.dst
-    if pair.src_entry.failover is None or pair.src_entry.failover.state != FailoverState.FAILED_OVER:
-        _demote_source(admin, pair, pair.dst_entry.failover.since)  # forced: the source was never told
-    clear_stops(admin, src, pair.src_entry.uuid, pair.dst_entry.uuid)  # left by an earlier failback
-    baseline = _ends(admin, src, pair.src_entry.uuid)
+    source = pair.source
+    if source.failover is None or source.failover.state != FailoverState.FAILED_OVER:
+        _demote_source(admin, pair, pair.promoted.since)  # forced: the source was never told
+    clear_stops(admin, src, source.uuid, pair.dst_entry.uuid)  # left by an earlier failback
+    baseline = _ends(admin, src, source.uuid)
     admin.set_failover(
         src,
         FailoverRecord(FailoverState.FAILING_BACK, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
@@ -686,12 +704,12 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
 def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dict[str, Any]:
     """Failback's second phase: the switch back to the source."""
     src, dst = pair.src, pair.dst
-    src_record = pair.src_entry.failover
+    src_record = pair.source.failover
     if src_record is not None and src_record.state != FailoverState.TAKING_BACK:
         # first: the producers that RETURNING sends back wait there
         src_record = src_record.with_changes(state=FailoverState.TAKING_BACK, since=now_ms())
         admin.set_failover(src, src_record, only_state=FailoverState.FAILING_BACK)
-    record = pair.dst_entry.failover
+    record = pair.promoted
     if record.state != FailoverState.RETURNING:
         record = record.with_changes(state=FailoverState.RETURNING, since=now_ms())
         admin.set_failover(dst, record, only_state=FailoverState.PROMOTED)
