@@ -147,7 +147,7 @@ def test_manual_seven_steps_through_the_cli(cli, api3, backend):
         "copyperm",
         "adminperm",
     ):
-        assert info[field] == source_info[field], field
+        assert info[field] == getattr(source_info.meta, field), field
     assert info["uuid"] != source_info.uuid
     # 2. replica add -paused true
     json_rows(cli("stream", "replica", "add", "-path", SF, "-replica", NY, "-paused", "true", "-json"))
