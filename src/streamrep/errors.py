@@ -29,6 +29,17 @@ class Conflict(StreamrepError):
     """The request contradicts the current state (topic-name conflict, loop, busy)."""
 
 
+class RetryNow(Exception):
+    """Not a user error: the internal signal that a write lost a race and should be retried at
+    once from the state as it is now (the replication marks it expected moved: another gateway
+    applied the batch; or another writer of the same transactional id fenced this one).
+
+    Whoever retries catches it; when its retries run out it reports a ``Conflict``, the
+    user-facing error. It is deliberately not a ``StreamrepError``, so no handler of user errors
+    mistakes it for one.
+    """
+
+
 class Unavailable(StreamrepError):
     """A cluster cannot be reached, or its store is unreadable or corrupt."""
 

@@ -39,8 +39,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from streamrep.model.replication import ReplicaState
+
 if TYPE_CHECKING:
     from streamrep.client.admin import StreamAdmin
+    from streamrep.replication.status import ReplicaStatus
 
 DEFAULT_CLUSTERS = ("sanfrancisco", "newyork")
 LOCAL_SPARK = {"conn_type": "spark", "host": "local[2]"}
@@ -84,26 +87,28 @@ class TestClusters:
             return sum(p["messages"] for p in self.admin.topic_info(str(stream), topic))
         return sum(t["messages"] for t in self.admin.list_topics(str(stream)))
 
-    def replica_state(self, source: str, replica: str) -> dict[str, Any]:
-        """The row of ``stream replica list -path <source>`` for ``replica`` (``replicaState``,
-        ``paused``, ``errors``, lag and pending counts)."""
+    def replica_state(self, source: str, replica: str) -> ReplicaStatus:
+        """``stream replica list -path <source>``'s entry for ``replica`` (``state``, ``paused``,
+        ``errors``, lag and pending counts)."""
         from streamrep.replication.status import replica_status
 
         wanted = self.admin.path(replica)
-        for row in replica_status(self.admin, source):
-            if self.admin.path(row["replicaPath"]) == wanted:
-                return row
+        for status in replica_status(self.admin, source):
+            if status.path == wanted:
+                return status
         raise AssertionError(f"{replica} is not a replica of {source}")
 
     def assert_replica_state(self, source: str, replica: str, state: str, *, paused: bool | None = None) -> None:
         """Assert the replica's state, given in MapR's name (``REPLICA_STATE_REPLICATING``) or
         short (``replicating``), and optionally whether it is paused."""
-        row = self.replica_state(source, replica)
-        expected = state if state.startswith("REPLICA_STATE_") else f"REPLICA_STATE_{state.upper()}"
-        actual = getattr(row["replicaState"], "value", row["replicaState"])
-        assert actual == expected, f"{source} -> {replica}: {actual}, expected {expected} (errors: {row.get('errors')})"
+        status = self.replica_state(source, replica)
+        expected = ReplicaState(state if state.startswith("REPLICA_STATE_") else f"REPLICA_STATE_{state.upper()}")
+        actual = status.state
+        assert actual is expected, (
+            f"{source} -> {replica}: {actual.value}, expected {expected.value} (errors: {status.errors})"
+        )
         if paused is not None:
-            assert row["paused"] is paused, f"{source} -> {replica}: paused is {row['paused']}, expected {paused}"
+            assert status.paused is paused, f"{source} -> {replica}: paused is {status.paused}, expected {paused}"
 
 
 def _bytes(value: bytes | str) -> bytes:

@@ -157,7 +157,7 @@ def test_manual_setup_runs_the_seven_steps_and_copies_on_spark(world, e2e):
     admin = admin_of(e2e)
     assert admin.entry(NY_ACTIVITY).meta == admin.entry(SF_ACTIVITY).meta  # -copymetafrom
     (row,) = admin.list_replicas(SF_ACTIVITY)
-    assert row["replicaPath"] == NY_ACTIVITY and row["paused"] is False
+    assert row.replica_path == NY_ACTIVITY and row.paused is False
 
 
 def test_autosetup_with_multimaster_adds_the_reverse_link(world, e2e):
@@ -166,8 +166,8 @@ def test_autosetup_with_multimaster_adds_the_reverse_link(world, e2e):
     assert "[DAG TEST] end task task_id=add_reverse_replica " in run.output
     assert world["copied_metrics"] == expect({"cpu": [f"sf-{i}" for i in range(50)]})
     admin = admin_of(e2e)
-    assert [r["replicaPath"] for r in admin.list_replicas(SF_METRICS)] == [NY_METRICS]
-    assert [r["replicaPath"] for r in admin.list_replicas(NY_METRICS)] == [SF_METRICS]
+    assert [r.replica_path for r in admin.list_replicas(SF_METRICS)] == [NY_METRICS]
+    assert [r.replica_path for r in admin.list_replicas(NY_METRICS)] == [SF_METRICS]
     assert [u.path for u in admin.upstream_links(SF_METRICS)] == [NY_METRICS]
 
 
@@ -182,10 +182,10 @@ def test_gateways_replicate_every_message_exactly_once(world, e2e):
     assert contents(admin, NY_METRICS) == contents(admin, SF_METRICS) == expect(sent["metrics"])
     # the `once` gateways have finished: up to date, and waiting for a gateway to come back
     (row,) = replica_status(admin, SF_ACTIVITY)
-    assert row["isUptodate"] and row["pendingMessages"] == 0
-    assert row["replicaState"] == "REPLICA_STATE_WAITING_FOR_GATEWAY" and "ErrAllGatewaysUnreachable" in row["errors"]
+    assert row.is_uptodate and row.pending_messages == 0
+    assert row.state == "REPLICA_STATE_WAITING_FOR_GATEWAY" and "ErrAllGatewaysUnreachable" in row.errors
     for source in (SF_METRICS, NY_METRICS):
-        assert [(r["replicaState"], r["isUptodate"]) for r in replica_status(admin, source)] == [
+        assert [(r.state, r.is_uptodate) for r in replica_status(admin, source)] == [
             ("REPLICA_STATE_WAITING_FOR_GATEWAY", True)
         ]
 
@@ -234,7 +234,7 @@ def test_a_dag_triggered_through_rest_succeeds(world, e2e, airflow_ui):
         e2e.timings[f"REST-triggered stream_replica_control {action}"] = round(time.monotonic() - start, 1)
         assert finished["state"] == "success", finished
         (row,) = admin.list_replicas(SF_ACTIVITY)
-        assert row["paused"] is paused
+        assert row.paused is paused
         tis = {
             t["task_id"]: t["state"]
             for t in ui.get(f"/api/v2/dags/stream_replica_control/dagRuns/{run['dag_run_id']}/taskInstances")[
@@ -505,7 +505,7 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
         e2e.streamrep("stream", "replica", "resume", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
         time.sleep(SAMPLE_SECONDS + 1)
         deadline = time.monotonic() + 60
-        while lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)[-1]["messages"] != 0:
+        while lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)[-1].messages != 0:
             assert time.monotonic() < deadline, lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)
             time.sleep(1)
         history = lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)

@@ -75,7 +75,7 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
     assert contents(admin, NY) == expect(sent)  # copied exactly once
     assert admin.entry(NY).meta == admin.entry(SF).meta  # -copymetafrom
     (row,) = admin.list_replicas(SF)
-    assert row["replicaPath"] == NY and row["paused"] is False
+    assert row.replica_path == NY and row.paused is False
 
     later = {"clicks": [f"late-click-{i}" for i in range(40)], "orders": [f"late-order-{i}" for i in range(5)]}
     produce(admin, later)
@@ -91,7 +91,7 @@ def test_the_dags_run_unchanged_between_two_kafka_clusters(e2e, empty_home, add_
     everything = {topic: sent[topic] + later[topic] for topic in sent}
     assert contents(admin, NY) == contents(admin, SF) == expect(everything)
     (row,) = replica_status(admin, SF)
-    assert row["isUptodate"] and row["pendingMessages"] == 0, row
+    assert row.is_uptodate and row.pending_messages == 0, row
     # the Airflow processes found both clusters through their connections, never through a registry
     assert not (airflow_home_of_streamrep / "clusters.json").exists()
     admin.clusters.close()

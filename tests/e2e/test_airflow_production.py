@@ -182,7 +182,7 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
     time.sleep(2)  # a duplicate would show up with the next micro-batches
     assert contents(admin, NY) == expect(sent)
     (row,) = replica_status(admin, SF)
-    assert row["isUptodate"] and row["pendingMessages"] == 0, row
+    assert row.is_uptodate and row.pending_messages == 0, row
     assert airflow.run_state("stream_gateways", gateways) == "running"
     assert live_gateway_jvm(admin, time.time() - HEARTBEAT_EXPIRY_SECONDS) == new_jvm  # the same job, live
 

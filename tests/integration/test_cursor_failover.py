@@ -111,7 +111,7 @@ def caught_up(admin) -> bool:
 
 def synced(admin) -> bool:
     """The replica's cursors of ``g`` are the translation of the group's last source commit."""
-    want = {r["partition"]: r["replicaOffset"] for r in translate_cursors(admin, SF, NY, "g")}
+    want = {r.partition: r.replica_offset for r in translate_cursors(admin, SF, NY, "g")}
     return bool(want) and cursors(admin, NY) == want
 
 
@@ -224,8 +224,8 @@ def test_the_bound_for_messages_that_reach_the_replica_by_another_path(pair):
     for cut in range(len(sf_held) + 1):  # the group committed after each message of SF in turn
         cursor = sf_held[cut].offset if cut < len(sf_held) else store.offsets(sf_uuid, "t", 0)[1]
         store.commit_cursors("g", sf_uuid, "t", {0: cursor})
-        [row] = [r for r in translate_cursors(admin, SF, NY, "g") if r["partition"] == 0]
-        r = row["replicaOffset"]
+        [row] = [r for r in translate_cursors(admin, SF, NY, "g") if r.partition == 0]
+        r = row.replica_offset
         resumed = Counter(m.value.decode() for m in consumed_from(admin, NY, {0: r}))
         before = [m.value.decode() for m in sf_held[:cut]]
         after = [m.value.decode() for m in sf_held[cut:]]
@@ -239,6 +239,6 @@ def test_the_bound_for_messages_that_reach_the_replica_by_another_path(pair):
     store.commit_cursors("g", sf_uuid, "t", {0: sf_held[2].offset})
     assert [m.value.decode() for m in sf_held] == ["s1", "s2", "n1", "s3", "n2"]
     assert [m.value.decode() for m in ny_held] == ["s1", "n1", "s2", "n2", "s3"]
-    [row] = [r for r in sync_cursors(admin, SF, NY) if r["partition"] == 0]
-    assert row["action"] == SYNCED
-    assert [m.value.decode() for m in consumed_from(admin, NY, {0: row["replicaOffset"]})] == ["s3"]  # 2 skipped
+    [row] = [r for r in sync_cursors(admin, SF, NY) if r.partition == 0]
+    assert row.action == SYNCED
+    assert [m.value.decode() for m in consumed_from(admin, NY, {0: row.replica_offset})] == ["s3"]  # 2 skipped

@@ -180,7 +180,7 @@ def test_gateway_killed_repeatedly_while_producers_write(replicated, child_env):
     assert_exactly_once(api, NY, old + live)
     assert_same_partitions(api, SF, NY)
     [row] = replica_status(api, SF)
-    assert row["pendingMessages"] == 0 and row["isUptodate"] is True, row
+    assert row.pending_messages == 0 and row.is_uptodate is True, row
 
 
 def test_copystream_killed_mid_copy_then_rerun(replicated, child_env):
@@ -199,7 +199,7 @@ def test_copystream_killed_mid_copy_then_rerun(replicated, child_env):
         if child.kill9() == 0:
             break  # it finished first: nothing left to interrupt
         held.append(count(api, NY))
-        assert replica_status(api, SF)[0]["replicaState"] == ReplicaState.COPY_IN_PROGRESS.value
+        assert replica_status(api, SF)[0].state == ReplicaState.COPY_IN_PROGRESS.value
     assert held and 0 < held[0] < BACKLOG, f"no kill interrupted the copy: {held} (seed {SEED})"
 
     already = count(api, NY)
@@ -214,7 +214,7 @@ def test_copystream_killed_mid_copy_then_rerun(replicated, child_env):
     assert copied["messages"] == BACKLOG - already
     assert_exactly_once(api, NY, old)
     assert_same_partitions(api, SF, NY)
-    assert replica_status(api, SF)[0]["replicaState"] == ReplicaState.PAUSED.value  # copied; not resumed yet
+    assert replica_status(api, SF)[0].state == ReplicaState.PAUSED.value  # copied; not resumed yet
 
     # the gateways take over from the copy's positions
     api.resume_replica(SF, NY)

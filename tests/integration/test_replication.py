@@ -27,7 +27,7 @@ from replication_helpers import (
 )
 
 from streamrep.client import Consumer, Producer
-from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound
+from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound, RetryNow
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState, position_key
 from streamrep.replication import setup, transfer
 from streamrep.replication.flows import flows_into
@@ -77,7 +77,7 @@ def linked_pair(admin, **topics: int) -> None:
 
 
 def status(admin, source: str, replica: str) -> dict:
-    [row] = [r for r in replica_status(admin, source) if r["replicaPath"] == replica]
+    [row] = [r for r in replica_status(admin, source) if r.replica_path == replica]
     return row
 
 
@@ -147,8 +147,8 @@ def test_manual_seven_steps_through_the_cli(cli, api3, backend):
         "copyperm",
         "adminperm",
     ):
-        assert info[field] == source_info[field], field
-    assert info["uuid"] != source_info["uuid"]
+        assert info[field] == getattr(source_info.meta, field), field
+    assert info["uuid"] != source_info.uuid
     # 2. replica add -paused true
     json_rows(cli("stream", "replica", "add", "-path", SF, "-replica", NY, "-paused", "true", "-json"))
     # 3. replica list
@@ -159,7 +159,7 @@ def test_manual_seven_steps_through_the_cli(cli, api3, backend):
     # 4. upstream add, 5. upstream list
     json_rows(cli("stream", "upstream", "add", "-path", NY, "-upstream", SF, "-json"))
     [up] = json_rows(cli("stream", "upstream", "list", "-path", NY, "-json"))
-    assert (up["cluster"], up["upstreamPath"], up["idx"], up["uuid"]) == ("sanfrancisco", SF, 1, source_info["uuid"])
+    assert (up["cluster"], up["upstreamPath"], up["idx"], up["uuid"]) == ("sanfrancisco", SF, 1, source_info.uuid)
     # 6. copystream
     [copied] = json_rows(cli("copystream", "-src", SF, "-dst", NY, "-engine", "local", "-json"))
     assert copied["messages"] == len(before)
@@ -292,11 +292,11 @@ def test_multimaster_status_leaves_out_what_came_from_the_replica(api3):
     produce(api, f"{SF}:sf_events", tagged("before", 20))
     setup.autosetup(api, SF, NY, multimaster=True)
     reverse = status(api, NY, SF)
-    assert (reverse["pendingMessages"], reverse["bytesPending"], reverse["isUptodate"]) == (0, 0, True)
+    assert (reverse.pending_messages, reverse.bytes_pending, reverse.is_uptodate) == (0, 0, True)
     api.create_topic(NY, "ny_events", 1)
     mine = produce(api, f"{NY}:ny_events", tagged("ny", 4))
     reverse = status(api, NY, SF)
-    assert reverse["pendingMessages"] == len(mine) and reverse["bytesPending"] == sum(len(v) for v in mine)
+    assert reverse.pending_messages == len(mine) and reverse.bytes_pending == sum(len(v) for v in mine)
 
 
 # -- 3. the two-way agreement ---------------------------------------------------------------
@@ -310,15 +310,15 @@ def test_replica_without_upstream_flows_nothing(api3):
     gw = Gateway(api, "newyork", "g1")
     assert gw.run_once() == 0 and count(api, NY) == 0
     row = status(api, SF, NY)
-    assert row["replicaState"] == WAITING_FOR_UPSTREAM and row["isUptodate"] is False
-    assert row["pendingMessages"] == len(sent)
+    assert row.state == WAITING_FOR_UPSTREAM and row.is_uptodate is False
+    assert row.pending_messages == len(sent)
     flows, blocked = flows_into(api, "newyork")
     assert flows == [] and blocked == []  # the replica does not even list the source
 
     api.add_upstream(NY, SF)
     assert drain(gw) == len(sent)
     assert_exactly_once(api, NY, sent)
-    assert status(api, SF, NY)["replicaState"] == REPLICATING
+    assert status(api, SF, NY).state == REPLICATING
 
 
 def test_upstream_without_replica_listing_flows_nothing(api3):
@@ -347,7 +347,7 @@ def test_paused_flows_nothing_until_resumed(api3):
     gw = Gateway(api, "newyork", "g1")
     assert drain(gw) == 0 and count(api, NY) == 0
     row = status(api, SF, NY)
-    assert row["paused"] is True and row["isUptodate"] is False and row["pendingMessages"] == len(sent)
+    assert row.paused is True and row.is_uptodate is False and row.pending_messages == len(sent)
     api.resume_replica(SF, NY)
     assert drain(gw) == len(sent)
     assert_exactly_once(api, NY, sent)
@@ -435,7 +435,7 @@ def test_upstream_remove_stops_flow(api3):
     assert drain(gw) == 0
     assert_exactly_once(api, NY, first)
     row = status(api, SF, NY)
-    assert row["replicaState"] == WAITING_FOR_UPSTREAM and row["pendingMessages"] == len(later)
+    assert row.state == WAITING_FOR_UPSTREAM and row.pending_messages == len(later)
     api.add_upstream(NY, SF)  # agreed again: it resumes from the stored positions
     assert drain(gw) == len(later)
     assert_exactly_once(api, NY, first + later)
@@ -470,7 +470,7 @@ def test_multimaster_between_two_streams_converges_without_loops(api3):
     assert (count(api, SF), count(api, NY)) == totals
     for a, b in ((SF, NY), (NY, SF)):
         row = status(api, a, b)
-        assert row["isUptodate"] is True and row["pendingMessages"] == 0
+        assert row.is_uptodate is True and row.pending_messages == 0
 
 
 def mesh(api, streams: dict[str, str]) -> None:
@@ -592,7 +592,7 @@ def test_fan_out_to_64_replicas(api3):
     api.create_stream("/mapr/newyork/r64")
     with pytest.raises(LimitExceeded, match=str(MAX_REPLICAS)):
         api.add_replica(SF, "/mapr/newyork/r64")
-    assert all(row["isUptodate"] for row in replica_status(api, SF))
+    assert all(row.is_uptodate for row in replica_status(api, SF))
 
 
 @ON_BOTH
@@ -613,7 +613,7 @@ def test_fan_in_from_several_upstreams(api3):
     assert_exactly_once(api, NY, expected)
     for path, topic in upstreams.items():
         assert_same_partitions(api, path, NY, topics={topic})
-        assert status(api, path, NY)["isUptodate"] is True
+        assert status(api, path, NY).is_uptodate is True
 
 
 def test_intracluster_replication_both_ways(api3):
@@ -793,7 +793,7 @@ def test_stale_overlapping_batches_apply_once(api3):
     uuid = api.entry(NY).uuid
     key = unit.key
     before = (count(api, NY), store.marks(uuid)[key])
-    with pytest.raises(Conflict):
+    with pytest.raises(RetryNow):
         store.apply(uuid, "t", 0, batch1[:3], {key: 999}, {key: 0}, source=key, syncs=[(0, 0)])
     assert (count(api, NY), store.marks(uuid)[key]) == before
 
@@ -822,7 +822,7 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
 
     def counting_apply(self, *args, **kwargs):  # the gateway applies through apply_many (fan-out)
         results = real_apply(self, *args, **kwargs)
-        conflicts["n"] += sum(isinstance(result, Conflict) for result in results)
+        conflicts["n"] += sum(isinstance(result, RetryNow) for result in results)
         return results
 
     monkeypatch.setattr(transfer, "plan_apply", gated_plan)
@@ -878,7 +878,7 @@ def test_once_drains_the_share_of_a_gateway_that_just_died(api3, cli):
     result = cli("gateway", "run", "-cluster", "newyork", "-id", "g1", "-once", "true", "-engine", "local")
     assert result[0] == 0, result
     assert_exactly_once(api, NY, sent)
-    assert status(api, SF, NY)["isUptodate"] is True
+    assert status(api, SF, NY).is_uptodate is True
 
 
 @ON_BOTH
@@ -893,7 +893,7 @@ def test_all_gateways_down_then_one_starts(api3):
     down = produce(api, f"{SF}:t", tagged("down", 500))
     assert count(api, NY) == len(first)
     row = status(api, SF, NY)
-    assert row["pendingMessages"] == len(down) and row["isUptodate"] is False
+    assert row.pending_messages == len(down) and row.is_uptodate is False
     # a gateway starts (in the background) while the producer keeps writing
     g2 = Gateway(api, "newyork", "g2")
     worker = threading.Thread(target=g2.run, kwargs={"interval": 0.005, "stop_after": 1.0})
@@ -983,7 +983,7 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     assert_exactly_once(api, NY, first)  # already there when flush returns
     assert waited >= 0.25
     worker.join(timeout=30)
-    assert status(api, SF, NY)["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value  # gs has stopped
+    assert status(api, SF, NY).state == ReplicaState.WAITING_FOR_GATEWAY.value  # gs has stopped
 
     # no gateway: flush gives up after sync_timeout and the replica falls back to async
     producer = Producer(api, sync_timeout=0.3)
@@ -994,7 +994,7 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     producer.flush()
     waited = time.monotonic() - t0
     assert 0.3 <= waited < 3
-    assert status(api, SF, NY)["replicaState"] == FELL_BACK
+    assert status(api, SF, NY).state == FELL_BACK
     assert_exactly_once(api, NY, first)
     # while it lags, flushes do not wait, however long the timeout
     producer = Producer(api, sync_timeout=5)
@@ -1004,7 +1004,7 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     t0 = time.monotonic()
     producer.flush()
     assert time.monotonic() - t0 < 1.0
-    assert status(api, SF, NY)["replicaState"] == FELL_BACK
+    assert status(api, SF, NY).state == FELL_BACK
 
     # a gateway catches up; the next flush is synchronous again and says so
     gw2 = Gateway(api, "newyork", "gs2")
@@ -1021,13 +1021,13 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
         deadline = time.monotonic() + 10
         while count(api, NY) < len(first + second + third) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert status(api, SF, NY)["replicaState"] == FELL_BACK  # a gateway does not clear it by itself
+        assert status(api, SF, NY).state == FELL_BACK  # a gateway does not clear it by itself
         fourth = tagged("fourth", 10)
         for v in fourth:
             producer.send(f"{SF}:t", v)
         producer.flush()
         assert_exactly_once(api, NY, first + second + third + fourth)  # applied before flush returned
-        assert status(api, SF, NY)["replicaState"] == REPLICATING
+        assert status(api, SF, NY).state == REPLICATING
     finally:
         stop.set()
         worker.join(timeout=30)
@@ -1131,7 +1131,7 @@ def test_cursor_translation_after_multimaster_skips(api3):
         [row] = translate_cursors(api, SF, NY, "g")
         rest_from_sf = [m for m in src if m.offset >= cursor and origin(m) is None]  # produced at SF
         expected = ny_offset_of[rest_from_sf[0].value] if rest_from_sf else ny_end
-        assert (row["sourceOffset"], row["replicaOffset"]) == (cursor, expected), cursor
+        assert (row.source_offset, row.replica_offset) == (cursor, expected), cursor
 
     # a cursor inside the last run of SF's own messages: NY's consumer gets exactly the rest
     cursor = src[15].offset  # late2
@@ -1165,11 +1165,11 @@ def test_status_counts_are_exact_before_and_zero_after(api3):
     t0 = int(time.time() * 1000)
     row = status(api, SF, NY)
     t1 = int(time.time() * 1000)
-    assert row["pendingMessages"] == 30
-    assert row["bytesPending"] == sum(len(v) for v in sent)
-    assert (row["minPendingTS"], row["maxPendingTS"]) == (base, base + 7 * 29)
-    assert t0 - base <= row["replicationLagMillis"] <= t1 - base
-    assert row["isUptodate"] is False
+    assert row.pending_messages == 30
+    assert row.bytes_pending == sum(len(v) for v in sent)
+    assert (row.pending.oldest, row.pending.newest) == (base, base + 7 * 29)
+    assert t0 - base <= row.lag_millis <= t1 - base
+    assert row.is_uptodate is False
 
     # one partition replicated: the others are still pending, exactly
     gw = Gateway(api, "newyork", "g1")
@@ -1178,18 +1178,18 @@ def test_status_counts_are_exact_before_and_zero_after(api3):
     gw.replicate(unit, flows)
     rest = [(i, v) for i, v in enumerate(sent) if i % 3]
     row = status(api, SF, NY)
-    assert row["pendingMessages"] == len(rest)
-    assert row["bytesPending"] == sum(len(v) for _, v in rest)
-    assert (row["minPendingTS"], row["maxPendingTS"]) == (base + 7 * rest[0][0], base + 7 * rest[-1][0])
+    assert row.pending_messages == len(rest)
+    assert row.bytes_pending == sum(len(v) for _, v in rest)
+    assert (row.pending.oldest, row.pending.newest) == (base + 7 * rest[0][0], base + 7 * rest[-1][0])
 
     drain(gw)
     row = status(api, SF, NY)
     assert (
-        row["pendingMessages"],
-        row["bytesPending"],
-        row["minPendingTS"],
-        row["maxPendingTS"],
-        row["replicationLagMillis"],
+        row.pending_messages,
+        row.bytes_pending,
+        row.pending.oldest,
+        row.pending.newest,
+        row.lag_millis,
     ) == (0, 0, None, None, 0)
-    assert row["isUptodate"] is True and row["replicaState"] == REPLICATING
+    assert row.is_uptodate is True and row.state == REPLICATING
     assert_exactly_once(api, NY, sent)

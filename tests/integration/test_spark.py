@@ -160,8 +160,8 @@ def wait_for(condition, timeout: float = 90, what: str = "condition", every: flo
 
 
 def replica_state(admin, source: str, replica: str) -> str:
-    [row] = [r for r in admin.list_replicas(source) if r["replicaPath"] == replica]
-    return row["replicaState"]
+    [row] = [r for r in admin.list_replicas(source) if r.replica_path == replica]
+    return row.state
 
 
 # -- the data source as a reader -------------------------------------------------------------
@@ -321,13 +321,13 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
     first = min(plan.ends)
     done = copy_partition(admin.store(plan.source), admin.store(plan.destination), plan, first)
     states = []
-    original = admin.set_replica_state
+    original = admin.catalog.set_replica_state
 
     def spy(path, rep, state, error=None, **kwargs):
         states.append(state.value)
         return original(path, rep, state, error, **kwargs)
 
-    admin.set_replica_state = spy
+    admin.catalog.set_replica_state = spy
     summary = jobs.copystream_job(spark, admin, source, replica)
     assert summary["messages"] == 2000 - done
     assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]
@@ -376,8 +376,8 @@ def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(cluster
 
     record_pass(gateway, commit)
     assert replica_state(admin, stream, ahead) == "REPLICA_STATE_REPLICATING"
-    [row] = [r for r in admin.list_replicas(stream) if r["replicaPath"] == behind]
-    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row["errors"]
+    [row] = [r for r in admin.list_replicas(stream) if r.replica_path == behind]
+    assert row.state == "REPLICA_STATE_UNEXPECTED" and "replication gap" in row.errors
 
 
 # -- the gateway --------------------------------------------------------------------------------
@@ -543,7 +543,7 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
     assert not failed, failed
     assert seen[f"streamrep_gateway_passes_total{{{gw}}}"] >= 1
     assert seen[lag_key] == 400
-    assert [s["messages"] for s in lag_history(admin, source, paused)][:1] == [400]
+    assert [s.messages for s in lag_history(admin, source, paused)][:1] == [400]
     assert lag_history(admin, source, live)  # sampled by the driver too
     assert scrape() == {}  # the endpoint closed with the gateway
 

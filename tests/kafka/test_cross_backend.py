@@ -78,7 +78,7 @@ def test_autosetup_and_gateway_between_backends(mixed, source, replica):
             m.value for m in dst.poll(1000) if m.partition == partition
         ]
     [row] = replica_status(api, source)
-    assert row["isUptodate"] is True and row["pendingMessages"] == 0
+    assert row.is_uptodate is True and row.pending_messages == 0
     assert drain(gateway) == 0  # nothing applied twice
 
 

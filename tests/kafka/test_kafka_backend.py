@@ -22,7 +22,7 @@ def store(empty_home, add_cluster) -> KafkaStore:
 
 def test_marks_are_dropped_by_a_store_whose_producer_another_store_fenced(store):
     """Two store objects (an acknowledging CLI and a gateway, say) write one replica partition:
-    each fences the other's transactional producer. ``drop_marks`` has no Conflict in its
+    each fences the other's transactional producer. ``drop_marks`` has no RetryNow in its
     contract (the embedded store never raises one), so the fenced store reads again and drops."""
     other = KafkaStore("kc", store.bootstrap, {"streamrep.namespace": store.namespace})
     try:

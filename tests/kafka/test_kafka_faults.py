@@ -39,7 +39,7 @@ from integration.replication_helpers import (
     wait_until,
 )
 from streamrep.client import StreamAdmin
-from streamrep.errors import Conflict, Unavailable
+from streamrep.errors import RetryNow, Unavailable
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.model.naming import naming_for
@@ -272,7 +272,7 @@ def test_stream_topics_keep_old_messages(api):
 def test_a_new_writer_sees_the_last_commit_behind_a_dead_transaction(api, child_env):
     """A writer killed inside a transaction holds the marks' last stable offset back until Kafka aborts
     it. A gateway that takes a partition over in that time must still see the last commit of the
-    writer it fenced (its mark moved: Conflict), or it would apply the same batch again."""
+    writer it fenced (its mark moved: RetryNow), or it would apply the same batch again."""
     api.create_stream(SF, ttl=0)
     api.create_topic(SF, "t", 2)
     store = api.store(api.path(SF))
@@ -315,7 +315,7 @@ def test_a_new_writer_sees_the_last_commit_behind_a_dead_transaction(api, child_
             "the first commit",
         )
         probe.close()
-        with pytest.raises(Conflict, match="moved"):
+        with pytest.raises(RetryNow, match="moved"):
             second.apply(stream, "t", 0, [Message(b"once")], {"pos": 1}, {"pos": None})
         thread.join(timeout=120)
         assert isinstance(outcome["first"], int), outcome
@@ -349,7 +349,7 @@ def test_a_commit_not_yet_readable_is_never_built_upon(api, child_env, monkeypat
         with pytest.raises(Unavailable, match="did not become readable"):
             writer.apply(stream, "t", 0, [Message(b"once")], {"pos": 2}, {"pos": 1})
         monkeypatch.setattr(kafka_transactions, "VISIBLE_WITHIN_SECONDS", 60.0)  # outlasts the dead transaction
-        with pytest.raises(Conflict, match="moved"):
+        with pytest.raises(RetryNow, match="moved"):
             writer.apply(stream, "t", 0, [Message(b"once")], {"pos": 2}, {"pos": 1})
         assert writer.marks(stream)["pos"] == 2
     finally:

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, Unavailable
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, RetryNow, Unavailable
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
@@ -91,7 +91,7 @@ def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
     assert next_offset == store.offsets(stream, "t", 0)[1] == 8  # past the last marker: caught up
     assert store.read_span(stream, "t", 0, next_offset, 100) == ([], 8)
     assert store.offset_syncs(stream, "p|src|t|0") == [(0, 0, 0, 3), (3, 0, 4, 3)]
-    with pytest.raises(Conflict):  # a stale expectation writes nothing
+    with pytest.raises(RetryNow):  # a stale expectation writes nothing
         store.apply(stream, "t", 0, batch, {"p|src|t|0": 9}, {"p|src|t|0": 3})
     assert store.offsets(stream, "t", 0)[1] == 8 and store.marks(stream) == {"p|src|t|0": 6}
 
@@ -142,13 +142,13 @@ def test_a_zombie_gateway_is_fenced(kafka_broker, namespace):
         return current
 
     zombie.marks = marks_then_lose_the_partition
-    with pytest.raises(Conflict, match="another writer took over"):
+    with pytest.raises(RetryNow, match="another writer took over"):
         zombie.apply(stream, "t", 0, [Message(b"2")], {key: 2}, {key: 1})
     reader = store_for(kafka_broker, namespace)
     assert [m.value for m in reader.read(stream, "t", 0, 0, 10)] == [b"1", b"2"]
     assert reader.marks(stream) == {key: 2}
     # Having lost, the zombie starts over from the stored marks: a replay is refused, not duplicated.
-    with pytest.raises(Conflict, match="moved"):
+    with pytest.raises(RetryNow, match="moved"):
         zombie.apply(stream, "t", 0, [Message(b"2")], {key: 2}, {key: 1})
     assert [m.value for m in reader.read(stream, "t", 0, 0, 10)] == [b"1", b"2"]
     for s in (zombie, successor, reader):
@@ -205,10 +205,10 @@ def test_a_cluster_that_is_down_is_refused_in_one_line(empty_home):
     assert empty_home.list() == []
 
 
-def test_a_writer_fenced_between_its_transactions_gets_a_conflict_then_writes(kafka_broker, namespace):
+def test_a_writer_fenced_between_its_transactions_is_told_to_retry_then_writes(kafka_broker, namespace):
     """Two processes applying one replica partition in turn (Spark hands a gateway's tasks to any
-    idle Python worker): each finds its cached producer fenced by the other's. That must be a
-    Conflict (the apply retries at once with a new producer), never Unavailable (the gateway would
+    idle Python worker): each finds its cached producer fenced by the other's. That must be
+    RetryNow (the apply retries at once with a new producer), never Unavailable (the gateway would
     report the replica failed and leave the partition for seconds), and nothing is doubled."""
     first, second = store_for(kafka_broker, namespace), store_for(kafka_broker, namespace)
     stream = add_stream(first)
@@ -218,10 +218,10 @@ def test_a_writer_fenced_between_its_transactions_gets_a_conflict_then_writes(ka
     second.apply(stream, "t", 0, [Message(b"2")] * 3, {key: 2}, {key: 1})  # fences first's producer
     # A batch large enough to meet the fencing in produce() (librdkafka: "Local: Fatal error").
     batch = [Message(b"3")] * 500
-    with pytest.raises(Conflict, match="another writer took over"):
+    with pytest.raises(RetryNow, match="another writer took over"):
         first.apply(stream, "t", 0, batch, {key: 3}, {key: 2})
     first.apply(stream, "t", 0, batch, {key: 3}, {key: 2})  # the retry: a new producer, which fences second's
-    with pytest.raises(Conflict, match="another writer took over"):
+    with pytest.raises(RetryNow, match="another writer took over"):
         second.apply(stream, "t", 0, [Message(b"4")], {key: 4}, {key: 3})
     second.apply(stream, "t", 0, [Message(b"4")], {key: 4}, {key: 3})
     reader = store_for(kafka_broker, namespace)

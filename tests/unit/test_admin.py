@@ -4,6 +4,7 @@ import pytest
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.producer import Producer
+from streamrep.client.results import ReplicaRow
 from streamrep.errors import (
     AlreadyExists,
     Conflict,
@@ -13,6 +14,7 @@ from streamrep.errors import (
     PermissionDenied,
 )
 from streamrep.model.ace import Identity
+from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
 
 # On Kafka clusters too: a representative part (every store operation the admin API makes); the
@@ -185,14 +187,14 @@ def test_stream_info(admin, sf):
     admin.create_topic(SF, "a", partitions=3)
     admin.create_topic(SF, "b")
     info = admin.stream_info(SF)
-    assert info["path"] == SF
-    assert info["cluster"] == "sanfrancisco"
-    assert info["uuid"] == sf.uuid
-    assert info["creator"] == "alice"
-    assert (info["topics"], info["partitions"]) == (2, 4)
-    assert (info["defaultpartitions"], info["ttl"], info["autocreate"]) == (1, 604800, True)
-    assert info["adminperm"] == "u:alice"
-    assert (info["replicas"], info["upstreams"]) == (0, 0)
+    assert str(info.path) == SF
+    assert info.path.cluster == "sanfrancisco"
+    assert info.uuid == sf.uuid
+    assert info.creator == "alice"
+    assert (info.topics, info.partitions) == (2, 4)
+    assert (info.meta.defaultpartitions, info.meta.ttl, info.meta.autocreate) == (1, 604800, True)
+    assert info.meta.adminperm == "u:alice"
+    assert (info.replicas, info.upstreams) == (0, 0)
 
 
 @ON_BOTH
@@ -215,7 +217,7 @@ def test_delete_stream(admin, sf):
     again = admin.create_stream(SF)
     assert again.uuid != sf.uuid
     assert admin.list_topics(SF) == []
-    assert admin.stream_info(SF)["topics"] == 0
+    assert admin.stream_info(SF).topics == 0
 
 
 def test_delete_needs_adminperm(admin, bob, sf):
@@ -325,20 +327,19 @@ def test_replica_add_and_list_waits_for_upstream(admin, pair):
     link = admin.add_replica(SF, NY, paused=True)
     assert (link.path, link.paused, link.synchronous) == (NY, True, False)
     (row,) = admin.list_replicas(SF)
-    assert row == {
-        "cluster": "newyork",
-        "stream": "/activity",
-        "replicaPath": NY,
-        "paused": True,
-        "throttle": False,
-        "idx": 1,
-        "networkencryption": False,
-        "synchronous": False,
-        "networkcompression": "lz4",  # MapR's default: a stream's compression, lz4 unless set
-        "replicaState": "REPLICA_STATE_WAITING_FOR_UPSTREAM",
-        "uuid": admin.entry(NY).uuid,
-        "errors": None,
-    }
+    assert row == ReplicaRow(
+        path=StreamPath("newyork", "/activity"),
+        replica_path=NY,
+        state=ReplicaState.WAITING_FOR_UPSTREAM,
+        paused=True,
+        throttle=False,
+        idx=1,
+        networkencryption=False,
+        synchronous=False,
+        networkcompression="lz4",  # MapR's default: a stream's compression, lz4 unless set
+        uuid=admin.entry(NY).uuid,
+        errors=None,
+    )
 
 
 def test_replica_waits_for_gateway_after_upstream_added(admin, pair):
@@ -346,26 +347,26 @@ def test_replica_waits_for_gateway_after_upstream_added(admin, pair):
     admin.add_upstream(NY, SF)
     assert [u.path for u in admin.upstream_links(NY)] == [SF]
     (row,) = admin.list_replicas(SF)
-    assert row["replicaState"] == ReplicaState.PAUSED.value == "REPLICA_STATE_PAUSED"
+    assert row.state == ReplicaState.PAUSED.value == "REPLICA_STATE_PAUSED"
     admin.resume_replica(SF, NY)
     (row,) = admin.list_replicas(SF)
-    assert row["replicaState"] == ReplicaState.WAITING_FOR_GATEWAY.value == "REPLICA_STATE_WAITING_FOR_GATEWAY"
+    assert row.state == ReplicaState.WAITING_FOR_GATEWAY.value == "REPLICA_STATE_WAITING_FOR_GATEWAY"
 
 
 def test_replica_list_shows_synchronous_and_stored_state(admin, pair):
     admin.add_replica(SF, NY, synchronous=True)
     admin.add_upstream(NY, SF)
-    admin.set_replica_state(SF, NY, ReplicaState.REPLICATING)
+    admin.catalog.set_replica_state(SF, NY, ReplicaState.REPLICATING)
     (row,) = admin.list_replicas(SF)
-    assert (row["synchronous"], row["paused"], row["replicaState"]) == (True, False, "REPLICA_STATE_REPLICATING")
-    admin.set_replica_state(SF, NY, ReplicaState.REPLICATING, error="apply failed: disk full")
+    assert (row.synchronous, row.paused, row.state) == (True, False, "REPLICA_STATE_REPLICATING")
+    admin.catalog.set_replica_state(SF, NY, ReplicaState.REPLICATING, error="apply failed: disk full")
     (row,) = admin.list_replicas(SF)
-    assert (row["replicaState"], row["errors"]) == ("REPLICA_STATE_UNEXPECTED", "apply failed: disk full")
+    assert (row.state, row.errors) == ("REPLICA_STATE_UNEXPECTED", "apply failed: disk full")
 
 
 def test_set_state_of_unknown_replica(admin, sf):
     with pytest.raises(NotFound, match="is not a replica of"):
-        admin.set_replica_state(SF, NY, ReplicaState.REPLICATING)
+        admin.catalog.set_replica_state(SF, NY, ReplicaState.REPLICATING)
 
 
 def test_replica_stream_must_exist(admin, sf):
@@ -424,11 +425,11 @@ def test_replica_limit_through_admin(admin, sf):
 def test_pause_resume_remove(admin, pair):
     admin.add_replica(SF, NY)
     admin.pause_replica(SF, NY)
-    assert admin.list_replicas(SF)[0]["paused"] is True
+    assert admin.list_replicas(SF)[0].paused is True
     admin.pause_replica(SF, NY)  # retry is harmless
-    assert admin.list_replicas(SF)[0]["paused"] is True
+    assert admin.list_replicas(SF)[0].paused is True
     admin.resume_replica(SF, NY)
-    assert admin.list_replicas(SF)[0]["paused"] is False
+    assert admin.list_replicas(SF)[0].paused is False
     admin.remove_replica(SF, NY)
     assert admin.list_replicas(SF) == []
     assert admin.entry(NY)  # the replica stream itself stays
@@ -453,7 +454,7 @@ def test_replica_control_needs_adminperm(admin, bob, pair, action):
     admin.add_replica(SF, NY)
     with pytest.raises(PermissionDenied, match="adminperm"):
         getattr(bob, action)(SF, NY)
-    assert admin.list_replicas(SF)[0]["paused"] is False
+    assert admin.list_replicas(SF)[0].paused is False
 
 
 def test_replica_list_on_deleted_replica_is_unexpected(admin, pair):
@@ -461,8 +462,8 @@ def test_replica_list_on_deleted_replica_is_unexpected(admin, pair):
     admin.add_upstream(NY, SF)
     admin.delete_stream(NY)
     (row,) = admin.list_replicas(SF)
-    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED"
-    assert f"stream {NY} does not exist" in row["errors"]
+    assert row.state == "REPLICA_STATE_UNEXPECTED"
+    assert f"stream {NY} does not exist" in row.errors
 
 
 @ON_BOTH
@@ -473,8 +474,8 @@ def test_replica_recreated_at_the_path_is_not_the_agreed_replica(admin, pair):
     admin.delete_stream(NY)
     admin.create_stream(NY, copymetafrom=SF)
     (row,) = admin.list_replicas(SF)
-    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED"
-    assert NY in row["errors"] and agreed in row["errors"] and admin.entry(NY).uuid in row["errors"]
+    assert row.state == "REPLICA_STATE_UNEXPECTED"
+    assert NY in row.errors and agreed in row.errors and admin.entry(NY).uuid in row.errors
 
 
 # --- upstreams -------------------------------------------------------------------------
@@ -536,7 +537,7 @@ def test_upstream_remove(admin, pair):
     admin.add_upstream(NY, SF)
     admin.remove_upstream(NY, SF)
     assert admin.upstream_links(NY) == []
-    assert admin.list_replicas(SF)[0]["replicaState"] == "REPLICA_STATE_WAITING_FOR_UPSTREAM"
+    assert admin.list_replicas(SF)[0].state == "REPLICA_STATE_WAITING_FOR_UPSTREAM"
     with pytest.raises(NotFound, match=f"{SF} is not an upstream of {NY}"):
         admin.remove_upstream(NY, SF)
 
@@ -551,8 +552,8 @@ def test_upstream_remove_needs_adminperm(admin, bob, pair):
 def test_stream_info_counts_links(admin, pair):
     admin.add_replica(SF, NY)
     admin.add_upstream(NY, SF)
-    assert admin.stream_info(SF)["replicas"] == 1
-    assert admin.stream_info(NY)["upstreams"] == 1
+    assert admin.stream_info(SF).replicas == 1
+    assert admin.stream_info(NY).upstreams == 1
 
 
 # --- gateways ---------------------------------------------------------------------------

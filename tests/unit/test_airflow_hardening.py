@@ -226,14 +226,14 @@ def test_kafka_connections_run_the_setup_tasks_on_kafka_with_their_settings(home
     UpstreamAddOperator(task_id="add_upstream", path=DST, upstream=SRC).execute(ctx())
     # what the tasks wrote is in the clusters' namespaces on Kafka, as the CLI's registry sees them
     assert admin.entry(DST).meta == admin.entry(SRC).meta
-    assert [(r["replicaPath"], r["paused"]) for r in admin.list_replicas(SRC)] == [(DST, True)]
+    assert [(r.replica_path, r.paused) for r in admin.list_replicas(SRC)] == [(DST, True)]
     assert [u.path for u in admin.upstream_links(DST)] == [SRC]
     rows = ReplicaResumeOperator(task_id="resume_replica", path=SRC, replica=DST).execute(ctx())
     assert [(r["replicaPath"], r["paused"]) for r in rows] == [(DST, False)]
     rows = ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST).execute(ctx())  # the control DAG's
     assert [(r["replicaPath"], r["paused"]) for r in rows] == [(DST, True)]
     assert [r["paused"] for r in ReplicaStatusOperator(task_id="replica_list", path=SRC).execute(ctx())] == [True]
-    assert [r["paused"] for r in admin.list_replicas(SRC)] == [True]
+    assert [r.paused for r in admin.list_replicas(SRC)] == [True]
     metrics = "/mapr/newyork/metrics"  # the autosetup DAG's first task creates and marks its replica
     assert AutosetupCheckOperator(task_id="check", path=SRC, replica=metrics).execute(ctx())["path"] == SRC
     assert admin.entry(metrics).autosetup_from == admin.entry(SRC).uuid
@@ -461,7 +461,7 @@ def test_sensor_fails_at_once_when_the_replica_is_removed_while_waiting(running)
 def test_sensor_fails_at_once_in_an_error_state(running, monkeypatch):
     running.clusters.remove("newyork")  # the replica's cluster is gone: REPLICA_STATE_UNEXPECTED
     (row,) = running.list_replicas(SRC)
-    assert row["replicaState"] == ReplicaState.UNEXPECTED.value
+    assert row.state == ReplicaState.UNEXPECTED.value
     sensor = ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, poke_interval=0.1, timeout=3600)
     with pytest.raises(AirflowFailException) as raised:
         sensor.execute(ctx())

@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import (
 )
 from airflow_support import DST, SRC, ctx
 
+from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import StreamrepHook, cluster_conn_id, user_errors
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
@@ -293,7 +294,13 @@ def test_upstream_add_success_and_retry(admin, source):
     op = UpstreamAddOperator(task_id="upstream", path=DST, upstream=SRC)
     rows = op.execute(ctx())
     assert upstream_rows(rows) == [("sanfrancisco", admin.entry(SRC).uuid)]
-    assert rows == admin.list_upstreams(DST) and set(rows[0]) == {"cluster", "stream", "upstreamPath", "idx", "uuid"}
+    assert rows == [presented.upstream_row(r) for r in admin.list_upstreams(DST)] and set(rows[0]) == {
+        "cluster",
+        "stream",
+        "upstreamPath",
+        "idx",
+        "uuid",
+    }
     assert op.execute(ctx(2)) == rows
 
 
@@ -306,7 +313,7 @@ def test_upstream_add_retry_fails_for_an_upstream_deleted_and_recreated(admin, s
     admin.create_stream(SRC)
     message = fails_with(op, "it was deleted and recreated", try_number=2)
     assert admin.entry(SRC).uuid in message and f"remove the upstream from {DST} and add it again" in message
-    assert upstream_rows(admin.list_upstreams(DST)) == [("sanfrancisco", agreed)]  # left as it was
+    assert [(r.path.cluster, r.uuid) for r in admin.list_upstreams(DST)] == [("sanfrancisco", agreed)]  # left as it was
 
 
 def test_upstream_add_fails_on_a_topic_name_conflict(admin, source):
@@ -319,7 +326,9 @@ def test_upstream_add_fails_on_a_topic_name_conflict(admin, source):
 
 def test_upstream_verify(replicated, admin):
     rows = UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx())
-    assert upstream_rows(rows) == [("sanfrancisco", admin.entry(SRC).uuid)] and rows == admin.list_upstreams(DST)
+    assert upstream_rows(rows) == [("sanfrancisco", admin.entry(SRC).uuid)] and rows == [
+        presented.upstream_row(r) for r in admin.list_upstreams(DST)
+    ]
     assert UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC).execute(ctx(2)) == rows
     admin.remove_upstream(DST, SRC)
     fails_with(UpstreamVerifyOperator(task_id="verify", path=DST, upstream=SRC), f"{SRC} is not an upstream of {DST}")

@@ -110,7 +110,7 @@ def test_a_stream_the_page_may_not_count_still_shows_its_links(mesh, bob):
 
 def test_the_page_shows_an_error_above_a_pause(mesh):
     """The drawn state is ``replicaState`` (an error outranks a pause), not a second ranking."""
-    mesh.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
+    mesh.catalog.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
     mesh.pause_replica(SF, NY)
     link = next(link for link in topology(mesh)["links"] if (link["source"], link["replica"]) == (SF, NY))
     assert link["paused"] and short_state(link) == "UNEXPECTED"
@@ -125,10 +125,10 @@ def test_the_page_draws_each_replicas_recorded_lag_as_a_chart(mesh):
     lag.set_alert(mesh, orders_src, orders_dst, max_lag_messages=50)
     [orders] = [f for f in flows_into(mesh, "newyork")[0] if str(f.replica) == orders_dst]
     store = mesh.clusters.store("newyork")
-    [(first, first_ms)] = [(s["t"], s["ms"]) for s in lag.lag_history(mesh, orders_src, orders_dst)]  # gw1's pass
+    [(first, first_ms)] = [(s.t, s.ms) for s in lag.lag_history(mesh, orders_src, orders_dst)]  # gw1's pass
     start = first + 10_000
     for i, (messages, ms) in enumerate([(30, 60_000), (12, 90_000), (0, 0)]):
-        lag.record(store, orders, {"t": start + i * 10_000, "messages": messages, "bytes": messages * 10, "ms": ms})
+        lag.record(store, orders, lag.LagSample(t=start + i * 10_000, messages=messages, bytes=messages * 10, ms=ms))
     topo = topology(mesh)
     page = render_page(topo)
     charts = dict(re.findall(r'<svg [^>]*class="lag-chart"[^>]*data-replica="([^"]+)"(.*?)</svg>', page, re.S))

@@ -114,8 +114,8 @@ def test_copystream_then_a_gateway_retry_on_spark_move_each_message_once_with_a_
     assert op.execute(ctx(2)) == {"cluster": "newyork", "gateway": "gw1", "once": True}
     assert held(admin, DST) == Counter([f"m{i}" for i in range(20)] + [f"n{i}" for i in range(5)])
     assert admin.clusters.store("newyork").catalog_list("gateway-heartbeat") == {}  # withdrawn on exit
-    assert admin.list_replicas(SRC)[0]["replicaState"] == "REPLICA_STATE_REPLICATING"
-    assert replica_status(admin, SRC)[0]["pendingMessages"] == 0
+    assert admin.list_replicas(SRC)[0].state == "REPLICA_STATE_REPLICATING"
+    assert replica_status(admin, SRC)[0].pending_messages == 0
 
     log = capfd.readouterr()
     lines = (log.out + log.err).splitlines()

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from streamrep.errors import Conflict
+from streamrep.errors import RetryNow
 from streamrep.model.message import ORIGIN_HEADER, Message, OriginRun
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import origin_key, position_key, stop_key
@@ -119,7 +119,7 @@ def test_apply_many_writes_each_replica_and_refuses_only_the_one_whose_marks_mov
     applies = [ReplicaApply(r, run, {pkey: 3}, {pkey: None}, [(0, 0)]) for r in ("r1", "r2", "r3")]
     apply_many = Store.apply_many if default else EmbeddedStore.apply_many
     results = apply_many(store, T, 0, applies, source=pkey)
-    assert results[0] == 0 and results[2] == 0 and isinstance(results[1], Conflict)
+    assert results[0] == 0 and results[2] == 0 and isinstance(results[1], RetryNow)
     for r in ("r1", "r3"):
         assert [origin(m) for m in store.read(r, T, 0, 0, 10)] == [b"src-uuid/0/%d" % o for o in range(3)]
         assert store.marks(r) == {pkey: 3}

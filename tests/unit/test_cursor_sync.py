@@ -58,7 +58,7 @@ def cursors(admin, path: str, group: str = "g") -> dict[int, int]:
 
 def translated(admin, group: str = "g") -> dict[int, int]:
     """The group's source cursors as translate_cursors maps them to NY (Kafka's offsets differ)."""
-    return {r["partition"]: r["replicaOffset"] for r in translate_cursors(admin, SF, NY, group)}
+    return {r.partition: r.replica_offset for r in translate_cursors(admin, SF, NY, group)}
 
 
 def drain(admin) -> Gateway:
@@ -69,7 +69,7 @@ def drain(admin) -> Gateway:
 
 
 def actions(rows) -> dict[tuple[str, int], str]:
-    return {(r["group"], r["partition"]): r["action"] for r in rows}
+    return {(r.group, r.partition): r.action for r in rows}
 
 
 @ON_BOTH
@@ -97,8 +97,8 @@ def test_a_cursor_waits_until_replicated_then_resumes_exactly(pair):
     assert cursors(admin, NY) == {}  # nothing moved before the messages are there
     drain(admin)
     rows = sync_cursors(admin, SF, NY)
-    assert {r["action"] for r in rows} == {SYNCED}
-    assert cursors(admin, NY) == {r["partition"]: r["replicaOffset"] for r in rows}
+    assert {r.action for r in rows} == {SYNCED}
+    assert cursors(admin, NY) == {r.partition: r.replica_offset for r in rows}
     rest = consume(admin, SF, "other-view", None)  # everything, to compare
     resumed = consume(admin, NY, "g", None)
     assert sorted(first + resumed) == sorted(rest)  # no skip, no repeat
@@ -108,7 +108,7 @@ def test_a_cursor_waits_until_replicated_then_resumes_exactly(pair):
     drain(admin)
     before = cursors(admin, NY)
     rows = sync_cursors(admin, SF, NY)
-    assert all(r["action"].startswith(ACTIVE) for r in rows if r["group"] == "g")
+    assert all(r.action.startswith(ACTIVE) for r in rows if r.group == "g")
     assert cursors(admin, NY) == before
 
 
@@ -121,7 +121,7 @@ def test_a_group_committed_on_the_replica_is_never_overwritten(pair):
     mine = cursors(admin, NY)
     consume(admin, SF, "g", 10)
     rows = sync_cursors(admin, SF, NY)
-    assert all(r["action"] == f"{ACTIVE} (a cursor was committed there)" for r in rows)
+    assert all(r.action == f"{ACTIVE} (a cursor was committed there)" for r in rows)
     assert cursors(admin, NY) == mine
 
 
@@ -131,12 +131,12 @@ def test_a_cursor_only_moves_forward(pair):
     produce(admin, 20)
     consume(admin, SF, "g", None)
     drain(admin)
-    assert {r["action"] for r in sync_cursors(admin, SF, NY)} == {SYNCED}
+    assert {r.action for r in sync_cursors(admin, SF, NY)} == {SYNCED}
     synced = cursors(admin, NY)
-    assert {r["action"] for r in sync_cursors(admin, SF, NY)} == {UNCHANGED}
+    assert {r.action for r in sync_cursors(admin, SF, NY)} == {UNCHANGED}
     sf = admin.entry(SF).uuid
     admin.store(admin.path(SF)).commit_cursors("g", sf, "t", {0: 0, 1: 0})  # reset to replay at the source
-    assert {r["action"] for r in sync_cursors(admin, SF, NY)} == {BEHIND}
+    assert {r.action for r in sync_cursors(admin, SF, NY)} == {BEHIND}
     assert cursors(admin, NY) == synced
 
 
@@ -227,7 +227,7 @@ def test_kafka_group_with_members_on_the_replica_is_left_alone(pair, backend):
         assert native.assignment()
         assert store.active_groups(["g", "nobody"]) == {"g"}
         rows = sync_cursors(admin, SF, NY)
-        assert all(r["action"] == f"{ACTIVE} (the group has members there)" for r in rows)
+        assert all(r.action == f"{ACTIVE} (the group has members there)" for r in rows)
         assert cursors(admin, NY) == {}
         with pytest.raises(Conflict, match="is active"):
             store.commit_cursors("g", ny, "t", {0: 1})
@@ -244,12 +244,12 @@ def test_takeover_adopts_the_replicas_own_cursors_for_a_failback(pair):
     drain(admin)
     consume(admin, NY, "g", 4)
     consume(admin, SF, "g", 12)
-    assert {r["action"] for r in sync_cursors(admin, SF, NY)} == {f"{ACTIVE} (a cursor was committed there)"}
+    assert {r.action for r in sync_cursors(admin, SF, NY)} == {f"{ACTIVE} (a cursor was committed there)"}
     rows = sync_cursors(admin, SF, NY, takeover=True)
-    assert {r["action"] for r in rows} <= {SYNCED, UNCHANGED} and SYNCED in {r["action"] for r in rows}
+    assert {r.action for r in rows} <= {SYNCED, UNCHANGED} and SYNCED in {r.action for r in rows}
     assert cursors(admin, NY) == translated(admin)
     consume(admin, SF, "g", 3)  # later passes need no takeover
-    assert SYNCED in {r["action"] for r in sync_cursors(admin, SF, NY)}
+    assert SYNCED in {r.action for r in sync_cursors(admin, SF, NY)}
     assert cursors(admin, NY) == translated(admin)
 
 

@@ -16,9 +16,9 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
-from streamrep.errors import Conflict, InvalidArgument, NotFound, PermissionDenied, Unavailable
+from streamrep.errors import Conflict, InvalidArgument, NotFound, PermissionDenied, RetryNow, Unavailable
 from streamrep.model.ace import Identity
-from streamrep.model.failover import WritesRefused
+from streamrep.model.failover import FailoverRecord, FailoverState, WritesRefused
 from streamrep.model.message import Message
 from streamrep.model.replication import stop_key
 from streamrep.replication.failover import FAILED_OVER, LINKED, failback, failback_plan, failover, failover_plan
@@ -122,14 +122,14 @@ def test_plan_shows_lag_pending_gateways_and_groups_and_changes_nothing(linked):
     Consumer(f"{SF}:t", group="billing", from_start=True, admin=admin).commit()
     Gateway(admin, "newyork", "gw1").heartbeat()  # live, but has applied nothing
     plan = failover_plan(admin, SF, NY)
-    assert plan["stage"] == LINKED and plan["sourceReachable"] is True
-    assert plan["pendingMessages"] == 6 and plan["bytesPending"] == sum(len(f"v-k{i}") for i in range(6))
-    assert plan["replicationLagMillis"] >= 0
-    assert [(t["topic"], t["pendingMessages"]) for t in plan["topics"]] == [("t", 6)]
-    assert plan["gateways"] == ["gw1"]
-    assert plan["groups"] == ["billing"]
-    assert plan["forceNeeded"] is False
-    assert any("6 pending" in step for step in plan["steps"])
+    assert plan.stage == LINKED and plan.source_reachable is True
+    assert plan.pending_messages == 6 and plan.bytes_pending == sum(len(f"v-k{i}") for i in range(6))
+    assert plan.lag_millis >= 0
+    assert [(t.topic, t.pending_messages) for t in plan.topics] == [("t", 6)]
+    assert plan.gateways == ["gw1"]
+    assert plan.groups == ["billing"]
+    assert plan.force_needed is False
+    assert any("6 pending" in step for step in plan.steps)
     assert admin.entry(SF).failover is None and admin.entry(NY).failover is None
     assert [u.path for u in admin.entry(NY).upstreams] == [SF]
 
@@ -150,11 +150,11 @@ def test_failover_drains_stops_the_flow_places_cursors_and_moves_producers(linke
     # the flow is stopped: no upstream, the link says so, and stop marks refuse any apply
     assert admin.entry(NY).upstreams == ()
     (row,) = replica_status(admin, SF)
-    assert row["replicaState"] == "REPLICA_STATE_FAILED_OVER" and row["errors"] is None
-    assert admin.stream_info(NY)["failoverState"] == "PROMOTED"
-    assert admin.stream_info(SF)["failover"] == f"failed over to {NY}"
+    assert row.state == "REPLICA_STATE_FAILED_OVER" and row.errors is None
+    assert admin.stream_info(NY).failover.state is FailoverState.PROMOTED
+    assert admin.stream_info(SF).failover.describe() == f"failed over to {NY}"
     # cursors: the group resumes on the replica after its last commit
-    assert {r["action"] for r in result["cursors"] if r["group"] == "billing" and r["sourceOffset"]} <= {
+    assert {r.action for r in result["cursors"] if r.group == "billing" and r.source_offset} <= {
         "synced",
         "unchanged",
     }
@@ -191,7 +191,7 @@ def test_a_batch_in_flight_when_the_flow_stops_is_refused(linked):
     store = admin.store(admin.path(NY))
     key = stop_key(src.uuid, "t", 0)
     store.apply(ny.uuid, "t", 0, [], {key: 1}, {key: None})  # the failover's stop, after the gateway's read
-    with pytest.raises(Conflict):
+    with pytest.raises(RetryNow):
         store.apply(ny.uuid, "t", 0, [Message(b"v", b"k")], {}, {key: None})
     assert held(admin, NY) == Counter()
 
@@ -218,7 +218,7 @@ def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linke
     produce(admin, SF, ["lagging1", "lagging2"])  # never replicated before the loss
     lost = unreachable_source(home, tmp_path, backend)
     plan = failover_plan(lost, SF, NY)
-    assert plan["sourceReachable"] is False and plan["forceNeeded"] is True and plan["pendingMessages"] is None
+    assert plan.source_reachable is False and plan.force_needed is True and plan.pending_messages is None
     with pytest.raises(Unavailable) as refused:
         failover(lost, SF, NY)
     assert "use -force true" in str(refused.value) and "\n" not in str(refused.value)
@@ -255,7 +255,7 @@ def test_failback_copies_back_only_what_the_source_lacks_and_restores_the_link(l
     reverse = failback(admin, SF, NY, phase="reverse")
     assert "7 messages to copy back" in reverse["result"]
     plan = failback_plan(admin, SF, NY)
-    assert plan["stage"] == "failing back" and plan["toCopyBack"] == 7  # not the 30 that came from SF
+    assert plan.stage == "failing back" and plan.to_copy_back == 7  # not the 30 that came from SF
     with pytest.raises(WritesRefused) as refused:
         produce(admin, SF, ["too-early"])
     assert refused.value.target == NY
@@ -267,7 +267,7 @@ def test_failback_copies_back_only_what_the_source_lacks_and_restores_the_link(l
         while held(admin, NY)["after"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         (row,) = replica_status(admin, SF)
-    assert row["replicaState"] == "REPLICA_STATE_REPLICATING" and row["paused"] is False
+    assert row.state == "REPLICA_STATE_REPLICATING" and row.paused is False
     assert back["copiedBack"] == 7
     assert held(admin, SF) == Counter(old + new + ["after"])  # nothing copied twice
     assert held(admin, NY) == Counter(old + new + ["after"])
@@ -283,16 +283,15 @@ def test_failover_is_safe_to_retry_from_every_stop(linked):
     admin = linked
     produce(admin, SF, ["a"])
     drain(admin, "newyork")
-    from streamrep.model.failover import FailoverRecord
 
     # an earlier try refused producers and stopped there
-    admin.set_failover(SF, FailoverRecord("FENCED", NY, admin.entry(NY).uuid, 0))
-    assert failover_plan(admin, SF, NY)["stage"] == "failing over"
+    admin.set_failover(SF, FailoverRecord(FailoverState.FENCED, NY, admin.entry(NY).uuid, 0))
+    assert failover_plan(admin, SF, NY).stage == "failing over"
     first = failover(admin, SF, NY, timeout=5, grace=0)
     assert first["alreadyDone"] is False
     second = failover(admin, SF, NY, timeout=5, grace=0)
     assert second["alreadyDone"] is True and second["result"].startswith("already failed over")
-    assert failover_plan(admin, SF, NY)["stage"] == FAILED_OVER
+    assert failover_plan(admin, SF, NY).stage == FAILED_OVER
 
 
 def test_refusals_are_one_line_errors(linked, bob):

@@ -164,7 +164,7 @@ def test_placement_names_the_engine_and_the_airflow_task():
 def test_replica_list_names_the_live_gateways_of_a_flow(linked):
     Gateway(linked, "newyork", "g1").run_once()
     [row] = replica_status(linked, SF)
-    assert row["gateways"] == ["g1"]
+    assert row.gateways == ["g1"]
 
 
 # -- clean stop of the in-process gateway -------------------------------------------------------

@@ -8,9 +8,11 @@ import json
 import pytest
 
 from streamrep.client import Producer, StreamAdmin
+from streamrep.client.results import UpstreamRow
 from streamrep.errors import InvalidArgument, PermissionDenied
 from streamrep.model.ace import Identity
 from streamrep.model.catalog import STREAM_KIND
+from streamrep.model.paths import StreamPath
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
@@ -64,9 +66,7 @@ def test_links_record_the_uuids_and_upstream_list_reports_them(agreed):
     admin = agreed
     sf, ny = admin.entry(SF), admin.entry(NY)
     assert sf.replicas[0].uuid == ny.uuid and ny.upstreams[0].uuid == sf.uuid
-    assert admin.list_upstreams(NY) == [
-        {"cluster": "sanfrancisco", "stream": "/activity", "upstreamPath": SF, "idx": 1, "uuid": sf.uuid}
-    ]
+    assert admin.list_upstreams(NY) == [UpstreamRow(StreamPath("sanfrancisco", "/activity"), SF, 1, sf.uuid)]
 
 
 @ON_BOTH
@@ -82,8 +82,8 @@ def test_a_stream_recreated_at_the_replica_path_receives_nothing(agreed, bob):
     assert flows == [] and agreed_uuid in blocked.reason and stranger in blocked.reason
     assert drain(admin) == 0 and held(admin, NY) == []
     (row,) = admin.list_replicas(SF)
-    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED"
-    assert NY in row["errors"] and agreed_uuid in row["errors"] and stranger in row["errors"]
+    assert row.state == "REPLICA_STATE_UNEXPECTED"
+    assert NY in row.errors and agreed_uuid in row.errors and stranger in row.errors
 
 
 @ON_BOTH
@@ -101,7 +101,7 @@ def test_a_strangers_stream_at_the_old_upstream_path_feeds_nothing(agreed, bob):
     assert flows == [] and agreed_uuid in blocked.reason and stranger in blocked.reason and SF in blocked.reason
     assert drain(admin) == 0 and held(admin, NY) == []
     (row,) = bob.list_replicas(SF)
-    assert row["replicaState"] == "REPLICA_STATE_UNEXPECTED" and agreed_uuid in row["errors"]
+    assert row.state == "REPLICA_STATE_UNEXPECTED" and agreed_uuid in row.errors
     # the replica's owner agrees to the new stream again: then it flows
     admin.remove_upstream(NY, SF)
     admin.add_upstream(NY, SF)
@@ -130,7 +130,7 @@ def test_links_written_before_uuids_bind_the_stream_that_was_there(agreed, bob):
     admin = agreed
     _strip_link_uuids(admin, SF)
     _strip_link_uuids(admin, NY)
-    assert admin.entry(SF).replicas[0].uuid is None and admin.list_upstreams(NY)[0]["uuid"] is None
+    assert admin.entry(SF).replicas[0].uuid is None and admin.list_upstreams(NY)[0].uuid is None
     assert drain(admin) == 3  # the streams that existed when the links were added still agree
     # the source is deleted and a stranger's stream takes its path: not the agreed upstream
     admin.delete_stream(SF)

@@ -64,10 +64,10 @@ def test_a_gateway_records_each_replicas_lag_over_time(linked):
     gateway.run_once()  # replicates the 5
     gateway.lag.sample(force=True)
     first, second = lag.lag_history(linked, SF, NY)
-    assert (first["messages"], first["bytes"]) == (5, sum(len(f"value-{i}") for i in range(5)))
-    assert MINUTE_MS <= first["ms"] < MINUTE_MS + 60_000
-    assert (second["messages"], second["bytes"], second["ms"]) == (0, 0, 0)
-    assert first["t"] <= second["t"] <= time.time() * 1000
+    assert (first.messages, first.bytes) == (5, sum(len(f"value-{i}") for i in range(5)))
+    assert MINUTE_MS <= first.ms < MINUTE_MS + 60_000
+    assert (second.messages, second.bytes, second.ms) == (0, 0, 0)
+    assert first.t <= second.t <= time.time() * 1000
     code, out, err = cli("stream", "replica", "lag", "-path", SF, "-replica", NY, "-json")
     assert (code, err) == (0, "")
     rows = json.loads(out)["data"]
@@ -83,14 +83,14 @@ def test_samples_are_rate_limited_per_flow_across_gateways_and_bounded(linked):
     assert len(lag.lag_history(linked, SF, NY)) == 1
     [flow] = [f for fs in one.active_flows().values() for f in fs]
     store = linked.clusters.store("newyork")
-    newest = lag.lag_history(linked, SF, NY)[-1]["t"]
+    newest = lag.lag_history(linked, SF, NY)[-1].t
     for i in range(1, 8):
         written = lag.record(
-            store, flow, {"t": newest + i * 1000, "messages": i, "bytes": i, "ms": i}, every=1.0, keep=4
+            store, flow, lag.LagSample(t=newest + i * 1000, messages=i, bytes=i, ms=i), every=1.0, keep=4
         )
         assert written
-    assert not lag.record(store, flow, {"t": newest + 7500, "messages": 0, "bytes": 0, "ms": 0}, every=1.0, keep=4)
-    assert [s["messages"] for s in lag.lag_history(linked, SF, NY)] == [4, 5, 6, 7]  # the newest 4 kept
+    assert not lag.record(store, flow, lag.LagSample(t=newest + 7500, messages=0, bytes=0, ms=0), every=1.0, keep=4)
+    assert [s.messages for s in lag.lag_history(linked, SF, NY)] == [4, 5, 6, 7]  # the newest 4 kept
 
 
 def test_sampling_takes_at_most_a_tenth_of_a_gateways_time(linked, monkeypatch):
@@ -124,10 +124,10 @@ def test_alert_thresholds_are_set_shown_in_replica_list_and_removed(linked, monk
     assert json.loads(out)["data"][0]["maxLagMillis"] == 60000
     lag.set_alert(linked, SF, NY, max_lag_messages=100)  # the other threshold is kept
     [row] = replica_status(linked, SF)
-    assert (row["maxLagMillis"], row["maxLagMessages"]) == (60000, 100)
+    assert (row.thresholds.max_lag_millis, row.thresholds.max_lag_messages) == (60000, 100)
     lag.set_alert(linked, SF, NY, max_lag_millis=0)
     [row] = replica_status(linked, SF)
-    assert (row["maxLagMillis"], row["maxLagMessages"]) == (None, 100)
+    assert (row.thresholds.max_lag_millis, row.thresholds.max_lag_messages) == (None, 100)
 
 
 def test_alert_thresholds_need_adminperm_and_valid_values(linked, bob, monkeypatch):

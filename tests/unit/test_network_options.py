@@ -31,7 +31,7 @@ def pair(admin):
 
 def row(admin) -> dict:
     (only,) = admin.list_replicas(SF)
-    return {name: only[name] for name in ("throttle", "networkencryption", "networkcompression")}
+    return {name: getattr(only, name) for name in ("throttle", "networkencryption", "networkcompression")}
 
 
 # -- the values (model/network.py) ---------------------------------------------------------------
@@ -207,10 +207,10 @@ def test_gateway_refuses_an_encrypted_replica_once_its_connection_is_plaintext(p
     gateway = Gateway(pair, "newyork", "gw1")
     assert gateway.run_once() == 0
     (listed,) = pair.list_replicas(SF)
-    assert listed["replicaState"] == ReplicaState.UNEXPECTED.value
-    assert "writes the replica on cluster newyork with security.protocol=PLAINTEXT" in listed["errors"]
-    assert "\n" not in listed["errors"]
+    assert listed.state == ReplicaState.UNEXPECTED.value
+    assert "writes the replica on cluster newyork with security.protocol=PLAINTEXT" in listed.errors
+    assert "\n" not in listed.errors
     set_protocol(home, "SASL_SSL", "newyork")  # encrypted again: it replicates, the error is cleared
     assert gateway.run_once() == 1
     (listed,) = pair.list_replicas(SF)
-    assert (listed["replicaState"], listed["errors"]) == (ReplicaState.REPLICATING.value, None)
+    assert (listed.state, listed.errors) == (ReplicaState.REPLICATING.value, None)

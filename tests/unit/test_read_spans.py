@@ -248,7 +248,7 @@ def test_a_copy_from_a_gapped_source_is_exactly_once_and_up_to_date(gapped, batc
     assert {p: replica_values(admin, p) for p in (0, 1)} == sent
     assert positions(admin) == source_ends(admin, source) == {0: 20, 1: 20}
     [row] = replica_status(admin, SF)
-    assert (row["isUptodate"], row["pendingMessages"], row["replicationLagMillis"]) == (True, 0, 0)
+    assert (row.is_uptodate, row.pending_messages, row.lag_millis) == (True, 0, 0)
     # a rerun copies nothing twice
     assert copy_stream(admin, SF, NY, batch_size=batch_size)["messages"] == 0
     assert {p: replica_values(admin, p) for p in (0, 1)} == sent
@@ -264,13 +264,13 @@ def test_the_gateway_replicates_a_gapped_source_exactly_once_to_its_end(gapped, 
     assert {p: replica_values(admin, p) for p in (0, 1)} == sent
     assert positions(admin) == source_ends(admin, source)
     [row] = replica_status(admin, SF)
-    assert (row["replicaState"], row["isUptodate"], row["pendingMessages"]) == ("REPLICA_STATE_REPLICATING", True, 0)
+    assert (row.state, row.is_uptodate, row.pending_messages) == ("REPLICA_STATE_REPLICATING", True, 0)
     assert gateway.run_once(max_messages=max_messages) == 0  # nothing pending: a pass reads nothing
 
     more = transaction(admin, "d", 3)
     source.abort(admin.entry(SF).uuid, TOPIC, 0, 1)
     [row] = replica_status(admin, SF)
-    assert (row["isUptodate"], row["pendingMessages"]) == (False, 6)
+    assert (row.is_uptodate, row.pending_messages) == (False, 6)
     assert gateway.run_once(max_messages=max_messages) == 6
     assert {p: replica_values(admin, p) for p in (0, 1)} == {p: sent[p] + more[p] for p in (0, 1)}
     assert positions(admin) == source_ends(admin, source) == {0: 26, 1: 24}
@@ -320,7 +320,7 @@ def test_a_span_of_only_markers_moves_the_position(gapped):
     assert apply_batch(store, uuid, unit, markers.messages, markers.source_start, markers.span) == 0
     assert positions(admin)[0] == 20
     [row] = replica_status(admin, SF)
-    assert row["pendingMessages"] == 10  # partition 1's only: it is not replicated here
+    assert row.pending_messages == 10  # partition 1's only: it is not replicated here
     assert replica_values(admin, 0) == [m.value.decode() for m in read.messages]
 
 
@@ -353,7 +353,7 @@ def test_offset_syncs_break_at_source_gaps_and_translate_exactly(gapped):
     # a consumer group's committed cursor, at the marker after a, fails over to b's message
     source.commit_cursors("g", admin.entry(SF).uuid, TOPIC, {0: 5, 1: 13})
     rows = translate_cursors(admin, SF, NY, "g", commit=True)
-    assert {(r["partition"], r["replicaOffset"]) for r in rows} == {(0, 5), (1, 7)}
+    assert {(r.partition, r.replica_offset) for r in rows} == {(0, 5), (1, 7)}
     consumer = Consumer(f"{NY}:{TOPIC}", group="g", admin=admin)
     got = {m.value.decode() for m in consumer.poll(100)}
     assert got == {"b-0-0", "c-0-0", "c-0-1", "c-0-2", "c-0-3", "c-1-1", "c-1-2", "c-1-3"}
@@ -405,7 +405,7 @@ def test_the_spark_gateways_pass_task_replicates_a_gapped_source_exactly_once(ga
     again = list(replicate_share(admin.clusters.home, "newyork", "spark-gw", plan))
     assert sum(c.rows for c in again) == 0  # nothing past the stored positions
     [row] = replica_status(admin, SF)
-    assert row["isUptodate"] and row["pendingMessages"] == 0
+    assert row.is_uptodate and row.pending_messages == 0
 
 
 # -- retention at the source while a span is read -------------------------------------------------------------
@@ -428,4 +428,4 @@ def test_messages_removed_by_retention_just_before_a_read_are_recorded_as_lost(g
     assert replica_values(admin, 0) == ["m0", "m1", "m4", "m5"]
     assert positions(admin)[0] == source.offsets(uuid, TOPIC, 0)[1] == 7
     [row] = replica_status(admin, SF)
-    assert not row["isUptodate"] and "t/0 offsets 2-3 (2)" in row["errors"]
+    assert not row.is_uptodate and "t/0 offsets 2-3 (2)" in row.errors

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from streamrep.cli.main import run
+from streamrep.cli.rows import replica_status_row
 from streamrep.client.admin import now_ms
 from streamrep.client.producer import Producer
 from streamrep.errors import PermissionDenied
@@ -100,11 +101,11 @@ def test_replica_list_uses_maprs_field_names(linked):
         "gateways",
         "maxLagMillis",
         "maxLagMessages",
-    } == set(row)
-    assert (row["cluster"], row["stream"], row["replicaPath"], row["idx"]) == ("newyork", "/activity", NY, 1)
-    assert row["uuid"] == linked.entry(NY).uuid
-    assert (row["replicaState"], row["isUptodate"], row["errors"]) == (REPLICATING, True, None)
-    assert row["gateways"] == ["gw1"]  # the live gateways serving the flow
+    } == set(replica_status_row(row))  # the CLI's presenter: MapR's field names
+    assert (row.path.cluster, row.path.path, row.replica_path, row.idx) == ("newyork", "/activity", NY, 1)
+    assert row.uuid == linked.entry(NY).uuid
+    assert (row.state, row.is_uptodate, row.errors) == (REPLICATING, True, None)
+    assert row.gateways == ["gw1"]  # the live gateways serving the flow
 
 
 def test_cli_replica_list_accepts_refreshnow(linked, monkeypatch):
@@ -122,16 +123,16 @@ def test_a_paused_replica_reads_paused_not_replicating(linked):
     gateway = Gateway(linked, "newyork", "gw1")
     produce(linked, "a")
     gateway.run_once()
-    assert row_of(linked)["replicaState"] == REPLICATING
+    assert row_of(linked).state == REPLICATING
     linked.pause_replica(SF, NY)
     produce(linked, "b")
     gateway.run_once()  # a live gateway moves nothing to a paused replica
     row = row_of(linked)
-    assert (row["replicaState"], row["paused"], row["pendingMessages"], row["isUptodate"]) == (PAUSED, True, 1, False)
+    assert (row.state, row.paused, row.pending_messages, row.is_uptodate) == (PAUSED, True, 1, False)
     linked.resume_replica(SF, NY)
     gateway.run_once()
     row = row_of(linked)
-    assert (row["replicaState"], row["pendingMessages"], row["isUptodate"]) == (REPLICATING, 0, True)
+    assert (row.state, row.pending_messages, row.is_uptodate) == (REPLICATING, 0, True)
 
 
 # -- item 2: no live gateway ----------------------------------------------------------------------
@@ -141,19 +142,19 @@ def test_every_listed_gateway_dead_reads_waiting_for_gateway_naming_them(linked)
     gw1 = Gateway(linked, "newyork", "gw1")
     produce(linked, "a")
     gw1.run_once()
-    assert row_of(linked)["replicaState"] == REPLICATING
+    assert row_of(linked).state == REPLICATING
     kill(gw1)
     produce(linked, "b")
     row = row_of(linked)
-    assert row["replicaState"] == WAITING_FOR_GATEWAY
-    assert row["errors"].startswith("ErrAllGatewaysUnreachable") and "gw1, gw2" in row["errors"]
-    assert (row["pendingMessages"], row["isUptodate"]) == (1, False)
+    assert row.state == WAITING_FOR_GATEWAY
+    assert row.errors.startswith("ErrAllGatewaysUnreachable") and "gw1, gw2" in row.errors
+    assert (row.pending_messages, row.is_uptodate) == (1, False)
     # a live gateway that the source cluster does not list does not count
     Gateway(linked, "newyork", "other").heartbeat()
-    assert row_of(linked)["replicaState"] == WAITING_FOR_GATEWAY
+    assert row_of(linked).state == WAITING_FOR_GATEWAY
     Gateway(linked, "newyork", "gw2").run_once()
     row = row_of(linked)
-    assert (row["replicaState"], row["errors"], row["isUptodate"]) == (REPLICATING, None, True)
+    assert (row.state, row.errors, row.is_uptodate) == (REPLICATING, None, True)
 
 
 def test_no_gateway_listed_and_none_live_names_the_cluster(linked):
@@ -161,9 +162,9 @@ def test_no_gateway_listed_and_none_live_names_the_cluster(linked):
     gateway.run_once()
     gateway.stop()
     row = row_of(linked)
-    assert row["replicaState"] == WAITING_FOR_GATEWAY
-    assert row["errors"] == "ErrAllGatewaysUnreachable: no gateway of cluster newyork has a live heartbeat"
-    assert row["isUptodate"] is True  # nothing is pending: the replica holds everything
+    assert row.state == WAITING_FOR_GATEWAY
+    assert row.errors == "ErrAllGatewaysUnreachable: no gateway of cluster newyork has a live heartbeat"
+    assert row.is_uptodate is True  # nothing is pending: the replica holds everything
 
 
 # -- item 3: messages lost to the source's retention --------------------------------------------
@@ -183,8 +184,8 @@ def test_retention_loss_is_shown_logged_and_kept_until_acknowledged(linked, bob,
     lose_three(linked, gateway)
     # shown at once, before any gateway ran again
     row = row_of(linked)
-    assert row["replicaState"] == UNEXPECTED and row["isUptodate"] is False
-    assert "3 messages" in row["errors"] and "t/0 offsets 1-3" in row["errors"]
+    assert row.state == UNEXPECTED and row.is_uptodate is False
+    assert "3 messages" in row.errors and "t/0 offsets 1-3" in row.errors
 
     produce(linked, "e")
     with caplog.at_level(logging.WARNING, logger="streamrep.replication.transfer"):
@@ -195,17 +196,17 @@ def test_retention_loss_is_shown_logged_and_kept_until_acknowledged(linked, bob,
     # replication goes on, and the loss stays visible
     assert values(linked, NY) == ["a", "e"]
     row = row_of(linked)
-    assert (row["replicaState"], row["pendingMessages"], row["isUptodate"]) == (UNEXPECTED, 0, False)
-    assert "t/0 offsets 1-3 (3)" in row["errors"]
+    assert (row.state, row.pending_messages, row.is_uptodate) == (UNEXPECTED, 0, False)
+    assert "t/0 offsets 1-3 (3)" in row.errors
     gateway.run_once()
     caplog.clear()
-    assert row_of(linked)["errors"] == row["errors"]  # recorded once, not counted again
+    assert row_of(linked).errors == row.errors  # recorded once, not counted again
 
     with pytest.raises(PermissionDenied, match="adminperm"):
         acknowledge_loss(bob, SF, NY)
     assert acknowledge_loss(linked, SF, NY) == {"replicaPath": NY, "acknowledged": 3, "ranges": "t/0:1-3"}
     row = row_of(linked)
-    assert (row["replicaState"], row["errors"], row["isUptodate"]) == (REPLICATING, None, True)
+    assert (row.state, row.errors, row.is_uptodate) == (REPLICATING, None, True)
     assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 0  # a retry finds it done
 
 
@@ -215,9 +216,9 @@ def test_loss_is_recorded_even_when_nothing_is_left_to_replicate(linked):
     lose_three(linked, gateway)
     gateway.run_once()  # the source holds nothing now: the position still moves past the loss
     row = row_of(linked)
-    assert row["replicaState"] == UNEXPECTED and "offsets 1-3" in row["errors"]
+    assert row.state == UNEXPECTED and "offsets 1-3" in row.errors
     assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 3
-    assert row_of(linked)["isUptodate"] is True
+    assert row_of(linked).is_uptodate is True
 
 
 def test_cli_acknowledge(linked, monkeypatch):
@@ -243,7 +244,7 @@ def test_copystream_after_retention_removed_messages_records_the_loss(admin):
     admin.add_upstream(NY, SF)
     copy_stream(admin, SF, NY)
     assert values(admin, NY) == ["a", "b", "e"]
-    assert "t/0 offsets 2-3 (2)" in row_of(admin)["errors"]
+    assert "t/0 offsets 2-3 (2)" in row_of(admin).errors
 
 
 @ON_BOTH
@@ -255,7 +256,7 @@ def test_a_replica_with_no_position_yet_has_lost_nothing(linked):
     linked.topic_info(SF, "t")
     Gateway(linked, "newyork", "gw1").run_once()
     row = row_of(linked)
-    assert (row["replicaState"], row["errors"], row["isUptodate"]) == (REPLICATING, None, True)
+    assert (row.state, row.errors, row.is_uptodate) == (REPLICATING, None, True)
 
 
 def test_plan_never_counts_as_lost_what_the_batch_holds():
@@ -286,7 +287,7 @@ def test_the_spark_gateways_pass_records_the_loss_too(linked, caplog):
     assert any("3 messages (offsets 1-3)" in r.getMessage() for r in caplog.records)
     assert values(linked, NY) == ["a", "e"]
     row = row_of(linked)
-    assert row["replicaState"] == UNEXPECTED and "t/0 offsets 1-3 (3)" in row["errors"]
+    assert row.state == UNEXPECTED and "t/0 offsets 1-3 (3)" in row.errors
     assert acknowledge_loss(linked, SF, NY)["ranges"] == "t/0:1-3"
 
 
@@ -301,10 +302,10 @@ def test_an_unreadable_replica_cluster_marks_only_its_own_row(linked):
     for suffix in ("", "-wal", "-shm"):
         if os.path.exists(path + suffix):
             os.remove(path + suffix)
-    rows = {row["replicaPath"]: row for row in replica_status(linked, SF)}
-    assert rows[NY]["replicaState"] == WAITING_FOR_GATEWAY and "tokyo" not in rows[NY]["errors"]
+    rows = {row.replica_path: row for row in replica_status(linked, SF)}
+    assert rows[NY].state == WAITING_FOR_GATEWAY and "tokyo" not in rows[NY].errors
     tokyo = rows["/mapr/tokyo/activity"]
-    assert tokyo["replicaState"] == UNEXPECTED and "tokyo" in tokyo["errors"] and not tokyo["isUptodate"]
+    assert tokyo.state == UNEXPECTED and "tokyo" in tokyo.errors and not tokyo.is_uptodate
 
 
 def test_a_copy_that_stops_says_so_and_a_rerun_clears_it(linked):
@@ -322,7 +323,7 @@ def test_a_copy_that_stops_says_so_and_a_rerun_clears_it(linked):
     assert (
         link.state == UNEXPECTED and "copystream stopped before it finished: cluster newyork: disk full" in link.error
     )
-    assert row_of(linked)["replicaState"] == UNEXPECTED and not row_of(linked)["isUptodate"]
+    assert row_of(linked).state == UNEXPECTED and not row_of(linked).is_uptodate
     copy_stream(linked, SF, NY)
     [link] = linked.entry(SF).replicas
     assert (link.state, link.error) == (WAITING_FOR_GATEWAY, None)
@@ -333,5 +334,5 @@ def test_the_end_of_a_copy_keeps_a_state_a_gateway_recorded_meanwhile(linked):
     from streamrep.replication.copy import copying, plan_copy
 
     with copying(linked, plan_copy(linked, SF, NY)):
-        linked.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
+        linked.catalog.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
     assert linked.entry(SF).replicas[0].state == ReplicaState.SYNC_FALLBACK.value

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from streamrep.airflow import rows as presented
 from streamrep.airflow.assets import emit_replica_caught_up, emits_caught_up
 from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, discover_connection_clusters, user_errors
 from streamrep.airflow.params import as_bool
@@ -131,7 +132,7 @@ class StreamCreateOperator(StreamrepOperator):
                     f"stream {sp} already exists with other metadata: {'; '.join(differences)}"
                 ) from exists
             self.log.info("stream %s already exists with the same metadata: nothing to do", sp)
-        return admin.stream_info(str(sp))
+        return presented.stream_info_row(admin.stream_info(str(sp)))
 
 
 NETWORK_FIELDS = ("throttle", "networkencryption", "networkcompression")  # MapR's network options of a replica
@@ -232,7 +233,7 @@ class ReplicaVerifyOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src, dst = admin.path(self.path), admin.path(self.replica)
-        rows = replica_status(admin, str(src))
+        rows = presented.replica_status_rows(replica_status(admin, str(src)))
         log_rows(
             self.log,
             f"stream replica list -path {src}",
@@ -269,7 +270,7 @@ class UpstreamAddOperator(StreamrepOperator):
             self.log.info("stream upstream add -path %s -upstream %s: registered", dst, src)
         else:
             self.log.info("%s is already an upstream of %s (the same stream): nothing to do", src, dst)
-        rows = admin.list_upstreams(str(dst))
+        rows = [presented.upstream_row(row) for row in admin.list_upstreams(str(dst))]
         log_rows(self.log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
         return rows
 
@@ -291,7 +292,7 @@ class UpstreamVerifyOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         dst, src = admin.path(self.path), admin.path(self.upstream)
-        rows = admin.list_upstreams(str(dst))
+        rows = [presented.upstream_row(row) for row in admin.list_upstreams(str(dst))]
         log_rows(self.log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
         rules.require_link(admin.entry(dst).upstreams, src, dst, "upstream")
         self.log.info("verified: %s is an upstream of %s", src, dst)
@@ -319,7 +320,7 @@ class _ReplicaChangeOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src, dst = admin.path(self.path), admin.path(self.replica)
         self.change(admin, str(src), str(dst), context)
-        rows = replica_status(admin, str(src))
+        rows = presented.replica_status_rows(replica_status(admin, str(src)))
         log_rows(
             self.log,
             f"stream replica list -path {src}",
@@ -412,7 +413,7 @@ class ReplicaStatusOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src = admin.path(self.path)
-        rows = replica_status(admin, str(src))
+        rows = presented.replica_status_rows(replica_status(admin, str(src)))
         log_rows(
             self.log,
             f"stream replica list -path {src}",
@@ -458,7 +459,7 @@ class AutosetupCheckOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         src, dst = begin_autosetup(admin, self.path, self.replica, **network_options(self))
         self.log.info("autosetup of %s from %s can go on: the replica stream is this autosetup's", dst, src)
-        return admin.stream_info(str(src))
+        return presented.stream_info_row(admin.stream_info(str(src)))
 
 
 class GatewayPlanOperator(StreamrepOperator):
@@ -711,7 +712,7 @@ class FailoverPlanOperator(_FailoverOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         planner = failovers.failover_plan if self.procedure == "failover" else failovers.failback_plan
-        plan = planner(admin, self.path, self.replica)
+        plan = presented.plan_fields(planner(admin, self.path, self.replica))
         plan["markdown"] = plan_markdown(plan, self.procedure)
         self.log.info("%s", plan["markdown"])
         return plan
@@ -738,7 +739,7 @@ class FailoverOperator(_FailoverOperator):
         self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done["result"])
         if emits_caught_up(self):  # the promoted replica holds what its source held
             emit_replica_caught_up(context, self.replica, source=self.path, admin=admin)
-        return done
+        return {**done, "cursors": [presented.cursor_sync_row(row) for row in done["cursors"]]}
 
 
 class FailbackOperator(_FailoverOperator):
@@ -762,4 +763,4 @@ class FailbackOperator(_FailoverOperator):
         self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done["result"])
         if self.phase != "reverse" and emits_caught_up(self):  # the source holds what was produced meanwhile
             emit_replica_caught_up(context, self.path, source=self.replica, admin=admin)
-        return done
+        return {**done, "cursors": [presented.cursor_sync_row(row) for row in done["cursors"]]}

@@ -39,6 +39,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import StreamrepHook
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import KAFKA_SCHEME
@@ -102,7 +103,8 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
             except StreamrepError as err:
                 stream["error"] = str(err)
             try:
-                for row in replica_status(admin, path):
+                for status in replica_status(admin, path):
+                    row = presented.replica_status_row(status)
                     out["links"].append(
                         {
                             "kind": "replica",
@@ -138,7 +140,7 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
 def _history(admin: StreamAdmin, source: str, replica: str) -> list[dict[str, int]]:
     """The replica's recorded lag (``lag.lag_history``); none when its cluster cannot be read."""
     try:
-        return lag_history(admin, source, replica)
+        return [presented.lag_sample_row(sample) for sample in lag_history(admin, source, replica)]
     except StreamrepError:
         return []
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 
+from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import ConnectionClusters, StreamrepHook
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.consumer import Consumer
@@ -23,14 +24,13 @@ from streamrep.replication.status import replica_status
 # The states a replica leaves by itself (a copy ends, gateways come back, an upstream is
 # added): worth waiting for. Any other state (an error, a pause) needs someone to act first.
 WAITING_STATES = frozenset(
-    s.value
-    for s in (
+    {
         ReplicaState.WAITING_FOR_UPSTREAM,
         ReplicaState.WAITING_FOR_GATEWAY,
         ReplicaState.COPY_IN_PROGRESS,
         ReplicaState.REPLICATING,
         ReplicaState.SYNC_FALLBACK,
-    )
+    }
 )
 
 DEFAULT_WATCHER_GROUP = "airflow-asset-watcher"
@@ -41,9 +41,9 @@ def replica_row(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
     """The ``replica list`` row of ``replica`` on source ``path`` (NotFound if not registered,
     for instance once removed)."""
     src, dst = admin.path(path), admin.path(replica)
-    for row in replica_status(admin, str(src)):
-        if row["replicaPath"] == str(dst):
-            return row
+    for status in replica_status(admin, str(src)):
+        if status.replica_path == str(dst):
+            return presented.replica_status_row(status)
     rules.require_link((), dst, src, "replica")  # raises the usual NotFound
     raise AssertionError("unreachable")
 

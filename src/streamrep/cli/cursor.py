@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamrep.cli import rows
 from streamrep.cli.common import PATH, REPLICA, Context, Rows
 from streamrep.cli.grammar import Command, Option
 from streamrep.replication.cursors import list_cursors, sync_cursors
@@ -9,15 +10,15 @@ from streamrep.replication.translate import translate_cursors
 
 
 def cursor_translate(ctx: Context, path: str, replica: str, group: str, commit: bool = False) -> Rows:
-    return translate_cursors(ctx.admin, path, replica, group, commit)
+    return [rows.translated_cursor_row(row) for row in translate_cursors(ctx.admin, path, replica, group, commit)]
 
 
 def cursor_list(ctx: Context, path: str, group: str | None = None) -> Rows:
-    return list_cursors(ctx.admin, path, group)
+    return [rows.cursor_row(row) for row in list_cursors(ctx.admin, path, group)]
 
 
 def cursor_sync(ctx: Context, path: str, replica: str, takeover: bool = False) -> Rows:
-    return sync_cursors(ctx.admin, path, replica, takeover)
+    return [rows.cursor_sync_row(row) for row in sync_cursors(ctx.admin, path, replica, takeover)]
 
 
 COMMANDS: tuple[Command, ...] = (

@@ -6,6 +6,7 @@ import base64
 import json
 import time
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any, TextIO
 
 from streamrep.model.message import Message
@@ -39,6 +40,8 @@ def cell(value: Any) -> str:
         return "-"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, Enum):
+        return str(value.value)
     if isinstance(value, (list, tuple)):
         return ",".join(cell(v) for v in value) or "-"
     return str(value)

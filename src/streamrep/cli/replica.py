@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from streamrep.cli import rows
 from streamrep.cli.common import PATH, REPLICA, SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.copystream import COPY_ENGINE, run_copy
 from streamrep.cli.grammar import Command, Option
 from streamrep.model import network
 from streamrep.replication import failover as failovers
+from streamrep.replication.cursors import SYNCED
+from streamrep.replication.cursors import Row as CursorSyncRow
+from streamrep.replication.failover import FailbackPlan, FailoverPlan
 from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
@@ -36,7 +39,7 @@ def replica_add(
 
 def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
     del refreshnow  # maprcli's option; every figure is computed when asked, so always fresh
-    return replica_status(ctx.admin, path)
+    return [rows.replica_status_row(status) for status in replica_status(ctx.admin, path)]
 
 
 def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
@@ -58,25 +61,23 @@ def replica_autosetup(
     return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options)]
 
 
-def plan_rows(plan: dict[str, Any]) -> Rows:
+def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
     """A failover or failback plan as ``item``/``value`` rows: readable as a table, whole in -json."""
-    rows = [{"item": key, "value": value} for key, value in plan.items() if key not in ("topics", "steps")]
-    for topic in plan.get("topics") or []:
-        rows.append(
+    fields = rows.plan_fields(plan)
+    items = [{"item": key, "value": value} for key, value in fields.items() if key not in ("topics", "steps")]
+    for topic in plan.topics or []:
+        items.append(
             {
-                "item": f"topic {topic['topic']}",
-                "value": (
-                    f"{topic['pendingMessages']} messages, {topic['bytesPending']} bytes, "
-                    f"lag {topic['replicationLagMillis']} ms"
-                ),
+                "item": f"topic {topic.topic}",
+                "value": f"{topic.pending_messages} messages, {topic.bytes_pending} bytes, lag {topic.lag_millis} ms",
             }
         )
-    rows += [{"item": f"step {n}", "value": step} for n, step in enumerate(plan["steps"], 1)]
-    return rows
+    items += [{"item": f"step {n}", "value": step} for n, step in enumerate(plan.steps, 1)]
+    return items
 
 
-def synced(rows: list[dict[str, Any]]) -> int:
-    return sum(1 for row in rows if row.get("action") == "synced")
+def synced(placed: list[CursorSyncRow]) -> int:
+    return sum(1 for row in placed if row.action == SYNCED)
 
 
 def replica_failover(
@@ -116,15 +117,7 @@ def replica_alert(
 
 
 def replica_lag(ctx: Context, path: str, replica: str) -> Rows:
-    return [
-        {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(s["t"] / 1000)),
-            "lagMessages": s["messages"],
-            "lagBytes": s["bytes"],
-            "lagMillis": s["ms"],
-        }
-        for s in lag_history(ctx.admin, path, replica)
-    ]
+    return [rows.lag_row(sample) for sample in lag_history(ctx.admin, path, replica)]
 
 
 def replica_pause(ctx: Context, path: str, replica: str) -> Rows:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from streamrep.cli import rows
 from streamrep.cli.common import PATH, Context, Rows
 from streamrep.cli.grammar import Command, Option
 from streamrep.errors import InvalidArgument
@@ -22,18 +23,18 @@ def stream_create(
     ctx: Context, path: str, copymetafrom: str | None = None, topicnaming: str | None = None, **settings: Any
 ) -> Rows:
     ctx.admin.create_stream(path, copymetafrom, topicnaming=topicnaming, **settings)
-    return [ctx.admin.stream_info(path)]
+    return [rows.stream_info_row(ctx.admin.stream_info(path))]
 
 
 def stream_edit(ctx: Context, path: str, **settings: Any) -> Rows:
     if not settings:
         raise InvalidArgument("stream edit needs at least one setting to change")
     ctx.admin.edit_stream(path, **settings)
-    return [ctx.admin.stream_info(path)]
+    return [rows.stream_info_row(ctx.admin.stream_info(path))]
 
 
 def stream_info(ctx: Context, path: str) -> Rows:
-    return [ctx.admin.stream_info(path)]
+    return [rows.stream_info_row(ctx.admin.stream_info(path))]
 
 
 def stream_delete(ctx: Context, path: str) -> Rows:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamrep.cli import rows
 from streamrep.cli.common import PATH, Context, Rows
 from streamrep.cli.grammar import Command, Option
 
@@ -14,7 +15,7 @@ def upstream_add(ctx: Context, path: str, upstream: str) -> Rows:
 
 
 def upstream_list(ctx: Context, path: str) -> Rows:
-    return ctx.admin.list_upstreams(path)
+    return [rows.upstream_row(row) for row in ctx.admin.list_upstreams(path)]
 
 
 def upstream_remove(ctx: Context, path: str, upstream: str) -> Rows:

@@ -4,26 +4,30 @@
 Each method checks the stream's (or the cluster's) access control expression for the caller,
 applies the rules from ``streamrep.model``, and changes one catalog document atomically, so
 every call is safe to retry: it finds the state it wanted or fails with a clear error.
+
+It is built on the unchecked ``Catalog`` (``client/catalog.py``), which the replication layer
+uses; ``StreamAdmin.catalog`` is that catalog, bound to this admin's caller.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from streamrep.client.catalog import Catalog, now_ms
 from streamrep.client.config import ClusterInfo, Clusters
 from streamrep.client.identity import current_identity, named_user
+from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import network
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
 from streamrep.model.acls import Principals
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
-from streamrep.model.failover import FailoverRecord
-from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name, validate_topic_name
-from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
+from streamrep.model.failover import FailoverRecord, FailoverState
+from streamrep.model.paths import StreamPath, validate_cluster_name, validate_topic_name
+from streamrep.model.replication import ReplicaLink, UpstreamLink
 from streamrep.model.stream import StreamMeta, validate_partition_count
 from streamrep.store.base import Store
 
@@ -33,9 +37,7 @@ ReplicaHealth = Callable[[StreamPath, StreamEntry, StreamPath, StreamEntry], tup
 # Any one of these lets a caller see a stream's topics with their offsets and message counts.
 TOPIC_READ_PERMS = ("consumeperm", "produceperm", "topicperm")
 
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
+__all__ = ["ReplicaHealth", "StreamAdmin", "TOPIC_READ_PERMS", "now_ms"]
 
 
 class StreamAdmin:
@@ -52,6 +54,9 @@ class StreamAdmin:
         # rather than it being the OS user: a cluster that authenticates someone else refuses it.
         self._named = identity is not None or named_user() is not None
         self._callers: dict[str, Identity] = {}
+        # The unchecked catalog the engine uses, bound to who is calling (``store`` refuses an
+        # identity that a cluster does not authenticate, as every call here does).
+        self.catalog = Catalog(self.clusters, guard=self.caller)
 
     def caller(self, cluster: str) -> Identity:
         """Who is calling on ``cluster``: the principal its settings authenticate as (with the
@@ -78,21 +83,15 @@ class StreamAdmin:
     # -- helpers -------------------------------------------------------------------
     def path(self, text: str | StreamPath) -> StreamPath:
         """Parse a stream path against the default cluster."""
-        if isinstance(text, StreamPath):
-            return text
-        return parse_stream_path(text, self.clusters.default)
+        return self.catalog.path(text)
 
     def store(self, path: StreamPath) -> Store:
-        self.caller(path.cluster)  # acting as someone a cluster does not authenticate is refused on every call
-        return self.clusters.store(path.cluster)
+        """The store of ``path``'s cluster (acting as someone it does not authenticate is refused)."""
+        return self.catalog.store(path)
 
     def entry(self, path: str | StreamPath) -> StreamEntry:
         """The catalog entry of a stream, or NotFound."""
-        sp = self.path(path)
-        doc = self.store(sp).catalog_get(STREAM_KIND, sp.path)
-        if doc is None:
-            raise NotFound(f"stream {sp} does not exist")
-        return StreamEntry.from_dict(doc)
+        return self.catalog.entry(path)
 
     def may(self, meta: StreamMeta, perm: str, cluster: str) -> bool:
         """Whether the caller on ``cluster`` satisfies the ACE ``perm`` of stream metadata ``meta``."""
@@ -126,17 +125,11 @@ class StreamAdmin:
                     f"with the metadata of {src} ({perm} is {ace!r})"
                 )
 
-    def _update(self, sp: StreamPath, change: Callable[[StreamEntry], StreamEntry | None]) -> StreamEntry | None:
-        """Atomically change an existing stream's entry (None deletes it)."""
-
-        def apply(doc: dict | None) -> dict | None:
-            if doc is None:
-                raise NotFound(f"stream {sp} does not exist")
-            new = change(StreamEntry.from_dict(doc))
-            return None if new is None else new.to_dict()
-
-        result = self.store(sp).catalog_update(STREAM_KIND, sp.path, apply)
-        return None if result is None else StreamEntry.from_dict(result)
+    def _update(self, sp: StreamPath, change: Callable[[StreamEntry], StreamEntry]) -> StreamEntry:
+        """Atomically change an existing stream's entry."""
+        result = self.catalog.update(sp, change)
+        assert result is not None  # ``change`` never deletes
+        return result
 
     # -- streams -------------------------------------------------------------------
     def create_stream(
@@ -195,7 +188,7 @@ class StreamAdmin:
         return self._update(sp, edit)
 
     def set_failover(
-        self, path: str | StreamPath, record: FailoverRecord | None, only_state: str | None = None
+        self, path: str | StreamPath, record: FailoverRecord | None, only_state: FailoverState | None = None
     ) -> StreamEntry:
         """Record where a failover or failback left a stream (``model/failover.py``); needs
         adminperm. Used by ``replication.failover``, which holds the procedure.
@@ -226,35 +219,29 @@ class StreamAdmin:
                 raise NotFound(f"stream {sp} was replaced while being deleted")
             return None
 
-        self._update(sp, delete)
+        self.catalog.update(sp, delete)
 
     def list_streams(self, cluster: str | None = None) -> list[StreamEntry]:
         """Every stream of ``cluster`` (the default cluster if None)."""
-        name = cluster or self.clusters.default
-        if name is None:
-            raise NotFound("no cluster given and no default cluster is set")
-        docs = self.clusters.store(validate_cluster_name(name)).catalog_list(STREAM_KIND)
-        return [StreamEntry.from_dict(d) for d in docs.values()]
+        return self.catalog.list_streams(cluster)
 
-    def stream_info(self, path: str) -> dict[str, Any]:
+    def stream_info(self, path: str) -> StreamInfo:
         """``stream info``: metadata, identity and topic count."""
         sp = self.path(path)
         entry = self.entry(sp)
         topics = self.store(sp).topics(entry.uuid)
-        return {
-            "path": str(sp),
-            "cluster": sp.cluster,
-            "uuid": entry.uuid,
-            "creator": entry.creator,
-            "created": entry.created,
-            **entry.meta.to_dict(),
-            "topics": len(topics),
-            "partitions": sum(topics.values()),
-            "replicas": len(entry.replicas),
-            "upstreams": len(entry.upstreams),
-            "failoverState": None if entry.failover is None else entry.failover.state,
-            "failover": None if entry.failover is None else entry.failover.describe(),
-        }
+        return StreamInfo(
+            path=sp,
+            uuid=entry.uuid,
+            creator=entry.creator,
+            created=entry.created,
+            meta=entry.meta,
+            topics=len(topics),
+            partitions=sum(topics.values()),
+            replicas=len(entry.replicas),
+            upstreams=len(entry.upstreams),
+            failover=entry.failover,
+        )
 
     # -- topics --------------------------------------------------------------------
     def create_topic(self, path: str, topic: str, partitions: int | None = None) -> dict[str, Any]:
@@ -399,7 +386,7 @@ class StreamAdmin:
         return link
 
     def replica_links(self, path: str) -> list[ReplicaLink]:
-        return list(self.entry(path).replicas)
+        return self.catalog.replica_links(path)
 
     def _change_replica(self, path: str, replica: str, change: Callable[[ReplicaLink], ReplicaLink | None]) -> None:
         src, dst = self.path(path), self.path(replica)
@@ -411,7 +398,7 @@ class StreamAdmin:
             replicas = tuple(new if r is link else r for r in entry.replicas if new is not None or r is not link)
             return entry.with_changes(replicas=replicas)
 
-        self._update(src, apply)
+        self.catalog.update(src, apply)
 
     def pause_replica(self, path: str, replica: str) -> None:
         """``stream replica pause``: stop replicating to ``replica`` until resumed."""
@@ -441,53 +428,19 @@ class StreamAdmin:
         """``stream replica remove``: stop replicating to ``replica`` for good."""
         self._change_replica(path, replica, lambda link: None)
 
-    def set_replica_state(
-        self,
-        path: str,
-        replica: str,
-        state: ReplicaState,
-        error: str | None = None,
-        only_from: ReplicaState | None = None,
-    ) -> None:
-        """Record a replica's state (used by the replication layer; no ACE check: gateways have
-        implicit authority).
-
-        :param only_from: change it only while the link is in this state (in the same atomic
-            update), so a state someone else set meanwhile is kept.
-        """
-        src, dst = self.path(path), self.path(replica)
-
-        def apply(entry: StreamEntry) -> StreamEntry:
-            link = rules.require_link(entry.replicas, dst, src, "replica")
-            if only_from is not None and link.state != only_from.value:
-                return entry
-            if link.state == ReplicaState.FAILED_OVER.value and only_from is not ReplicaState.FAILED_OVER:
-                return entry  # a failover's own record: only failback (only_from=FAILED_OVER) changes it
-            new = link.with_changes(state=state.value, error=error)
-            return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
-
-        self._update(src, apply)
-
     # -- upstreams (kept on the replica) -------------------------------------------
-    def _topics_of(self, path: StreamPath) -> set[str]:
-        try:
-            entry = self.entry(path)
-            return set(self.store(path).topics(entry.uuid))
-        except NotFound:
-            return set()  # an upstream that is gone has no topics to collide with
-
     def add_upstream(self, path: str, upstream: str) -> UpstreamLink:
         """``stream upstream add``: the replica's owner agrees to receive from ``upstream``;
         needs adminperm on the replica. Refuses an upstream sharing topic names with another.
         The link records the upstream's UUID: a stream created later at that path is not it."""
         dst, src = self.path(path), self.path(upstream)
         src_entry = self.entry(src)  # must exist
-        topics_of_new = self._topics_of(src)
+        topics_of_new = self.catalog.topics_of(src)
         link = UpstreamLink(path=str(src), added=now_ms(), uuid=src_entry.uuid)
 
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, dst, "adminperm")
-            others = {u.path: self._topics_of(self.path(u.path)) for u in entry.upstreams}
+            others = {u.path: self.catalog.topics_of(self.path(u.path)) for u in entry.upstreams}
             rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid, src_entry.uuid)
             return entry.with_changes(upstreams=entry.upstreams + (link,))
 
@@ -495,20 +448,15 @@ class StreamAdmin:
         return link
 
     def upstream_links(self, path: str) -> list[UpstreamLink]:
-        return list(self.entry(path).upstreams)
+        return self.catalog.upstream_links(path)
 
-    def list_upstreams(self, path: str) -> list[dict[str, Any]]:
-        """``stream upstream list``: each upstream's ``cluster``, ``stream`` (its path in that
-        cluster), ``idx`` (its place in the list, from 1) and ``uuid`` (the stream agreed to; None
-        for a link written before links recorded UUIDs), as MapR reports them, with
-        ``upstreamPath`` (the full path), as ``replica list`` has ``replicaPath``."""
-        rows = []
-        for idx, link in enumerate(self.entry(path).upstreams, 1):
-            up = self.path(link.path)
-            rows.append(
-                {"cluster": up.cluster, "stream": up.path, "upstreamPath": link.path, "idx": idx, "uuid": link.uuid}
-            )
-        return rows
+    def list_upstreams(self, path: str) -> list[UpstreamRow]:
+        """``stream upstream list``: each upstream, its place in the list (from 1) and the UUID
+        of the stream agreed to (None for a link written before links recorded UUIDs)."""
+        return [
+            UpstreamRow(self.path(link.path), link.path, idx, link.uuid)
+            for idx, link in enumerate(self.entry(path).upstreams, 1)
+        ]
 
     def remove_upstream(self, path: str, upstream: str) -> None:
         """``stream upstream remove``: withdraw the agreement; replication from it stops."""
@@ -521,10 +469,8 @@ class StreamAdmin:
 
         self._update(dst, remove)
 
-    def list_replicas(self, path: str, health: ReplicaHealth | None = None) -> list[dict[str, Any]]:
-        """``stream replica list``: each replica in MapR's field names (``cluster``, ``stream``,
-        ``replicaPath``, ``replicaState``, ``paused``, ``throttle``, ``idx``, ``networkencryption``,
-        ``synchronous``, ``networkcompression``, ``uuid``, ``errors``), with the agreement checked live (a replica that does not list the source is
+    def list_replicas(self, path: str, health: ReplicaHealth | None = None) -> list[ReplicaRow]:
+        """``stream replica list``: each replica, with the agreement checked live (a replica that does not list the source is
         waiting for its upstream; a link whose stream was deleted and recreated at its path is an
         error naming both UUIDs).
 
@@ -534,7 +480,7 @@ class StreamAdmin:
         """
         src = self.path(path)
         source_entry = self.entry(src)
-        result = []
+        result: list[ReplicaRow] = []
         for idx, link in enumerate(source_entry.replicas, 1):
             dst = self.path(link.path)
             replica_entry, no_gateway = None, None
@@ -548,20 +494,19 @@ class StreamAdmin:
                 error, no_gateway = health(src, source_entry, dst, replica_entry)
             state, error = rules.effective_state(link, agreed, error, no_gateway)
             result.append(
-                {
-                    "cluster": dst.cluster,
-                    "stream": dst.path,
-                    "replicaPath": link.path,
-                    "replicaState": state,
-                    "paused": link.paused,
-                    "throttle": link.throttle,
-                    "idx": idx,
-                    "networkencryption": link.networkencryption,
-                    "synchronous": link.synchronous,
-                    "networkcompression": link.networkcompression,
-                    "uuid": replica_entry.uuid if replica_entry is not None else None,
-                    "errors": error,
-                }
+                ReplicaRow(
+                    path=dst,
+                    replica_path=link.path,
+                    state=state,
+                    paused=link.paused,
+                    throttle=link.throttle,
+                    idx=idx,
+                    networkencryption=link.networkencryption,
+                    synchronous=link.synchronous,
+                    networkcompression=link.networkcompression,
+                    uuid=replica_entry.uuid if replica_entry is not None else None,
+                    errors=error,
+                )
             )
         return result
 
@@ -590,8 +535,7 @@ class StreamAdmin:
     def cluster_ace(self, cluster: str) -> ClusterAce | None:
         """The cluster's administration ACE; None for a cluster registered before cluster ACEs
         existed (or through ``Clusters.add``, which does not know the caller)."""
-        doc = self.clusters.store(validate_cluster_name(cluster)).catalog_get(CLUSTER_KIND, CLUSTER_ACE_KEY)
-        return None if doc is None else ClusterAce.from_dict(doc)
+        return self.catalog.cluster_ace(cluster)
 
     def require_cluster_admin(self, cluster: str) -> None:
         """PermissionDenied unless the caller satisfies the cluster's adminperm. A cluster
@@ -635,11 +579,7 @@ class StreamAdmin:
 
     # -- gateways (kept on the source cluster) -------------------------------------
     def _source_cluster(self, cluster: str | None) -> str:
-        name = cluster or self.clusters.default
-        if name is None:
-            raise NotFound("no cluster given and no default cluster is set")
-        self.clusters.get(name)
-        return name
+        return self.catalog.source_cluster(cluster)
 
     def set_gateways(self, dstcluster: str, gateways: str | list[str], cluster: str | None = None) -> list[str]:
         """``cluster gateway set``: on the source cluster, list the gateways of ``dstcluster``;
@@ -653,16 +593,11 @@ class StreamAdmin:
 
     def gateways(self, cluster: str | None = None) -> dict[str, list[str]]:
         """``cluster gateway list``: the gateways of every destination cluster."""
-        docs = self.clusters.store(self._source_cluster(cluster)).catalog_list(GATEWAYS_KIND)
-        return {dst: doc["gateways"] for dst, doc in docs.items()}
+        return self.catalog.gateways(cluster)
 
     def get_gateways(self, dstcluster: str, cluster: str | None = None) -> list[str]:
         """``cluster gateway get``: the gateways of one destination cluster."""
-        source = self._source_cluster(cluster)
-        doc = self.clusters.store(source).catalog_get(GATEWAYS_KIND, validate_cluster_name(dstcluster))
-        if doc is None:
-            raise NotFound(f"cluster {source} lists no gateways for destination cluster {dstcluster}")
-        return doc["gateways"]
+        return self.catalog.get_gateways(dstcluster, cluster)
 
     def delete_gateways(self, dstcluster: str, cluster: str | None = None) -> None:
         """``cluster gateway delete``: forget the gateways of one destination cluster; needs

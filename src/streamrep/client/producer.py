@@ -17,7 +17,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from streamrep.client.admin import StreamAdmin, now_ms
+from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import now_ms
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.failover import check_writable
@@ -274,7 +275,7 @@ class Producer:
             for p, (_, end) in parts.items()
         }
 
-        fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
+        fell_back = link.state is ReplicaState.SYNC_FALLBACK
         if fell_back:
             # Asynchronous while the replica lags. Once it has applied everything before
             # these messages it has caught up: wait for these again, as a synchronous
@@ -292,8 +293,8 @@ class Producer:
         while not covers(store.marks(replica_entry.uuid), targets):
             if time.monotonic() >= deadline:
                 if not fell_back:
-                    self.admin.set_replica_state(str(sp), str(replica), ReplicaState.SYNC_FALLBACK)
+                    self.admin.catalog.set_replica_state(sp, replica, ReplicaState.SYNC_FALLBACK)
                 return
             time.sleep(SYNC_POLL_SECONDS)
         if fell_back:  # caught up: synchronous again
-            self.admin.set_replica_state(str(sp), str(replica), ReplicaState.REPLICATING)
+            self.admin.catalog.set_replica_state(sp, replica, ReplicaState.REPLICATING)

@@ -54,7 +54,7 @@ REDIRECTING = {FailoverState.FAILED_OVER, FailoverState.FAILING_BACK, FailoverSt
 class FailoverRecord:
     """One stream's side of a failover.
 
-    :param state: a ``FailoverState`` value.
+    :param state: where this side stands.
     :param peer: the other stream's path (the replica for a source, the source for a replica).
     :param peer_uuid: the other stream's UUID (None if it was unreachable when recorded).
     :param since: when the failover began (ms since the epoch).
@@ -62,7 +62,7 @@ class FailoverRecord:
     :param missing: messages the replica may lack (the last known lag) for a forced failover.
     """
 
-    state: str
+    state: FailoverState
     peer: str
     peer_uuid: str | None = None
     since: int = 0
@@ -80,7 +80,9 @@ class FailoverRecord:
         if not data:
             return None
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        known = {k: v for k, v in data.items() if k in names}
+        known["state"] = FailoverState(known["state"])
+        return cls(**known)
 
     def with_changes(self, **changes: Any) -> FailoverRecord:
         return replace(self, **changes)
@@ -88,13 +90,13 @@ class FailoverRecord:
     def describe(self) -> str:
         """One line for ``stream info`` and ``replica list``."""
         text = {
-            FailoverState.FENCED.value: f"failing over to {self.peer}: writes paused",
-            FailoverState.FAILED_OVER.value: f"failed over to {self.peer}",
-            FailoverState.PROMOTED.value: f"promoted: replaces {self.peer}",
-            FailoverState.FAILING_BACK.value: f"failing back from {self.peer}",
-            FailoverState.RETURNING.value: f"returning the role to {self.peer}",
-            FailoverState.TAKING_BACK.value: f"taking its role back from {self.peer}: writes paused",
-        }.get(self.state, f"{self.state} ({self.peer})")
+            FailoverState.FENCED: f"failing over to {self.peer}: writes paused",
+            FailoverState.FAILED_OVER: f"failed over to {self.peer}",
+            FailoverState.PROMOTED: f"promoted: replaces {self.peer}",
+            FailoverState.FAILING_BACK: f"failing back from {self.peer}",
+            FailoverState.RETURNING: f"returning the role to {self.peer}",
+            FailoverState.TAKING_BACK: f"taking its role back from {self.peer}: writes paused",
+        }[self.state]
         if self.forced:
             text += (
                 f" (forced; up to {self.missing if self.missing is not None else 'an unknown number of'} "
@@ -116,8 +118,8 @@ class WritesRefused(Conflict):
 
 def check_writable(path: str, record: FailoverRecord | None) -> None:
     """Raise ``WritesRefused`` if producers may not write to the stream at ``path`` now."""
-    if record is None or record.state not in {s.value for s in REFUSING}:
+    if record is None or record.state not in REFUSING:
         return
-    if record.state in {s.value for s in REDIRECTING}:
+    if record.state in REDIRECTING:
         raise WritesRefused(f"stream {path} {record.describe()}: produce to {record.peer}", record.peer)
     raise WritesRefused(f"stream {path} is {record.describe()}; retry in a moment", None)

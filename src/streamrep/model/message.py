@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -70,7 +70,13 @@ class OriginRun(Sequence[Message]):
             Message, (value, key, ((ORIGIN_HEADER, self.prefix + b"%d" % offset),), timestamp, -1, -1, self.topic)
         )
 
-    def __getitem__(self, index):
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
         if isinstance(index, slice):
             return [self._message(m) for m in self.source[index]]
         return self._message(self.source[index])
@@ -89,7 +95,8 @@ class OriginRun(Sequence[Message]):
             return len(other) == len(self) and list(self) == list(other)
         return NotImplemented
 
-    __hash__ = None  # like a list
+    def __hash__(self) -> int:  # unhashable, like a list
+        raise TypeError("unhashable type: 'OriginRun'")
 
     def __repr__(self) -> str:
         return f"OriginRun({len(self)} messages of {self.prefix.decode('ascii', 'replace')}{self.topic})"

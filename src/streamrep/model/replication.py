@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
 from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
@@ -56,7 +56,7 @@ class ReplicaLink:
     path: str
     paused: bool = False
     synchronous: bool = False
-    state: str = ReplicaState.WAITING_FOR_GATEWAY.value
+    state: ReplicaState = ReplicaState.WAITING_FOR_GATEWAY
     error: str | None = None
     added: int = 0
     uuid: str | None = None  # the replica stream agreed to; None in links written before UUIDs (see binds)
@@ -67,14 +67,17 @@ class ReplicaLink:
     networkencryption: bool = False
     networkcompression: str = LEGACY_NETWORK_COMPRESSION
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> ReplicaLink:
-        return cls(**_known_fields(cls, data))
+    def from_dict(cls, data: Mapping[str, Any]) -> ReplicaLink:
+        known = _known_fields(cls, data)
+        if "state" in known:
+            known["state"] = ReplicaState(known["state"])
+        return cls(**known)
 
-    def with_changes(self, **changes) -> ReplicaLink:
+    def with_changes(self, **changes: Any) -> ReplicaLink:
         return replace(self, **changes)
 
 
@@ -86,15 +89,18 @@ class UpstreamLink:
     added: int = 0
     uuid: str | None = None  # the upstream stream agreed to; None in links written before UUIDs (see binds)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping) -> UpstreamLink:
+    def from_dict(cls, data: Mapping[str, Any]) -> UpstreamLink:
         return cls(**_known_fields(cls, data))
 
 
-def _known_fields(cls: type, data: Mapping) -> dict:
+_Link = TypeVar("_Link", ReplicaLink, UpstreamLink)
+
+
+def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
     # Catalog documents may come from older or newer releases: unknown keys are ignored and
     # missing ones take their defaults.
     names = {f.name for f in fields(cls)}
@@ -218,7 +224,7 @@ def parse_loss_key(key: str) -> tuple[str, str, int, int] | None:
     return source_uuid, topic, int(partition), int(first)
 
 
-def find_link(links: Iterable, path: StreamPath):
+def find_link(links: Iterable[_Link], path: StreamPath) -> _Link | None:
     """The link to ``path`` in ``links``, or None."""
     wanted = str(path)
     return next((link for link in links if link.path == wanted), None)
@@ -288,7 +294,7 @@ def check_distinct(
         )
 
 
-def require_link(links: Iterable, path: StreamPath, owner: StreamPath, kind: str):
+def require_link(links: Iterable[_Link], path: StreamPath, owner: StreamPath, kind: str) -> _Link:
     """The link to ``path`` or a NotFound naming ``kind`` ('replica' or 'upstream')."""
     link = find_link(links, path)
     if link is None:
@@ -312,7 +318,7 @@ def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
 
 def effective_state(
     link: ReplicaLink, agreed: bool, error: str | None = None, no_gateway: str | None = None
-) -> tuple[str, str | None]:
+) -> tuple[ReplicaState, str | None]:
     """The state ``replica list`` shows, and its error. In order: FAILED_OVER (a failover withdrew
     the agreement on purpose: not an error, not waiting); an error (stored by a gateway,
     or ``error`` found now: a replica that was deleted, messages lost to the source's retention)
@@ -320,18 +326,18 @@ def effective_state(
     a paused replica is PAUSED; with no live gateway (``no_gateway``, MapR's
     ErrAllGatewaysUnreachable) it is WAITING_FOR_GATEWAY (SYNC_FELL_BACK_TO_ASYNC stays);
     otherwise the stored state."""
-    if link.state == ReplicaState.FAILED_OVER.value:  # the agreement was withdrawn on purpose
+    if link.state is ReplicaState.FAILED_OVER:  # the agreement was withdrawn on purpose
         return link.state, None
     error = "; ".join(e for e in (error, link.error) if e) or None
     if error:
-        return ReplicaState.UNEXPECTED.value, error
+        return ReplicaState.UNEXPECTED, error
     if not agreed:
-        return ReplicaState.WAITING_FOR_UPSTREAM.value, None
-    if link.state == ReplicaState.COPY_IN_PROGRESS.value:
+        return ReplicaState.WAITING_FOR_UPSTREAM, None
+    if link.state is ReplicaState.COPY_IN_PROGRESS:
         return link.state, None
     if link.paused:
-        return ReplicaState.PAUSED.value, None
+        return ReplicaState.PAUSED, None
     if no_gateway:  # a synchronous replica that fell back keeps saying so, with the reason
-        fell_back = link.state == ReplicaState.SYNC_FALLBACK.value
-        return (link.state if fell_back else ReplicaState.WAITING_FOR_GATEWAY.value), no_gateway
+        fell_back = link.state is ReplicaState.SYNC_FALLBACK
+        return (link.state if fell_back else ReplicaState.WAITING_FOR_GATEWAY), no_gateway
     return link.state, None

@@ -33,7 +33,8 @@ class StreamMeta:
     def for_creator(cls, user: str, **changes: Any) -> StreamMeta:
         """Defaults for a stream ``user`` creates, with ``changes`` applied and validated."""
         owner = f"u:{user}"
-        base = cls(**{perm: owner for perm in PERMISSIONS})
+        owners: dict[str, Any] = {perm: owner for perm in PERMISSIONS}
+        base = cls(**owners)
         return base.edited(**changes)
 
     def edited(self, **changes: Any) -> StreamMeta:
@@ -60,7 +61,7 @@ class StreamMeta:
             )
         if not isinstance(self.autocreate, bool):
             raise InvalidArgument(f"invalid autocreate {self.autocreate!r}: true or false")
-        canonical = {perm: validate_ace(getattr(self, perm)) for perm in PERMISSIONS}
+        canonical: dict[str, Any] = {perm: validate_ace(getattr(self, perm)) for perm in PERMISSIONS}
         return replace(self, **canonical)
 
     def to_dict(self) -> dict[str, Any]:

@@ -36,9 +36,11 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import HasCatalog
 from streamrep.errors import Conflict, StreamrepError
 from streamrep.model.replication import position_key
 from streamrep.replication.flows import Flow
@@ -62,7 +64,31 @@ ACTIVE = "skipped: active on replica"
 BEHIND = "skipped: behind the replica's cursor"
 OTHER_UPSTREAM = "skipped: synced from another upstream"
 
-Row = dict[str, Any]
+
+@dataclass
+class Row:
+    """What cursor sync did for one group, topic and partition: the group's cursor on the source
+    (``source_offset``), the replica's cursor after the sync (``replica_offset``; None if it has
+    none) and ``action`` (``SYNCED``, ``UNCHANGED``, ``WAITING``, or why it was skipped)."""
+
+    group: str
+    topic: str
+    partition: int
+    source_offset: int
+    replica_offset: int | None
+    action: str = ""
+
+
+@dataclass(frozen=True)
+class CursorRow:
+    """A committed cursor (``stream cursor list``): the next ``offset`` the group reads, and the
+    ``lag`` (messages after it)."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+    lag: int
 
 
 def sync_cursors(admin: StreamAdmin, source: str, replica: str, takeover: bool = False) -> list[Row]:
@@ -75,8 +101,7 @@ def sync_cursors(admin: StreamAdmin, source: str, replica: str, takeover: bool =
         (a failback: the replica is the old source, whose consumers are stopped, and its groups'
         old cursors would otherwise count as "active on replica" for ever). Still forward only,
         and a Kafka group with members there is still left alone.
-    :return: one row per group, topic and partition: ``group, topic, partition, sourceOffset,
-        replicaOffset`` (the replica's cursor after the call, None if it has none) and ``action``.
+    :return: one row per group, topic and partition (``Row``).
     """
     src, dst, src_entry, dst_entry = check_translate(admin, source, replica)
     source_store, replica_store = admin.store(src), admin.store(dst)
@@ -84,7 +109,7 @@ def sync_cursors(admin: StreamAdmin, source: str, replica: str, takeover: bool =
     return sync_partitions(source_store, src_entry.uuid, replica_store, dst_entry.uuid, partitions, takeover)
 
 
-def list_cursors(admin: StreamAdmin, path: str, group: str | None = None) -> list[Row]:
+def list_cursors(admin: StreamAdmin, path: str, group: str | None = None) -> list[CursorRow]:
     """The committed cursors on stream ``path`` (needs consumeperm): one row per group, topic
     and partition, with ``offset`` (the next to read) and ``lag`` (messages after it).
 
@@ -94,15 +119,13 @@ def list_cursors(admin: StreamAdmin, path: str, group: str | None = None) -> lis
     entry = admin.entry(sp)
     admin.require(entry, sp, "consumeperm")
     store = admin.store(sp)
-    rows: list[Row] = []
+    rows: list[CursorRow] = []
     topics = store.topics(entry.uuid)
     for name in [group] if group else store.groups(entry.uuid):
         for topic in topics:
             for p, offset in sorted(store.cursors(name, entry.uuid, topic).items()):
                 end = store.offsets(entry.uuid, topic, p)[1]
-                rows.append(
-                    {"group": name, "topic": topic, "partition": p, "offset": offset, "lag": max(0, end - offset)}
-                )
+                rows.append(CursorRow(name, topic, p, offset, max(0, end - offset)))
     return rows
 
 
@@ -174,7 +197,7 @@ def _sync_group(
         for p in wanted:
             cursor, current = source_cursors[p], replica_cursors.get(p)
             record = written.get(topic, {}).get(str(p))
-            row = {"group": group, "topic": topic, "partition": p, "sourceOffset": cursor, "replicaOffset": current}
+            row = Row(group, topic, p, cursor, current)
             rows.append(row)
             if (
                 takeover
@@ -185,22 +208,22 @@ def _sync_group(
                 record = {"offset": current, "prior": current, "source": source_uuid}
                 adopted.setdefault(topic, {})[p] = current
             if live:
-                row["action"] = f"{ACTIVE} (the group has members there)"
+                row.action = f"{ACTIVE} (the group has members there)"
             elif not _ours(record, current):
-                row["action"] = f"{ACTIVE} (a cursor was committed there)"
+                row.action = f"{ACTIVE} (a cursor was committed there)"
             elif record is not None and record["source"] != source_uuid and current is not None:
-                row["action"] = OTHER_UPSTREAM
+                row.action = OTHER_UPSTREAM
             elif p >= count or _position(source_store, source_uuid, topic, p, marks, cursor) < cursor:
-                row["action"] = WAITING
+                row.action = WAITING
             else:
                 target = translate_partition(
                     replica_store, replica_uuid, position_key(source_uuid, topic, p), topic, p, cursor
                 )
                 if current is not None and target <= current:
-                    row["action"] = UNCHANGED if target == current else BEHIND
+                    row.action = UNCHANGED if target == current else BEHIND
                 else:
-                    row["action"] = SYNCED
-                    row["replicaOffset"] = target
+                    row.action = SYNCED
+                    row.replica_offset = target
                     moves.setdefault(topic, {})[p] = (target, current)
     if moves or adopted:
         _commit(group, source_uuid, replica_store, replica_uuid, moves, adopted, rows)
@@ -276,7 +299,9 @@ def _commit(
     """Record what is about to be written, then write it: a sync cut off in between finds the
     replica still at the recorded ``prior`` value and writes again."""
 
-    records = {topic: {p: (current, current) for p, current in parts.items()} for topic, parts in adopted.items()}
+    records: dict[str, dict[int, tuple[int, int | None]]] = {
+        topic: {p: (current, current) for p, current in parts.items()} for topic, parts in adopted.items()
+    }
     for topic, parts in moves.items():
         records.setdefault(topic, {}).update(parts)
     _record(replica_store, replica_uuid, group, source_uuid, records)
@@ -285,9 +310,9 @@ def _commit(
             replica_store.commit_cursors(group, replica_uuid, topic, {p: t for p, (t, _) in parts.items()})
         except Conflict:  # Kafka refused: the group became live on the replica meanwhile
             for row in rows:
-                if row["topic"] == topic and row["partition"] in parts and row["action"] == SYNCED:
-                    row["action"] = f"{ACTIVE} (Kafka refused: the group is live there)"
-                    row["replicaOffset"] = parts[row["partition"]][1]
+                if row.topic == topic and row.partition in parts and row.action == SYNCED:
+                    row.action = f"{ACTIVE} (Kafka refused: the group is live there)"
+                    row.replica_offset = parts[row.partition][1]
 
 
 class CursorSync:
@@ -306,17 +331,17 @@ class CursorSync:
         self.errors: dict[str, str] = {}  # replica path -> the last pass's error
 
     def maybe_sync(
-        self, admin: StreamAdmin, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]
+        self, catalog: HasCatalog, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]
     ) -> bool:
         """Sync if a pass is due; returns whether one ran."""
         now = time.monotonic()
         if self.interval is None or now - self._last < self.interval:
             return False
         self._last = now
-        self.sync(admin, replica_store, units)
+        self.sync(catalog, replica_store, units)
         return True
 
-    def sync(self, admin: StreamAdmin, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]) -> None:
+    def sync(self, catalog: HasCatalog, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]) -> None:
         """One pass now. ``replica_store`` is the gateway's cluster (where its replicas are)."""
         work: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
         flows: dict[tuple[str, str], Flow] = {}
@@ -330,7 +355,7 @@ class CursorSync:
             flow = flows[pair]
             try:
                 rows += sync_partitions(
-                    admin.store(flow.source), flow.source_uuid, replica_store, flow.replica_uuid, partitions
+                    catalog.catalog.store(flow.source), flow.source_uuid, replica_store, flow.replica_uuid, partitions
                 )
             except StreamrepError as err:
                 errors[str(flow.replica)] = str(err)

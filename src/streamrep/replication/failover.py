@@ -44,21 +44,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin, now_ms
 from streamrep.client.producer import FAILOVER_CHECK_SECONDS
-from streamrep.errors import Conflict, InvalidArgument, NotFound, StreamrepError, Unavailable
+from streamrep.errors import Conflict, InvalidArgument, NotFound, RetryNow, StreamrepError, Unavailable
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, stop_key
+from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.cursors import adopt_cursors, sync_partitions
+from streamrep.replication.pending import partition_pending, pending
 from streamrep.replication.service import live_gateways_of
 from streamrep.replication.setup import ensure_replica, ensure_upstream
-from streamrep.replication.status import partition_pending, pending
 from streamrep.replication.transfer import ensure_topics
 
 # Longer than a producer's view of a failover record may be stale, plus an append in flight.
@@ -95,6 +96,20 @@ class Pair:
         return self.src_entry is not None
 
     @property
+    def source(self) -> StreamEntry:
+        """The source's entry, for a step that needs the source (Unavailable if it cannot be read)."""
+        if self.src_entry is None:
+            raise Unavailable(f"source {self.src} is unreachable ({self.unreachable})")
+        return self.src_entry
+
+    @property
+    def promoted(self) -> FailoverRecord:
+        """The replica's failover record, in a stage that has one (Conflict if it has none)."""
+        if self.dst_entry.failover is None:
+            raise Conflict(f"{self.dst} has no failover record")
+        return self.dst_entry.failover
+
+    @property
     def source_uuid(self) -> str | None:
         if self.src_entry is not None:
             return self.src_entry.uuid
@@ -125,7 +140,7 @@ def _pair(admin: StreamAdmin, source: str, replica: str) -> Pair:
     return Pair(src, dst, dst_entry, src_entry, None)
 
 
-def _state(entry: StreamEntry | None) -> str | None:
+def _state(entry: StreamEntry | None) -> FailoverState | None:
     return None if entry is None or entry.failover is None else entry.failover.state
 
 
@@ -134,27 +149,27 @@ def stage(pair: Pair) -> str:
     failback applies to it."""
     src, dst, record = pair.src, pair.dst, pair.dst_entry.failover
     if record is not None and record.state in (
-        FailoverState.FAILED_OVER.value,
-        FailoverState.FAILING_BACK.value,
-        FailoverState.TAKING_BACK.value,
+        FailoverState.FAILED_OVER,
+        FailoverState.FAILING_BACK,
+        FailoverState.TAKING_BACK,
     ):
         raise Conflict(
             f"stream {dst} {record.describe()}: it is not a replica now; to give it its role back "
             f"use 'stream replica failback -path {dst} -replica {record.peer}'"
         )
     if record is not None and record.peer == str(src):
-        if record.state == FailoverState.RETURNING.value:
+        if record.state == FailoverState.RETURNING:
             return RETURNING
-        if record.state == FailoverState.PROMOTED.value:
+        if record.state == FailoverState.PROMOTED:
             reverse = rules.find_link(pair.dst_entry.replicas, src) is not None
-            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK.value, FailoverState.TAKING_BACK.value)
+            failing_back = _state(pair.src_entry) in (FailoverState.FAILING_BACK, FailoverState.TAKING_BACK)
             return FAILING_BACK if reverse and failing_back else FAILED_OVER
-    if record is not None and record.state == FailoverState.PROMOTED.value:
+    if record is not None and record.state == FailoverState.PROMOTED:
         raise Conflict(f"stream {dst} was promoted to replace {record.peer}, not {src}")
     src_record = pair.src_entry.failover if pair.src_entry is not None else None
     if src_record is not None and src_record.peer != str(dst):
         raise Conflict(f"stream {src} is {src_record.describe()}; it cannot fail over to {dst} too")
-    if src_record is not None and src_record.state == FailoverState.FENCED.value:
+    if src_record is not None and src_record.state == FailoverState.FENCED:
         return FAILING_OVER  # an earlier try may have withdrawn the agreement already
     if rules.find_link(pair.dst_entry.upstreams, src) is None:
         raise NotFound(f"{dst} is not a replica of {src}: it does not list {src} as an upstream")
@@ -166,44 +181,102 @@ def stage(pair: Pair) -> str:
 
 
 # -- what is pending ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TopicLag:
+    """What a replica lacks of one topic: messages, value bytes, and how long the oldest has waited."""
+
+    topic: str
+    pending_messages: int
+    bytes_pending: int
+    lag_millis: int
+
+
+@dataclass
+class FailoverPlan:
+    """What ``failover`` will do (``failover_plan``).
+
+    :param stage: where the pair stands (``stage``).
+    :param source_error: why the source is unreachable (None while it is reachable).
+    :param pending_messages: what the replica lacks, in total and per topic (``topics``; None
+        each when the source is unreachable or nothing is to drain).
+    :param last_known_lag: the replica's last recorded lag in messages (None if none was recorded).
+    :param gateways: the live gateways serving the flow (None if unreadable).
+    :param groups: the consumer groups whose cursors move (None if unreadable).
+    :param steps: what will happen, in words.
+    """
+
+    path: StreamPath
+    replica: StreamPath
+    stage: str
+    source_reachable: bool
+    source_error: str | None
+    pending_messages: int | None
+    bytes_pending: int | None
+    lag_millis: int | None
+    last_known_lag: int | None
+    topics: list[TopicLag] | None
+    gateways: list[str] | None
+    groups: list[str] | None
+    force_needed: bool
+    steps: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FailbackPlan:
+    """What ``failback`` will do (``failback_plan``).
+
+    :param to_copy_back: messages of the promoted stream that the source lacks (only those produced
+        on it), and per topic ``topics``; None when unknown.
+    :param gateways: the live gateways of the source's cluster (None if unreadable).
+    :param groups: the consumer groups whose cursors move back (None if unreadable).
+    """
+
+    path: StreamPath
+    replica: StreamPath
+    stage: str
+    source_reachable: bool
+    source_error: str | None
+    to_copy_back: int | None
+    topics: list[TopicLag] | None
+    gateways: list[str] | None
+    groups: list[str] | None
+    steps: list[str] = field(default_factory=list)
+
+
 def lag_by_topic(
     admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
-) -> list[dict[str, Any]]:
+) -> list[TopicLag]:
     """Per topic of the source: the messages and bytes ``dst`` has not applied yet and how long
     the oldest of them has waited (ms), counted as ``status.pending`` counts them."""
     source_store, marks = admin.store(src), admin.store(dst).marks(dst_entry.uuid)
     now = now_ms()
-    rows = []
+    rows: list[TopicLag] = []
     for topic, count in sorted(source_store.topics(src_entry.uuid).items()):
         messages = size = 0
-        oldest = None
+        oldest: int | None = None
         for partition in range(count):
             n, b, lo, _ = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
             messages, size = messages + n, size + b
-            if n:
+            if lo is not None:
                 oldest = lo if oldest is None else min(oldest, lo)
-        rows.append(
-            {
-                "topic": topic,
-                "pendingMessages": messages,
-                "bytesPending": size,
-                "replicationLagMillis": 0 if oldest is None else max(0, now - oldest),
-            }
-        )
+        rows.append(TopicLag(topic, messages, size, 0 if oldest is None else max(0, now - oldest)))
     return rows
 
 
 def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
     """The replica's last recorded lag behind the source in messages (the gateways' lag history,
     kept in the replica's cluster), or None if none was recorded."""
+    source_uuid = pair.source_uuid
+    if source_uuid is None:
+        return None
     try:
         from streamrep.replication import lag  # the lag history (issue 10 section 3)
 
-        doc = admin.store(pair.dst).catalog_get(lag.LAG_KIND, lag.flow_key(pair.source_uuid, pair.dst_entry.uuid))
+        doc = admin.store(pair.dst).catalog_get(lag.LAG_KIND, lag.flow_key(source_uuid, pair.dst_entry.uuid))
         samples = lag.samples_of(doc)
     except (ImportError, AttributeError, StreamrepError):
         return None
-    return samples[-1]["messages"] if samples else None
+    return samples[-1].messages if samples else None
 
 
 def _gateways(admin: StreamAdmin, pair: Pair, reverse: bool = False) -> list[str] | None:
@@ -248,57 +321,51 @@ def _written_since(admin: StreamAdmin, path: StreamPath, uuid: str, ends: dict[s
 
 
 # -- the plan -----------------------------------------------------------------------------------
-def failover_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
-    """What ``failover(admin, source, replica)`` will do, as data; changes nothing.
-
-    :return: ``path``, ``replica``, ``stage``, ``sourceReachable``, ``sourceError``, the totals
-        ``pendingMessages``, ``bytesPending``, ``replicationLagMillis`` and per topic ``topics``
-        (None when the source is unreachable), ``lastKnownLag`` (messages), ``gateways`` (live,
-        serving the flow), ``groups`` (consumer groups whose cursors move), ``forceNeeded`` and
-        ``steps`` (in words).
-    """
+def failover_plan(admin: StreamAdmin, source: str, replica: str) -> FailoverPlan:
+    """What ``failover(admin, source, replica)`` will do, as data; changes nothing."""
     pair = _pair(admin, source, replica)
     where = stage(pair)
     src, dst = pair.src, pair.dst
     topics = None
     if pair.reachable and where in (LINKED, FAILING_OVER):
-        topics = lag_by_topic(admin, src, pair.src_entry, dst, pair.dst_entry)
-    total = None if topics is None else sum(t["pendingMessages"] for t in topics)
-    plan: dict[str, Any] = {
-        "path": str(src),
-        "replica": str(dst),
-        "stage": where,
-        "sourceReachable": pair.reachable,
-        "sourceError": pair.unreachable,
-        "pendingMessages": total,
-        "bytesPending": None if topics is None else sum(t["bytesPending"] for t in topics),
-        "replicationLagMillis": None if topics is None else max((t["replicationLagMillis"] for t in topics), default=0),
-        "lastKnownLag": last_known_lag(admin, pair),
-        "topics": topics,
-        "gateways": _gateways(admin, pair),
-        "groups": _groups(admin, src, pair.src_entry) if pair.reachable else _groups(admin, dst, pair.dst_entry),
-        "forceNeeded": not pair.reachable and where in (LINKED, FAILING_OVER),
-    }
+        topics = lag_by_topic(admin, src, pair.source, dst, pair.dst_entry)
+    total = None if topics is None else sum(t.pending_messages for t in topics)
+    plan = FailoverPlan(
+        path=src,
+        replica=dst,
+        stage=where,
+        source_reachable=pair.reachable,
+        source_error=pair.unreachable,
+        pending_messages=total,
+        bytes_pending=None if topics is None else sum(t.bytes_pending for t in topics),
+        lag_millis=None if topics is None else max((t.lag_millis for t in topics), default=0),
+        last_known_lag=last_known_lag(admin, pair),
+        topics=topics,
+        gateways=_gateways(admin, pair),
+        groups=_groups(admin, src, pair.src_entry) if pair.reachable else _groups(admin, dst, pair.dst_entry),
+        force_needed=not pair.reachable and where in (LINKED, FAILING_OVER),
+    )
     if where in (FAILED_OVER, FAILING_BACK, RETURNING):
-        plan["steps"] = [
+        assert pair.dst_entry.failover is not None  # the stage says it has a record
+        plan.steps = [
             f"nothing to do: {dst} is already {pair.dst_entry.failover.describe()}"
             + ("" if where == FAILED_OVER else f" ({where}; finish it with failback)")
         ]
-        if where == FAILED_OVER and pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER.value:
-            plan["steps"].append(f"record on {src} (reachable again) that it failed over: its producers are refused")
+        if where == FAILED_OVER and pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
+            plan.steps.append(f"record on {src} (reachable again) that it failed over: its producers are refused")
     elif pair.reachable:
-        plan["steps"] = [
+        plan.steps = [
             f"refuse producers on {src} (they are told to retry, then sent to {dst})",
             f"wait {FENCE_GRACE_SECONDS:g} s, then until {dst} has applied the {total} pending messages "
-            f"(gateways live: {', '.join(plan['gateways'] or []) or 'none'})",
+            f"(gateways live: {', '.join(plan.gateways or []) or 'none'})",
             f"stop replication into {dst}: a stop mark per source partition, remove the upstream {src}, "
             f"mark the replica link {ReplicaState.FAILED_OVER.value}",
-            f"place the committed cursors of {len(plan['groups'] or [])} consumer group(s) on {dst}",
+            f"place the committed cursors of {len(plan.groups or [])} consumer group(s) on {dst}",
             f"record {dst} as PROMOTED and {src} as FAILED_OVER: producers write to {dst}",
         ]
     else:
-        missing = plan["lastKnownLag"]
-        plan["steps"] = [
+        missing = plan.last_known_lag
+        plan.steps = [
             f"{src} is unreachable ({pair.unreachable}): only -force true promotes {dst}",
             f"with -force: stop replication into {dst} (stop marks, remove the upstream {src})",
             f"record {dst} as PROMOTED; up to {missing if missing is not None else 'an unknown number of'} "
@@ -345,9 +412,9 @@ def stop_flow(
             if key not in marks:
                 try:
                     store.apply(dst_uuid, topic, partition, [], {key: now_ms()}, {key: None})
-                except Conflict:
+                except RetryNow as retry:
                     if key not in store.marks(dst_uuid):  # not a retry of ours: something else moved
-                        raise
+                        raise Conflict(str(retry)) from None
             stopped += 1
     return stopped
 
@@ -360,7 +427,9 @@ def clear_stops(admin: StreamAdmin, dst: StreamPath, dst_uuid: str, source_uuid:
     return store.drop_marks(dst_uuid, stops) if stops else 0
 
 
-def place_cursors(admin: StreamAdmin, src: StreamPath, src_uuid: str, dst: StreamPath, dst_uuid: str) -> list[dict]:
+def place_cursors(
+    admin: StreamAdmin, src: StreamPath, src_uuid: str, dst: StreamPath, dst_uuid: str
+) -> list[CursorSyncRow]:
     """``cursors.sync_cursors`` for every partition of the source, with the authority of the
     procedure (the caller administers both streams; consumeperm is not needed, as for a gateway)."""
     source_store = admin.store(src)
@@ -374,7 +443,7 @@ def _mark_link_failed_over(admin: StreamAdmin, src: StreamPath, dst: StreamPath)
     if rules.find_link(admin.entry(src).replicas, dst) is None:
         return
     admin.pause_replica(str(src), str(dst))
-    admin.set_replica_state(str(src), str(dst), ReplicaState.FAILED_OVER)
+    admin.catalog.set_replica_state(src, dst, ReplicaState.FAILED_OVER)
 
 
 def failover(
@@ -412,13 +481,13 @@ def failover(
     }
     if where in (FAILING_BACK, RETURNING):
         raise Conflict(
-            f"{dst} is already {pair.dst_entry.failover.describe()} and a failback is under way "
+            f"{dst} is already {pair.promoted.describe()} and a failback is under way "
             f"({where}): finish it with 'stream replica failback -path {src} -replica {dst}'"
         )
     if where == FAILED_OVER:
-        record = pair.dst_entry.failover
+        record = pair.promoted
         _withdraw(admin, pair)  # an earlier try may have stopped after promoting
-        if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER.value:
+        if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
             _demote_source(admin, pair, record.since)  # a forced failover's source is back: refuse its producers
         result.update(
             alreadyDone=True,
@@ -436,13 +505,13 @@ def failover(
         )
     missing: int | None = 0
     if pair.reachable:
-        record = pair.src_entry.failover
-        if record is None:
-            record = FailoverRecord(FailoverState.FENCED.value, str(dst), pair.dst_entry.uuid, now_ms())
-            admin.set_failover(src, record)
-        _grace(record, grace)
-        link = rules.find_link(pair.src_entry.replicas, dst)
-        count = lambda: pending(admin, str(src), str(dst))["pendingMessages"]  # noqa: E731
+        fence = pair.source.failover
+        if fence is None:
+            fence = FailoverRecord(FailoverState.FENCED, str(dst), pair.dst_entry.uuid, now_ms())
+            admin.set_failover(src, fence)
+        _grace(fence, grace)
+        link = rules.find_link(pair.source.replicas, dst)
+        count = lambda: pending(admin, str(src), str(dst)).messages  # noqa: E731
         if link is not None and link.paused and count() and not force:
             _unfence(admin, src)
             raise Conflict(
@@ -459,8 +528,8 @@ def failover(
                 f"producers write to {src} again: start the gateways of cluster {dst.cluster} "
                 f"or use -force true"
             )
-        stop_flow(admin, src, pair.src_entry.uuid, True, dst, pair.dst_entry.uuid)
-        result["cursors"] = place_cursors(admin, src, pair.src_entry.uuid, dst, pair.dst_entry.uuid)
+        stop_flow(admin, src, pair.source.uuid, True, dst, pair.dst_entry.uuid)
+        result["cursors"] = place_cursors(admin, src, pair.source.uuid, dst, pair.dst_entry.uuid)
         result["lateMessages"] = count()
     else:
         missing = last_known_lag(admin, pair)
@@ -468,7 +537,7 @@ def failover(
             stop_flow(admin, src, pair.source_uuid, False, dst, pair.dst_entry.uuid)
     forced = not pair.reachable or bool(missing)
     promoted = FailoverRecord(
-        FailoverState.PROMOTED.value, str(src), pair.source_uuid, now_ms(), forced, missing if forced else 0
+        FailoverState.PROMOTED, str(src), pair.source_uuid, now_ms(), forced, missing if forced else 0
     )
     admin.set_failover(dst, promoted)  # first: a retry from here on finds it failed over and completes it
     _withdraw(admin, pair)
@@ -489,7 +558,7 @@ def _withdraw(admin: StreamAdmin, pair: Pair) -> None:
 
 def _unfence(admin: StreamAdmin, src: StreamPath) -> None:
     """Undo a failover's first step: producers may write to the source again."""
-    admin.set_failover(src, None, only_state=FailoverState.FENCED.value)
+    admin.set_failover(src, None, only_state=FailoverState.FENCED)
 
 
 def _demote_source(admin: StreamAdmin, pair: Pair, since: int) -> None:
@@ -497,9 +566,7 @@ def _demote_source(admin: StreamAdmin, pair: Pair, since: int) -> None:
     _mark_link_failed_over(admin, pair.src, pair.dst)
     # its consumers' cursors become the sync's to move forward at failback
     adopt_cursors(admin.store(pair.src), admin.entry(pair.src).uuid, pair.dst_entry.uuid)
-    admin.set_failover(
-        pair.src, FailoverRecord(FailoverState.FAILED_OVER.value, str(pair.dst), pair.dst_entry.uuid, since)
-    )
+    admin.set_failover(pair.src, FailoverRecord(FailoverState.FAILED_OVER, str(pair.dst), pair.dst_entry.uuid, since))
 
 
 def _seconds(value: Any, what: str) -> float:
@@ -513,40 +580,34 @@ def _seconds(value: Any, what: str) -> float:
 
 
 # -- failback -----------------------------------------------------------------------------------
-def failback_plan(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
-    """What ``failback(admin, source, replica)`` will do, as data; changes nothing.
-
-    :return: ``path``, ``replica``, ``stage``, ``toCopyBack`` (messages of the promoted stream
-        that the source lacks: only those produced on it), ``pendingMessages`` (the lag of the
-        reverse link, once it exists), ``gateways`` (live, of the source's cluster), ``groups``
-        (whose cursors move back), ``steps``.
-    """
+def failback_plan(admin: StreamAdmin, source: str, replica: str) -> FailbackPlan:
+    """What ``failback(admin, source, replica)`` will do, as data; changes nothing."""
     pair = _pair(admin, source, replica)
     where = _failback_stage(pair)
     src, dst = pair.src, pair.dst
     back = None
     if pair.reachable and where in (FAILED_OVER, FAILING_BACK, RETURNING):
-        back = lag_by_topic(admin, dst, pair.dst_entry, src, pair.src_entry)
-    to_copy = None if back is None else sum(t["pendingMessages"] for t in back)
-    plan = {
-        "path": str(src),
-        "replica": str(dst),
-        "stage": where,
-        "sourceReachable": pair.reachable,
-        "sourceError": pair.unreachable,
-        "toCopyBack": to_copy,
-        "topics": back,
-        "gateways": _gateways(admin, pair, reverse=True),
-        "groups": _groups(admin, dst, pair.dst_entry),
-    }
+        back = lag_by_topic(admin, dst, pair.dst_entry, src, pair.source)
+    to_copy = None if back is None else sum(t.pending_messages for t in back)
+    plan = FailbackPlan(
+        path=src,
+        replica=dst,
+        stage=where,
+        source_reachable=pair.reachable,
+        source_error=pair.unreachable,
+        to_copy_back=to_copy,
+        topics=back,
+        gateways=_gateways(admin, pair, reverse=True),
+        groups=_groups(admin, dst, pair.dst_entry),
+    )
     if where == LINKED:
-        plan["steps"] = [f"nothing to do: {src} replicates to {dst} (not failed over)"]
+        plan.steps = [f"nothing to do: {src} replicates to {dst} (not failed over)"]
     else:
-        plan["steps"] = [
+        plan.steps = [
             f"add the reverse link {dst} -> {src}: it copies only the {to_copy} messages produced on {dst} "
             f"(the apply skips messages whose origin is {src}); producers keep writing to {dst}",
             f"return: send producers back to {src} (they wait there), wait until {src} has every message of {dst}",
-            f"stop the reverse flow, place the cursors of {len(plan['groups'] or [])} group(s) back on {src}",
+            f"stop the reverse flow, place the cursors of {len(plan.groups or [])} group(s) back on {src}",
             f"restore {src} -> {dst} from the replica's stored positions, remove the reverse link, "
             f"clear the records: producers write to {src}",
         ]
@@ -612,29 +673,29 @@ def failback(
         if where == RETURNING:
             raise Conflict(f"the return of {dst} to {src} is under way: finish it with phase return")
         result["result"] = (
-            f"reverse link {dst} -> {src} in place: "
-            f"{pending(admin, str(dst), str(src))['pendingMessages']} messages to copy back"
+            f"reverse link {dst} -> {src} in place: {pending(admin, str(dst), str(src)).messages} messages to copy back"
         )
         return result
     where = _failback_stage(pair)
     if where == FAILED_OVER:
         raise Conflict(f"no reverse link {dst} -> {src} yet: run failback with phase reverse (or all) first")
     if phase == "all" and where == FAILING_BACK:
-        _wait(lambda: pending(admin, str(dst), str(src))["pendingMessages"], lambda n: n <= RETURN_BACKLOG, timeout)
+        _wait(lambda: pending(admin, str(dst), str(src)).messages, lambda n: n <= RETURN_BACKLOG, timeout)
     return {**result, **_return(admin, pair, timeout, grace)}
 
 
 def _reverse(admin: StreamAdmin, pair: Pair) -> None:
     """Failback's first phase: the promoted stream replicates back into the old source."""
     src, dst = pair.src, pair.dst
-    if pair.src_entry.failover is None or pair.src_entry.failover.state != FailoverState.FAILED_OVER.value:
-        _demote_source(admin, pair, pair.dst_entry.failover.since)  # forced: the source was never told
-    clear_stops(admin, src, pair.src_entry.uuid, pair.dst_entry.uuid)  # left by an earlier failback
-    baseline = _ends(admin, src, pair.src_entry.uuid)
+    source = pair.source
+    if source.failover is None or source.failover.state != FailoverState.FAILED_OVER:
+        _demote_source(admin, pair, pair.promoted.since)  # forced: the source was never told
+    clear_stops(admin, src, source.uuid, pair.dst_entry.uuid)  # left by an earlier failback
+    baseline = _ends(admin, src, source.uuid)
     admin.set_failover(
         src,
-        FailoverRecord(FailoverState.FAILING_BACK.value, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
-        only_state=FailoverState.FAILED_OVER.value,
+        FailoverRecord(FailoverState.FAILING_BACK, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
+        only_state=FailoverState.FAILED_OVER,
     )
     ensure_replica(admin, dst, src, paused=False)
     ensure_upstream(admin, src, dst)
@@ -643,27 +704,25 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
 def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dict[str, Any]:
     """Failback's second phase: the switch back to the source."""
     src, dst = pair.src, pair.dst
-    src_record = pair.src_entry.failover
-    if src_record is not None and src_record.state != FailoverState.TAKING_BACK.value:
+    src_record = pair.source.failover
+    if src_record is not None and src_record.state != FailoverState.TAKING_BACK:
         # first: the producers that RETURNING sends back wait there
-        src_record = src_record.with_changes(state=FailoverState.TAKING_BACK.value, since=now_ms())
-        admin.set_failover(src, src_record, only_state=FailoverState.FAILING_BACK.value)
-    record = pair.dst_entry.failover
-    if record.state != FailoverState.RETURNING.value:
-        record = record.with_changes(state=FailoverState.RETURNING.value, since=now_ms())
-        admin.set_failover(dst, record, only_state=FailoverState.PROMOTED.value)
+        src_record = src_record.with_changes(state=FailoverState.TAKING_BACK, since=now_ms())
+        admin.set_failover(src, src_record, only_state=FailoverState.FAILING_BACK)
+    record = pair.promoted
+    if record.state != FailoverState.RETURNING:
+        record = record.with_changes(state=FailoverState.RETURNING, since=now_ms())
+        admin.set_failover(dst, record, only_state=FailoverState.PROMOTED)
     _grace(record, grace)
-    count = lambda: pending(admin, str(dst), str(src))["pendingMessages"]  # noqa: E731
+    count = lambda: pending(admin, str(dst), str(src)).messages  # noqa: E731
     drained, left = _wait(count, lambda n: n == 0, timeout)
     if not drained:
-        admin.set_failover(
-            dst, record.with_changes(state=FailoverState.PROMOTED.value), only_state=FailoverState.RETURNING.value
-        )
+        admin.set_failover(dst, record.with_changes(state=FailoverState.PROMOTED), only_state=FailoverState.RETURNING)
         if src_record is not None:
             admin.set_failover(
                 src,
-                src_record.with_changes(state=FailoverState.FAILING_BACK.value),
-                only_state=FailoverState.TAKING_BACK.value,
+                src_record.with_changes(state=FailoverState.FAILING_BACK),
+                only_state=FailoverState.TAKING_BACK,
             )
         raise Unavailable(
             f"{src} still lacks {left} messages of {dst} after {timeout:g} s (live gateways of "
@@ -689,9 +748,7 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
     if rules.find_link(src_entry.replicas, dst) is None:
         ensure_replica(admin, src, dst, paused=False)
     else:
-        admin.set_replica_state(
-            str(src), str(dst), ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER
-        )
+        admin.catalog.set_replica_state(src, dst, ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER)
         admin.resume_replica(str(src), str(dst))
     admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import HasCatalog
 from streamrep.errors import StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
@@ -28,7 +28,7 @@ class Flow:
     replica_uuid: str
     paused: bool
     synchronous: bool
-    state: str
+    state: rules.ReplicaState
     error: str | None
     # The link's network options (``model/network.py``).
     throttle: bool = False
@@ -45,24 +45,25 @@ class Blocked:
     reason: str
 
 
-def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Blocked]]:
+def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocked]]:
     """Every agreed flow into the replicas on ``cluster``, and every upstream that is blocked."""
+    catalog = admin.catalog
     flows: list[Flow] = []
     blocked: list[Blocked] = []
-    for replica_entry in admin.list_streams(cluster):
+    for replica_entry in catalog.list_streams(cluster):
         replica = StreamPath(cluster, replica_entry.path)
         for upstream in replica_entry.upstreams:
-            source = admin.path(upstream.path)
+            source = catalog.path(upstream.path)
             try:
-                source_entry = admin.entry(source)
+                source_entry = catalog.entry(source)
             except StreamrepError as err:
                 blocked.append(Blocked(source, replica, str(err)))
                 continue
             found = rules.agreement(source, source_entry, replica, replica_entry)
-            if found.agreed:
+            if found.agreed and found.link is not None:
                 flows.append(flow_of(source, source_entry, replica, replica_entry, found.link))
             else:
-                blocked.append(Blocked(source, replica, found.reason))
+                blocked.append(Blocked(source, replica, found.reason or "not agreed"))
     return flows, blocked
 
 

@@ -31,7 +31,6 @@ from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
     eligible,
-    live_gateways,
     share_of,
 )
 from streamrep.replication.cursors import CursorSync
@@ -42,6 +41,8 @@ from streamrep.replication.service import (
     StopWatch,
     announce,
     beat,
+    gateway_outage,
+    heartbeats,
     placement,
     share_names,
     stopped_line,
@@ -55,9 +56,9 @@ from streamrep.replication.transfer import (
     next_position,
     read_source,
 )
-from streamrep.store.base import Store
 
-# HEARTBEAT_KIND is defined with the other service documents in service.py; callers keep importing it from here.
+# HEARTBEAT_KIND, heartbeats and gateway_outage are defined with the other service documents in service.py;
+# callers keep importing them from here.
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
 UNAVAILABLE_RETRY_MAX_SECONDS = 5.0  # a gateway retries a cluster that is down at least this often
@@ -66,28 +67,6 @@ log = logging.getLogger(__name__)
 
 def default_gateway_id() -> str:
     return socket.gethostname().split(".")[0] or "gateway"
-
-
-def heartbeats(store: Store) -> dict[str, float]:
-    """The last heartbeat (seconds since the epoch) of every gateway of ``store``'s cluster."""
-    return {gid: doc["ts"] for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()}
-
-
-def gateway_outage(
-    admin: StreamAdmin, source_cluster: str, cluster: str, expiry: float = HEARTBEAT_EXPIRY_SECONDS
-) -> str | None:
-    """Why no gateway replicates from ``source_cluster`` into ``cluster`` now (MapR's
-    ErrAllGatewaysUnreachable), or None while one is live: one the source cluster lists for
-    ``cluster`` (``cluster gateway set``), or any gateway of ``cluster`` if it lists none."""
-    listed = admin.gateways(source_cluster).get(cluster)
-    if live_gateways(eligible(heartbeats(admin.clusters.store(cluster)), listed), time.time(), expiry):
-        return None
-    if listed:
-        return (
-            f"ErrAllGatewaysUnreachable: none of the gateways {', '.join(listed)} that cluster "
-            f"{source_cluster} lists for cluster {cluster} has a live heartbeat"
-        )
-    return f"ErrAllGatewaysUnreachable: no gateway of cluster {cluster} has a live heartbeat"
 
 
 class Outage:
@@ -147,16 +126,18 @@ class Gateway:
     ):
         admin.require_cluster_admin(cluster)  # a gateway acts with its cluster's authority
         self.admin = admin
+        # From here on the gateway acts with that authority: on the unchecked catalog.
+        self.catalog = admin.catalog
         self.cluster = cluster
         self.id = gateway_id or default_gateway_id()
         self.expiry = expiry
-        self.store = admin.clusters.store(cluster)
+        self.store = self.catalog.clusters.store(cluster)
         self.watch = StopWatch(self.store)
         self._share: list[str] | None = None  # the share last written to the heartbeat document
         self.unlisted_by: set[str] = set()  # source clusters whose gateway list leaves this gateway out
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
         self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
-        self.lag = LagRecorder(admin, cluster)  # lag history and metrics (replication/lag.py)
+        self.lag = LagRecorder(self.catalog, cluster)  # lag history and metrics (replication/lag.py)
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -195,7 +176,7 @@ class Gateway:
         for network encryption while this gateway would reach its source or this cluster in
         plaintext is left out and its replica put in error, with the reason, until it can be
         given (the clusters' settings are read now: they may have changed since ``replica add``)."""
-        flows, _ = flows_into(self.admin, self.cluster)
+        flows, _ = flows_into(self.catalog, self.cluster)
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
             if flow.paused:
@@ -210,7 +191,7 @@ class Gateway:
     def _encryption_refusal(self, flow: Flow) -> str | None:
         if not flow.networkencryption:
             return None
-        clusters = self.admin.clusters
+        clusters = self.catalog.clusters
         return network.encryption_refusal(clusters.get(flow.source.cluster), clusters.get(self.cluster))
 
     def assignment(self, whole: bool = False) -> Assignment:
@@ -227,7 +208,7 @@ class Gateway:
         units_by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
         for source_uuid, source_flows in by_source.items():
             source = source_flows[0].source
-            source_store = self.admin.clusters.store(source.cluster)
+            source_store = self.catalog.clusters.store(source.cluster)
             topics: dict[str, int] = {}
             for flow in source_flows:
                 topics = ensure_topics(source_store, source_uuid, self.store, flow.replica_uuid)
@@ -239,7 +220,7 @@ class Gateway:
         mine: set[SourcePartition] = set()
         self.unlisted_by = set()
         for source_cluster, units in units_by_cluster.items():
-            listed = self.admin.gateways(source_cluster).get(self.cluster)
+            listed = self.catalog.gateways(source_cluster).get(self.cluster)
             if listed is not None and self.id not in listed:
                 self.unlisted_by.add(source_cluster)
                 continue  # that source cluster does not send to this gateway
@@ -250,7 +231,7 @@ class Gateway:
             beat(self.store, self.id, share=names)
             self._share = names
         # Every pass of both engines starts here, idle or not: the cursors of this share follow.
-        self.cursor_sync.maybe_sync(self.admin, self.store, result.units)
+        self.cursor_sync.maybe_sync(self.catalog, self.store, result.units)
         return result
 
     def progress(self, units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[SourcePartition, Progress]:
@@ -259,7 +240,7 @@ class Gateway:
         marks: dict[str, dict[str, int]] = {}
         result: dict[SourcePartition, Progress] = {}
         for unit, flows in units.items():
-            source_store = self.admin.clusters.store(unit.source.cluster)
+            source_store = self.catalog.clusters.store(unit.source.cluster)
             source_start, source_end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
             for flow in flows:
                 if flow.replica_uuid not in marks:
@@ -280,7 +261,7 @@ class Gateway:
         :param end: read nothing at or beyond this source offset.
         """
         [progress] = self.progress({unit: flows}).values()
-        source_store = self.admin.clusters.store(unit.source.cluster)
+        source_store = self.catalog.clusters.store(unit.source.cluster)
         return read_source(source_store, unit, progress.position, max_messages, end)
 
     def apply(
@@ -339,7 +320,7 @@ class Gateway:
             try:
                 # What is there now, not what producers add meanwhile: a pass must end, so that
                 # the gateway heartbeats and sees pauses, removals and new topics.
-                source_store = self.admin.clusters.store(unit.source.cluster)
+                source_store = self.catalog.clusters.store(unit.source.cluster)
                 end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[1]
                 while True:
                     read = self._replicate(unit, flows, max_messages, end)
@@ -364,7 +345,7 @@ class Gateway:
     def picked_up(self, flows: Iterable[Flow]) -> None:
         """Flows still waiting for a gateway are served now (a gateway that only moves data
         when there is some calls this when it takes its share)."""
-        self.record_states([f for f in flows if f.state == ReplicaState.WAITING_FOR_GATEWAY.value], {})
+        self.record_states([f for f in flows if f.state is ReplicaState.WAITING_FOR_GATEWAY], {})
 
     def run(self, interval: float = 0.2, stop_after: float | None = None, where: dict | None = None) -> str | None:
         """Replicate until asked to stop (``gateway stop``), interrupted, or for ``stop_after``
@@ -396,11 +377,11 @@ class Gateway:
 
     def _record_state(self, flow: Flow, state: ReplicaState, error: str | None) -> None:
         # Written only on a change: the source catalog is not touched per batch.
-        if flow.state == state.value and flow.error == error:
+        if flow.state is state and flow.error == error:
             return
-        if flow.state == ReplicaState.SYNC_FALLBACK.value and state is ReplicaState.REPLICATING:
+        if flow.state is ReplicaState.SYNC_FALLBACK and state is ReplicaState.REPLICATING:
             return  # the synchronous path clears its own fallback once caught up
         try:
-            self.admin.set_replica_state(str(flow.source), str(flow.replica), state, error)
+            self.catalog.set_replica_state(flow.source, flow.replica, state, error)
         except StreamrepError:
             pass  # the link was removed meanwhile: nothing to report on

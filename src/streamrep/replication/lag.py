@@ -31,10 +31,16 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import HasCatalog
 from streamrep.errors import AlertRaised, InvalidArgument, StreamrepError
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import require_link
 from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.pending import pending
+from streamrep.replication.samples import FIELDS as FIELDS  # re-exported: the stored row
+from streamrep.replication.samples import NO_THRESHOLDS as NO_THRESHOLDS
+from streamrep.replication.samples import LagSample, Thresholds
+from streamrep.replication.service import gateway_outage
 from streamrep.store.base import Store
 
 if TYPE_CHECKING:
@@ -49,7 +55,6 @@ HISTORY_SAMPLES = 360  # kept per flow: the newest ones (one hour at SAMPLE_SECO
 # Sampling takes at most this share of a gateway's time: measuring reads what is pending (up to
 # status.PRECISE_PENDING_MAX messages per partition), which on Kafka with many flows is not free.
 MAX_SAMPLING_SHARE = 0.1
-FIELDS = ("t", "messages", "bytes", "ms")  # a stored sample row, in this order
 THRESHOLDS = ("maxLagMillis", "maxLagMessages")
 
 
@@ -63,19 +68,11 @@ def lag_millis(oldest_pending_ts: int | None, now_ms: int) -> int:
     return 0 if oldest_pending_ts is None else max(0, now_ms - oldest_pending_ts)
 
 
-def measure(admin: StreamAdmin, source: str, replica: str, now_ms: int | None = None) -> dict[str, int]:
-    """The lag of ``replica`` behind ``source`` now, as a sample (``FIELDS``)."""
-    # status imports the gateway, which records lag through this module: imported when used
-    from streamrep.replication.status import pending
-
+def measure(admin: HasCatalog, source: str, replica: str, now_ms: int | None = None) -> LagSample:
+    """The lag of ``replica`` behind ``source`` now."""
     info = pending(admin, source, replica)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return {
-        "t": now_ms,
-        "messages": info["pendingMessages"],
-        "bytes": info["bytesPending"],
-        "ms": lag_millis(info["minPendingTS"], now_ms),
-    }
+    return LagSample(now_ms, info.messages, info.bytes, lag_millis(info.oldest, now_ms))
 
 
 # -- history ----------------------------------------------------------------------------------
@@ -97,21 +94,21 @@ def due(doc: Mapping[str, Any] | None, now_ms: int, every: float = SAMPLE_SECOND
 def appended(
     doc: Mapping[str, Any] | None,
     flow: Flow,
-    sample: Mapping[str, int],
+    sample: LagSample,
     every: float = SAMPLE_SECONDS,
     keep: int = HISTORY_SAMPLES,
 ) -> dict[str, Any]:
     """``doc`` with ``sample`` added and only the newest ``keep`` samples kept; raises
     ``_NotDue`` when its newest sample is younger than ``every`` seconds (pure: a catalog
     change may run more than once)."""
-    if not due(doc, sample["t"], every):
+    if not due(doc, sample.t, every):
         raise _NotDue()
-    rows = list((doc or {}).get("samples") or []) + [[int(sample[f]) for f in FIELDS]]
+    rows = list((doc or {}).get("samples") or []) + [sample.row()]
     return {"source": str(flow.source), "replica": str(flow.replica), "every": every, "samples": rows[-keep:]}
 
 
 def record(
-    store: Store, flow: Flow, sample: Mapping[str, int], every: float = SAMPLE_SECONDS, keep: int = HISTORY_SAMPLES
+    store: Store, flow: Flow, sample: LagSample, every: float = SAMPLE_SECONDS, keep: int = HISTORY_SAMPLES
 ) -> bool:
     """Add ``sample`` to ``flow``'s history in the replica's cluster (``store``), unless the flow
     was sampled less than ``every`` seconds before it. Returns whether it was written."""
@@ -126,9 +123,9 @@ def record(
     return True
 
 
-def lag_history(admin: StreamAdmin, source: str, replica: str) -> list[dict[str, int]]:
+def lag_history(admin: StreamAdmin, source: str, replica: str) -> list[LagSample]:
     """``stream replica lag``: the recorded samples of ``replica``'s lag behind ``source``,
-    oldest first, each ``{t, messages, bytes, ms}`` (``t`` in ms since the epoch)."""
+    oldest first."""
     src, dst = admin.path(source), admin.path(replica)
     src_entry = admin.entry(src)
     require_link(src_entry.replicas, dst, src, "replica")
@@ -136,8 +133,8 @@ def lag_history(admin: StreamAdmin, source: str, replica: str) -> list[dict[str,
     return samples_of(doc)
 
 
-def samples_of(doc: Mapping[str, Any] | None) -> list[dict[str, int]]:
-    return [dict(zip(FIELDS, row, strict=False)) for row in (doc or {}).get("samples") or []]
+def samples_of(doc: Mapping[str, Any] | None) -> list[LagSample]:
+    return [LagSample(*row) for row in (doc or {}).get("samples") or []]
 
 
 # -- what a gateway does ---------------------------------------------------------------------
@@ -147,13 +144,13 @@ class LagRecorder:
     their lag grows) and records the samples that are due. A failure to sample is logged, never
     raised: lag is an observation and must not stop replication.
 
-    :param admin: the gateway's admin API.
+    :param catalog: the gateway's catalog.
     :param cluster: the gateway's (destination) cluster.
     :param every: seconds between two samples.
     """
 
-    def __init__(self, admin: StreamAdmin, cluster: str, every: float = SAMPLE_SECONDS):
-        self.admin = admin
+    def __init__(self, catalog: HasCatalog, cluster: str, every: float = SAMPLE_SECONDS):
+        self.catalog = catalog.catalog
         self.cluster = cluster
         self.every = every
         self.metrics: GatewayMetrics | None = None
@@ -178,7 +175,7 @@ class LagRecorder:
         if self.metrics is not None:
             self.metrics.passed(moved)
 
-    def sample(self, force: bool = False) -> dict[Flow, dict[str, int]]:
+    def sample(self, force: bool = False) -> dict[Flow, LagSample]:
         """Measure every flow into the cluster and record the samples that are due, if this
         gateway's sampling is due (``force``: now); returns the samples taken."""
         now = time.monotonic()
@@ -186,7 +183,7 @@ class LagRecorder:
             return {}
         self._next = now + self.every
         try:
-            flows, _ = flows_into(self.admin, self.cluster)
+            flows, _ = flows_into(self.catalog, self.cluster)
         except StreamrepError as err:
             log.warning("lag of the replicas on %s not sampled: %s", self.cluster, err)
             return {}
@@ -195,16 +192,16 @@ class LagRecorder:
         finally:
             self._next = now + max(self.every, (time.monotonic() - now) / MAX_SAMPLING_SHARE)
 
-    def _sample(self, flows: list[Flow]) -> dict[Flow, dict[str, int]]:
-        store = self.admin.clusters.store(self.cluster)
-        taken: dict[Flow, dict[str, int]] = {}
+    def _sample(self, flows: list[Flow]) -> dict[Flow, LagSample]:
+        store = self.catalog.clusters.store(self.cluster)
+        taken: dict[Flow, LagSample] = {}
         for flow in flows:
             try:
                 key = flow_key(flow.source_uuid, flow.replica_uuid)
                 fresh = not due(store.catalog_get(LAG_KIND, key), int(time.time() * 1000), self.every)
                 if fresh and self.metrics is None:
                     continue  # another gateway sampled it just now, and nobody scrapes this one
-                sample = measure(self.admin, str(flow.source), str(flow.replica))
+                sample = measure(self.catalog, str(flow.source), str(flow.replica))
                 if not fresh:
                     record(store, flow, sample, self.every)
                 taken[flow] = sample
@@ -265,24 +262,24 @@ def set_alert(
     return {"source": str(src), "replicaPath": str(dst), **alert_row(doc)}
 
 
-def thresholds(store: Store, source_uuid: str, replica_uuid: str) -> dict[str, int | None]:
-    """A replica's thresholds (``maxLagMillis``, ``maxLagMessages``; None: no threshold), read
-    from its cluster's catalog (``store``)."""
-    return alert_row(store.catalog_get(ALERT_KIND, flow_key(source_uuid, replica_uuid)))
+def thresholds(store: Store, source_uuid: str, replica_uuid: str) -> Thresholds:
+    """A replica's thresholds, read from its cluster's catalog (``store``)."""
+    doc = store.catalog_get(ALERT_KIND, flow_key(source_uuid, replica_uuid)) or {}
+    return Thresholds(doc.get("maxLagMillis"), doc.get("maxLagMessages"))
 
 
 def alert_row(doc: Mapping[str, Any] | None) -> dict[str, int | None]:
     return {name: (doc or {}).get(name) for name in THRESHOLDS}
 
 
-def breaches(sample: Mapping[str, int], limits: Mapping[str, int | None]) -> list[str]:
+def breaches(sample: LagSample, limits: Thresholds) -> list[str]:
     """What in ``sample`` passes ``limits``, one phrase each (empty: within them)."""
     found = []
-    if limits.get("maxLagMillis") is not None and sample["ms"] > limits["maxLagMillis"]:
-        found.append(f"lag {sample['ms']:,} ms passes its threshold of {limits['maxLagMillis']:,} ms")
-    if limits.get("maxLagMessages") is not None and sample["messages"] > limits["maxLagMessages"]:
+    if limits.max_lag_millis is not None and sample.ms > limits.max_lag_millis:
+        found.append(f"lag {sample.ms:,} ms passes its threshold of {limits.max_lag_millis:,} ms")
+    if limits.max_lag_messages is not None and sample.messages > limits.max_lag_messages:
         found.append(
-            f"{sample['messages']:,} messages behind passes its threshold of {limits['maxLagMessages']:,} messages"
+            f"{sample.messages:,} messages behind passes its threshold of {limits.max_lag_messages:,} messages"
         )
     return found
 
@@ -293,8 +290,6 @@ def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[dict[str, 
     lists the replica's lag past its thresholds, and, for an unpaused flow, that no gateway
     serving it is live (MapR's ErrAllGatewaysUnreachable). A paused replica is not expected to
     move, so only its thresholds apply. A cluster that cannot be read is a problem too."""
-    from streamrep.replication.gateway import gateway_outage  # gateway imports this module
-
     rows = []
     for cluster in clusters:
         try:
@@ -323,7 +318,13 @@ def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[dict[str, 
             try:
                 limits = thresholds(store, flow.source_uuid, flow.replica_uuid)
                 sample = measure(admin, str(flow.source), str(flow.replica))
-                row.update(limits, lagMessages=sample["messages"], lagBytes=sample["bytes"], lagMillis=sample["ms"])
+                row.update(
+                    maxLagMillis=limits.max_lag_millis,
+                    maxLagMessages=limits.max_lag_messages,
+                    lagMessages=sample.messages,
+                    lagBytes=sample.bytes,
+                    lagMillis=sample.ms,
+                )
                 problems += breaches(sample, limits)
                 if not flow.paused:
                     if flow.source.cluster not in outages:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from streamrep.errors import InvalidArgument, Unavailable
+from streamrep.replication.samples import LagSample
 
 FLOW_LABELS = ("source", "replica")
 GATEWAY_LABELS = ("cluster", "gateway")
@@ -87,14 +88,14 @@ class GatewayMetrics:
             self.replicated.inc(moved)
         self.last_pass.set(time.time() if at is None else at)
 
-    def lag(self, samples: Mapping[tuple[str, str], Mapping[str, int]], present: set[tuple[str, str]]) -> None:
+    def lag(self, samples: Mapping[tuple[str, str], LagSample], present: set[tuple[str, str]]) -> None:
         """Set the lag of the flows sampled (``(source, replica)`` -> ``lag.measure`` sample);
         drop the series of flows no longer in ``present`` (removed replicas)."""
         for flow, sample in samples.items():
-            self.lag_messages.labels(*flow).set(sample["messages"])
-            self.lag_bytes.labels(*flow).set(sample["bytes"])
-            self.lag_seconds.labels(*flow).set(sample["ms"] / 1000)
-            self.sampled.labels(*flow).set(sample["t"] / 1000)
+            self.lag_messages.labels(*flow).set(sample.messages)
+            self.lag_bytes.labels(*flow).set(sample.bytes)
+            self.lag_seconds.labels(*flow).set(sample.ms / 1000)
+            self.sampled.labels(*flow).set(sample.t / 1000)
         for flow in self._flows - present:
             for gauge in (self.lag_messages, self.lag_bytes, self.lag_seconds, self.sampled):
                 try:

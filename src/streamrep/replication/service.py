@@ -44,9 +44,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import HasCatalog
 from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.model.paths import validate_cluster_name
-from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, HEARTBEAT_INTERVAL_SECONDS
+from streamrep.replication.assignment import (
+    HEARTBEAT_EXPIRY_SECONDS,
+    HEARTBEAT_INTERVAL_SECONDS,
+    eligible,
+    live_gateways,
+)
 from streamrep.store.base import Store
 
 HEARTBEAT_KIND = "gateway-heartbeat"
@@ -289,6 +295,29 @@ def all_gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, 
             beats, wanted = {}, None
         result[cluster] = {"desired": wanted, "gateways": gateway_rows(beats, wanted, listed.get(cluster, {}), now)}
     return result
+
+
+def heartbeats(store: Store) -> dict[str, float]:
+    """The last heartbeat (seconds since the epoch) of every gateway of ``store``'s cluster."""
+    return {gid: doc["ts"] for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()}
+
+
+def gateway_outage(
+    admin: HasCatalog, source_cluster: str, cluster: str, expiry: float = HEARTBEAT_EXPIRY_SECONDS
+) -> str | None:
+    """Why no gateway replicates from ``source_cluster`` into ``cluster`` now (MapR's
+    ErrAllGatewaysUnreachable), or None while one is live: one the source cluster lists for
+    ``cluster`` (``cluster gateway set``), or any gateway of ``cluster`` if it lists none."""
+    catalog = admin.catalog
+    listed = catalog.gateways(source_cluster).get(cluster)
+    if live_gateways(eligible(heartbeats(catalog.clusters.store(cluster)), listed), time.time(), expiry):
+        return None
+    if listed:
+        return (
+            f"ErrAllGatewaysUnreachable: none of the gateways {', '.join(listed)} that cluster "
+            f"{source_cluster} lists for cluster {cluster} has a live heartbeat"
+        )
+    return f"ErrAllGatewaysUnreachable: no gateway of cluster {cluster} has a live heartbeat"
 
 
 def live_gateways_of(

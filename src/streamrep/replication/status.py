@@ -3,67 +3,34 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from functools import partial
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import Conflict, StreamrepError
+from streamrep.client.results import ReplicaRow
+from streamrep.errors import Conflict, RetryNow, StreamrepError
 from streamrep.model.catalog import StreamEntry
-from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
-from streamrep.replication.apply import ORIGIN_HEADER
-from streamrep.replication.gateway import gateway_outage
-from streamrep.replication.lag import lag_millis, thresholds
-from streamrep.replication.service import live_gateways_of
+from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thresholds
+from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
+from streamrep.replication.service import gateway_outage, live_gateways_of
 
-# Up to this many pending messages per partition are read to leave out those that came from
-# the replica itself (multi-master): they will be skipped, not applied. Above it, the count is
-# an upper bound.
-PRECISE_PENDING_MAX = 10_000
-
-
-def to_apply(messages: list[Message], replica_uuid: str) -> tuple[int, int, int | None, int | None]:
-    """``range_stats`` of the messages a gateway would apply to the replica (not its own)."""
-    prefix = f"{replica_uuid}/".encode("ascii")
-    kept = [m for m in messages if not (m.header(ORIGIN_HEADER) or b"").startswith(prefix)]
-    if not kept:
-        return 0, 0, None, None
-    stamps = [m.timestamp for m in kept]
-    return len(kept), sum(len(m.value or b"") for m in kept), min(stamps), max(stamps)
-
-
-def partition_pending(
-    source_store, src_uuid: str, dst_uuid: str, marks: dict[str, int], topic: str, partition: int
-) -> tuple[int, int, int | None, int | None]:
-    """``(messages, bytes, oldest ts, newest ts)`` of one source partition not yet applied to the
-    replica ``dst_uuid`` whose marks are ``marks``: exact (origin-filtered) for small backlogs."""
-    start, _ = source_store.offsets(src_uuid, topic, partition)
-    position = max(marks.get(position_key(src_uuid, topic, partition), start), start)
-    n, b, lo, hi = source_store.range_stats(src_uuid, topic, partition, position)
-    if 0 < n <= PRECISE_PENDING_MAX:
-        read, _ = source_store.read_span(src_uuid, topic, partition, position, n)
-        n, b, lo, hi = to_apply(read, dst_uuid)
-    return n, b, lo, hi
-
-
-def pending(admin: StreamAdmin, source: str, replica: str) -> dict[str, Any]:
-    """What the source holds that ``replica`` has not applied: messages, bytes, and the
-    timestamps of the oldest and newest of them."""
-    src, dst = admin.path(source), admin.path(replica)
-    src_entry, dst_entry = admin.entry(src), admin.entry(dst)
-    source_store, replica_store = admin.store(src), admin.store(dst)
-    marks = replica_store.marks(dst_entry.uuid)
-    messages = size = 0
-    oldest = newest = None
-    for topic, count in source_store.topics(src_entry.uuid).items():
-        for partition in range(count):
-            n, b, lo, hi = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
-            messages, size = messages + n, size + b
-            if n:
-                oldest = lo if oldest is None else min(oldest, lo)
-                newest = hi if newest is None else max(newest, hi)
-    return {"pendingMessages": messages, "bytesPending": size, "minPendingTS": oldest, "maxPendingTS": newest}
+__all__ = [
+    "PRECISE_PENDING_MAX",
+    "Pending",
+    "ReplicaStatus",
+    "UP_TO_DATE_STATES",
+    "acknowledge_loss",
+    "lost_ranges",
+    "partition_pending",
+    "pending",
+    "replica_health",
+    "replica_status",
+    "to_apply",
+]
 
 
 def _losses(
@@ -86,7 +53,9 @@ def _losses(
 
 
 def _recorded_range(key: str, end: int) -> tuple[str, int, int, int]:
-    _, topic, partition, first = parse_loss_key(key)
+    parsed = parse_loss_key(key)
+    assert parsed is not None  # only loss marks are recorded as losses
+    _, topic, partition, first = parsed
     return topic, partition, first, end - 1
 
 
@@ -124,7 +93,7 @@ def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> dict[str, A
                 pkey = position_key(src_entry.uuid, topic, partition)
                 store.apply(dst_entry.uuid, topic, partition, [], {pkey: end}, {pkey: first})
                 done.append((topic, partition, first, end - 1))
-        except Conflict:
+        except RetryNow:
             continue  # a gateway recorded it meanwhile: acknowledge its record instead
         store.drop_marks(dst_entry.uuid, recorded)
         done += [_recorded_range(key, end) for key, end in recorded.items()]
@@ -167,41 +136,73 @@ def replica_health(
         return str(err), None
 
 
-def replica_status(admin: StreamAdmin, source: str) -> list[dict[str, Any]]:
-    """``stream replica list`` rows: MapR's fields, plus pending counts, the lag in ms (how
-    long the oldest unreplicated message has waited), ``gateways``: the live gateways that
-    serve the flow (those of the replica's cluster that the source cluster sends to), and the
-    replica's alert thresholds (``maxLagMillis``, ``maxLagMessages``: ``stream replica alert``).
-    Every figure is computed now."""
+@dataclass(frozen=True)
+class ReplicaStatus(ReplicaRow):
+    """A ``replica list`` entry with every figure computed now.
+
+    :param gateways: the live gateways that serve the flow (those of the replica's cluster that
+        the source cluster sends to); None if unreadable.
+    :param pending: what the replica lacks (None if it could not be read: ``errors`` says why).
+    :param lag_millis: how long the oldest unreplicated message has waited (0 with none).
+    :param thresholds: the replica's alert thresholds (``stream replica alert``).
+    """
+
+    gateways: list[str] | None = None
+    is_uptodate: bool = False
+    pending: Pending | None = None
+    lag_millis: int = 0
+    thresholds: Thresholds = NO_THRESHOLDS
+
+    @property
+    def pending_messages(self) -> int | None:
+        return None if self.pending is None else self.pending.messages
+
+    @property
+    def bytes_pending(self) -> int | None:
+        return None if self.pending is None else self.pending.bytes
+
+
+def replica_status(admin: StreamAdmin, source: str) -> list[ReplicaStatus]:
+    """``stream replica list``: each replica (``StreamAdmin.list_replicas``), with what it lacks,
+    its lag, the live gateways that serve it and its alert thresholds. Every figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
     source_uuid = admin.entry(source).uuid if rows else None
     now = int(time.time() * 1000)
     serving: dict[str, list[str] | None] = {}  # by replica cluster
+    result = []
     for row in rows:
-        if row["cluster"] not in serving:
-            serving[row["cluster"]] = _serving(admin, admin.path(source).cluster, row["cluster"])
-        row["gateways"] = serving[row["cluster"]]
+        cluster = row.path.cluster
+        if cluster not in serving:
+            serving[cluster] = _serving(admin, admin.path(source).cluster, cluster)
+        errors = row.errors
+        info: Pending | None
         try:
-            info = pending(admin, source, row["replicaPath"])
+            info = pending(admin, source, row.replica_path)
         except StreamrepError as err:
-            info = {"pendingMessages": None, "bytesPending": None, "minPendingTS": None, "maxPendingTS": None}
-            row["errors"] = row["errors"] or str(err)
-        waiting = info["pendingMessages"]
-        row["isUptodate"] = waiting == 0 and row["replicaState"] in UP_TO_DATE_STATES
-        row.update(info)
-        row["replicationLagMillis"] = lag_millis(info["minPendingTS"], now)
-        row.update(_thresholds(admin, source_uuid, row))
-    return rows
+            info = None
+            errors = errors or str(err)
+        fields = {f.name: getattr(row, f.name) for f in dataclass_fields(ReplicaRow)}
+        result.append(
+            ReplicaStatus(
+                **{**fields, "errors": errors},
+                gateways=serving[cluster],
+                is_uptodate=info is not None and info.messages == 0 and row.state in UP_TO_DATE_STATES,
+                pending=info,
+                lag_millis=lag_millis(None if info is None else info.oldest, now),
+                thresholds=_thresholds(admin, source_uuid, row),
+            )
+        )
+    return result
 
 
-def _thresholds(admin: StreamAdmin, source_uuid: str, row: dict[str, Any]) -> dict[str, int | None]:
+def _thresholds(admin: StreamAdmin, source_uuid: str | None, row: ReplicaRow) -> Thresholds:
     """The replica's alert thresholds (None each when unset or its cluster is unreadable)."""
     try:
-        if row["uuid"] is not None:
-            return thresholds(admin.clusters.store(row["cluster"]), source_uuid, row["uuid"])
+        if row.uuid is not None and source_uuid is not None:
+            return thresholds(admin.clusters.store(row.path.cluster), source_uuid, row.uuid)
     except StreamrepError:
         pass
-    return {"maxLagMillis": None, "maxLagMessages": None}
+    return NO_THRESHOLDS
 
 
 def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str] | None:
@@ -214,9 +215,11 @@ def _serving(admin: StreamAdmin, source_cluster: str, cluster: str) -> list[str]
 
 
 # With nothing pending, a replica in one of these states holds every message of its source.
-UP_TO_DATE_STATES = {
-    ReplicaState.REPLICATING.value,
-    ReplicaState.WAITING_FOR_GATEWAY.value,
-    ReplicaState.SYNC_FALLBACK.value,
-    ReplicaState.PAUSED.value,
-}
+UP_TO_DATE_STATES = frozenset(
+    {
+        ReplicaState.REPLICATING,
+        ReplicaState.WAITING_FOR_GATEWAY,
+        ReplicaState.SYNC_FALLBACK,
+        ReplicaState.PAUSED,
+    }
+)

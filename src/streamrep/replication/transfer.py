@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from streamrep.errors import AlreadyExists, Conflict, StreamrepError
+from streamrep.errors import AlreadyExists, Conflict, RetryNow, StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import origin_key, position_key, stop_key
@@ -155,7 +155,7 @@ def apply_to_replicas(
     written: dict[str, int] = {}
     errors: dict[str, StreamrepError] = {}
     pending = list(replica_uuids)
-    conflicts: dict[str, Conflict] = {}  # the last conflict of each replica still pending
+    conflicts: dict[str, RetryNow] = {}  # the last lost race of each replica still pending
     for _ in range(CONFLICT_RETRIES):
         applies: list[ReplicaApply] = []
         plans: dict[str, ApplyPlan] = {}
@@ -195,10 +195,10 @@ def apply_to_replicas(
         if applies:
             try:
                 results = replica_store.apply_many(unit.topic, unit.partition, applies, source=unit.key)
-            except StreamrepError as err:  # the whole write failed: nothing of it was committed
+            except (StreamrepError, RetryNow) as err:  # the whole write failed: nothing of it was committed
                 results = [err] * len(applies)
             for apply, result in zip(applies, results, strict=False):
-                if isinstance(result, Conflict):
+                if isinstance(result, RetryNow):
                     pending.append(apply.stream)
                     conflicts[apply.stream] = result
                     continue
@@ -210,7 +210,8 @@ def apply_to_replicas(
                 _after_apply(replica_store, apply.stream, unit, plan)
         if not pending:
             break
-    errors.update((replica_uuid, conflicts[replica_uuid]) for replica_uuid in pending)  # the retries ran out
+    # The retries ran out: the lost race is reported as the user-facing Conflict.
+    errors.update((replica_uuid, Conflict(str(conflicts[replica_uuid]))) for replica_uuid in pending)
     return written, errors
 
 

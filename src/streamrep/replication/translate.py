@@ -4,7 +4,7 @@ expressed as the matching cursor on a replica, from the offset syncs the apply r
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any
+from dataclasses import dataclass
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument
@@ -55,9 +55,19 @@ def translate_partition(
     return translate_offset(replica_store.offset_syncs(replica_uuid, source_key), cursor, end)
 
 
+@dataclass(frozen=True)
+class TranslatedCursor:
+    """A group's cursor on the source (``source_offset``) and where it lands on the replica."""
+
+    topic: str
+    partition: int
+    source_offset: int
+    replica_offset: int
+
+
 def translate_cursors(
     admin: StreamAdmin, source: str, replica: str, group: str, commit: bool = False
-) -> list[dict[str, Any]]:
+) -> list[TranslatedCursor]:
     """Translate every committed cursor of ``group`` on ``source`` to ``replica``; with
     ``commit`` store them as the same group's cursors on the replica (needs consumeperm there)."""
     if not group:
@@ -75,9 +85,7 @@ def translate_cursors(
             translated[partition] = translate_partition(
                 replica_store, dst_entry.uuid, position_key(src_entry.uuid, topic, partition), topic, partition, cursor
             )
-            rows.append(
-                {"topic": topic, "partition": partition, "sourceOffset": cursor, "replicaOffset": translated[partition]}
-            )
+            rows.append(TranslatedCursor(topic, partition, cursor, translated[partition]))
         if commit and translated:
             replica_store.commit_cursors(group, dst_entry.uuid, topic, translated)
     return rows

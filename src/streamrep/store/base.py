@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from streamrep.errors import InvalidArgument, StreamrepError
+from streamrep.errors import InvalidArgument, RetryNow, StreamrepError
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 
@@ -201,7 +201,7 @@ class Store(ABC):
     ) -> int:
         """The transactional apply: append ``messages`` to one partition and store ``marks``,
         all or nothing, only if the stored marks still equal ``expect`` (None: absent).
-        Otherwise raise Conflict and write nothing, so two gateways briefly owning one
+        Otherwise raise ``RetryNow`` and write nothing, so two gateways briefly owning one
         partition can never both apply a batch.
 
         :param source: the position key of the source partition the messages came from.
@@ -214,10 +214,10 @@ class Store(ABC):
 
     def apply_many(
         self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
-    ) -> list[int | StreamrepError]:
+    ) -> list[int | StreamrepError | RetryNow]:
         """``apply`` for several replicas of one source partition (a gateway's fan-out): each is
         all or nothing and checked against its own ``expect``; one whose marks moved gets its
-        Conflict in the result (one that fails otherwise, its error) and the others are still
+        ``RetryNow`` in the result (one that fails otherwise, its error) and the others are still
         written. This default applies them one by one; a backend may write them all in one
         transaction.
 
@@ -225,13 +225,13 @@ class Store(ABC):
         :param source: the position key of the source partition (``apply``).
         :return: per apply, in order, the first offset assigned or the error.
         """
-        results: list[int | StreamrepError] = []
+        results: list[int | StreamrepError | RetryNow] = []
         for stream, messages, marks, expect, syncs, compression in applies:
             try:
                 results.append(
                     self.apply(stream, topic, partition, messages, marks, expect, source, syncs, compression)
                 )
-            except StreamrepError as err:
+            except (StreamrepError, RetryNow) as err:
                 results.append(err)
         return results
 

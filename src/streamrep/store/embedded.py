@@ -29,10 +29,10 @@ from typing import Any
 
 from streamrep.errors import (
     AlreadyExists,
-    Conflict,
     CorruptStore,
     InvalidArgument,
     NotFound,
+    RetryNow,
     StreamrepError,
     Unavailable,
 )
@@ -590,16 +590,16 @@ class EmbeddedStore(Store):
         compression: str | None = None,
     ) -> int:
         (result,) = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
-        if isinstance(result, StreamrepError):
+        if isinstance(result, (StreamrepError, RetryNow)):
             raise result
         return result
 
     def apply_many(
         self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
-    ) -> list[int | StreamrepError]:
+    ) -> list[int | StreamrepError | RetryNow]:
         # One SQLite transaction for all: a replica's messages equal to those already written
         # to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row.
-        results: list[int | StreamrepError] = []
+        results: list[int | StreamrepError | RetryNow] = []
         written: list[tuple[Sequence[Message], int]] = []  # (messages, their first rowid)
         with self._write() as con:
             # The codec is not used: a write to a local file crosses no network (model/network.py).
@@ -656,12 +656,12 @@ class EmbeddedStore(Store):
         return first
 
     @staticmethod
-    def _moved(con: sqlite3.Connection, stream: str, expect: Mapping[str, int | None]) -> Conflict | None:
-        """The Conflict if a mark of ``stream`` no longer holds its ``expect`` value, else None."""
+    def _moved(con: sqlite3.Connection, stream: str, expect: Mapping[str, int | None]) -> RetryNow | None:
+        """The ``RetryNow`` if a mark of ``stream`` no longer holds its ``expect`` value, else None."""
         for key, expected in expect.items():
             row = con.execute("SELECT value FROM marks WHERE stream=? AND key=?", (stream, key)).fetchone()
             if (row[0] if row else None) != expected:
-                return Conflict(
+                return RetryNow(
                     f"replication mark {key} of stream {stream} moved ({expected} -> "
                     f"{row[0] if row else None}); another gateway applied this batch"
                 )

@@ -11,7 +11,7 @@ A cluster without an authorizer answers SECURITY_DISABLED, and then nothing is k
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -27,14 +27,25 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
     ResourceType,
 )
 
-from streamrep.errors import InvalidArgument, PermissionDenied, StreamrepError
+from streamrep.errors import InvalidArgument, PermissionDenied, RetryNow, StreamrepError
 from streamrep.model.acls import Grant, Principals, installation_grants, stream_grants
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.naming import naming_for
 from streamrep.store.kafka.client import TIMEOUT_SECONDS
 
-if TYPE_CHECKING:
-    from streamrep.store.kafka.store import KafkaStore
+
+class AclStore(Protocol):
+    """What the ACLs need of the installation's store (``KafkaStore``): named by this protocol
+    rather than imported, since that store imports this module."""
+
+    cluster: str
+    namespace: str
+
+    @property
+    def internal_prefix(self) -> str: ...
+
+    def _translate(self, exc: Any, what: str) -> StreamrepError | RetryNow: ...
+
 
 _RESOURCES = {
     "topic": ResourceType.TOPIC,
@@ -98,13 +109,13 @@ class KafkaAcls:
     :param settings: the cluster's settings (groups mapping, gateway principal)
     """
 
-    def __init__(self, store: KafkaStore, admin: Callable[[], AdminClient], settings: Mapping[str, Any]):
+    def __init__(self, store: AclStore, admin: Callable[[], AdminClient], settings: Mapping[str, Any]):
         self._store = store
         self._admin = admin
         self.principals = Principals.from_settings(settings)
         self._enforced: bool | None = None  # whether the broker runs an authorizer; asked once
 
-    def _fail(self, exc: KafkaException, what: str) -> StreamrepError:
+    def _fail(self, exc: KafkaException, what: str) -> StreamrepError | RetryNow:
         return self._store._translate(exc, what)
 
     def _describe(self, pattern: AclBindingFilter) -> list[AclBinding]:

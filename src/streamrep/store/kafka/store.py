@@ -50,6 +50,7 @@ from streamrep.errors import (
     Conflict,
     InvalidArgument,
     NotFound,
+    RetryNow,
     StreamrepError,
     Unavailable,
 )
@@ -161,12 +162,14 @@ class KafkaStore(Store):
         except KafkaException as exc:
             raise self._translate(exc, what) from None
 
-    def _translate(self, exc: Any, what: str) -> StreamrepError:
+    def _translate(self, exc: Any, what: str) -> StreamrepError | RetryNow:
+        """A Kafka error as streamrep's: a fenced transactional writer (only a transaction can be
+        fenced) is ``RetryNow``, for the transaction's caller to read again and retry."""
         err = kafka_error(exc)
         if err is None:
             return Unavailable(f"cluster {self.cluster}: {what}: {exc}")
         if err.code() in FENCED:
-            return Conflict(f"cluster {self.cluster}: another writer took over ({what}: {err.str()}); retry")
+            return RetryNow(f"cluster {self.cluster}: another writer took over ({what}: {err.str()}); retry")
         kind = USER_ERRORS.get(err.code())
         if kind is not None:
             return kind(f"cluster {self.cluster}: {what}: {err.str()}")
@@ -302,23 +305,18 @@ class KafkaStore(Store):
         txid = keys.catalog_txid(self._internal, kind, key)
         self.acls.enforced()  # the first catalog write on a cluster with an authorizer sets streamrep's own ACLs
         for _ in range(CATALOG_RETRIES):
-            refused: Conflict | None = None
             try:
                 with self._transaction(txid, "catalog") as txn:
-                    try:
-                        new = change(self.catalog_get(kind, key))  # read after this writer fenced the others
-                    except Conflict as exc:  # the change's own refusal, not a fenced writer: never retried
-                        refused = exc
-                        raise
+                    # Read after this writer fenced the others. The change's own refusal (a Conflict
+                    # among them) is a user error, never retried; only a fenced writer (RetryNow) is.
+                    new = change(self.catalog_get(kind, key))
                     if kind == STREAM_KIND:  # the broker's ACLs follow the stream's ACEs, set before the commit
                         self.acls.sync_stream(self.catalog_get(kind, key), new)
                     txn.internal(
                         "catalog", keys.catalog_key(kind, key), None if new is None else json.dumps(new).encode("utf-8")
                     )
                 return new
-            except Conflict as exc:
-                if exc is refused:
-                    raise
+            except RetryNow:
                 continue
         raise Conflict(f"cluster {self.cluster}: catalog entry {kind} {key} kept changing; try again")
 
@@ -792,7 +790,7 @@ class KafkaStore(Store):
             current = self.marks(stream)  # read after this writer fenced every other of the partition
             for key, expected in expect.items():
                 if current.get(key) != expected:
-                    raise Conflict(
+                    raise RetryNow(
                         f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
                         "another gateway applied this batch"
                     )
@@ -829,9 +827,9 @@ class KafkaStore(Store):
                         for key in gone:
                             txn.internal("marks", keys.mark_key(stream, key), None)
                     break
-                except Conflict:  # fenced (by a gateway, or another store object, since): read again
+                except RetryNow as retry:  # fenced (by a gateway, or another store object, since): read again
                     if attempt == CATALOG_RETRIES - 1:
-                        raise
+                        raise Conflict(str(retry)) from None
             dropped += len(gone)
         return dropped
 

@@ -11,7 +11,7 @@ Invariants:
 - A transaction returns only once its internal records are readable (``_await_visible``): the next
   read, by this process or another, sees what was just written. A commit not yet readable drops its
   producer, so the next transaction of that id starts a new one that waits for it.
-- A writer that finds itself fenced raises Conflict, and the caller retries from the stored state.
+- A writer that finds itself fenced raises RetryNow, and the caller retries from the stored state.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streamrep.errors import Conflict, Unavailable
+from streamrep.errors import RetryNow, Unavailable
 from streamrep.store.kafka.client import (
     FENCED,
     FENCING_RACE,
@@ -132,7 +132,7 @@ class Transactions:
 
     @contextmanager
     def transaction(self, txid: str, reads: str, compression: str | None = None) -> Iterator[Transaction]:
-        """One transaction of ``txid``; Conflict if another writer fenced this one (retry from the new state).
+        """One transaction of ``txid``; ``RetryNow`` if another writer fenced this one (retry from the new state).
         It returns once its internal records are readable: Kafka writes commit markers after the commit
         returns, and the next read (by this process or another) must see what was just written.
 
@@ -158,14 +158,14 @@ class Transactions:
                 # Another writer of this id (another process applying this replica partition: Spark gives a
                 # gateway's tasks to any idle Python worker) fenced this cached producer since its last
                 # transaction. librdkafka then fails the produce ("Local: Fatal error"), or a delivery
-                # report during flush, before the commit could say "fenced". A Conflict makes the caller
+                # report during flush, before the commit could say "fenced". ``RetryNow`` makes the caller
                 # retry at once from the stored state, read again by a new producer after it fenced the
                 # other (so exact whether or not anything committed), instead of failing the replica.
-                raise Conflict(f"cluster {self.store.cluster}: another writer took over ({err.str()}); retry") from None
+                raise RetryNow(f"cluster {self.store.cluster}: another writer took over ({err.str()}); retry") from None
             if isinstance(exc, KafkaException):
                 err = kafka_error(exc)
                 if err is not None and err.txn_requires_abort() and err.code() in FENCING_RACE:
-                    raise Conflict(
+                    raise RetryNow(
                         f"cluster {self.store.cluster}: another writer took over (transaction aborted: {err.str()}); retry"
                     ) from None
                 raise self.store._translate(exc, "transaction failed") from None

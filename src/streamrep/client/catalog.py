@@ -1,0 +1,168 @@
+"""The stream catalog, unchecked: what the engine reads and records.
+
+Each cluster keeps the catalog of its own streams (``model/catalog.py``). ``Catalog`` reads
+and changes those documents with no access control expression checked: the replication
+layer, the Spark jobs and the gateways use it, with the implicit authority of a gateway (for
+example to record a replica's state). Users go through ``StreamAdmin`` (``client/admin.py``),
+which checks the caller's ACEs and is built on this class.
+
+Only one check is made here, and only when the owner asks for it: ``guard`` is called with a
+cluster's name before its store is used, which is how ``StreamAdmin`` refuses to act as someone
+a cluster does not authenticate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from streamrep.client.config import Clusters
+from streamrep.errors import NotFound
+from streamrep.model import replication as rules
+from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
+from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name
+from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
+from streamrep.store.base import Store
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class HasCatalog(Protocol):
+    """Anything that can hand the engine a catalog: a ``Catalog`` itself, or a ``StreamAdmin``
+    (whose catalog keeps its identity binding)."""
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+
+class Catalog:
+    """The stream catalogs of the registered clusters, read and changed without ACE checks.
+
+    :param clusters: the cluster registry.
+    :param guard: called with a cluster's name before its store is used (None: nothing).
+    """
+
+    def __init__(self, clusters: Clusters, guard: Callable[[str], object] | None = None):
+        self.clusters = clusters
+        self._guard = guard
+
+    @property
+    def catalog(self) -> Catalog:
+        return self
+
+    def path(self, text: str | StreamPath) -> StreamPath:
+        """Parse a stream path against the default cluster."""
+        if isinstance(text, StreamPath):
+            return text
+        return parse_stream_path(text, self.clusters.default)
+
+    def store(self, path: StreamPath) -> Store:
+        """The store of the cluster that holds ``path``."""
+        if self._guard is not None:
+            self._guard(path.cluster)
+        return self.clusters.store(path.cluster)
+
+    def cluster_store(self, cluster: str) -> Store:
+        """The store of the cluster named ``cluster``."""
+        return self.clusters.store(validate_cluster_name(cluster))
+
+    def entry(self, path: str | StreamPath) -> StreamEntry:
+        """The catalog entry of a stream, or NotFound."""
+        sp = self.path(path)
+        doc = self.store(sp).catalog_get(STREAM_KIND, sp.path)
+        if doc is None:
+            raise NotFound(f"stream {sp} does not exist")
+        return StreamEntry.from_dict(doc)
+
+    def update(self, sp: StreamPath, change: Callable[[StreamEntry], StreamEntry | None]) -> StreamEntry | None:
+        """Atomically change an existing stream's entry (None deletes it)."""
+
+        def apply(doc: dict | None) -> dict | None:
+            if doc is None:
+                raise NotFound(f"stream {sp} does not exist")
+            new = change(StreamEntry.from_dict(doc))
+            return None if new is None else new.to_dict()
+
+        result = self.store(sp).catalog_update(STREAM_KIND, sp.path, apply)
+        return None if result is None else StreamEntry.from_dict(result)
+
+    def list_streams(self, cluster: str | None = None) -> list[StreamEntry]:
+        """Every stream of ``cluster`` (the default cluster if None)."""
+        name = cluster or self.clusters.default
+        if name is None:
+            raise NotFound("no cluster given and no default cluster is set")
+        docs = self.cluster_store(name).catalog_list(STREAM_KIND)
+        return [StreamEntry.from_dict(d) for d in docs.values()]
+
+    def topics_of(self, path: StreamPath) -> set[str]:
+        """The topic names of the stream at ``path``; none for a stream that is gone."""
+        try:
+            entry = self.entry(path)
+            return set(self.store(path).topics(entry.uuid))
+        except NotFound:
+            return set()
+
+    def replica_links(self, path: str | StreamPath) -> list[ReplicaLink]:
+        return list(self.entry(path).replicas)
+
+    def upstream_links(self, path: str | StreamPath) -> list[UpstreamLink]:
+        return list(self.entry(path).upstreams)
+
+    def set_replica_state(
+        self,
+        path: str | StreamPath,
+        replica: str | StreamPath,
+        state: ReplicaState,
+        error: str | None = None,
+        only_from: ReplicaState | None = None,
+    ) -> None:
+        """Record a replica's state. No ACE is checked: the replication layer (gateways,
+        copystream, a synchronous producer's fallback, failover) records what it observed.
+
+        :param only_from: change it only while the link is in this state (in the same atomic
+            update), so a state someone else set meanwhile is kept.
+        """
+        src, dst = self.path(path), self.path(replica)
+
+        def apply(entry: StreamEntry) -> StreamEntry:
+            link = rules.require_link(entry.replicas, dst, src, "replica")
+            if only_from is not None and link.state is not only_from:
+                return entry
+            if link.state is ReplicaState.FAILED_OVER and only_from is not ReplicaState.FAILED_OVER:
+                return entry  # a failover's own record: only failback (only_from=FAILED_OVER) changes it
+            new = link.with_changes(state=state, error=error)
+            return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
+
+        self.update(src, apply)
+
+    # -- clusters: administration ACE and gateway lists ------------------------------
+    def cluster_ace(self, cluster: str) -> ClusterAce | None:
+        """The cluster's administration ACE; None for a cluster registered before cluster ACEs
+        existed (or through ``Clusters.add``, which does not know the caller)."""
+        doc = self.cluster_store(cluster).catalog_get(CLUSTER_KIND, CLUSTER_ACE_KEY)
+        return None if doc is None else ClusterAce.from_dict(doc)
+
+    def source_cluster(self, cluster: str | None) -> str:
+        """``cluster``, or the default cluster; NotFound if neither names a registered one."""
+        name = cluster or self.clusters.default
+        if name is None:
+            raise NotFound("no cluster given and no default cluster is set")
+        self.clusters.get(name)
+        return name
+
+    def gateways(self, cluster: str | None = None) -> dict[str, list[str]]:
+        """The gateways that ``cluster`` lists for every destination cluster."""
+        docs = self.clusters.store(self.source_cluster(cluster)).catalog_list(GATEWAYS_KIND)
+        return {dst: doc["gateways"] for dst, doc in docs.items()}
+
+    def get_gateways(self, dstcluster: str, cluster: str | None = None) -> list[str]:
+        """The gateways that ``cluster`` lists for one destination cluster."""
+        source = self.source_cluster(cluster)
+        doc = self.clusters.store(source).catalog_get(GATEWAYS_KIND, validate_cluster_name(dstcluster))
+        if doc is None:
+            raise NotFound(f"cluster {source} lists no gateways for destination cluster {dstcluster}")
+        gateways: list[str] = doc["gateways"]
+        return gateways
