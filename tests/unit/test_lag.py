@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
@@ -102,17 +103,24 @@ def test_samples_are_rate_limited_per_flow_across_gateways_and_bounded(linked):
 
 
 def test_sampling_takes_at_most_a_tenth_of_a_gateways_time(linked, monkeypatch):
+    # The recorder's monotonic clock is the test's: with the real one, a machine too loaded to
+    # run the next line within 1.8 s would see the 2 s pass.
+    clock = [1000.0]
+    monkeypatch.setattr(lag, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
     real = lag.measure
 
     def slow(*args, **kwargs):
-        time.sleep(0.2)
+        clock[0] += 0.2  # measuring takes 0.2 s
         return real(*args, **kwargs)
 
     monkeypatch.setattr(lag, "measure", slow)
     recorder = lag.LagRecorder(linked, "newyork", every=0.0)
     assert len(recorder.sample()) == 1
+    clock[0] += 1.7  # 1.9 s after it started
     assert recorder.sample() == {}  # 0.2 s of sampling: the next waits at least 2 s, whatever ``every`` says
     assert len(recorder.sample(force=True)) == 1
+    clock[0] += 2.0  # the forced one took 0.2 s too: 2 s after it, the next is due
+    assert len(recorder.sample()) == 1
 
 
 def test_lag_history_refuses_a_stream_that_is_not_a_replica(linked):
