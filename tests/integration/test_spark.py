@@ -165,9 +165,12 @@ def replica_state(admin, source: str, replica: str) -> str:
 
 
 WORKER_NOT_CONNECTED = "Python worker failed to connect back"
+START_SECONDS = 600  # for a streaming query's source to start, attempts included
+# the tests that start a streaming query: START_SECONDS, and the test's own work
+STARTS_A_STREAM = pytest.mark.timeout(START_SECONDS + 600)
 
 
-def start_query(start, timeout: float = 300):
+def start_query(start, timeout: float = START_SECONDS):
     """The streaming query ``start()`` returns, once its streamrep source has started (or the
     query has ended).
 
@@ -175,9 +178,10 @@ def start_query(start, timeout: float = 300):
     the query, and waits a fixed 10 s for it to connect back (PythonWorkerFactory.createSimpleWorker,
     called by PythonStreamingSourceRunner: no setting changes it in Spark 4.3). That process
     imports pyspark from pyspark.zip, compiling it (zipimport caches no bytecode): on a loaded
-    machine this took 11-22 s, and the query failed with "Python worker failed to connect back"
-    before any streamrep code ran. Such a query is started again until its source starts, for
-    up to ``timeout`` seconds; any other failure is left to the test."""
+    machine this took 11-25 s (load 20-30 beside two CPU hogs), and the query failed with "Python
+    worker failed to connect back" before any streamrep code ran. Such a query is started again
+    until its source starts, for up to ``timeout`` seconds; any other failure is left to the test.
+    (At load 30 an attempt took 10-50 s and most failed.)"""
     deadline = time.monotonic() + timeout
     attempt = 1
     while True:
@@ -190,11 +194,14 @@ def start_query(start, timeout: float = 300):
         error = None if query.isActive else query.exception()
         if error is None or WORKER_NOT_CONNECTED not in str(error) or time.monotonic() > deadline:
             return query
-        print(f"attempt {attempt}: the query's source process did not connect back within Spark's 10 s; again")
+        print(
+            f"attempt {attempt}: the query's source process did not connect back within Spark's 10 s; again", flush=True
+        )
         attempt += 1
 
 
 # -- the data source as a reader -------------------------------------------------------------
+@STARTS_A_STREAM
 def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     from streamrep.spark.source import SCHEMA
 
@@ -419,6 +426,7 @@ def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(
     assert broken.last_job > float("-inf")  # the next warm-up waits WARM_SECONDS, not one idle pass
 
 
+@STARTS_A_STREAM
 def test_gateway_stream_picks_up_new_topics_partitions_and_replicas(spark, clusters, tmp_path):
     from streamrep.spark import jobs
 
@@ -696,6 +704,7 @@ def test_a_worker_without_java_gets_one_line_naming_the_fix(tmp_path):
 
 
 # --- cursors ---
+@STARTS_A_STREAM
 def test_the_spark_gateway_syncs_consumer_cursors(spark, clusters, tmp_path):
     """The Spark engine's gateway carries a group's committed cursor to the replica, as the
     in-process one does (both sync from ``Gateway.assignment``, every CURSOR_SYNC_SECONDS)."""
