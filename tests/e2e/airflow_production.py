@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import http.client
 import json
 import os
 import pwd
@@ -45,6 +46,10 @@ DB_USER = DB_NAME = "airflow"
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 SERVICE_GRACE_SECONDS = 15  # for a service to stop by itself (the scheduler stops its tasks' Spark jobs)
 PR_SET_CHILD_SUBREAPER = 36
+# A generous bound on one REST call, retries included: on a loaded 2-core machine the api-server
+# took more than 30 s to answer (idle: milliseconds). A slow answer is waited for, not retried.
+HTTP_SECONDS = 300
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "PATCH", "DELETE"})
 
 # Intervals lowered so that a test sees the scheduler act within seconds (defaults in comments).
 FAST_AIRFLOW = {
@@ -70,6 +75,44 @@ def postgres_bindir() -> Path | None:
         return Path(found[-1]).parent
     on_path = shutil.which("postgres")
     return Path(on_path).resolve().parent if on_path else None
+
+
+def http_json(
+    url: str,
+    method: str = "GET",
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = HTTP_SECONDS,
+    idempotent: bool | None = None,
+) -> tuple[int, Any]:
+    """``(status, JSON body or text)`` of one HTTP request, waiting up to ``timeout`` seconds for
+    the answer, however slow. A connection that fails (refused while the server starts, reset,
+    closed before the answer) is tried again until then: any request when ``idempotent`` (by
+    default: every method but POST), else only one the server never received (refused)."""
+    idempotent = method in IDEMPOTENT if idempotent is None else idempotent
+    data = None if body is None else json.dumps(body).encode()
+    deadline = time.monotonic() + timeout
+    while True:
+        request = urllib.request.Request(
+            url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=max(1.0, deadline - time.monotonic())) as resp:
+                raw, status = resp.read(), resp.status
+            break
+        except urllib.error.HTTPError as err:
+            raw, status = err.read(), err.code
+            break
+        except (urllib.error.URLError, ConnectionError, http.client.HTTPException, TimeoutError) as err:
+            reason = getattr(err, "reason", err)
+            unsent = isinstance(reason, ConnectionRefusedError)
+            if time.monotonic() >= deadline or isinstance(reason, TimeoutError) or not (idempotent or unsent):
+                raise AssertionError(f"{method} {url}: no answer within {timeout} s: {err!r}") from err
+            time.sleep(1)
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode("utf-8", "replace")
 
 
 def free_ports(count: int) -> list[int]:
@@ -269,21 +312,11 @@ class Airflow:
         return (self.logs / f"{service}.log").read_text(errors="replace")[-tail:]
 
     # -- REST -----------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None, auth: bool = True) -> tuple[int, Any]:
-        headers = {"Content-Type": "application/json"}
-        if auth and self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw, status = resp.read(), resp.status
-        except urllib.error.HTTPError as err:
-            raw, status = err.read(), err.code
-        try:
-            return status, json.loads(raw)
-        except ValueError:
-            return status, raw.decode("utf-8", "replace")
+    def request(
+        self, method: str, path: str, body: Any = None, auth: bool = True, idempotent: bool | None = None
+    ) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {self.token}"} if auth and self.token else {}
+        return http_json(self.base + path, method, body, headers, idempotent=idempotent)
 
     def get(self, path: str) -> Any:
         status, body = self.request("GET", path)
@@ -292,14 +325,17 @@ class Airflow:
 
     def login(self, username: str, password: str) -> None:
         """A JWT from the simple auth manager (``POST /auth/token``) for every later request."""
-        status, body = self.request("POST", "/auth/token", {"username": username, "password": password}, auth=False)
+        status, body = self.request(
+            "POST", "/auth/token", {"username": username, "password": password}, auth=False, idempotent=True
+        )
         assert status in (200, 201), (status, body)
         self.token = body["access_token"]
 
     def health(self) -> dict[str, str]:
         """Each component's status from ``/api/v2/monitor/health`` (no login needed)."""
         try:
-            with urllib.request.urlopen(self.base + "/api/v2/monitor/health", timeout=3) as resp:
+            # polled until healthy (wait_healthy): a slow answer is a late one, not a failure
+            with urllib.request.urlopen(self.base + "/api/v2/monitor/health", timeout=30) as resp:
                 health = json.loads(resp.read())
         except (OSError, ValueError):
             return {}
@@ -336,8 +372,16 @@ class Airflow:
             time.sleep(1)
 
     def trigger(self, dag_id: str, conf: dict[str, Any]) -> str:
-        """``POST /api/v2/dags/{dag_id}/dagRuns``; returns the run id."""
-        status, run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+        """``POST /api/v2/dags/{dag_id}/dagRuns``; returns the run id. The run id is chosen here,
+        so that the request can be repeated when its connection fails: a repeat that finds the run
+        made (409) is its success."""
+        run_id = f"manual__e2e_{secrets.token_hex(6)}"
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+        status, run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body, idempotent=True)
+        if status == 409:  # made by an attempt whose connection failed
+            run = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")
+            assert run["conf"] == conf, run
+            return run_id
         assert status == 200, (status, run)
         return run["dag_run_id"]
 
@@ -412,7 +456,7 @@ def airflow_production(e2e_homes, postgres: Postgres) -> Airflow:
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,  # a bound, not an expectation: 18 s at load 12, 101 s at load 30
     )
     assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
     airflow.timings["airflow db migrate (PostgreSQL)"] = round(time.monotonic() - started, 1)

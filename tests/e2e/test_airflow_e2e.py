@@ -461,7 +461,7 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
 
     import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 
-    from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
+    from streamrep.replication.lag import lag_history
 
     e2e.streamrep(
         "stream",
@@ -499,18 +499,26 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
     before = len(lag_history(admin, SF_ACTIVITY, NY_ACTIVITY))
     try:
         e2e.streamrep("stream", "replica", "pause", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
-        for batch in range(2):  # the lag grows while paused: one sample per SAMPLE_SECONDS at most
+        # The lag grows while paused: a sample of each size, taken whenever the gateway samples
+        # (at most every SAMPLE_SECONDS, and later when sampling is slow: MAX_SAMPLING_SHARE).
+        for batch in range(2):
+            since = time.time() * 1000
             produce(e2e, f"{SF_ACTIVITY}:clicks", [f"lag-{batch}-{i}" for i in range(100)])
-            time.sleep(SAMPLE_SECONDS + 1)
+            behind = 100 * (batch + 1)
+            _until(
+                f"a sample of the lag with {behind} messages behind",
+                lambda since=since, behind=behind: [
+                    s for s in lag_history(admin, SF_ACTIVITY, NY_ACTIVITY) if s.t >= since and s.messages >= behind
+                ],
+            )
         e2e.streamrep("stream", "replica", "resume", "-path", SF_ACTIVITY, "-replica", NY_ACTIVITY)
-        time.sleep(SAMPLE_SECONDS + 1)
-        deadline = time.monotonic() + 60
-        while lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)[-1].messages != 0:
-            assert time.monotonic() < deadline, lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)
-            time.sleep(1)
+        _until(
+            "a sample of the lag with nothing behind",
+            lambda: lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)[-1].messages == 0,
+        )
         history = lag_history(admin, SF_ACTIVITY, NY_ACTIVITY)
-        assert len(history) >= before + 3 and max(s["messages"] for s in history) >= 200
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert len(history) >= before + 3 and max(s.messages for s in history) >= 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
             metrics = response.read().decode()
         assert f'streamrep_replica_lag_messages{{replica="{NY_ACTIVITY}",source="{SF_ACTIVITY}"}} 0.0' in metrics
         assert re.search(
@@ -526,7 +534,7 @@ def test_the_lag_chart_renders_in_headless_chromium(world, e2e, airflow_ui, tmp_
         ).group(0)
         attrs = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', chart.split(">", 1)[0]))
         assert attrs["source"] == SF_ACTIVITY and int(attrs["samples"]) == len(history)
-        assert int(attrs["max-messages"]) == max(s["messages"] for s in history) and attrs["last-messages"] == "0"
+        assert int(attrs["max-messages"]) == max(s.messages for s in history) and attrs["last-messages"] == "0"
         assert 'data-series="messages"' in chart and 'data-series="ms"' in chart
         assert 'data-threshold="maxLagMessages" data-value="150"' in chart
         assert 'data-threshold="maxLagMillis" data-value="120000"' in chart

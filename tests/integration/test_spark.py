@@ -164,7 +164,44 @@ def replica_state(admin, source: str, replica: str) -> str:
     return row.state
 
 
+WORKER_NOT_CONNECTED = "Python worker failed to connect back"
+START_SECONDS = 600  # for a streaming query's source to start, attempts included
+# the tests that start a streaming query: START_SECONDS, and the test's own work
+STARTS_A_STREAM = pytest.mark.timeout(START_SECONDS + 600)
+
+
+def start_query(start, timeout: float = START_SECONDS):
+    """The streaming query ``start()`` returns, once its streamrep source has started (or the
+    query has ended).
+
+    Spark runs a Python data source's stream reader in a Python process of its own, started with
+    the query, and waits a fixed 10 s for it to connect back (PythonWorkerFactory.createSimpleWorker,
+    called by PythonStreamingSourceRunner: no setting changes it in Spark 4.3). That process
+    imports pyspark from pyspark.zip, compiling it (zipimport caches no bytecode): on a loaded
+    machine this took 11-25 s (load 20-30 beside two CPU hogs), and the query failed with "Python
+    worker failed to connect back" before any streamrep code ran. Such a query is started again
+    until its source starts, for up to ``timeout`` seconds; any other failure is left to the test.
+    (At load 30 an attempt took 10-50 s and most failed.)"""
+    deadline = time.monotonic() + timeout
+    attempt = 1
+    while True:
+        query = start()
+        wait_for(
+            lambda q=query: not q.isActive or not q.status["message"].startswith("Initializing"),
+            timeout=timeout,
+            what="the streaming query's source to start",
+        )
+        error = None if query.isActive else query.exception()
+        if error is None or WORKER_NOT_CONNECTED not in str(error) or time.monotonic() > deadline:
+            return query
+        print(
+            f"attempt {attempt}: the query's source process did not connect back within Spark's 10 s; again", flush=True
+        )
+        attempt += 1
+
+
 # -- the data source as a reader -------------------------------------------------------------
+@STARTS_A_STREAM
 def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     from streamrep.spark.source import SCHEMA
 
@@ -202,19 +239,21 @@ def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     assert sorted(r.value for r in views.collect()) == sorted(f"view-{i}".encode() for i in range(5))
 
     # The same stream as a stream, rate-limited: every message once, over several micro-batches.
-    query = (
-        spark.readStream.format("streamrep")
-        .option("path", stream)
-        .option("home", home_of(admin))
-        .option("maxRecordsPerTrigger", "20")
-        .load()
-        .writeStream.format("memory")
-        .queryName("events_stream")
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .trigger(availableNow=True)
-        .start()
+    query = start_query(
+        lambda: (
+            spark.readStream.format("streamrep")
+            .option("path", stream)
+            .option("home", home_of(admin))
+            .option("maxRecordsPerTrigger", "20")
+            .load()
+            .writeStream.format("memory")
+            .queryName("events_stream")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
     )
-    query.awaitTermination(120)
+    assert query.awaitTermination(300), "the availableNow query did not end"
     assert query.exception() is None
     streamed = spark.table("events_stream").collect()
     assert Counter((r.topic, r.partition, r.offset) for r in streamed) == Counter(
@@ -507,7 +546,7 @@ def test_the_spark_gateway_records_lag_and_serves_metrics_from_its_driver(spark,
 
     def scrape() -> dict[str, float]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
                 text = response.read().decode()
         except OSError:
             return {}

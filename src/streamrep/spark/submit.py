@@ -67,6 +67,12 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "false",  # nothing to adapt (no shuffle), and streaming refuses it
     "spark.python.worker.reuse": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "false",
+    # How long the JVM waits for the Python driver to connect to it (collect, parallelize,
+    # broadcast: SocketAuthServer) and a Python worker waits to connect and authenticate
+    # (SPARK_AUTH_SOCKET_TIMEOUT). The default, 15 s, is short for a loaded machine, where a
+    # Python process may get no CPU for seconds. (The 10 s Spark gives a new simple worker,
+    # such as a streaming source's, to connect back is fixed: no setting changes it.)
+    "spark.python.authenticate.socketTimeout": "120s",
 }
 
 
