@@ -483,9 +483,9 @@ class GatewayPlanOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> list[str]:
         admin.clusters.get(self.cluster)  # NotFound for an unknown cluster
         if self.gateways:
-            names = rules.validate_gateways(self.gateways)
-            self.log.info("gateways of %s, as given: %s", self.cluster, " ".join(names))
-            return sorted(names)
+            given = rules.validate_gateways(self.gateways)
+            self.log.info("gateways of %s, as given: %s", self.cluster, " ".join(given))
+            return sorted(given)
         flows, blocked = flows_into(admin, self.cluster)
         sources = sorted({f.source.cluster for f in flows} | {b.source.cluster for b in blocked})
         names: set[str] = set()

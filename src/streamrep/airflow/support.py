@@ -12,7 +12,9 @@ SUPPORTED_AIRFLOW = ">=3.2.0,<3.4"
 def require_airflow(version: str | None = None) -> None:
     """ImportError in one line when ``version`` (default: the installed Airflow's) is not Airflow 3."""
     if version is None:
-        from airflow import __version__ as version
+        from airflow import __version__ as installed
+
+        version = installed
     try:
         major = Version(version).release[0]
     except InvalidVersion:

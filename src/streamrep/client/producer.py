@@ -16,12 +16,13 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import SupportsFloat
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.catalog import now_ms
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
-from streamrep.model.failover import check_writable
+from streamrep.model.failover import FailoverRecord, check_writable
 from streamrep.model.message import Headers, Message
 from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import StreamPath, TopicPath, parse_topic_path
@@ -42,7 +43,7 @@ def covers(marks: dict[str, int], targets: dict[str, int]) -> bool:
 def check_sync_timeout(value: object, what: str = "sync_timeout") -> float:
     """``value`` as seconds to wait for synchronous replicas: a finite number, 0 or more."""
     try:
-        seconds = float(value) if not isinstance(value, bool) else math.nan
+        seconds = float(value) if isinstance(value, SupportsFloat | str) and not isinstance(value, bool) else math.nan
     except (TypeError, ValueError):
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
@@ -60,8 +61,8 @@ PARSED_TOPICS_MAX = 1024  # topic strings whose parse a producer keeps
 FAILOVER_CHECK_SECONDS = 0.5
 
 
-def to_bytes(value: bytes | str | None, what: str) -> bytes | None:
-    if value is None or isinstance(value, bytes):
+def to_bytes(value: bytes | str, what: str) -> bytes:
+    if isinstance(value, bytes):
         return value
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -91,7 +92,9 @@ class Producer:
         # Cleared by flush() and by any stream refresh, so it never outlives what it points to.
         self._open: dict[str | TopicPath, tuple[TopicPath, int, dict[int, list[Message]]]] = {}
         self._round_robin = itertools.count()
-        self._writable: dict[StreamPath, tuple[float, object]] = {}  # path -> (when read, failover record)
+        self._writable: dict[
+            StreamPath, tuple[float, FailoverRecord | None]
+        ] = {}  # path -> (when read, failover record)
 
     def __enter__(self) -> Producer:
         return self
@@ -173,12 +176,13 @@ class Producer:
         if isinstance(topic, TopicPath):
             tp = topic
         elif isinstance(topic, str):
-            tp = self._parsed.get(topic)
-            if tp is None:
-                tp = parse_topic_path(topic, self.admin.clusters.default)
+            cached = self._parsed.get(topic)
+            if cached is None:
+                cached = parse_topic_path(topic, self.admin.clusters.default)
                 if len(self._parsed) >= PARSED_TOPICS_MAX:
                     self._parsed.clear()
-                self._parsed[topic] = tp
+                self._parsed[topic] = cached
+            tp = cached
         else:
             tp = parse_topic_path(topic, self.admin.clusters.default)  # raises InvalidArgument
         count = self.partitions(tp)

@@ -113,7 +113,8 @@ def plan_apply(
     if own_messages(batch):
         return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), own_key, own_prefix)
     next_needed: dict[str, int] = {}
-    out, syncs = plan.messages, plan.syncs
+    out: list[Message] = []  # a mixed batch: a plain list (an OriginRun holds only own messages)
+    plan.messages, syncs = out, plan.syncs
     follows = -1  # the source offset a message must have to continue the current sync run
     for message in batch:
         value, key, headers, timestamp, _, offset, _ = message
@@ -128,8 +129,8 @@ def plan_apply(
             okey, origin_uuid, origin_offset = own_key, source_uuid, offset
             headers = headers + ((ORIGIN_HEADER, own_prefix + str(offset).encode("ascii")),)
         else:
-            origin_uuid, origin_partition, origin_offset = raw.decode("ascii").rsplit("/", 2)
-            okey, origin_offset = origin_key(origin_uuid, topic, int(origin_partition)), int(origin_offset)
+            origin_uuid, origin_partition, origin_at = raw.decode("ascii").rsplit("/", 2)
+            okey, origin_offset = origin_key(origin_uuid, topic, int(origin_partition)), int(origin_at)
         needed = next_needed.get(okey)
         if needed is None:
             needed = marks.get(okey, 0)

@@ -10,12 +10,15 @@ coordinator, and a gateway whose heartbeat expires has its partitions dealt to t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 HEARTBEAT_INTERVAL_SECONDS = 2.0
 HEARTBEAT_EXPIRY_SECONDS = 10.0
 
-P = TypeVar("P")
+P = TypeVar("P", bound="SupportsRichComparison")
 
 
 def live_gateways(heartbeats: Mapping[str, float], now: float, expiry: float = HEARTBEAT_EXPIRY_SECONDS) -> list[str]:

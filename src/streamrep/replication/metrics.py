@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
@@ -79,7 +80,7 @@ class GatewayMetrics:
             registry=r,
         ).labels(*labels)
         self._flows: set[tuple[str, str]] = set()
-        self.server = None
+        self.server: WSGIServer | None = None
 
     def passed(self, moved: int, at: float | None = None) -> None:
         """A pass ended having moved ``moved`` source messages."""
@@ -109,10 +110,11 @@ class GatewayMetrics:
         if not 0 < port < 65536:
             raise InvalidArgument(f"option -metricsport must be a TCP port from 1 to 65535, not {port}")
         try:
-            self.server, _ = start_http_server(port, addr, registry=self.registry)
+            server, _ = start_http_server(port, addr, registry=self.registry)
         except OSError as err:
             raise Unavailable(f"cannot serve metrics on port {port}: {err.strerror or err}") from None
-        return self.server.server_port
+        self.server = server
+        return server.server_port
 
     def close(self) -> None:
         if self.server is not None:
