@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, RetryNow, StreamrepError
 from streamrep.model.message import Message
 from streamrep.store.base import ReplicaApply, Store
 
@@ -417,9 +417,9 @@ def test_apply_writes_messages_and_marks_together_or_not_at_all(store, stream):
     applied(store, stream, "t", 0, ["a", "b", "c"])
     assert second > first and values(store.read(stream, "t", 0, second, 10)) == ["c"]
     end = store.offsets(stream, "t", 0)[1]
-    with pytest.raises(Conflict):  # a stale expectation: nothing is written
+    with pytest.raises(RetryNow):  # a stale expectation: nothing is written (the caller reads again)
         store.apply(stream, "t", 0, msgs("c"), {KEY: 3}, {KEY: 2})
-    with pytest.raises(Conflict):  # nor when the mark is expected absent
+    with pytest.raises(RetryNow):  # nor when the mark is expected absent
         store.apply(stream, "t", 0, msgs("c"), {KEY: 3}, {KEY: None})
     assert store.offsets(stream, "t", 0)[1] == end and store.marks(stream) == {KEY: 3}
     assert values(everything(store, stream, "t", 0)) == ["a", "b", "c"]
@@ -436,7 +436,7 @@ def test_an_apply_of_marks_alone_writes_no_message(store, stream):
 
 def test_two_writers_of_one_partition_never_both_apply_a_batch(open_store, new_stream):
     """Two gateways briefly owning one partition (two store objects) race to apply the same batch
-    against the same expectation: one commits, the other gets a Conflict, nothing is doubled."""
+    against the same expectation: one commits, the other is told to retry (RetryNow), nothing is doubled."""
     first, second = open_store(), open_store()
     stream = new_stream()
     first.create_topic(stream, "t", 1)
@@ -448,7 +448,7 @@ def test_two_writers_of_one_partition_never_both_apply_a_batch(open_store, new_s
         start.wait()
         try:
             outcomes.append(store.apply(stream, "t", 0, msgs("1", "2"), {KEY: 3}, {KEY: 1}))
-        except Conflict as exc:
+        except RetryNow as exc:
             outcomes.append(exc)
 
     threads = [threading.Thread(target=apply, args=(s,)) for s in (first, second)]
@@ -456,7 +456,7 @@ def test_two_writers_of_one_partition_never_both_apply_a_batch(open_store, new_s
         t.start()
     for t in threads:
         t.join()
-    assert sorted(type(o).__name__ for o in outcomes) == ["Conflict", "int"]
+    assert sorted(type(o).__name__ for o in outcomes) == ["RetryNow", "int"]
     reader = open_store()
     assert reader.marks(stream) == {KEY: 3}
     applied(reader, stream, "t", 0, ["0", "1", "2"])
@@ -500,7 +500,7 @@ def test_apply_many_checks_each_replica_against_its_own_marks(store, new_stream)
         source=KEY,
     )
     assert isinstance(results[0], int) and isinstance(results[2], int)
-    assert isinstance(results[1], Conflict) and isinstance(results[1], StreamrepError)
+    assert isinstance(results[1], RetryNow) and not isinstance(results[1], StreamrepError)  # internal, not a user's
     applied(store, a, "t", 0, ["x", "y"])
     applied(store, c, "t", 0, ["x", "y"])
     assert everything(store, b, "t", 0) == []
