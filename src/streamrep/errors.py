@@ -41,7 +41,7 @@ class RetryNow(Exception):
 
 
 class Unavailable(StreamrepError):
-    """A cluster cannot be reached, or its store is unreadable or corrupt."""
+    """A cluster cannot be reached right now: worth retrying (a corrupt store is ``CorruptStore``)."""
 
 
 class CorruptStore(StreamrepError):

@@ -196,7 +196,12 @@ def stop_key(source_uuid: str, topic: str, partition: int) -> str:
     (value: when, ms). While it is there no apply from that partition commits: an apply expects
     it absent in its own transaction, so a batch in flight either committed before the stop or
     is refused. Failback removes it when the flow is restored."""
-    return f"s|{source_uuid}|{topic}|{partition}"
+    return f"{stop_prefix(source_uuid)}{topic}|{partition}"
+
+
+def stop_prefix(source_uuid: str) -> str:
+    """What every stop mark of one source's partitions starts with (``stop_key``)."""
+    return f"s|{source_uuid}|"
 
 
 def mark_partition(key: str) -> tuple[str, int]:

@@ -49,12 +49,12 @@ from typing import Any
 
 from streamrep.client.admin import StreamAdmin, now_ms
 from streamrep.client.producer import FAILOVER_CHECK_SECONDS
-from streamrep.errors import Conflict, InvalidArgument, NotFound, RetryNow, StreamrepError, Unavailable
+from streamrep.errors import Conflict, CorruptStore, InvalidArgument, NotFound, RetryNow, StreamrepError, Unavailable
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import ReplicaState, stop_key
+from streamrep.model.replication import ReplicaState, stop_key, stop_prefix
 from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.cursors import adopt_cursors, sync_partitions
 from streamrep.replication.pending import partition_pending, pending
@@ -129,7 +129,7 @@ def _pair(admin: StreamAdmin, source: str, replica: str) -> Pair:
     admin.require(dst_entry, dst, "adminperm")
     try:
         src_entry = admin.entry(src)
-    except Unavailable as err:
+    except (Unavailable, CorruptStore) as err:  # unreachable or unreadable: as lost, for -force to decide
         return Pair(src, dst, dst_entry, None, str(err))
     except NotFound as err:
         record = dst_entry.failover
@@ -422,7 +422,7 @@ def stop_flow(
 def clear_stops(admin: StreamAdmin, dst: StreamPath, dst_uuid: str, source_uuid: str) -> int:
     """Remove the stop marks of ``source_uuid`` from ``dst``, before that flow is restored."""
     store = admin.store(dst)
-    prefix = f"s|{source_uuid}|"
+    prefix = stop_prefix(source_uuid)
     stops = {key: value for key, value in store.marks(dst_uuid).items() if key.startswith(prefix)}
     return store.drop_marks(dst_uuid, stops) if stops else 0
 
