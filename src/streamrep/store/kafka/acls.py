@@ -11,7 +11,7 @@ A cluster without an authorizer answers SECURITY_DISABLED, and then nothing is k
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -32,20 +32,7 @@ from streamrep.model.acls import Grant, Principals, installation_grants, stream_
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.naming import naming_for
 from streamrep.store.kafka.client import TIMEOUT_SECONDS
-
-
-class AclStore(Protocol):
-    """What the ACLs need of the installation's store (``KafkaStore``): named by this protocol
-    rather than imported, since that store imports this module."""
-
-    cluster: str
-    namespace: str
-
-    @property
-    def internal_prefix(self) -> str: ...
-
-    def _translate(self, exc: Any, what: str) -> StreamrepError | RetryNow: ...
-
+from streamrep.store.kafka.parts import StoreCore
 
 _RESOURCES = {
     "topic": ResourceType.TOPIC,
@@ -109,7 +96,7 @@ class KafkaAcls:
     :param settings: the cluster's settings (groups mapping, gateway principal)
     """
 
-    def __init__(self, store: AclStore, admin: Callable[[], AdminClient], settings: Mapping[str, Any]):
+    def __init__(self, store: StoreCore, admin: Callable[[], AdminClient], settings: Mapping[str, Any]):
         self._store = store
         self._admin = admin
         self.principals = Principals.from_settings(settings)

@@ -14,24 +14,21 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, TopicPartition
 
+import streamrep.store.kafka.keys as keys
 from streamrep.errors import Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.store.base import CatalogDoc
-from streamrep.store.kafka import keys
 from streamrep.store.kafka.client import TIMEOUT_SECONDS
-
-if TYPE_CHECKING:
-    from streamrep.store.kafka.store import KafkaStore
+from streamrep.store.kafka.parts import StoreCore
 
 
 class Fold:
     """The state of one internal compacted topic, folded from its committed records."""
 
-    def __init__(self, store: KafkaStore, name: str):
+    def __init__(self, store: StoreCore, name: str):
         self.store = store
         self.name = name
         self.position = 0
@@ -80,7 +77,7 @@ class CatalogFold(Fold):
         another installation's catalog is folded read-only.
     """
 
-    def __init__(self, store: KafkaStore, name: str, learn: bool = True):
+    def __init__(self, store: StoreCore, name: str, learn: bool = True):
         super().__init__(store, name)
         self.learn = learn
         self.state: dict[tuple[str, str], CatalogDoc] = {}
@@ -99,7 +96,7 @@ class CatalogFold(Fold):
 class MarksFold(Fold):
     """``state``: every stream's replication marks, by stream UUID and mark."""
 
-    def __init__(self, store: KafkaStore, name: str):
+    def __init__(self, store: StoreCore, name: str):
         super().__init__(store, name)
         self.state: dict[str, dict[str, int]] = {}
 
@@ -116,7 +113,7 @@ class SyncsFold(Fold):
     """``state``: every stream's offset syncs: stream UUID -> source -> source offset ->
     ``(replica partition, replica offset, run length)``."""
 
-    def __init__(self, store: KafkaStore, name: str):
+    def __init__(self, store: StoreCore, name: str):
         super().__init__(store, name)
         self.state: dict[str, dict[str, dict[int, tuple[int, int, int]]]] = {}
 

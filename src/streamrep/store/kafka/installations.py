@@ -26,16 +26,14 @@ adopting one, a narrower prefix a wider one; the namespace prefix outranks both)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from streamrep.errors import Conflict, NotFound, PermissionDenied, StreamrepError
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.naming import DEFAULT_NAMING, PrefixNaming, TopicNaming, naming_for
 from streamrep.store.kafka.client import installation_of, internal_prefix
 from streamrep.store.kafka.folds import CatalogFold
-
-if TYPE_CHECKING:
-    from streamrep.store.kafka.store import KafkaStore
+from streamrep.store.kafka.parts import StoreCore
 
 
 class Claim(NamedTuple):
@@ -49,7 +47,7 @@ class Claim(NamedTuple):
 class Installations:
     """What the other installations on a store's brokers hold, as the store last read it."""
 
-    def __init__(self, store: KafkaStore):
+    def __init__(self, store: StoreCore):
         self.store = store
         self.others: dict[str, CatalogFold] = {}  # namespace of another installation on the brokers -> its catalog
         self.claims: list[Claim] = []  # what the other installations hold, as last read

@@ -45,6 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions, NewTopic  # where the stubs declare them (admin re-exports)
 
+import streamrep.store.kafka.keys as keys
 from streamrep.errors import (
     AlreadyExists,
     Conflict,
@@ -59,7 +60,6 @@ from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import CatalogDoc, Store
-from streamrep.store.kafka import keys
 from streamrep.store.kafka.acls import KafkaAcls
 from streamrep.store.kafka.client import (
     CATALOG_RETRIES,

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -32,9 +32,7 @@ from streamrep.store.kafka.client import (
     TIMEOUT_SECONDS,
     kafka_error,
 )
-
-if TYPE_CHECKING:
-    from streamrep.store.kafka.store import KafkaStore
+from streamrep.store.kafka.parts import StoreCore
 
 # A writer killed inside a transaction holds back the last stable offset of every topic it wrote (every
 # reader of the catalog or marks) until Kafka aborts it: after this timeout, at the broker's next
@@ -67,7 +65,7 @@ class Transactions:
     used are closed beyond ``MAX_TRANSACTIONAL_PRODUCERS``. Made anew when the store is reset
     (librdkafka handles do not survive a fork)."""
 
-    def __init__(self, store: KafkaStore):
+    def __init__(self, store: StoreCore):
         self.store = store
         self._producers: OrderedDict[str, Producer] = OrderedDict()
         self._codecs: dict[str, str] = {}  # txid -> the compression.type its cached producer writes with
