@@ -122,8 +122,9 @@ def install() -> None:
         (env / "without-pyspark.txt").write_text(without_pyspark)
         (env / "pyspark.txt").write_text(pyspark)
         target = ("--python", str(env / "bin" / "python"), "--require-hashes")
-        run("pip", "sync", "--quiet", *target, str(env / "without-pyspark.txt"))
-        run("pip", "install", "--quiet", "--no-deps", *target, "-r", str(env / "pyspark.txt"))
+        # compiled, as ./run compiles .venv: each Airflow process of the test would compile its imports
+        run("pip", "sync", "--quiet", "--compile-bytecode", *target, str(env / "without-pyspark.txt"))
+        run("pip", "install", "--quiet", "--compile-bytecode", "--no-deps", *target, "-r", str(env / "pyspark.txt"))
         stamp.write_text(digest)
         print(f"wheel_envs: {env.relative_to(REPO)} (Airflow {release})")
 
