@@ -736,10 +736,10 @@ class FailoverOperator(_FailoverOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failover(admin, self.path, self.replica, force=as_bool(self.force), timeout=self.timeout)
-        self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done["result"])
+        self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done.result)
         if emits_caught_up(self):  # the promoted replica holds what its source held
             emit_replica_caught_up(context, self.replica, source=self.path, admin=admin)
-        return {**done, "cursors": [presented.cursor_sync_row(row) for row in done["cursors"]]}
+        return presented.failover_row(done)
 
 
 class FailbackOperator(_FailoverOperator):
@@ -760,7 +760,7 @@ class FailbackOperator(_FailoverOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failback(admin, self.path, self.replica, phase=self.phase, timeout=self.timeout)
-        self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done["result"])
+        self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done.result)
         if self.phase != "reverse" and emits_caught_up(self):  # the source holds what was produced meanwhile
             emit_replica_caught_up(context, self.path, source=self.replica, admin=admin)
-        return {**done, "cursors": [presented.cursor_sync_row(row) for row in done["cursors"]]}
+        return presented.failback_row(done)

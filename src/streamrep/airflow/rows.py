@@ -9,7 +9,7 @@ from typing import Any
 from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
 from streamrep.replication.cursors import CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
+from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
 from streamrep.replication.samples import LagSample
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
@@ -153,3 +153,32 @@ def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
         fields.update(forceNeeded=plan.force_needed)
     fields.update(steps=list(plan.steps))
     return fields
+
+
+def failover_row(done: FailoverResult) -> dict[str, Any]:
+    """The failover operator's XCom: ``path``, ``replica``, ``alreadyDone``, ``forced``,
+    ``missing``, ``lateMessages``, ``cursors`` (``cursor_sync_row``s), ``result``."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "alreadyDone": done.already_done,
+        "forced": done.forced,
+        "missing": done.missing,
+        "lateMessages": done.late_messages,
+        "cursors": [cursor_sync_row(row) for row in done.cursors],
+        "result": done.result,
+    }
+
+
+def failback_row(done: FailbackResult) -> dict[str, Any]:
+    """The failback operator's XCom: ``path``, ``replica``, ``phase``, ``alreadyDone``,
+    ``copiedBack``, ``cursors`` (``cursor_sync_row``s), ``result``."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "phase": done.phase,
+        "alreadyDone": done.already_done,
+        "copiedBack": done.copied_back,
+        "cursors": [cursor_sync_row(row) for row in done.cursors],
+        "result": done.result,
+    }

@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
-from streamrep.replication.cursors import CursorRow
+from streamrep.replication.cursors import SYNCED, CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
+from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
 from streamrep.replication.samples import LagSample
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
@@ -157,3 +157,34 @@ def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
         fields.update(forceNeeded=plan.force_needed)
     fields.update(steps=list(plan.steps))
     return fields
+
+
+def _synced(placed: tuple[CursorSyncRow, ...]) -> int:
+    return sum(1 for row in placed if row.action == SYNCED)
+
+
+def failover_row(done: FailoverResult) -> dict[str, Any]:
+    """``stream replica failover``: what was done, and how many cursors were synced."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "alreadyDone": done.already_done,
+        "forced": done.forced,
+        "missing": done.missing,
+        "lateMessages": done.late_messages,
+        "result": done.result,
+        "cursorsSynced": _synced(done.cursors),
+    }
+
+
+def failback_row(done: FailbackResult) -> dict[str, Any]:
+    """``stream replica failback``: what was done, and how many cursors were synced."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "phase": done.phase,
+        "alreadyDone": done.already_done,
+        "copiedBack": done.copied_back,
+        "result": done.result,
+        "cursorsSynced": _synced(done.cursors),
+    }
