@@ -606,7 +606,8 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         names = [self.cluster] if self.cluster else known_clusters(admin)
-        rows = lag.check_alerts(admin, names)
+        checks = lag.check_alerts(admin, names)
+        rows = [presented.alert_check_row(check) for check in checks]
         log_rows(
             self.log,
             f"replica lag on {', '.join(names) or 'no cluster'}",
@@ -622,7 +623,7 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
                 "problems",
             ),
         )
-        lag.raise_alerts(rows)
+        lag.raise_alerts(checks)
         return rows
 
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
+from streamrep.replication.copy import CopySummary
 from streamrep.replication.cursors import CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
-from streamrep.replication.samples import LagSample
+from streamrep.replication.samples import AlertCheck, LagSample
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
 
@@ -182,3 +183,31 @@ def failback_row(done: FailbackResult) -> dict[str, Any]:
         "cursors": [cursor_sync_row(row) for row in done.cursors],
         "result": done.result,
     }
+
+
+def alert_check_row(check: AlertCheck) -> dict[str, Any]:
+    """The lag monitor's XCom row: ``source``, ``replicaPath``, ``cluster``, ``paused``, with the
+    figures when measured (``maxLagMillis``, ``maxLagMessages``, ``lagMessages``, ``lagBytes``,
+    ``lagMillis``), then ``problems``."""
+    row: dict[str, Any] = {
+        "source": None if check.source is None else str(check.source),
+        "replicaPath": None if check.replica is None else str(check.replica),
+        "cluster": check.cluster,
+        "paused": check.paused,
+    }
+    if check.sample is not None and check.thresholds is not None:
+        row.update(
+            maxLagMillis=check.thresholds.max_lag_millis,
+            maxLagMessages=check.thresholds.max_lag_messages,
+            lagMessages=check.sample.messages,
+            lagBytes=check.sample.bytes,
+            lagMillis=check.sample.ms,
+        )
+    row["problems"] = list(check.problems)
+    return row
+
+
+def copy_summary_row(summary: CopySummary) -> dict[str, Any]:
+    """The copystream operator's XCom: ``source``, ``destination``, ``messages`` written and the
+    source ``positions`` reached, by ``topic:partition``."""
+    return summary.to_dict()

@@ -41,7 +41,7 @@ def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
 
 
 def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
-    return [acknowledge_loss(ctx.admin, path, replica)]
+    return [rows.acknowledged_row(acknowledge_loss(ctx.admin, path, replica))]
 
 
 def replica_autosetup(
@@ -56,7 +56,9 @@ def replica_autosetup(
 ) -> Rows:
     spark_master(master)
     copier = lambda admin, src, dst: run_copy(admin, src, dst, engine, master=master)  # noqa: E731
-    return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options)]
+    return [
+        rows.autosetup_row(autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options))
+    ]
 
 
 def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
@@ -103,7 +105,7 @@ def replica_failback(
 def replica_alert(
     ctx: Context, path: str, replica: str, maxlagms: int | None = None, maxlagmsgs: int | None = None
 ) -> Rows:
-    return [set_alert(ctx.admin, path, replica, maxlagms, maxlagmsgs)]
+    return [rows.alert_row(set_alert(ctx.admin, path, replica, maxlagms, maxlagmsgs))]
 
 
 def replica_lag(ctx: Context, path: str, replica: str) -> Rows:

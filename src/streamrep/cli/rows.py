@@ -7,11 +7,13 @@ import time
 from typing import Any
 
 from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
+from streamrep.replication.copy import CopySummary
 from streamrep.replication.cursors import SYNCED, CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
-from streamrep.replication.samples import LagSample
-from streamrep.replication.status import ReplicaStatus
+from streamrep.replication.samples import AlertSetting, LagSample
+from streamrep.replication.setup import AutosetupResult
+from streamrep.replication.status import AcknowledgedLoss, ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
 
 
@@ -187,4 +189,39 @@ def failback_row(done: FailbackResult) -> dict[str, Any]:
         "copiedBack": done.copied_back,
         "result": done.result,
         "cursorsSynced": _synced(done.cursors),
+    }
+
+
+def alert_row(setting: AlertSetting) -> dict[str, Any]:
+    """``stream replica alert``: ``source``, ``replicaPath``, ``maxLagMillis``, ``maxLagMessages``."""
+    return {
+        "source": str(setting.source),
+        "replicaPath": str(setting.replica),
+        "maxLagMillis": setting.thresholds.max_lag_millis,
+        "maxLagMessages": setting.thresholds.max_lag_messages,
+    }
+
+
+def acknowledged_row(done: AcknowledgedLoss) -> dict[str, Any]:
+    """``stream replica acknowledge``: ``replicaPath``, ``acknowledged`` (messages), ``ranges``."""
+    return {"replicaPath": str(done.replica), "acknowledged": done.acknowledged, "ranges": done.describe_ranges()}
+
+
+def copy_row(summary: CopySummary) -> dict[str, Any]:
+    """``copystream``: ``source``, ``destination``, ``messages`` written."""
+    return {"source": str(summary.source), "destination": str(summary.destination), "messages": summary.messages}
+
+
+def autosetup_row(done: AutosetupResult) -> dict[str, Any]:
+    """``stream replica autosetup``: the link's options, the steps taken and the messages copied."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "multimaster": done.multimaster,
+        "synchronous": done.synchronous,
+        "throttle": done.throttle,
+        "networkencryption": done.networkencryption,
+        "networkcompression": done.networkcompression,
+        "steps": list(done.steps),
+        "copied": done.copied,
     }
