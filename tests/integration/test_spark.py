@@ -382,7 +382,7 @@ def test_copystream_job_of_an_empty_stream(spark, clusters):
     admin.create_stream(f"/mapr/{SF}/bare")  # no topics at all: Spark plans one empty partition
     assert jobs.copystream_job(spark, admin, source, f"/mapr/{NY}/quiet").messages == 0
     assert jobs.copystream_job(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare").messages == 0
-    assert [t["topic"] for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
+    assert [t.topic for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
 
 
 def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(clusters):

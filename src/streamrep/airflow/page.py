@@ -97,8 +97,8 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
                 topics = admin.list_topics(path)
                 stream.update(
                     topics=len(topics),
-                    partitions=sum(t["partitions"] for t in topics),
-                    messages=sum(t["messages"] for t in topics),
+                    partitions=sum(t.partitions for t in topics),
+                    messages=sum(t.messages for t in topics),
                 )
             except StreamrepError as err:
                 stream["error"] = str(err)

@@ -6,7 +6,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
+from streamrep.client.results import (
+    ClusterAceInfo,
+    PartitionInfo,
+    ReplicaRow,
+    StreamInfo,
+    TopicChange,
+    TopicSummary,
+    UpstreamRow,
+)
 from streamrep.replication.copy import CopySummary
 from streamrep.replication.cursors import SYNCED, CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
@@ -224,4 +232,41 @@ def autosetup_row(done: AutosetupResult) -> dict[str, Any]:
         "networkcompression": done.networkcompression,
         "steps": list(done.steps),
         "copied": done.copied,
+    }
+
+
+def topic_change_row(change: TopicChange) -> dict[str, Any]:
+    """``stream topic create`` and ``edit``: ``path``, ``topic``, ``partitions``."""
+    return {"path": str(change.path), "topic": change.topic, "partitions": change.partitions}
+
+
+def topic_row(topic: TopicSummary) -> dict[str, Any]:
+    """``stream topic list``: ``topic``, ``partitions``, ``messages`` (and ``kafkaTopic`` on Kafka)."""
+    row: dict[str, Any] = {"topic": topic.topic, "partitions": topic.partitions, "messages": topic.messages}
+    if topic.native_topic is not None:
+        row["kafkaTopic"] = topic.native_topic
+    return row
+
+
+def partition_row(info: PartitionInfo) -> dict[str, Any]:
+    """``stream topic info``: ``topic``, ``partitionid``, ``minoffset``, ``maxoffset``,
+    ``messages`` (and ``kafkaTopic`` on Kafka)."""
+    row: dict[str, Any] = {
+        "topic": info.topic,
+        "partitionid": info.partition,
+        "minoffset": info.first,
+        "maxoffset": info.last,
+        "messages": info.messages,
+    }
+    if info.native_topic is not None:
+        row["kafkaTopic"] = info.native_topic
+    return row
+
+
+def cluster_ace_row(info: ClusterAceInfo) -> dict[str, Any]:
+    """``cluster ace get`` and ``set``: ``cluster``, ``adminperm``, ``creator``."""
+    return {
+        "cluster": info.cluster,
+        "adminperm": None if info.ace is None else info.ace.adminperm,
+        "creator": None if info.ace is None else info.ace.creator,
     }

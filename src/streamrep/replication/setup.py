@@ -12,7 +12,7 @@ stream made any other way) is refused, as the seeds say.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
@@ -111,7 +111,16 @@ def ensure_replica(
     src, dst = admin.path(path), admin.path(replica)
     options = admin.network_options(src, dst, **network)
     try:
-        return admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous, **options), True
+        added = admin.add_replica(
+            str(src),
+            str(dst),
+            paused=paused,
+            synchronous=synchronous,
+            throttle=options.throttle,
+            networkencryption=options.networkencryption,
+            networkcompression=options.networkcompression,
+        )
+        return added, True
     except AlreadyExists:
         link = rules.find_link(admin.entry(src).replicas, dst)
         if link is None:
@@ -123,11 +132,11 @@ def ensure_replica(
             f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
             f"remove the replica from {src} and add it again"
         )
-    wanted = {"synchronous": synchronous, **options}
+    wanted = {"synchronous": synchronous, **asdict(options)}
     have = {name: getattr(link, name) for name in wanted}
     if have != wanted or (link.paused and not paused):
         # paused and synchronous always, the network options where they differ
-        names = ["synchronous", *(name for name in options if have[name] != wanted[name])]
+        names = ["synchronous", *(name for name in asdict(options) if have[name] != wanted[name])]
 
         def shown(was_paused: bool, values: dict[str, Any]) -> str:
             return " ".join(
