@@ -551,17 +551,17 @@ class GatewayServiceOperator(StreamrepOperator):
         if self.action != "supervise":
             if cluster is None:
                 raise InvalidArgument(f"action {self.action} needs a cluster")
-            row = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
+            req = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
             self.log.info(
                 "gateways of %s: desired state %s (by %s); live now: %s",
                 cluster,
-                row["desired"],
-                row["by"],
-                " ".join(row["live"]) or "none",
+                req.desired,
+                req.by,
+                " ".join(req.live) or "none",
             )
             if self.action == "stop":
-                if row["live"]:
-                    self.log.info("%s stop after their current batch; their runs end as success", " ".join(row["live"]))
+                if req.live:
+                    self.log.info("%s stop after their current batch; their runs end as success", " ".join(req.live))
                 return []
         if cluster is not None:
             names = [cluster]

@@ -12,6 +12,7 @@ from streamrep.replication.cursors import CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
 from streamrep.replication.samples import AlertCheck, LagSample
+from streamrep.replication.service import GatewayRow, ServiceRequest
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
 
@@ -211,3 +212,28 @@ def copy_summary_row(summary: CopySummary) -> dict[str, Any]:
     """The copystream operator's XCom: ``source``, ``destination``, ``messages`` written and the
     source ``positions`` reached, by ``topic:partition``."""
     return summary.to_dict()
+
+
+def gateway_row(row: GatewayRow) -> dict[str, Any]:
+    """``gateway list``: ``id``, ``status``, ``host``, ``pid``, ``engine``, ``master``, ``appId``,
+    ``airflow``, ``heartbeatAgeSeconds``, ``partitions``, ``share``, ``listedBy``, ``desired``."""
+    return {
+        "id": row.id,
+        "status": row.status.value,
+        "host": row.host,
+        "pid": row.pid,
+        "engine": row.engine,
+        "master": row.master,
+        "appId": row.app_id,
+        "airflow": row.airflow,
+        "heartbeatAgeSeconds": row.heartbeat_age,
+        "partitions": row.partitions,
+        "share": list(row.share),
+        "listedBy": list(row.listed_by),
+        "desired": row.desired,
+    }
+
+
+def service_request_row(req: ServiceRequest) -> dict[str, Any]:
+    """A ``gateway start`` / ``stop`` request: ``cluster``, ``desired``, ``by``, ``at``, ``live``."""
+    return {"cluster": req.cluster, "desired": req.desired, "by": req.by, "at": req.at, "live": list(req.live)}

@@ -20,6 +20,7 @@ from streamrep.replication.cursors import SYNCED, CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
 from streamrep.replication.samples import AlertSetting, LagSample
+from streamrep.replication.service import GatewayRow, ServiceRequest
 from streamrep.replication.setup import AutosetupResult
 from streamrep.replication.status import AcknowledgedLoss, ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
@@ -270,3 +271,28 @@ def cluster_ace_row(info: ClusterAceInfo) -> dict[str, Any]:
         "adminperm": None if info.ace is None else info.ace.adminperm,
         "creator": None if info.ace is None else info.ace.creator,
     }
+
+
+def gateway_row(row: GatewayRow) -> dict[str, Any]:
+    """``gateway list``: ``id``, ``status``, ``host``, ``pid``, ``engine``, ``master``, ``appId``,
+    ``airflow``, ``heartbeatAgeSeconds``, ``partitions``, ``share``, ``listedBy``, ``desired``."""
+    return {
+        "id": row.id,
+        "status": row.status.value,
+        "host": row.host,
+        "pid": row.pid,
+        "engine": row.engine,
+        "master": row.master,
+        "appId": row.app_id,
+        "airflow": row.airflow,
+        "heartbeatAgeSeconds": row.heartbeat_age,
+        "partitions": row.partitions,
+        "share": list(row.share),
+        "listedBy": list(row.listed_by),
+        "desired": row.desired,
+    }
+
+
+def service_row(req: ServiceRequest, at: str | None, then: str) -> dict[str, Any]:
+    """``gateway start`` / ``stop``: ``cluster``, ``desired``, ``by``, ``at`` (as shown), ``next`` (what happens now)."""
+    return {"cluster": req.cluster, "desired": req.desired, "by": req.by, "at": at, "next": then}
