@@ -84,8 +84,8 @@ class TestClusters:
 
         stream, topic = parse_stream_or_topic(path, None)
         if topic:
-            return sum(p["messages"] for p in self.admin.topic_info(str(stream), topic))
-        return sum(t["messages"] for t in self.admin.list_topics(str(stream)))
+            return sum(p.messages for p in self.admin.topic_info(str(stream), topic))
+        return sum(t.messages for t in self.admin.list_topics(str(stream)))
 
     def replica_state(self, source: str, replica: str) -> ReplicaStatus:
         """``stream replica list -path <source>``'s entry for ``replica`` (``state``, ``paused``,

@@ -51,9 +51,9 @@ def contents(admin: StreamAdmin, stream: str) -> Counter:
     """Every message a stream holds, as (topic, key, value), counted."""
     held: Counter = Counter()
     for row in admin.list_topics(stream):
-        consumer = Consumer(f"{stream}:{row['topic']}", from_start=True, admin=admin)
+        consumer = Consumer(f"{stream}:{row.topic}", from_start=True, admin=admin)
         while batch := consumer.poll(5000, timeout=0.2):
-            held.update((row["topic"], m.key.decode(), m.value.decode()) for m in batch)
+            held.update((row.topic, m.key.decode(), m.value.decode()) for m in batch)
     return held
 
 

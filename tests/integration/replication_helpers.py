@@ -185,7 +185,7 @@ COPY_CHILD = textwrap.dedent("""
 
     src, dst, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
     print("READY", flush=True)
-    print("COPIED", copy_stream(StreamAdmin(), src, dst, batch_size=batch)["messages"], flush=True)
+    print("COPIED", copy_stream(StreamAdmin(), src, dst, batch_size=batch).messages, flush=True)
 """)
 
 

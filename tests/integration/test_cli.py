@@ -296,7 +296,7 @@ def test_produce_without_keysep_and_headers_in_json(cli, streams):
 
     # A line without the separator fails the whole produce: nothing of it is acknowledged.
     fails(cli("produce", "-path", f"{SF}:clicks", "-keysep", ":", stdin="a:1\nno separator\n"), 1, "separator")
-    assert sum(t["messages"] for t in streams.list_topics(SF)) == 3
+    assert sum(t.messages for t in streams.list_topics(SF)) == 3
 
 
 def test_produce_input_that_is_not_utf8(cli, streams):
@@ -327,7 +327,7 @@ def test_produce_reports_every_commit_of_a_long_input(cli, streams):
         (0, 0, a0 := acked[0]["messages"]),
         (1, 0, lines - a0),
     ]
-    assert sum(t["messages"] for t in streams.list_topics(SF)) == lines
+    assert sum(t.messages for t in streams.list_topics(SF)) == lines
     # Nothing to produce still checks the stream exists.
     fails(cli("produce", "-path", "/mapr/sanfrancisco/nope:t"), 1, "does not exist")
 

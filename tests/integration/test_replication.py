@@ -258,7 +258,7 @@ def test_autosetup_multimaster(api3, synchronous):
     source_with_topics(api, SF, sf_events=2)
     before = produce(api, f"{SF}:sf_events", tagged("before", 20))
     done = setup.autosetup(api, SF, NY, multimaster=True, synchronous=synchronous)
-    assert done["copied"] == len(before)
+    assert done.copied == len(before)
     for a, b in ((SF, NY), (NY, SF)):
         [lk] = api.replica_links(a)
         assert (lk.path, lk.paused, lk.synchronous) == (b, False, synchronous)

@@ -327,19 +327,19 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = result.stdout.strip().splitlines()  # stdout carries the summary alone
     summary = json.loads(line)
-    assert summary["messages"] == 3500
-    assert summary["destination"] == destination
+    assert summary.messages == 3500
+    assert str(summary.destination) == destination
     assert_same_messages(admin, source, destination)
 
     # The positions are recorded with the messages: the copy resumes, and a gateway would too.
     src_uuid, dst = admin.entry(source).uuid, admin.entry(destination)
     marks = admin.store(admin.path(destination)).marks(dst.uuid)
     ends = {f"{t}:{p}": len(m) for (t, p), m in contents(admin, source).items()}
-    assert summary["positions"] == ends
+    assert {f"{t}:{p}": end for t, p, end in summary.positions} == ends
     assert {k: marks[f"p|{src_uuid}|{k.replace(':', '|')}"] for k in ends} == ends
 
     again = jobs.copystream_job(spark, admin, source, destination)
-    assert again["messages"] == 0
+    assert again.messages == 0
     assert held(admin, destination) == 3500
 
 
@@ -368,7 +368,7 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
 
     admin.catalog.set_replica_state = spy
     summary = jobs.copystream_job(spark, admin, source, replica)
-    assert summary["messages"] == 2000 - done
+    assert summary.messages == 2000 - done
     assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]
     assert replica_state(admin, source, replica) == "REPLICA_STATE_PAUSED"  # copied, not resumed yet
     assert_same_messages(admin, source, replica)
@@ -380,9 +380,9 @@ def test_copystream_job_of_an_empty_stream(spark, clusters):
     admin = clusters
     source = make_stream(admin, f"/mapr/{SF}/quiet", {"nothing": 2})
     admin.create_stream(f"/mapr/{SF}/bare")  # no topics at all: Spark plans one empty partition
-    assert jobs.copystream_job(spark, admin, source, f"/mapr/{NY}/quiet")["messages"] == 0
-    assert jobs.copystream_job(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare")["messages"] == 0
-    assert [t["topic"] for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
+    assert jobs.copystream_job(spark, admin, source, f"/mapr/{NY}/quiet").messages == 0
+    assert jobs.copystream_job(spark, admin, f"/mapr/{SF}/bare", f"/mapr/{NY}/bare").messages == 0
+    assert [t.topic for t in admin.list_topics(f"/mapr/{NY}/quiet")] == ["nothing"]
 
 
 def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(clusters):

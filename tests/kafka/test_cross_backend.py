@@ -66,7 +66,7 @@ def test_autosetup_and_gateway_between_backends(mixed, source, replica):
     api.create_stream(source, ttl=0)
     api.create_topic(source, "clicks", 2)
     before = send(api, f"{source}:clicks", "before", 40)
-    assert setup.autosetup(api, source, replica)["copied"] == len(before)
+    assert setup.autosetup(api, source, replica).copied == len(before)
     after = send(api, f"{source}:clicks", "after", 40)
     gateway = Gateway(api, api.path(replica).cluster, "g1")
     assert drain(gateway) == len(after)

@@ -50,7 +50,7 @@ def codecs(bootstrap: str, kafka_topic: str, partition: int = 0) -> list[str]:
 
 def replica_topic(admin, path: str) -> str:
     sp = admin.path(path)
-    return admin.store(sp).location(admin.entry(sp).uuid, "t")["kafkaTopic"]
+    return admin.store(sp).native_topic(admin.entry(sp).uuid, "t")
 
 
 @pytest.mark.parametrize("option, codec", [("zlib", "gzip"), ("zstd", "zstd"), (None, "lz4"), ("off", "none")])

@@ -65,7 +65,7 @@ class World:
     def kafka_topic(self, stream: str, topic: str) -> str:
         api = self.admin()
         sp = api.path(stream)
-        return api.store(sp).location(api.entry(sp).uuid, topic)["kafkaTopic"]
+        return api.store(sp).native_topic(api.entry(sp).uuid, topic)
 
     def cluster(self, stream: str):
         return self.kafka[StreamAdmin(self.homes["admin"]).path(stream).cluster]

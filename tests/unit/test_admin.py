@@ -4,7 +4,7 @@ import pytest
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.producer import Producer
-from streamrep.client.results import ReplicaRow
+from streamrep.client.results import ReplicaRow, TopicChange, TopicSummary
 from streamrep.errors import (
     AlreadyExists,
     Conflict,
@@ -224,7 +224,7 @@ def test_delete_needs_adminperm(admin, bob, sf):
     produce(admin, SF + ":clicks", "a")
     with pytest.raises(PermissionDenied, match="adminperm"):
         bob.delete_stream(SF)
-    assert admin.list_topics(SF)[0]["messages"] == 1
+    assert admin.list_topics(SF)[0].messages == 1
 
 
 def test_delete_unknown_stream(admin):
@@ -236,31 +236,31 @@ def test_delete_unknown_stream(admin):
 
 
 @ON_BOTH
-def located(admin, topic: str) -> dict:
-    """What the rows say of where ``topic`` is kept: nothing on embedded clusters, the Kafka topic on Kafka."""
-    location = admin.store(admin.path(SF)).location(admin.entry(SF).uuid, topic)
-    assert not location or location["kafkaTopic"].endswith(f"activity__{topic}")
-    return location
+def located(admin, topic: str) -> str | None:
+    """Where ``topic`` is kept under the cluster's names: None on embedded clusters, the Kafka topic on Kafka."""
+    native = admin.store(admin.path(SF)).native_topic(admin.entry(SF).uuid, topic)
+    assert native is None or native.endswith(f"activity__{topic}")
+    return native
 
 
 def test_topic_create_list_info(admin, sf):
-    assert admin.create_topic(SF, "clicks") == {"path": SF, "topic": "clicks", "partitions": 1}
+    assert admin.create_topic(SF, "clicks") == TopicChange(admin.path(SF), "clicks", 1)
     admin.create_topic(SF, "views", partitions=2)
     produce(admin, SF + ":views", "x", "y", "z")
     topics = admin.list_topics(SF)
     assert topics == [
-        {"topic": "clicks", "partitions": 1, "messages": 0, **located(admin, "clicks")},
-        {"topic": "views", "partitions": 2, "messages": 3, **located(admin, "views")},
+        TopicSummary("clicks", 1, 0, located(admin, "clicks")),
+        TopicSummary("views", 2, 3, located(admin, "views")),
     ]
     info = admin.topic_info(SF, "views")
-    assert [row["partitionid"] for row in info] == [0, 1]
-    assert sum(row["messages"] for row in info) == 3
-    assert all(row["minoffset"] == 0 and row["maxoffset"] == row["messages"] - 1 for row in info)
+    assert [row.partition for row in info] == [0, 1]
+    assert sum(row.messages for row in info) == 3
+    assert all(row.first == 0 and row.last == row.messages - 1 for row in info)
 
 
 def test_topic_uses_stream_default_partitions(admin):
     admin.create_stream(SF, defaultpartitions=4)
-    assert admin.create_topic(SF, "t")["partitions"] == 4
+    assert admin.create_topic(SF, "t").partitions == 4
 
 
 def test_topic_create_existing(admin, sf):
@@ -285,7 +285,7 @@ def test_topic_in_unknown_stream(admin):
 @ON_BOTH
 def test_topic_edit_adds_partitions(admin, sf):
     admin.create_topic(SF, "t")
-    assert admin.edit_topic(SF, "t", partitions=3)["partitions"] == 3
+    assert admin.edit_topic(SF, "t", partitions=3).partitions == 3
     assert len(admin.topic_info(SF, "t")) == 3
     with pytest.raises(InvalidArgument, match="partitions can only be added"):
         admin.edit_topic(SF, "t", partitions=2)
@@ -313,10 +313,10 @@ def test_topic_calls_need_topicperm(admin, bob, sf):
         bob.edit_topic(SF, "t", partitions=2)
     with pytest.raises(PermissionDenied, match="topicperm"):
         bob.delete_topic(SF, "t")
-    assert admin.list_topics(SF) == [{"topic": "t", "partitions": 1, "messages": 0, **located(admin, "t")}]
+    assert admin.list_topics(SF) == [TopicSummary("t", 1, 0, located(admin, "t"))]
     admin.edit_stream(SF, topicperm="u:alice | u:bob")
     bob.create_topic(SF, "u")
-    assert [t["topic"] for t in admin.list_topics(SF)] == ["t", "u"]
+    assert [t.topic for t in admin.list_topics(SF)] == ["t", "u"]
 
 
 # --- replicas -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from airflow_support import ctx
 from streamrep.client import Producer, StreamAdmin
 from streamrep.errors import AlreadyExists, PermissionDenied, Unavailable
 from streamrep.replication import setup
-from streamrep.replication.copy import copy_partition, copy_stream, plan_copy
+from streamrep.replication.copy import CopySummary, copy_partition, copy_stream, plan_copy
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
@@ -70,7 +70,7 @@ def source(admin):
     return admin
 
 
-def copy_one_partition_then_fail(admin: StreamAdmin, src: str, dst: str) -> dict:
+def copy_one_partition_then_fail(admin: StreamAdmin, src: str, dst: str) -> CopySummary:
     """A copy that dies after one partition (the cluster is lost mid-copy)."""
     plan = plan_copy(admin, src, dst)
     first = sorted(plan.ends)[0]
@@ -91,7 +91,7 @@ def test_a_rerun_completes_an_autosetup_that_failed_mid_copy(source, multimaster
     partial = sum(held(admin, NY).values())
     assert 0 < partial < len(sent)
     done = setup.autosetup(admin, SF, NY, multimaster=multimaster)
-    assert done["copied"] == len(sent) - partial  # the rest, nothing twice
+    assert done.copied == len(sent) - partial  # the rest, nothing twice
     assert_complete(admin, sent, multimaster)
     with pytest.raises(AlreadyExists, match=f"replica stream {NY} already exists"):
         setup.autosetup(admin, SF, NY, multimaster=multimaster)

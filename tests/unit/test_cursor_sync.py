@@ -219,7 +219,7 @@ def test_kafka_group_with_members_on_the_replica_is_left_alone(pair, backend):
         }
     )
     try:
-        native.subscribe([store.location(ny, "t")["kafkaTopic"]])
+        native.subscribe([store.native_topic(ny, "t")])
         for _ in range(100):  # joined once it is assigned its partitions
             native.poll(0.1)
             if native.assignment():

@@ -145,7 +145,7 @@ def test_failover_drains_stops_the_flow_places_cursors_and_moves_producers(linke
     consumer.commit()
     with gateways(admin, "newyork"):
         result = failover(admin, SF, NY, timeout=60, grace=GRACE)
-    assert result["forced"] is False and result["missing"] == 0 and result["lateMessages"] == 0
+    assert result.forced is False and result.missing == 0 and result.late_messages == 0
     assert held(admin, NY) == Counter(keys)  # drained before the stop
     # the flow is stopped: no upstream, the link says so, and stop marks refuse any apply
     assert admin.entry(NY).upstreams == ()
@@ -154,7 +154,7 @@ def test_failover_drains_stops_the_flow_places_cursors_and_moves_producers(linke
     assert admin.stream_info(NY).failover.state is FailoverState.PROMOTED
     assert admin.stream_info(SF).failover.describe() == f"failed over to {NY}"
     # cursors: the group resumes on the replica after its last commit
-    assert {r.action for r in result["cursors"] if r.group == "billing" and r.source_offset} <= {
+    assert {r.action for r in result.cursors if r.group == "billing" and r.source_offset} <= {
         "synced",
         "unchanged",
     }
@@ -223,12 +223,12 @@ def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linke
         failover(lost, SF, NY)
     assert "use -force true" in str(refused.value) and "\n" not in str(refused.value)
     result = failover(lost, SF, NY, force=True)
-    assert result["forced"] is True and "may be missing" in result["result"]
+    assert result.forced is True and "may be missing" in result.result
     assert lost.entry(NY).failover.state == "PROMOTED" and lost.entry(NY).upstreams == ()
     produce(lost, NY, ["ny1", "ny2"])
     # the source's cluster is back: a rerun finds it failed over and refuses the source's producers
     again = failover(admin, SF, NY)
-    assert again["alreadyDone"] is True and "already failed over" in again["result"]
+    assert again.already_done is True and "already failed over" in again.result
     with pytest.raises(WritesRefused):
         produce(admin, SF, ["split-brain"])
     with gateways(admin, "sanfrancisco", "newyork"):
@@ -236,7 +236,7 @@ def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linke
         deadline = time.monotonic() + 60
         while held(admin, NY)["lagging2"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-    assert back["copiedBack"] == 2  # only what was produced on the promoted stream
+    assert back.copied_back == 2  # only what was produced on the promoted stream
     everything = Counter(["a", "b", "c", "lagging1", "lagging2", "ny1", "ny2"])
     assert held(admin, SF) == everything  # the lagging messages never left the source
     assert held(admin, NY) == everything  # and reach the replica once the flow is restored
@@ -253,13 +253,13 @@ def test_failback_copies_back_only_what_the_source_lacks_and_restores_the_link(l
     new = [f"new{i}" for i in range(7)]
     produce(admin, NY, new)
     reverse = failback(admin, SF, NY, phase="reverse")
-    assert "7 messages to copy back" in reverse["result"]
+    assert "7 messages to copy back" in reverse.result
     plan = failback_plan(admin, SF, NY)
     assert plan.stage == "failing back" and plan.to_copy_back == 7  # not the 30 that came from SF
     with pytest.raises(WritesRefused) as refused:
         produce(admin, SF, ["too-early"])
     assert refused.value.target == NY
-    assert failback(admin, SF, NY, phase="reverse")["alreadyDone"] is True
+    assert failback(admin, SF, NY, phase="reverse").already_done is True
     with gateways(admin, "sanfrancisco", "newyork"):
         back = failback(admin, SF, NY, phase="return", timeout=60, grace=GRACE)
         produce(admin, SF, ["after"])  # the source takes writes again, and they flow to the replica
@@ -268,14 +268,14 @@ def test_failback_copies_back_only_what_the_source_lacks_and_restores_the_link(l
             time.sleep(0.1)
         (row,) = replica_status(admin, SF)
     assert row.state == "REPLICA_STATE_REPLICATING" and row.paused is False
-    assert back["copiedBack"] == 7
+    assert back.copied_back == 7
     assert held(admin, SF) == Counter(old + new + ["after"])  # nothing copied twice
     assert held(admin, NY) == Counter(old + new + ["after"])
     assert admin.entry(SF).failover is None and admin.entry(NY).failover is None
     assert [u.path for u in admin.entry(NY).upstreams] == [SF] and admin.entry(SF).upstreams == ()
     assert admin.entry(NY).replicas == ()
     again = failback(admin, SF, NY)
-    assert again["alreadyDone"] is True and "nothing to fail back" in again["result"]
+    assert again.already_done is True and "nothing to fail back" in again.result
 
 
 # -- retries and refusals ----------------------------------------------------------------------
@@ -288,9 +288,9 @@ def test_failover_is_safe_to_retry_from_every_stop(linked):
     admin.set_failover(SF, FailoverRecord(FailoverState.FENCED, NY, admin.entry(NY).uuid, 0))
     assert failover_plan(admin, SF, NY).stage == "failing over"
     first = failover(admin, SF, NY, timeout=5, grace=0)
-    assert first["alreadyDone"] is False
+    assert first.already_done is False
     second = failover(admin, SF, NY, timeout=5, grace=0)
-    assert second["alreadyDone"] is True and second["result"].startswith("already failed over")
+    assert second.already_done is True and second.result.startswith("already failed over")
     assert failover_plan(admin, SF, NY).stage == FAILED_OVER
 
 
@@ -312,7 +312,7 @@ def test_refusals_are_one_line_errors(linked, bob):
             call()
         assert text in str(raised.value) and "\n" not in str(raised.value), (kind, str(raised.value))
     linked_only = failback(admin, SF, NY)  # never failed over: done, and it says so
-    assert linked_only["alreadyDone"] is True and "nothing to fail back" in linked_only["result"]
+    assert linked_only.already_done is True and "nothing to fail back" in linked_only.result
     drain(admin, "newyork")
     failover(admin, SF, NY, timeout=5, grace=0)
     with pytest.raises(Conflict) as backwards:
@@ -449,12 +449,12 @@ def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_no
             time.sleep(0.2)
     acked = Counter(app.acked)
     print(
-        f"\nround trip: {len(acked)} messages ({dict(app.written_to)}), copied back {back['copiedBack']}, "
+        f"\nround trip: {len(acked)} messages ({dict(app.written_to)}), copied back {back.copied_back}, "
         f"consumed {len(app.consumed)}"
     )
     assert max(acked.values()) == 1 and app.written_to[SF] and app.written_to[NY]
-    assert over["missing"] == 0 and over["lateMessages"] == 0
-    assert back["copiedBack"] == app.written_to[NY]  # only what was produced on the promoted stream
+    assert over.missing == 0 and over.late_messages == 0
+    assert back.copied_back == app.written_to[NY]  # only what was produced on the promoted stream
     assert held(admin, SF) == acked  # nothing lost, nothing twice
     assert held(admin, NY) == acked
     consumed = Counter(app.consumed)

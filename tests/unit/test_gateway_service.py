@@ -70,9 +70,9 @@ def replica_values(admin) -> list[str]:
 def test_start_and_stop_record_the_desired_state_with_who_and_when(linked):
     assert service.desired_state(linked.clusters.store("newyork")) is None  # not managed yet
     row = service.request(linked, "newyork", service.STOPPED)
-    assert row["desired"] == "stopped" and row["by"] == "alice" and row["live"] == []
+    assert row.desired == "stopped" and row.by == "alice" and row.live == ()
     assert service.desired_state(linked.clusters.store("newyork")) == "stopped"
-    assert service.request(linked, "newyork", service.RUNNING)["desired"] == "running"
+    assert service.request(linked, "newyork", service.RUNNING).desired == "running"
     assert service.desired_state(linked.clusters.store("newyork")) == "running"
 
 
@@ -126,22 +126,23 @@ def test_two_live_gateways_hold_shares_that_cover_every_partition_once(linked, a
     g1, g2 = Gateway(linked, "newyork", "g1"), Gateway(linked, "newyork", "g2")
     g1.heartbeat(), g2.heartbeat()
     g1.run_once(), g2.run_once()
-    rows = {r["id"]: r for r in service.gateways(linked, "newyork")}
-    assert rows["g1"]["status"] == rows["g2"]["status"] == "live" and rows["g3"]["status"] == "down"
-    shares = rows["g1"]["share"] + rows["g2"]["share"]
+    rows = {r.id: r for r in service.gateways(linked, "newyork")}
+    live, down = service.GatewayStatus.LIVE, service.GatewayStatus.DOWN
+    assert rows["g1"].status == rows["g2"].status == live and rows["g3"].status == down
+    shares = rows["g1"].share + rows["g2"].share
     every = sorted(f"{SF}:{t}/{p}" for t, n in (("t", 3), ("u", 2)) for p in range(n))
     assert sorted(shares) == every and len(set(shares)) == 5
-    assert {rows["g1"]["partitions"], rows["g2"]["partitions"]} == {2, 3} and rows["g3"]["partitions"] == 0
-    assert rows["g1"]["listedBy"] == ["sanfrancisco"] and rows["g1"]["host"] and rows["g1"]["pid"]
+    assert {rows["g1"].partitions, rows["g2"].partitions} == {2, 3} and rows["g3"].partitions == 0
+    assert rows["g1"].listed_by == ("sanfrancisco",) and rows["g1"].host and rows["g1"].pid
     # the CLI shows the same rows
     code, out, err = cli("gateway", "list", "-cluster", "newyork", "-json")
     assert code == 0, err
-    assert {r["id"]: r["share"] for r in json.loads(out)["data"]} == {k: r["share"] for k, r in rows.items()}
+    assert {r["id"]: r["share"] for r in json.loads(out)["data"]} == {k: list(r.share) for k, r in rows.items()}
     # g2 stops: its share goes to g1 at g1's next pass
     g2.stop()
     g1.run_once()
-    rows = {r["id"]: r for r in service.gateways(linked, "newyork")}
-    assert rows["g1"]["share"] == every and rows["g2"]["status"] == "down"
+    rows = {r.id: r for r in service.gateways(linked, "newyork")}
+    assert list(rows["g1"].share) == every and rows["g2"].status == down
 
 
 def test_placement_names_the_engine_and_the_airflow_task():
@@ -209,7 +210,7 @@ def test_stop_wait_times_out_with_one_line_while_a_gateway_stays_live(linked, as
     code, out, err = cli("gateway", "stop", "-cluster", "newyork", "-wait", "true", "-timeout", "0.3")
     assert code == 1 and "still live after 0.3 s: g1" in err and err.count("\n") == 1
     rows = service.gateways(linked, "newyork")
-    assert rows[0]["status"] == "stopping" and rows[0]["desired"] == "stopped"
+    assert rows[0].status == service.GatewayStatus.STOPPING and rows[0].desired == "stopped"
 
 
 # -- the supervisor's decision -----------------------------------------------------------------

@@ -188,16 +188,16 @@ def test_copy_into_an_existing_stream_needs_produceperm(source, bob):
         copy_stream(bob, SF, NY)
     assert held(admin, NY) == []
     admin.edit_stream(NY, produceperm="u:alice | u:bob")
-    assert copy_stream(bob, SF, NY)["messages"] == 2 and sorted(held(admin, NY)) == ["a", "b"]
+    assert copy_stream(bob, SF, NY).messages == 2 and sorted(held(admin, NY)) == ["a", "b"]
 
 
 @ON_BOTH
 def test_a_copy_that_created_its_destination_resumes_into_it(source, bob):
     admin = source
     admin.edit_stream(SF, adminperm="u:alice | u:bob")  # bob: copyperm and adminperm, not produceperm
-    assert copy_stream(bob, SF, NY)["messages"] == 2
+    assert copy_stream(bob, SF, NY).messages == 2
     produce(admin, SF, ["c"])
-    assert copy_stream(bob, SF, NY)["messages"] == 1  # the destination is his to administer
+    assert copy_stream(bob, SF, NY).messages == 1  # the destination is his to administer
     assert sorted(held(admin, NY)) == ["a", "b", "c"]
 
 
@@ -208,7 +208,7 @@ def test_copy_creating_the_destination_needs_the_adminperm_it_would_have(source,
         copy_stream(bob, SF, NY)
     assert [e.path for e in admin.list_streams("newyork")] == []  # nothing was created
     admin.edit_stream(SF, adminperm="u:alice | u:bob")
-    assert copy_stream(bob, SF, NY)["messages"] == 2
+    assert copy_stream(bob, SF, NY).messages == 2
     assert admin.entry(NY).meta.adminperm == "u:alice | u:bob"
 
 

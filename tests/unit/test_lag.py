@@ -164,11 +164,11 @@ def test_check_alerts_names_the_replica_past_its_threshold_or_without_a_gateway(
     produce(linked, 4, age_ms=MINUTE_MS)
     rows = lag.check_alerts(linked, ["newyork"])
     [row] = rows
-    assert row["replicaPath"] == NY and row["lagMessages"] == 4
-    assert row["problems"] == [row["problems"][0]] and "no gateway is live" in row["problems"][0]
+    assert str(row.replica) == NY and row.sample is not None and row.sample.messages == 4
+    assert len(row.problems) == 1 and "no gateway is live" in row.problems[0]
     gateway = Gateway(linked, "newyork", "gw1")
     gateway.heartbeat()  # live, but nothing replicated yet
-    assert lag.check_alerts(linked, ["newyork"])[0]["problems"] == []  # no threshold set: lag is fine
+    assert lag.check_alerts(linked, ["newyork"])[0].problems == ()  # no threshold set: lag is fine
     lag.set_alert(linked, SF, NY, max_lag_millis=30_000, max_lag_messages=10)
     with pytest.raises(AlertRaised) as raised:
         lag.raise_alerts(lag.check_alerts(linked, ["newyork"]))
@@ -182,9 +182,9 @@ def test_check_alerts_names_the_replica_past_its_threshold_or_without_a_gateway(
 def test_a_paused_replica_needs_no_gateway_but_keeps_its_thresholds(linked):
     linked.pause_replica(SF, NY)
     produce(linked, 12)
-    assert lag.check_alerts(linked, ["newyork"])[0]["problems"] == []
+    assert lag.check_alerts(linked, ["newyork"])[0].problems == ()
     lag.set_alert(linked, SF, NY, max_lag_messages=10)
-    [problem] = lag.check_alerts(linked, ["newyork"])[0]["problems"]
+    [problem] = lag.check_alerts(linked, ["newyork"])[0].problems
     assert problem == "12 messages behind passes its threshold of 10 messages"
 
 

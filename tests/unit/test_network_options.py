@@ -143,7 +143,7 @@ def test_a_retry_accepts_the_same_options_and_refuses_others(pair):
 def test_autosetup_gives_both_links_of_multimaster_the_options(pair):
     pair.delete_stream(NY)
     done = autosetup(pair, SF, NY, multimaster=True, throttle=True, networkencryption=True, networkcompression="snappy")
-    assert (done["throttle"], done["networkencryption"], done["networkcompression"]) == (True, True, "snappy")
+    assert (done.throttle, done.networkencryption, done.networkcompression) == (True, True, "snappy")
     for source, replica in ((SF, NY), (NY, SF)):
         (link,) = pair.entry(source).replicas
         assert (link.path, link.throttle, link.networkencryption, link.networkcompression) == (

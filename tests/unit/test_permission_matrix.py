@@ -356,7 +356,7 @@ def test_the_cluster_creator_administers_it_and_may_hand_it_over(empty_home, mon
 def test_a_cluster_without_an_ace_document_is_open_until_one_is_set(home):
     # ``home`` registers its clusters with Clusters.add, as releases before cluster ACEs did
     bob = StreamAdmin(home, Identity("bob"))
-    assert bob.get_cluster_ace("sanfrancisco")["adminperm"] is None
+    assert bob.get_cluster_ace("sanfrancisco").ace is None
     bob.set_gateways("newyork", "gw1", cluster="sanfrancisco")
     carol = StreamAdmin(home, Identity("carol"))
     carol.set_cluster_ace("u:carol", "sanfrancisco")
@@ -370,11 +370,11 @@ def test_registering_an_existing_cluster_does_not_make_the_caller_its_admin(home
     url = home.get("sanfrancisco").url
     bob = StreamAdmin(Clusters(str(tmp_path / "bobs-home")), Identity("bob"))
     bob.add_cluster("sf", url)  # bob registers the same cluster in his own registry
-    assert bob.get_cluster_ace("sf")["adminperm"] is None
+    assert bob.get_cluster_ace("sf").ace is None
     carol = StreamAdmin(Clusters(str(tmp_path / "carols-home")), Identity("carol"))
     carol.add_cluster("fresh")  # a new, empty cluster is its creator's
-    assert carol.get_cluster_ace("fresh")["adminperm"] == "u:carol"
+    assert carol.get_cluster_ace("fresh").ace.adminperm == "u:carol"
     bob.add_cluster("fresh2", carol.clusters.get("fresh").url)
-    assert bob.get_cluster_ace("fresh2")["adminperm"] == "u:carol"  # an existing ACE is kept
+    assert bob.get_cluster_ace("fresh2").ace.adminperm == "u:carol"  # an existing ACE is kept
     bob.clusters.close()
     carol.clusters.close()

@@ -10,6 +10,7 @@ from streamrep.client import consumer as consumer_module
 from streamrep.client.admin import now_ms
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
+from streamrep.client.results import TopicSummary
 from streamrep.errors import InvalidArgument, NotFound, PermissionDenied
 from streamrep.model.message import Message
 from streamrep.model.partitioner import partition_for_key
@@ -101,8 +102,8 @@ def test_autocreate_uses_defaultpartitions(admin):
     admin.create_stream(SF, defaultpartitions=3)
     with Producer(admin) as p:
         p.send(SF + ":new", "v")
-    location = admin.store(admin.path(SF)).location(admin.entry(SF).uuid, "new")  # the Kafka topic, on Kafka
-    assert admin.list_topics(SF) == [{"topic": "new", "partitions": 3, "messages": 1, **location}]
+    native = admin.store(admin.path(SF)).native_topic(admin.entry(SF).uuid, "new")  # the Kafka topic, on Kafka
+    assert admin.list_topics(SF) == [TopicSummary("new", 3, 1, native)]
 
 
 def test_existing_topic_keeps_its_partitions(admin, sf):
@@ -392,7 +393,7 @@ def _old_then_fresh(admin, old=3, fresh=2):
 @ON_BOTH
 def test_ttl_expired_messages_are_not_returned(admin):
     _old_then_fresh(admin)
-    assert admin.topic_info(SF, "t")[0]["minoffset"] == 3  # retention runs before topic info reports
+    assert admin.topic_info(SF, "t")[0].first == 3  # retention runs before topic info reports
     got = Consumer(SF + ":t", from_start=True, admin=admin).poll()
     assert [m.value for m in got] == [b"fresh0", b"fresh1"]
     assert [m.offset for m in got] == [3, 4]
@@ -411,7 +412,7 @@ def test_ttl_purges_on_a_later_produce(admin):
     with Producer(admin) as p:
         p.send(SF + ":t", "later")
     (row,) = admin.topic_info(SF, "t")
-    assert (row["minoffset"], row["maxoffset"], row["messages"]) == (3, 5, 3)
+    assert (row.first, row.last, row.messages) == (3, 5, 3)
     # Offsets are never reused: the next message still gets offset 6.
     with Producer(admin) as p:
         p.send(SF + ":t", "next", partition=0)
@@ -424,7 +425,7 @@ def test_ttl_zero_keeps_everything(admin):
         p.send(SF + ":t", "ancient", timestamp=1)
         p.send(SF + ":t", "now")
     assert [m.value for m in consume_all(admin, SF + ":t")] == [b"ancient", b"now"]
-    assert admin.topic_info(SF, "t")[0]["minoffset"] == 0
+    assert admin.topic_info(SF, "t")[0].first == 0
 
 
 @ON_BOTH

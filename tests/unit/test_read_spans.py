@@ -12,6 +12,7 @@ real broker; everything above the store here is the real code, on real SQLite fi
 
 from __future__ import annotations
 
+import json
 from bisect import bisect_right
 
 import pytest
@@ -22,7 +23,7 @@ from streamrep.errors import Conflict, InvalidArgument
 from streamrep.model.message import Message
 from streamrep.model.replication import position_key
 from streamrep.replication.apply import plan_apply
-from streamrep.replication.copy import copy_stream
+from streamrep.replication.copy import CopySummary, copy_stream
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.status import replica_status
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, read_source
@@ -244,13 +245,13 @@ def test_a_copy_from_a_gapped_source_is_exactly_once_and_up_to_date(gapped, batc
     admin, source = gapped
     sent = history(admin, source)
     summary = copy_stream(admin, SF, NY, batch_size=batch_size)
-    assert summary["messages"] == 20
+    assert summary.messages == 20
     assert {p: replica_values(admin, p) for p in (0, 1)} == sent
     assert positions(admin) == source_ends(admin, source) == {0: 20, 1: 20}
     [row] = replica_status(admin, SF)
     assert (row.is_uptodate, row.pending_messages, row.lag_millis) == (True, 0, 0)
     # a rerun copies nothing twice
-    assert copy_stream(admin, SF, NY, batch_size=batch_size)["messages"] == 0
+    assert copy_stream(admin, SF, NY, batch_size=batch_size).messages == 0
     assert {p: replica_values(admin, p) for p in (0, 1)} == sent
 
 
@@ -429,3 +430,12 @@ def test_messages_removed_by_retention_just_before_a_read_are_recorded_as_lost(g
     assert positions(admin)[0] == source.offsets(uuid, TOPIC, 0)[1] == 7
     [row] = replica_status(admin, SF)
     assert not row.is_uptodate and "t/0 offsets 2-3 (2)" in row.errors
+
+
+def test_a_copy_summary_reads_back_as_the_spark_app_prints_it(gapped):
+    admin, _ = gapped
+    summary = copy_stream(admin, SF, NY)
+    printed = json.loads(json.dumps(summary.to_dict()))
+    assert list(printed) == ["source", "destination", "messages", "positions"]
+    assert printed["positions"] == {f"{t}:{p}": end for t, p, end in summary.positions}
+    assert CopySummary.from_dict(printed) == summary

@@ -204,10 +204,11 @@ def test_retention_loss_is_shown_logged_and_kept_until_acknowledged(linked, bob,
 
     with pytest.raises(PermissionDenied, match="adminperm"):
         acknowledge_loss(bob, SF, NY)
-    assert acknowledge_loss(linked, SF, NY) == {"replicaPath": NY, "acknowledged": 3, "ranges": "t/0:1-3"}
+    done = acknowledge_loss(linked, SF, NY)
+    assert (str(done.replica), done.acknowledged, done.describe_ranges()) == (NY, 3, "t/0:1-3")
     row = row_of(linked)
     assert (row.state, row.errors, row.is_uptodate) == (REPLICATING, None, True)
-    assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 0  # a retry finds it done
+    assert acknowledge_loss(linked, SF, NY).acknowledged == 0  # a retry finds it done
 
 
 @ON_BOTH
@@ -217,7 +218,7 @@ def test_loss_is_recorded_even_when_nothing_is_left_to_replicate(linked):
     gateway.run_once()  # the source holds nothing now: the position still moves past the loss
     row = row_of(linked)
     assert row.state == UNEXPECTED and "offsets 1-3" in row.errors
-    assert acknowledge_loss(linked, SF, NY)["acknowledged"] == 3
+    assert acknowledge_loss(linked, SF, NY).acknowledged == 3
     assert row_of(linked).is_uptodate is True
 
 
@@ -288,7 +289,7 @@ def test_the_spark_gateways_pass_records_the_loss_too(linked, caplog):
     assert values(linked, NY) == ["a", "e"]
     row = row_of(linked)
     assert row.state == UNEXPECTED and "t/0 offsets 1-3 (3)" in row.errors
-    assert acknowledge_loss(linked, SF, NY)["ranges"] == "t/0:1-3"
+    assert acknowledge_loss(linked, SF, NY).describe_ranges() == "t/0:1-3"
 
 
 def test_an_unreadable_replica_cluster_marks_only_its_own_row(linked):

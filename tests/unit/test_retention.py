@@ -39,9 +39,9 @@ def test_topic_info_and_consume_fromstart_agree_on_the_first_offset(admin):
     admin.edit_stream(SF, ttl=3600)
     [info] = admin.topic_info(SF, "t")
     got = Consumer(SF + ":t", from_start=True, admin=admin).poll()
-    assert (info["minoffset"], info["maxoffset"], info["messages"]) == (2, 4, 3)
+    assert (info.first, info.last, info.messages) == (2, 4, 3)
     assert [m.offset for m in got] == [2, 3, 4]
-    assert [t["messages"] for t in admin.list_topics(SF)] == [3]
+    assert [t.messages for t in admin.list_topics(SF)] == [3]
 
 
 def test_a_replica_applies_its_own_ttl(admin):

@@ -551,17 +551,17 @@ class GatewayServiceOperator(StreamrepOperator):
         if self.action != "supervise":
             if cluster is None:
                 raise InvalidArgument(f"action {self.action} needs a cluster")
-            row = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
+            req = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
             self.log.info(
                 "gateways of %s: desired state %s (by %s); live now: %s",
                 cluster,
-                row["desired"],
-                row["by"],
-                " ".join(row["live"]) or "none",
+                req.desired,
+                req.by,
+                " ".join(req.live) or "none",
             )
             if self.action == "stop":
-                if row["live"]:
-                    self.log.info("%s stop after their current batch; their runs end as success", " ".join(row["live"]))
+                if req.live:
+                    self.log.info("%s stop after their current batch; their runs end as success", " ".join(req.live))
                 return []
         if cluster is not None:
             names = [cluster]
@@ -606,7 +606,8 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         names = [self.cluster] if self.cluster else known_clusters(admin)
-        rows = lag.check_alerts(admin, names)
+        checks = lag.check_alerts(admin, names)
+        rows = [presented.alert_check_row(check) for check in checks]
         log_rows(
             self.log,
             f"replica lag on {', '.join(names) or 'no cluster'}",
@@ -622,7 +623,7 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
                 "problems",
             ),
         )
-        lag.raise_alerts(rows)
+        lag.raise_alerts(checks)
         return rows
 
 
@@ -736,10 +737,10 @@ class FailoverOperator(_FailoverOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failover(admin, self.path, self.replica, force=as_bool(self.force), timeout=self.timeout)
-        self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done["result"])
+        self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done.result)
         if emits_caught_up(self):  # the promoted replica holds what its source held
             emit_replica_caught_up(context, self.replica, source=self.path, admin=admin)
-        return {**done, "cursors": [presented.cursor_sync_row(row) for row in done["cursors"]]}
+        return presented.failover_row(done)
 
 
 class FailbackOperator(_FailoverOperator):
@@ -760,7 +761,7 @@ class FailbackOperator(_FailoverOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failback(admin, self.path, self.replica, phase=self.phase, timeout=self.timeout)
-        self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done["result"])
+        self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done.result)
         if self.phase != "reverse" and emits_caught_up(self):  # the source holds what was produced meanwhile
             emit_replica_caught_up(context, self.path, source=self.replica, admin=admin)
-        return {**done, "cursors": [presented.cursor_sync_row(row) for row in done["cursors"]]}
+        return presented.failback_row(done)

@@ -63,15 +63,15 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
     gateways = all_gateways(admin, names, now)
     out: dict[str, Any] = {"generated": now, "clusters": [], "links": []}
     for info in clusters:
-        service = gateways.get(info.name, {})
+        service = gateways.get(info.name)
         cluster: dict[str, Any] = {
             "name": info.name,
             "kind": info.kind,
             "url": info.url,
             "error": None,
             "streams": [],
-            "gateways": service.get("gateways", []),
-            "desired": service.get("desired"),
+            "gateways": [] if service is None else [presented.gateway_row(gw) for gw in service.gateways],
+            "desired": None if service is None else service.desired,
         }
         out["clusters"].append(cluster)
         try:
@@ -97,8 +97,8 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
                 topics = admin.list_topics(path)
                 stream.update(
                     topics=len(topics),
-                    partitions=sum(t["partitions"] for t in topics),
-                    messages=sum(t["messages"] for t in topics),
+                    partitions=sum(t.partitions for t in topics),
+                    messages=sum(t.messages for t in topics),
                 )
             except StreamrepError as err:
                 stream["error"] = str(err)
@@ -788,11 +788,11 @@ def create_app(
         hook = hook_factory()
         try:
             hook.discover_clusters()
-            row = service.request(hook.admin, cluster, service.RUNNING if action == "start" else service.STOPPED)
+            req = service.request(hook.admin, cluster, service.RUNNING if action == "start" else service.STOPPED)
         except StreamrepError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
         finally:
             hook.close()
-        return JSONResponse({**row, "requestedBy": caller.user})
+        return JSONResponse({**presented.service_request_row(req), "requestedBy": caller.user})
 
     return app

@@ -7,10 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
+from streamrep.replication.copy import CopySummary
 from streamrep.replication.cursors import CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
-from streamrep.replication.samples import LagSample
+from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
+from streamrep.replication.samples import AlertCheck, LagSample
+from streamrep.replication.service import GatewayRow, ServiceRequest
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
 
@@ -153,3 +155,85 @@ def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
         fields.update(forceNeeded=plan.force_needed)
     fields.update(steps=list(plan.steps))
     return fields
+
+
+def failover_row(done: FailoverResult) -> dict[str, Any]:
+    """The failover operator's XCom: ``path``, ``replica``, ``alreadyDone``, ``forced``,
+    ``missing``, ``lateMessages``, ``cursors`` (``cursor_sync_row``s), ``result``."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "alreadyDone": done.already_done,
+        "forced": done.forced,
+        "missing": done.missing,
+        "lateMessages": done.late_messages,
+        "cursors": [cursor_sync_row(row) for row in done.cursors],
+        "result": done.result,
+    }
+
+
+def failback_row(done: FailbackResult) -> dict[str, Any]:
+    """The failback operator's XCom: ``path``, ``replica``, ``phase``, ``alreadyDone``,
+    ``copiedBack``, ``cursors`` (``cursor_sync_row``s), ``result``."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "phase": done.phase,
+        "alreadyDone": done.already_done,
+        "copiedBack": done.copied_back,
+        "cursors": [cursor_sync_row(row) for row in done.cursors],
+        "result": done.result,
+    }
+
+
+def alert_check_row(check: AlertCheck) -> dict[str, Any]:
+    """The lag monitor's XCom row: ``source``, ``replicaPath``, ``cluster``, ``paused``, with the
+    figures when measured (``maxLagMillis``, ``maxLagMessages``, ``lagMessages``, ``lagBytes``,
+    ``lagMillis``), then ``problems``."""
+    row: dict[str, Any] = {
+        "source": None if check.source is None else str(check.source),
+        "replicaPath": None if check.replica is None else str(check.replica),
+        "cluster": check.cluster,
+        "paused": check.paused,
+    }
+    if check.sample is not None and check.thresholds is not None:
+        row.update(
+            maxLagMillis=check.thresholds.max_lag_millis,
+            maxLagMessages=check.thresholds.max_lag_messages,
+            lagMessages=check.sample.messages,
+            lagBytes=check.sample.bytes,
+            lagMillis=check.sample.ms,
+        )
+    row["problems"] = list(check.problems)
+    return row
+
+
+def copy_summary_row(summary: CopySummary) -> dict[str, Any]:
+    """The copystream operator's XCom: ``source``, ``destination``, ``messages`` written and the
+    source ``positions`` reached, by ``topic:partition``."""
+    return summary.to_dict()
+
+
+def gateway_row(row: GatewayRow) -> dict[str, Any]:
+    """``gateway list``: ``id``, ``status``, ``host``, ``pid``, ``engine``, ``master``, ``appId``,
+    ``airflow``, ``heartbeatAgeSeconds``, ``partitions``, ``share``, ``listedBy``, ``desired``."""
+    return {
+        "id": row.id,
+        "status": row.status.value,
+        "host": row.host,
+        "pid": row.pid,
+        "engine": row.engine,
+        "master": row.master,
+        "appId": row.app_id,
+        "airflow": row.airflow,
+        "heartbeatAgeSeconds": row.heartbeat_age,
+        "partitions": row.partitions,
+        "share": list(row.share),
+        "listedBy": list(row.listed_by),
+        "desired": row.desired,
+    }
+
+
+def service_request_row(req: ServiceRequest) -> dict[str, Any]:
+    """A ``gateway start`` / ``stop`` request: ``cluster``, ``desired``, ``by``, ``at``, ``live``."""
+    return {"cluster": req.cluster, "desired": req.desired, "by": req.by, "at": req.at, "live": list(req.live)}

@@ -22,6 +22,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
+from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.provider import spark_conn_id
@@ -222,7 +223,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
             plan.source,
             plan.destination,
         )
-        return summary(plan, 0)
+        return presented.copy_summary_row(summary(plan, 0))
 
     def app_args(self, hook: StreamrepHook) -> list[str]:
         args = ["--src", self.source, "--dst", self.destination, "--home", hook.registry_home()]
@@ -233,7 +234,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
     def result(self, hook: StreamrepHook) -> dict[str, Any]:
         """The copy's summary: the copy planned in ``preflight`` (its ends are the positions
         reached), and the messages it wrote: what the destination lacked then and lacks no more."""
-        copied = summary(self._plan, self._pending - self._plan.total(hook.admin))
+        copied = presented.copy_summary_row(summary(self._plan, self._pending - self._plan.total(hook.admin)))
         self.log.info("copied %s messages; source positions reached: %s", copied["messages"], copied["positions"])
         return copied
 

@@ -3,6 +3,7 @@ a destination cluster is reached through."""
 
 from __future__ import annotations
 
+from streamrep.cli import rows
 from streamrep.cli.common import Context, Rows
 from streamrep.cli.grammar import Command, Option
 from streamrep.client.config import read_client_settings
@@ -38,11 +39,11 @@ def cluster_default(ctx: Context, name: str) -> Rows:
 
 
 def cluster_ace_get(ctx: Context, cluster: str | None = None) -> Rows:
-    return [ctx.admin.get_cluster_ace(cluster)]
+    return [rows.cluster_ace_row(ctx.admin.get_cluster_ace(cluster))]
 
 
 def cluster_ace_set(ctx: Context, adminperm: str, cluster: str | None = None) -> Rows:
-    return [ctx.admin.set_cluster_ace(adminperm, cluster)]
+    return [rows.cluster_ace_row(ctx.admin.set_cluster_ace(adminperm, cluster))]
 
 
 def gateway_set(ctx: Context, dstcluster: str, gateways: str, cluster: str | None = None) -> Rows:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from streamrep.cli import rows
 from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
 from streamrep.client import StreamAdmin
 from streamrep.errors import InvalidArgument
-from streamrep.replication.copy import copy_stream, plan_copy
+from streamrep.replication.copy import CopySummary, copy_stream, plan_copy
 
 ENGINES = ("auto", "local", "spark")
 # Up to this many messages a copy runs in this process. Measured on 2 cores with embedded stores
@@ -26,7 +27,7 @@ def run_copy(
     engine: str = "auto",
     numthreads: int | None = None,
     master: str | None = None,
-) -> dict:
+) -> CopySummary:
     """copystream in this process, or as the Spark app through spark-submit (on ``master``)."""
     if engine == "auto":
         engine = "local" if plan_copy(admin, src, dst).total(admin) <= COPY_IN_PROCESS_MAX else "spark"
@@ -43,8 +44,7 @@ def copystream(
     if numthreads is not None and numthreads < 1:
         raise InvalidArgument("option -numthreads must be 1 or more")
     spark_master(master)
-    result = run_copy(ctx.admin, src, dst, engine, numthreads, master)
-    return [{"source": result["source"], "destination": result["destination"], "messages": result["messages"]}]
+    return [rows.copy_row(run_copy(ctx.admin, src, dst, engine, numthreads, master))]
 
 
 COMMANDS: tuple[Command, ...] = (

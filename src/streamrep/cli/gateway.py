@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from streamrep.cli import rows
 from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
 from streamrep.errors import StreamrepError
@@ -72,32 +73,32 @@ def _when(at: float | None) -> str | None:
 
 def gateway_start(ctx: Context, cluster: str) -> Rows:
     """Record that ``cluster``'s gateways should run, and say who starts them."""
-    row = service.request(ctx.admin, cluster, service.RUNNING)
-    if row["live"]:
-        then = f"already running: {', '.join(row['live'])}"
+    req = service.request(ctx.admin, cluster, service.RUNNING)
+    if req.live:
+        then = f"already running: {', '.join(req.live)}"
     else:
         then = (
             f"the stream_gateway_service DAG starts them within a minute (if it is unpaused), "
             f"or run 'streamrep gateway run -cluster {cluster}'"
         )
-    return [{"cluster": cluster, "desired": row["desired"], "by": row["by"], "at": _when(row["at"]), "next": then}]
+    return [rows.service_row(req, _when(req.at), then)]
 
 
 def gateway_stop(ctx: Context, cluster: str, wait: bool = False, timeout: float = DEFAULT_STOP_TIMEOUT) -> Rows:
     """Ask ``cluster``'s gateways to stop after their current batch; with ``-wait``, until none is live."""
-    row = service.request(ctx.admin, cluster, service.STOPPED)
-    live = service.wait_stopped(ctx.admin, cluster, timeout) if wait else row["live"]
+    req = service.request(ctx.admin, cluster, service.STOPPED)
+    live = service.wait_stopped(ctx.admin, cluster, timeout) if wait else list(req.live)
     if wait and live:
         raise StreamrepError(
             f"gateways of cluster {cluster} still live after {timeout:g} s: {', '.join(live)}; "
             "they stop after their current batch (the stop stays requested)"
         )
     then = "stopped" if not live else f"{', '.join(live)} stop after their current batch (-wait true waits for them)"
-    return [{"cluster": cluster, "desired": row["desired"], "by": row["by"], "at": _when(row["at"]), "next": then}]
+    return [rows.service_row(req, _when(req.at), then)]
 
 
 def gateway_service_list(ctx: Context, cluster: str) -> Rows:
-    return service.gateways(ctx.admin, cluster)
+    return [rows.gateway_row(row) for row in service.gateways(ctx.admin, cluster)]
 
 
 COMMANDS: tuple[Command, ...] = (

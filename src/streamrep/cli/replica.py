@@ -10,8 +10,6 @@ from streamrep.cli.copystream import COPY_ENGINE, run_copy
 from streamrep.cli.grammar import Command, Option
 from streamrep.model import network
 from streamrep.replication import failover as failovers
-from streamrep.replication.cursors import SYNCED
-from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.failover import FailbackPlan, FailoverPlan
 from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
@@ -43,7 +41,7 @@ def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
 
 
 def replica_acknowledge(ctx: Context, path: str, replica: str) -> Rows:
-    return [acknowledge_loss(ctx.admin, path, replica)]
+    return [rows.acknowledged_row(acknowledge_loss(ctx.admin, path, replica))]
 
 
 def replica_autosetup(
@@ -58,7 +56,9 @@ def replica_autosetup(
 ) -> Rows:
     spark_master(master)
     copier = lambda admin, src, dst: run_copy(admin, src, dst, engine, master=master)  # noqa: E731
-    return [autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options)]
+    return [
+        rows.autosetup_row(autosetup(ctx.admin, path, replica, multimaster, synchronous, copier, **network_options))
+    ]
 
 
 def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
@@ -76,10 +76,6 @@ def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
     return items
 
 
-def synced(placed: list[CursorSyncRow]) -> int:
-    return sum(1 for row in placed if row.action == SYNCED)
-
-
 def replica_failover(
     ctx: Context,
     path: str,
@@ -90,9 +86,7 @@ def replica_failover(
 ) -> Rows:
     if plan:
         return plan_rows(failovers.failover_plan(ctx.admin, path, replica))
-    done = failovers.failover(ctx.admin, path, replica, force=force, timeout=timeout)
-    cursors = done.pop("cursors")
-    return [{**done, "cursorsSynced": synced(cursors)}]
+    return [rows.failover_row(failovers.failover(ctx.admin, path, replica, force=force, timeout=timeout))]
 
 
 def replica_failback(
@@ -105,15 +99,13 @@ def replica_failback(
 ) -> Rows:
     if plan:
         return plan_rows(failovers.failback_plan(ctx.admin, path, replica))
-    done = failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout)
-    cursors = done.pop("cursors")
-    return [{**done, "cursorsSynced": synced(cursors)}]
+    return [rows.failback_row(failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout))]
 
 
 def replica_alert(
     ctx: Context, path: str, replica: str, maxlagms: int | None = None, maxlagmsgs: int | None = None
 ) -> Rows:
-    return [set_alert(ctx.admin, path, replica, maxlagms, maxlagmsgs)]
+    return [rows.alert_row(set_alert(ctx.admin, path, replica, maxlagms, maxlagmsgs))]
 
 
 def replica_lag(ctx: Context, path: str, replica: str) -> Rows:

@@ -6,12 +6,23 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
-from streamrep.replication.cursors import CursorRow
+from streamrep.client.results import (
+    ClusterAceInfo,
+    PartitionInfo,
+    ReplicaRow,
+    StreamInfo,
+    TopicChange,
+    TopicSummary,
+    UpstreamRow,
+)
+from streamrep.replication.copy import CopySummary
+from streamrep.replication.cursors import SYNCED, CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
-from streamrep.replication.samples import LagSample
-from streamrep.replication.status import ReplicaStatus
+from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
+from streamrep.replication.samples import AlertSetting, LagSample
+from streamrep.replication.service import GatewayRow, ServiceRequest
+from streamrep.replication.setup import AutosetupResult
+from streamrep.replication.status import AcknowledgedLoss, ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
 
 
@@ -157,3 +168,131 @@ def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
         fields.update(forceNeeded=plan.force_needed)
     fields.update(steps=list(plan.steps))
     return fields
+
+
+def _synced(placed: tuple[CursorSyncRow, ...]) -> int:
+    return sum(1 for row in placed if row.action == SYNCED)
+
+
+def failover_row(done: FailoverResult) -> dict[str, Any]:
+    """``stream replica failover``: what was done, and how many cursors were synced."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "alreadyDone": done.already_done,
+        "forced": done.forced,
+        "missing": done.missing,
+        "lateMessages": done.late_messages,
+        "result": done.result,
+        "cursorsSynced": _synced(done.cursors),
+    }
+
+
+def failback_row(done: FailbackResult) -> dict[str, Any]:
+    """``stream replica failback``: what was done, and how many cursors were synced."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "phase": done.phase,
+        "alreadyDone": done.already_done,
+        "copiedBack": done.copied_back,
+        "result": done.result,
+        "cursorsSynced": _synced(done.cursors),
+    }
+
+
+def alert_row(setting: AlertSetting) -> dict[str, Any]:
+    """``stream replica alert``: ``source``, ``replicaPath``, ``maxLagMillis``, ``maxLagMessages``."""
+    return {
+        "source": str(setting.source),
+        "replicaPath": str(setting.replica),
+        "maxLagMillis": setting.thresholds.max_lag_millis,
+        "maxLagMessages": setting.thresholds.max_lag_messages,
+    }
+
+
+def acknowledged_row(done: AcknowledgedLoss) -> dict[str, Any]:
+    """``stream replica acknowledge``: ``replicaPath``, ``acknowledged`` (messages), ``ranges``."""
+    return {"replicaPath": str(done.replica), "acknowledged": done.acknowledged, "ranges": done.describe_ranges()}
+
+
+def copy_row(summary: CopySummary) -> dict[str, Any]:
+    """``copystream``: ``source``, ``destination``, ``messages`` written."""
+    return {"source": str(summary.source), "destination": str(summary.destination), "messages": summary.messages}
+
+
+def autosetup_row(done: AutosetupResult) -> dict[str, Any]:
+    """``stream replica autosetup``: the link's options, the steps taken and the messages copied."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "multimaster": done.multimaster,
+        "synchronous": done.synchronous,
+        "throttle": done.throttle,
+        "networkencryption": done.networkencryption,
+        "networkcompression": done.networkcompression,
+        "steps": list(done.steps),
+        "copied": done.copied,
+    }
+
+
+def topic_change_row(change: TopicChange) -> dict[str, Any]:
+    """``stream topic create`` and ``edit``: ``path``, ``topic``, ``partitions``."""
+    return {"path": str(change.path), "topic": change.topic, "partitions": change.partitions}
+
+
+def topic_row(topic: TopicSummary) -> dict[str, Any]:
+    """``stream topic list``: ``topic``, ``partitions``, ``messages`` (and ``kafkaTopic`` on Kafka)."""
+    row: dict[str, Any] = {"topic": topic.topic, "partitions": topic.partitions, "messages": topic.messages}
+    if topic.native_topic is not None:
+        row["kafkaTopic"] = topic.native_topic
+    return row
+
+
+def partition_row(info: PartitionInfo) -> dict[str, Any]:
+    """``stream topic info``: ``topic``, ``partitionid``, ``minoffset``, ``maxoffset``,
+    ``messages`` (and ``kafkaTopic`` on Kafka)."""
+    row: dict[str, Any] = {
+        "topic": info.topic,
+        "partitionid": info.partition,
+        "minoffset": info.first,
+        "maxoffset": info.last,
+        "messages": info.messages,
+    }
+    if info.native_topic is not None:
+        row["kafkaTopic"] = info.native_topic
+    return row
+
+
+def cluster_ace_row(info: ClusterAceInfo) -> dict[str, Any]:
+    """``cluster ace get`` and ``set``: ``cluster``, ``adminperm``, ``creator``."""
+    return {
+        "cluster": info.cluster,
+        "adminperm": None if info.ace is None else info.ace.adminperm,
+        "creator": None if info.ace is None else info.ace.creator,
+    }
+
+
+def gateway_row(row: GatewayRow) -> dict[str, Any]:
+    """``gateway list``: ``id``, ``status``, ``host``, ``pid``, ``engine``, ``master``, ``appId``,
+    ``airflow``, ``heartbeatAgeSeconds``, ``partitions``, ``share``, ``listedBy``, ``desired``."""
+    return {
+        "id": row.id,
+        "status": row.status.value,
+        "host": row.host,
+        "pid": row.pid,
+        "engine": row.engine,
+        "master": row.master,
+        "appId": row.app_id,
+        "airflow": row.airflow,
+        "heartbeatAgeSeconds": row.heartbeat_age,
+        "partitions": row.partitions,
+        "share": list(row.share),
+        "listedBy": list(row.listed_by),
+        "desired": row.desired,
+    }
+
+
+def service_row(req: ServiceRequest, at: str | None, then: str) -> dict[str, Any]:
+    """``gateway start`` / ``stop``: ``cluster``, ``desired``, ``by``, ``at`` (as shown), ``next`` (what happens now)."""
+    return {"cluster": req.cluster, "desired": req.desired, "by": req.by, "at": at, "next": then}

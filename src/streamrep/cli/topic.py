@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamrep.cli import rows
 from streamrep.cli.common import PATH, Context, Rows
 from streamrep.cli.grammar import Command, Option
 
@@ -9,19 +10,19 @@ TOPIC = Option("topic", required=True, help="topic name")
 
 
 def topic_create(ctx: Context, path: str, topic: str, partitions: int | None = None) -> Rows:
-    return [ctx.admin.create_topic(path, topic, partitions)]
+    return [rows.topic_change_row(ctx.admin.create_topic(path, topic, partitions))]
 
 
 def topic_edit(ctx: Context, path: str, topic: str, partitions: int) -> Rows:
-    return [ctx.admin.edit_topic(path, topic, partitions)]
+    return [rows.topic_change_row(ctx.admin.edit_topic(path, topic, partitions))]
 
 
 def topic_list(ctx: Context, path: str) -> Rows:
-    return ctx.admin.list_topics(path)
+    return [rows.topic_row(topic) for topic in ctx.admin.list_topics(path)]
 
 
 def topic_info(ctx: Context, path: str, topic: str) -> Rows:
-    return ctx.admin.topic_info(path, topic)
+    return [rows.partition_row(info) for info in ctx.admin.topic_info(path, topic)]
 
 
 def topic_delete(ctx: Context, path: str, topic: str) -> Rows:

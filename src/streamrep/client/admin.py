@@ -18,7 +18,15 @@ from typing import Any
 from streamrep.client.catalog import Catalog, now_ms
 from streamrep.client.config import ClusterInfo, Clusters
 from streamrep.client.identity import current_identity, named_user
-from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
+from streamrep.client.results import (
+    ClusterAceInfo,
+    PartitionInfo,
+    ReplicaRow,
+    StreamInfo,
+    TopicChange,
+    TopicSummary,
+    UpstreamRow,
+)
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import network
 from streamrep.model import replication as rules
@@ -244,7 +252,7 @@ class StreamAdmin:
         )
 
     # -- topics --------------------------------------------------------------------
-    def create_topic(self, path: str, topic: str, partitions: int | None = None) -> dict[str, Any]:
+    def create_topic(self, path: str, topic: str, partitions: int | None = None) -> TopicChange:
         """``stream topic create``; needs topicperm. Partitions default to the stream's."""
         sp = self.path(path)
         entry = self.entry(sp)
@@ -254,9 +262,9 @@ class StreamAdmin:
             self.store(sp).create_topic(entry.uuid, validate_topic_name(topic), count)
         except AlreadyExists:
             raise AlreadyExists(f"topic {sp}:{topic} already exists") from None
-        return {"path": str(sp), "topic": topic, "partitions": count}
+        return TopicChange(sp, topic, count)
 
-    def edit_topic(self, path: str, topic: str, partitions: int) -> dict[str, Any]:
+    def edit_topic(self, path: str, topic: str, partitions: int) -> TopicChange:
         """``stream topic edit -partitions N``: add partitions; needs topicperm."""
         sp = self.path(path)
         entry = self.entry(sp)
@@ -265,7 +273,7 @@ class StreamAdmin:
             self.store(sp).add_partitions(entry.uuid, validate_topic_name(topic), validate_partition_count(partitions))
         except NotFound:
             raise NotFound(f"topic {sp}:{topic} does not exist") from None
-        return {"path": str(sp), "topic": topic, "partitions": partitions}
+        return TopicChange(sp, topic, partitions)
 
     def delete_topic(self, path: str, topic: str) -> None:
         """``stream topic delete``; needs topicperm."""
@@ -277,7 +285,7 @@ class StreamAdmin:
         except NotFound:
             raise NotFound(f"topic {sp}:{topic} does not exist") from None
 
-    def list_topics(self, path: str) -> list[dict[str, Any]]:
+    def list_topics(self, path: str) -> list[TopicSummary]:
         """``stream topic list``: each topic with its partition count and message count; needs
         one of consumeperm, produceperm or topicperm (the counts describe the data)."""
         sp = self.path(path)
@@ -289,16 +297,13 @@ class StreamAdmin:
             store.retain(entry.uuid, topic, entry.meta.ttl, force=True)  # count what a consumer can read
             bounds = [store.offsets(entry.uuid, topic, p) for p in range(count)]
             result.append(
-                {
-                    "topic": topic,
-                    "partitions": count,
-                    "messages": sum(end - start for start, end in bounds),
-                    **store.location(entry.uuid, topic),
-                }
+                TopicSummary(
+                    topic, count, sum(end - start for start, end in bounds), store.native_topic(entry.uuid, topic)
+                )
             )
         return result
 
-    def topic_info(self, path: str, topic: str) -> list[dict[str, Any]]:
+    def topic_info(self, path: str, topic: str) -> list[PartitionInfo]:
         """``stream topic info``: per partition, the first and last offsets held; needs one of
         consumeperm, produceperm or topicperm."""
         sp = self.path(path)
@@ -312,16 +317,7 @@ class StreamAdmin:
         info = []
         for p in range(count):
             start, end = store.offsets(entry.uuid, topic, p)
-            info.append(
-                {
-                    "topic": topic,
-                    "partitionid": p,
-                    "minoffset": start,
-                    "maxoffset": end - 1,
-                    "messages": end - start,
-                    **store.location(entry.uuid, topic),
-                }
-            )
+            info.append(PartitionInfo(topic, p, start, end - 1, end - start, store.native_topic(entry.uuid, topic)))
         return info
 
     # -- replicas (kept on the source) ---------------------------------------------
@@ -332,7 +328,7 @@ class StreamAdmin:
         throttle: Any = None,
         networkencryption: Any = None,
         networkcompression: Any = None,
-    ) -> dict[str, Any]:
+    ) -> network.NetworkOptions:
         """The network options of a replica of ``path`` at ``replica``, validated
         (``model/network.py``): ``throttle``, ``networkencryption`` and ``networkcompression``,
         None taking MapR's defaults.
@@ -340,12 +336,12 @@ class StreamAdmin:
         :raises InvalidArgument: a bad value, or encryption that a gateway connection to the
             source or the replica's cluster (a Kafka cluster without TLS) could not give.
         """
-        options = {
-            "throttle": network.parse_flag("throttle", throttle),
-            "networkencryption": network.parse_flag("networkencryption", networkencryption),
-            "networkcompression": network.parse_network_compression(networkcompression),
-        }
-        if options["networkencryption"]:
+        options = network.NetworkOptions(
+            throttle=network.parse_flag("throttle", throttle),
+            networkencryption=network.parse_flag("networkencryption", networkencryption),
+            networkcompression=network.parse_network_compression(networkcompression),
+        )
+        if options.networkencryption:
             src, dst = self.path(path), self.path(replica)
             network.check_encryption(self.clusters.get(src.cluster), self.clusters.get(dst.cluster))
         return options
@@ -374,7 +370,14 @@ class StreamAdmin:
         options = self.network_options(src, dst, throttle, networkencryption, networkcompression)
         dst_entry = self.entry(dst)  # must exist
         link = ReplicaLink(
-            path=str(dst), paused=paused, synchronous=synchronous, added=now_ms(), uuid=dst_entry.uuid, **options
+            path=str(dst),
+            paused=paused,
+            synchronous=synchronous,
+            added=now_ms(),
+            uuid=dst_entry.uuid,
+            throttle=options.throttle,
+            networkencryption=options.networkencryption,
+            networkcompression=options.networkcompression,
         )
 
         def add(entry: StreamEntry) -> StreamEntry:
@@ -549,17 +552,12 @@ class StreamAdmin:
                 f"user {self.caller(cluster).user} does not have adminperm on cluster {cluster} (adminperm is {ace.adminperm!r})"
             )
 
-    def get_cluster_ace(self, cluster: str | None = None) -> dict[str, Any]:
-        """``cluster ace get``: the cluster's adminperm (None if it has no ACE document)."""
+    def get_cluster_ace(self, cluster: str | None = None) -> ClusterAceInfo:
+        """``cluster ace get``: the cluster's ACE (None if it has no ACE document)."""
         name = self._source_cluster(cluster)
-        ace = self.cluster_ace(name)
-        return {
-            "cluster": name,
-            "adminperm": None if ace is None else ace.adminperm,
-            "creator": None if ace is None else ace.creator,
-        }
+        return ClusterAceInfo(name, self.cluster_ace(name))
 
-    def set_cluster_ace(self, adminperm: str, cluster: str | None = None) -> dict[str, Any]:
+    def set_cluster_ace(self, adminperm: str, cluster: str | None = None) -> ClusterAceInfo:
         """``cluster ace set -adminperm ACE``: who administers the cluster; needs its adminperm.
         An empty ACE is refused: it would lock every administrator out."""
         name = self._source_cluster(cluster)

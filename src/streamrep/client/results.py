@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from streamrep.model.catalog import ClusterAce
 from streamrep.model.failover import FailoverRecord
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
@@ -69,3 +70,50 @@ class ReplicaRow:
     networkcompression: str
     uuid: str | None
     errors: str | None
+
+
+@dataclass(frozen=True)
+class TopicChange:
+    """``stream topic create`` and ``stream topic edit``: the topic and its partition count."""
+
+    path: StreamPath
+    topic: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    """One entry of ``stream topic list``.
+
+    :param messages: the messages a consumer can read (after retention).
+    :param native_topic: the name the cluster keeps it under (the Kafka topic; None on the
+        embedded store).
+    """
+
+    topic: str
+    partitions: int
+    messages: int
+    native_topic: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition in ``stream topic info``: the first and last offsets held.
+
+    :param last: the last offset held (``first - 1`` when the partition holds nothing).
+    """
+
+    topic: str
+    partition: int
+    first: int
+    last: int
+    messages: int
+    native_topic: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterAceInfo:
+    """``cluster ace get`` and ``set``: a cluster's ACE (None: it has no ACE document)."""
+
+    cluster: str
+    ace: ClusterAce | None

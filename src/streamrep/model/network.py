@@ -16,6 +16,7 @@ MapR-to-Kafka codec mapping and which cluster connections encryption needs are h
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from streamrep.errors import InvalidArgument
@@ -35,6 +36,15 @@ TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SECURITY_PROTOCOL = "security.protocol"
 # A link recorded before these options existed: its gateway wrote uncompressed and unchecked.
 LEGACY_NETWORK_COMPRESSION = "off"
+
+
+@dataclass(frozen=True)
+class NetworkOptions:
+    """A replica link's network options, validated (``StreamAdmin.network_options``)."""
+
+    throttle: bool
+    networkencryption: bool
+    networkcompression: str
 
 
 def parse_network_compression(value: Any) -> str:

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
-from streamrep.model.paths import StreamPath
+from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.model.replication import ReplicaState
 from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_source
 from streamrep.store.base import Store
@@ -142,7 +143,7 @@ def copying(admin: StreamAdmin, plan: CopyPlan) -> Iterator[None]:
     copy_ended(admin, plan)
 
 
-def copy_stream(admin: StreamAdmin, source: str, destination: str, batch_size: int = COPY_BATCH) -> dict:
+def copy_stream(admin: StreamAdmin, source: str, destination: str, batch_size: int = COPY_BATCH) -> CopySummary:
     """Copy ``source`` into ``destination`` in this process. Returns a summary with the
     source positions reached."""
     plan = plan_copy(admin, source, destination)
@@ -152,10 +153,44 @@ def copy_stream(admin: StreamAdmin, source: str, destination: str, batch_size: i
     return summary(plan, written)
 
 
-def summary(plan: CopyPlan, written: int) -> dict:
-    return {
-        "source": str(plan.source),
-        "destination": str(plan.destination),
-        "messages": written,
-        "positions": {f"{u.topic}:{u.partition}": end for u, end in sorted(plan.ends.items())},
-    }
+@dataclass(frozen=True)
+class CopySummary:
+    """What a copy did: the ``messages`` it wrote into ``destination``, and the source
+    positions it reached, each (topic, partition, end offset), in order."""
+
+    source: StreamPath
+    destination: StreamPath
+    messages: int
+    positions: tuple[tuple[str, int, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the copystream Spark application prints it (one JSON object; ``from_dict`` reads it):
+        ``source``, ``destination``, ``messages``, ``positions`` by ``topic:partition``."""
+        return {
+            "source": str(self.source),
+            "destination": str(self.destination),
+            "messages": self.messages,
+            "positions": {f"{topic}:{partition}": end for topic, partition, end in self.positions},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CopySummary:
+        positions = []
+        for key, end in (data.get("positions") or {}).items():
+            topic, _, partition = key.rpartition(":")
+            positions.append((topic, int(partition), int(end)))
+        return cls(
+            parse_stream_path(data["source"], None),
+            parse_stream_path(data["destination"], None),
+            int(data["messages"]),
+            tuple(positions),
+        )
+
+
+def summary(plan: CopyPlan, written: int) -> CopySummary:
+    return CopySummary(
+        plan.source,
+        plan.destination,
+        written,
+        tuple((u.topic, u.partition, end) for u, end in sorted(plan.ends.items())),
+    )

@@ -221,6 +221,50 @@ class FailoverPlan:
     steps: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class FailoverResult:
+    """What ``failover`` did.
+
+    :param result: one line saying it.
+    :param already_done: the replica had been promoted already (a retry).
+    :param forced: promoted without the replica having every message of the source.
+    :param missing: messages the replica may lack (None: unknown).
+    :param late_messages: written to the source after it drained (they reach the replica when
+        failback restores the link).
+    :param cursors: the consumer cursors placed on the replica.
+    """
+
+    path: StreamPath
+    replica: StreamPath
+    result: str
+    already_done: bool = False
+    forced: bool = False
+    missing: int | None = 0
+    late_messages: int = 0
+    cursors: tuple[CursorSyncRow, ...] = ()
+
+
+@dataclass(frozen=True)
+class FailbackResult:
+    """What ``failback`` did.
+
+    :param phase: ``all``, ``reverse`` or ``return``.
+    :param result: one line saying it.
+    :param already_done: nothing (left) to do for this phase.
+    :param copied_back: messages the source received (only those produced on the promoted
+        stream); None when not counted.
+    :param cursors: the consumer cursors placed back on the source.
+    """
+
+    path: StreamPath
+    replica: StreamPath
+    phase: str
+    result: str
+    already_done: bool = False
+    copied_back: int | None = None
+    cursors: tuple[CursorSyncRow, ...] = ()
+
+
 @dataclass
 class FailbackPlan:
     """What ``failback`` will do (``failback_plan``).
@@ -453,7 +497,7 @@ def failover(
     force: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     grace: float = FENCE_GRACE_SECONDS,
-) -> dict[str, Any]:
+) -> FailoverResult:
     """``stream replica failover``: promote ``replica`` to take the place of ``source`` (see the
     module's docstring). Needs adminperm on both streams (on the replica only, when the source
     is unreachable) and what the link commands need.
@@ -462,23 +506,12 @@ def failover(
         within ``timeout``; the result says how many messages it may lack.
     :param timeout: seconds to wait for the replica to apply what the source holds.
     :param grace: seconds between refusing producers on the source and draining.
-    :return: ``path``, ``replica``, ``result`` (one line), ``alreadyDone``, ``forced``,
-        ``missing`` (messages the replica may lack), ``lateMessages`` (written to the source
-        after it drained: they reach the replica when failback restores the link), ``cursors``.
+    :return: what was done (``FailoverResult``).
     """
     timeout = _seconds(timeout, "timeout")
     pair = _pair(admin, source, replica)
     where = stage(pair)
     src, dst = pair.src, pair.dst
-    result: dict[str, Any] = {
-        "path": str(src),
-        "replica": str(dst),
-        "alreadyDone": False,
-        "forced": False,
-        "missing": 0,
-        "lateMessages": 0,
-        "cursors": [],
-    }
     if where in (FAILING_BACK, RETURNING):
         raise Conflict(
             f"{dst} is already {pair.promoted.describe()} and a failback is under way "
@@ -489,13 +522,14 @@ def failover(
         _withdraw(admin, pair)  # an earlier try may have stopped after promoting
         if pair.reachable and _state(pair.src_entry) != FailoverState.FAILED_OVER:
             _demote_source(admin, pair, record.since)  # a forced failover's source is back: refuse its producers
-        result.update(
-            alreadyDone=True,
+        return FailoverResult(
+            src,
+            dst,
+            f"already failed over: {dst} is {record.describe()}",
+            already_done=True,
             forced=record.forced,
             missing=record.missing,
-            result=f"already failed over: {dst} is {record.describe()}",
         )
-        return result
     if not pair.reachable and not force:
         known = last_known_lag(admin, pair)
         raise Unavailable(
@@ -504,6 +538,8 @@ def failover(
             f"may be missing)"
         )
     missing: int | None = 0
+    cursors: list[CursorSyncRow] = []
+    late = 0
     if pair.reachable:
         fence = pair.source.failover
         if fence is None:
@@ -529,8 +565,8 @@ def failover(
                 f"or use -force true"
             )
         stop_flow(admin, src, pair.source.uuid, True, dst, pair.dst_entry.uuid)
-        result["cursors"] = place_cursors(admin, src, pair.source.uuid, dst, pair.dst_entry.uuid)
-        result["lateMessages"] = count()
+        cursors = place_cursors(admin, src, pair.source.uuid, dst, pair.dst_entry.uuid)
+        late = count()
     else:
         missing = last_known_lag(admin, pair)
         if pair.source_uuid is not None:
@@ -543,8 +579,15 @@ def failover(
     _withdraw(admin, pair)
     if pair.reachable:
         _demote_source(admin, pair, promoted.since)
-    result.update(forced=forced, missing=missing, result=f"{dst} is {promoted.describe()}")
-    return result
+    return FailoverResult(
+        src,
+        dst,
+        f"{dst} is {promoted.describe()}",
+        forced=forced,
+        missing=missing,
+        late_messages=late,
+        cursors=tuple(cursors),
+    )
 
 
 def _withdraw(admin: StreamAdmin, pair: Pair) -> None:
@@ -634,7 +677,7 @@ def failback(
     phase: str = "all",
     timeout: float = DEFAULT_TIMEOUT,
     grace: float = FENCE_GRACE_SECONDS,
-) -> dict[str, Any]:
+) -> FailbackResult:
     """``stream replica failback``: give ``source`` its role back from the promoted ``replica``
     (see the module's docstring). Needs adminperm on both streams, and copyperm on the promoted
     stream (it becomes the source of the reverse link).
@@ -642,9 +685,7 @@ def failback(
     :param phase: ``all``, ``reverse`` (add the reverse link only) or ``return`` (the switch back).
     :param timeout: seconds to wait for the reverse copy to catch up (each wait).
     :param grace: seconds between refusing producers on the promoted stream and draining.
-    :return: ``path``, ``replica``, ``phase``, ``result`` (one line), ``alreadyDone``,
-        ``copiedBack`` (messages the source received: only those produced on the promoted stream),
-        ``cursors``.
+    :return: what was done (``FailbackResult``).
     """
     if phase not in PHASES:
         raise InvalidArgument(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
@@ -652,36 +693,39 @@ def failback(
     pair = _pair(admin, source, replica)
     where = _failback_stage(pair)
     src, dst = pair.src, pair.dst
-    result: dict[str, Any] = {
-        "path": str(src),
-        "replica": str(dst),
-        "phase": phase,
-        "alreadyDone": False,
-        "copiedBack": None,
-        "cursors": [],
-    }
     if where == LINKED:
-        result.update(alreadyDone=True, result=f"nothing to fail back: {src} replicates to {dst}")
-        return result
+        return FailbackResult(src, dst, phase, f"nothing to fail back: {src} replicates to {dst}", already_done=True)
+    already_done = False
     if phase in ("all", "reverse") and where == FAILED_OVER:
         admin.require(pair.dst_entry, dst, "copyperm")  # the promoted stream becomes a source
         _reverse(admin, pair)
         pair = _pair(admin, source, replica)
     elif phase == "reverse":
-        result["alreadyDone"] = True
+        already_done = True
     if phase == "reverse":
         if where == RETURNING:
             raise Conflict(f"the return of {dst} to {src} is under way: finish it with phase return")
-        result["result"] = (
-            f"reverse link {dst} -> {src} in place: {pending(admin, str(dst), str(src)).messages} messages to copy back"
+        return FailbackResult(
+            src,
+            dst,
+            phase,
+            f"reverse link {dst} -> {src} in place: {pending(admin, str(dst), str(src)).messages} messages to copy back",
+            already_done=already_done,
         )
-        return result
     where = _failback_stage(pair)
     if where == FAILED_OVER:
         raise Conflict(f"no reverse link {dst} -> {src} yet: run failback with phase reverse (or all) first")
     if phase == "all" and where == FAILING_BACK:
         _wait(lambda: pending(admin, str(dst), str(src)).messages, lambda n: n <= RETURN_BACKLOG, timeout)
-    return {**result, **_return(admin, pair, timeout, grace)}
+    copied, cursors = _return(admin, pair, timeout, grace)
+    return FailbackResult(
+        src,
+        dst,
+        phase,
+        f"failed back: producers write to {src}, which replicates to {dst} again",
+        copied_back=copied,
+        cursors=tuple(cursors),
+    )
 
 
 def _reverse(admin: StreamAdmin, pair: Pair) -> None:
@@ -701,8 +745,9 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
     ensure_upstream(admin, src, dst)
 
 
-def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dict[str, Any]:
-    """Failback's second phase: the switch back to the source."""
+def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> tuple[int | None, list[CursorSyncRow]]:
+    """Failback's second phase: the switch back to the source. Returns the messages the source
+    received (None when not counted) and the cursors placed back on it."""
     src, dst = pair.src, pair.dst
     src_record = pair.source.failover
     if src_record is not None and src_record.state != FailoverState.TAKING_BACK:
@@ -752,8 +797,4 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> dic
         admin.resume_replica(str(src), str(dst))
     admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)
-    return {
-        "copiedBack": copied,
-        "cursors": cursors,
-        "result": f"failed back: producers write to {src}, which replicates to {dst} again",
-    }
+    return copied, cursors

@@ -39,7 +39,7 @@ from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.pending import pending
 from streamrep.replication.samples import FIELDS as FIELDS  # re-exported: the stored row
 from streamrep.replication.samples import NO_THRESHOLDS as NO_THRESHOLDS
-from streamrep.replication.samples import LagSample, Thresholds
+from streamrep.replication.samples import AlertCheck, AlertSetting, LagSample, Thresholds
 from streamrep.replication.service import gateway_outage
 from streamrep.store.base import Store
 
@@ -229,14 +229,14 @@ def set_alert(
     replica: str,
     max_lag_millis: int | None = None,
     max_lag_messages: int | None = None,
-) -> dict[str, Any]:
+) -> AlertSetting:
     """``stream replica alert``: set the thresholds past which the monitoring DAG fails for
     ``replica``. A threshold not given keeps its value; 0 removes it. Needs adminperm on the
     source. Safe to repeat.
 
     :param max_lag_millis: the longest the oldest unreplicated message may wait (ms).
     :param max_lag_messages: the most messages the replica may lack.
-    :return: the replica's thresholds (``alert_row``).
+    :return: the replica's thresholds now.
     """
     given = {"maxLagMillis": max_lag_millis, "maxLagMessages": max_lag_messages}
     if all(v is None for v in given.values()):
@@ -259,17 +259,18 @@ def set_alert(
         return {**doc, "source": str(src), "replica": str(dst), "by": admin.identity.user, "at": time.time()}
 
     doc = admin.store(dst).catalog_update(ALERT_KIND, flow_key(src_entry.uuid, dst_entry.uuid), change)
-    return {"source": str(src), "replicaPath": str(dst), **alert_row(doc)}
+    return AlertSetting(src, dst, _thresholds(doc))
 
 
 def thresholds(store: Store, source_uuid: str, replica_uuid: str) -> Thresholds:
     """A replica's thresholds, read from its cluster's catalog (``store``)."""
-    doc = store.catalog_get(ALERT_KIND, flow_key(source_uuid, replica_uuid)) or {}
+    return _thresholds(store.catalog_get(ALERT_KIND, flow_key(source_uuid, replica_uuid)))
+
+
+def _thresholds(doc: Mapping[str, Any] | None) -> Thresholds:
+    """The thresholds a stored alert document holds (its fields are ``THRESHOLDS``)."""
+    doc = doc or {}
     return Thresholds(doc.get("maxLagMillis"), doc.get("maxLagMessages"))
-
-
-def alert_row(doc: Mapping[str, Any] | None) -> dict[str, int | None]:
-    return {name: (doc or {}).get(name) for name in THRESHOLDS}
 
 
 def breaches(sample: LagSample, limits: Thresholds) -> list[str]:
@@ -285,46 +286,27 @@ def breaches(sample: LagSample, limits: Thresholds) -> list[str]:
 
 
 # -- the monitor's check ----------------------------------------------------------------------
-def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[dict[str, Any]]:
-    """One row per agreed flow into the replicas on ``clusters``, checked now: ``problems``
+def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[AlertCheck]:
+    """One check per agreed flow into the replicas on ``clusters``, checked now: ``problems``
     lists the replica's lag past its thresholds, and, for an unpaused flow, that no gateway
     serving it is live (MapR's ErrAllGatewaysUnreachable). A paused replica is not expected to
     move, so only its thresholds apply. A cluster that cannot be read is a problem too."""
-    rows = []
+    checks = []
     for cluster in clusters:
         try:
             flows, _ = flows_into(admin, cluster)
             store = admin.clusters.store(cluster)
         except StreamrepError as err:
-            rows.append(
-                {
-                    "source": None,
-                    "replicaPath": None,
-                    "cluster": cluster,
-                    "paused": None,
-                    "problems": [f"cluster {cluster} cannot be checked: {err}"],
-                }
-            )
+            checks.append(AlertCheck(None, None, cluster, None, (f"cluster {cluster} cannot be checked: {err}",)))
             continue
         outages: dict[str, str | None] = {}
         for flow in flows:
             problems: list[str] = []
-            row: dict[str, Any] = {
-                "source": str(flow.source),
-                "replicaPath": str(flow.replica),
-                "cluster": cluster,
-                "paused": flow.paused,
-            }
+            limits: Thresholds | None = None
+            sample: LagSample | None = None
             try:
                 limits = thresholds(store, flow.source_uuid, flow.replica_uuid)
                 sample = measure(admin, str(flow.source), str(flow.replica))
-                row.update(
-                    maxLagMillis=limits.max_lag_millis,
-                    maxLagMessages=limits.max_lag_messages,
-                    lagMessages=sample.messages,
-                    lagBytes=sample.bytes,
-                    lagMillis=sample.ms,
-                )
                 problems += breaches(sample, limits)
                 if not flow.paused:
                     if flow.source.cluster not in outages:
@@ -333,27 +315,24 @@ def check_alerts(admin: StreamAdmin, clusters: Iterable[str]) -> list[dict[str, 
                         problems.append(f"no gateway is live: {outages[flow.source.cluster]}")
             except StreamrepError as err:
                 problems.append(f"cannot be checked: {err}")
-            row["problems"] = problems
-            rows.append(row)
-    return rows
+            if sample is None:
+                limits = None  # shown only with the lag they are held against
+            checks.append(AlertCheck(flow.source, flow.replica, cluster, flow.paused, tuple(problems), limits, sample))
+    return checks
 
 
-def alert_line(rows: Iterable[Mapping[str, Any]]) -> str | None:
-    """The one-line failure for ``check_alerts`` rows with problems, or None."""
+def alert_line(checks: Iterable[AlertCheck]) -> str | None:
+    """The one-line failure for ``check_alerts`` checks with problems, or None."""
     parts = []
-    for row in rows:
-        if row["problems"]:
-            who = (
-                f"replica {row['replicaPath']} (of {row['source']})"
-                if row["replicaPath"]
-                else f"cluster {row['cluster']}"
-            )
-            parts.append(f"{who}: {'; '.join(row['problems'])}")
+    for check in checks:
+        if check.problems:
+            who = f"replica {check.replica} (of {check.source})" if check.replica else f"cluster {check.cluster}"
+            parts.append(f"{who}: {'; '.join(check.problems)}")
     return " | ".join(parts) or None
 
 
-def raise_alerts(rows: Iterable[Mapping[str, Any]]) -> None:
-    """Raise ``AlertRaised`` with ``alert_line`` when any row has a problem."""
-    line = alert_line(rows)
+def raise_alerts(checks: Iterable[AlertCheck]) -> None:
+    """Raise ``AlertRaised`` with ``alert_line`` when any check has a problem."""
+    line = alert_line(checks)
     if line:
         raise AlertRaised(line)

@@ -41,6 +41,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
@@ -70,6 +71,73 @@ AIRFLOW_CONTEXT = {
     "taskId": "AIRFLOW_CTX_TASK_ID",
     "try": "AIRFLOW_CTX_TRY_NUMBER",
 }
+
+
+class GatewayStatus(Enum):
+    """A gateway's status in ``gateway list``: its heartbeat is fresh (``LIVE``; ``STOPPING``
+    when its cluster's gateways are asked to stop), too old (``EXPIRED``), or there is none
+    (``DOWN``: a gateway only listed by a source cluster)."""
+
+    LIVE = "live"
+    STOPPING = "stopping"
+    EXPIRED = "expired"
+    DOWN = "down"
+
+    @property
+    def holds_share(self) -> bool:
+        """Whether it still holds its share of the source partitions (an expired gateway's went to the others)."""
+        return self in (GatewayStatus.LIVE, GatewayStatus.STOPPING)
+
+
+@dataclass(frozen=True)
+class GatewayRow:
+    """One gateway of a cluster (``gateways``).
+
+    :param host: where it runs, with ``pid``, ``engine`` (``local`` or ``spark``), and on Spark
+        ``master`` and ``app_id`` (None when unknown or not on Spark).
+    :param airflow: ``dag/run/task try N`` of the Airflow task it runs in, or None.
+    :param heartbeat_age: seconds since its last heartbeat (None: it has none).
+    :param share: the source partitions it holds (``stream:topic/partition``), sorted.
+    :param listed_by: the source clusters listing it for this cluster (``cluster gateway set``).
+    :param desired: its cluster's desired state (``RUNNING``, ``STOPPED``; None: not managed).
+    """
+
+    id: str
+    status: GatewayStatus
+    host: str | None
+    pid: int | None
+    engine: str | None
+    master: str | None
+    app_id: str | None
+    airflow: str | None
+    heartbeat_age: float | None
+    share: tuple[str, ...]
+    listed_by: tuple[str, ...]
+    desired: str | None
+
+    @property
+    def partitions(self) -> int:
+        return len(self.share)
+
+
+@dataclass(frozen=True)
+class ClusterGateways:
+    """A cluster's gateways for the page (``all_gateways``): its ``desired`` state and its gateways."""
+
+    desired: str | None
+    gateways: tuple[GatewayRow, ...]
+
+
+@dataclass(frozen=True)
+class ServiceRequest:
+    """``gateway start`` / ``stop`` as recorded: the ``desired`` state, who asked (``by``) and
+    when (``at``, seconds since the epoch), and the gateways ``live`` now."""
+
+    cluster: str
+    desired: str
+    by: str | None
+    at: float | None
+    live: tuple[str, ...]
 
 
 # -- what a gateway writes about itself ------------------------------------------------
@@ -164,12 +232,12 @@ class StopWatch:
         return self.doc is not None and self.doc.get("state") == STOPPED
 
 
-def request(admin: StreamAdmin, cluster: str, state: str) -> dict[str, Any]:
+def request(admin: StreamAdmin, cluster: str, state: str) -> ServiceRequest:
     """``gateway start`` / ``gateway stop``: record the desired state of ``cluster``'s gateways.
     Needs adminperm on the cluster. Safe to repeat: asking for the state in force records the
     new request and changes nothing else.
 
-    :return: ``cluster``, ``desired``, ``by``, ``at`` and ``live`` (gateways live now).
+    :return: the request as recorded, and the gateways live now.
     """
     if state not in STATES:
         raise InvalidArgument(f"gateway state must be one of {', '.join(STATES)}, not {state!r}")
@@ -188,14 +256,11 @@ def request(admin: StreamAdmin, cluster: str, state: str) -> dict[str, Any]:
         return doc
 
     doc = store.catalog_update(SERVICE_KIND, SERVICE_KEY, change) or {}
-    live = [row["id"] for row in gateways(admin, cluster) if row["status"] in ("live", "stopping")]
-    return {
-        "cluster": cluster,
-        "desired": doc.get("state", state),
-        "by": doc.get("by"),
-        "at": doc.get("at"),
-        "live": live,
-    }
+    return ServiceRequest(cluster, doc.get("state", state), doc.get("by"), doc.get("at"), tuple(_live(admin, cluster)))
+
+
+def _live(admin: StreamAdmin, cluster: str) -> list[str]:
+    return [row.id for row in gateways(admin, cluster) if row.status.holds_share]
 
 
 def wait_stopped(admin: StreamAdmin, cluster: str, timeout: float, poll: float = 0.5) -> list[str]:
@@ -203,7 +268,7 @@ def wait_stopped(admin: StreamAdmin, cluster: str, timeout: float, poll: float =
     returns those still live (empty when all stopped)."""
     deadline = time.monotonic() + timeout
     while True:
-        live = [row["id"] for row in gateways(admin, cluster) if row["status"] in ("live", "stopping")]
+        live = _live(admin, cluster)
         if not live or time.monotonic() >= deadline:
             return live
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
@@ -230,34 +295,35 @@ def gateway_rows(
     listed: Mapping[str, list[str]],
     now: float,
     expiry: float = HEARTBEAT_EXPIRY_SECONDS,
-) -> list[dict[str, Any]]:
+) -> list[GatewayRow]:
     """The rows of one cluster's gateways: those heartbeating (``beats``: the heartbeat
     documents) and those listed (gateway -> source clusters), given the ``wanted`` state."""
     rows = []
     for gid in sorted(set(beats) | set(listed)):
         beat_doc = beats.get(gid) or {}
         age = None if not beat_doc else max(0.0, now - float(beat_doc.get("ts", 0)))
-        status = "down" if age is None else ("live" if age < expiry else "expired")
-        if status == "live" and wanted == STOPPED:
-            status = "stopping"
-        holds = status in ("live", "stopping")  # an expired gateway's share went to the others
-        share = list(beat_doc.get("share") or ()) if holds else []
+        if age is None:
+            status = GatewayStatus.DOWN
+        elif age >= expiry:
+            status = GatewayStatus.EXPIRED
+        else:
+            status = GatewayStatus.STOPPING if wanted == STOPPED else GatewayStatus.LIVE
+        share = tuple(beat_doc.get("share") or ()) if status.holds_share else ()
         rows.append(
-            {
-                "id": gid,
-                "status": status,
-                "host": beat_doc.get("host"),
-                "pid": beat_doc.get("pid"),
-                "engine": beat_doc.get("engine"),
-                "master": beat_doc.get("master"),
-                "appId": beat_doc.get("appId"),
-                "airflow": airflow_text(beat_doc.get("airflow")),
-                "heartbeatAgeSeconds": age,
-                "partitions": len(share),
-                "share": share,
-                "listedBy": sorted(listed.get(gid, [])),
-                "desired": wanted,
-            }
+            GatewayRow(
+                id=gid,
+                status=status,
+                host=beat_doc.get("host"),
+                pid=beat_doc.get("pid"),
+                engine=beat_doc.get("engine"),
+                master=beat_doc.get("master"),
+                app_id=beat_doc.get("appId"),
+                airflow=airflow_text(beat_doc.get("airflow")),
+                heartbeat_age=age,
+                share=share,
+                listed_by=tuple(sorted(listed.get(gid, []))),
+                desired=wanted,
+            )
         )
     return rows
 
@@ -270,7 +336,7 @@ def airflow_text(task: Mapping[str, Any] | None) -> str | None:
     return f"{text} try {task['try']}" if task.get("try") else text
 
 
-def gateways(admin: StreamAdmin, cluster: str, now: float | None = None) -> list[dict[str, Any]]:
+def gateways(admin: StreamAdmin, cluster: str, now: float | None = None) -> list[GatewayRow]:
     """``gateway list -cluster C``: every gateway of ``cluster`` (heartbeating or listed by a
     registered source cluster) with its status (live, expired, down, or stopping: live while its
     cluster's desired state is stopped), where it runs, its heartbeat's age, the source
@@ -282,18 +348,18 @@ def gateways(admin: StreamAdmin, cluster: str, now: float | None = None) -> list
     return gateway_rows(store.catalog_list(HEARTBEAT_KIND), desired_state(store), listed.get(cluster, {}), now)
 
 
-def all_gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, dict[str, Any]]:
+def all_gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, ClusterGateways]:
     """For the page: per cluster of ``names``, its ``desired`` state and its gateway rows
     (``gateways``); a cluster that cannot be read has none."""
     listed = _listed_by(admin, names)
-    result: dict[str, dict[str, Any]] = {}
+    result: dict[str, ClusterGateways] = {}
     for cluster in names:
         try:
             store = admin.clusters.store(cluster)
             beats, wanted = store.catalog_list(HEARTBEAT_KIND), desired_state(store)
         except StreamrepError:
             beats, wanted = {}, None
-        result[cluster] = {"desired": wanted, "gateways": gateway_rows(beats, wanted, listed.get(cluster, {}), now)}
+        result[cluster] = ClusterGateways(wanted, tuple(gateway_rows(beats, wanted, listed.get(cluster, {}), now)))
     return result
 
 

@@ -12,6 +12,7 @@ stream made any other way) is refused, as the seeds say.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
@@ -20,9 +21,25 @@ from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaLink, UpstreamLink
-from streamrep.replication.copy import copy_stream
+from streamrep.replication.copy import CopySummary, copy_stream
 
-Copier = Callable[[StreamAdmin, str, str], dict]
+Copier = Callable[[StreamAdmin, str, str], CopySummary]
+
+
+@dataclass(frozen=True)
+class AutosetupResult:
+    """What ``autosetup`` did: the replica link's options, the ``steps`` taken, in order, and
+    the messages the copy step ``copied``."""
+
+    path: StreamPath
+    replica: StreamPath
+    multimaster: bool
+    synchronous: bool
+    throttle: bool
+    networkencryption: bool
+    networkcompression: str
+    steps: tuple[str, ...]
+    copied: int
 
 
 def check_autosetup(admin: StreamAdmin, path: str, replica: str, **network: Any) -> tuple[StreamPath, StreamPath]:
@@ -94,7 +111,16 @@ def ensure_replica(
     src, dst = admin.path(path), admin.path(replica)
     options = admin.network_options(src, dst, **network)
     try:
-        return admin.add_replica(str(src), str(dst), paused=paused, synchronous=synchronous, **options), True
+        added = admin.add_replica(
+            str(src),
+            str(dst),
+            paused=paused,
+            synchronous=synchronous,
+            throttle=options.throttle,
+            networkencryption=options.networkencryption,
+            networkcompression=options.networkcompression,
+        )
+        return added, True
     except AlreadyExists:
         link = rules.find_link(admin.entry(src).replicas, dst)
         if link is None:
@@ -106,11 +132,11 @@ def ensure_replica(
             f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
             f"remove the replica from {src} and add it again"
         )
-    wanted = {"synchronous": synchronous, **options}
+    wanted = {"synchronous": synchronous, **asdict(options)}
     have = {name: getattr(link, name) for name in wanted}
     if have != wanted or (link.paused and not paused):
         # paused and synchronous always, the network options where they differ
-        names = ["synchronous", *(name for name in options if have[name] != wanted[name])]
+        names = ["synchronous", *(name for name in asdict(options) if have[name] != wanted[name])]
 
         def shown(was_paused: bool, values: dict[str, Any]) -> str:
             return " ".join(
@@ -166,7 +192,7 @@ def autosetup(
     throttle: Any = None,
     networkencryption: Any = None,
     networkcompression: Any = None,
-) -> dict[str, Any]:
+) -> AutosetupResult:
     """Create the replica, register it paused, agree upstream, copy, (reverse link for
     multi-master), resume. If it fails part-way, the same call again completes it (see the
     module's docstring).
@@ -192,14 +218,14 @@ def autosetup(
         admin.resume_replica(str(dst), str(src))
     admin.resume_replica(str(src), str(dst))  # last: it finishes the autosetup
     steps.append("resume")
-    return {
-        "path": str(src),
-        "replica": str(dst),
-        "multimaster": multimaster,
-        "synchronous": synchronous,
-        "throttle": link.throttle,
-        "networkencryption": link.networkencryption,
-        "networkcompression": link.networkcompression,
-        "steps": steps,
-        "copied": copied["messages"],
-    }
+    return AutosetupResult(
+        path=src,
+        replica=dst,
+        multimaster=multimaster,
+        synchronous=synchronous,
+        throttle=link.throttle,
+        networkencryption=link.networkencryption,
+        networkcompression=link.networkcompression,
+        steps=tuple(steps),
+        copied=copied.messages,
+    )

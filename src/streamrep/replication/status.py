@@ -6,7 +6,6 @@ import time
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from functools import partial
-from typing import Any
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.results import ReplicaRow
@@ -23,6 +22,7 @@ __all__ = [
     "Pending",
     "ReplicaStatus",
     "UP_TO_DATE_STATES",
+    "AcknowledgedLoss",
     "acknowledge_loss",
     "lost_ranges",
     "partition_pending",
@@ -73,7 +73,25 @@ def lost_ranges(
 ACKNOWLEDGE_RETRIES = 20  # a gateway recording the same loss meanwhile makes acknowledge read again
 
 
-def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AcknowledgedLoss:
+    """``stream replica acknowledge``: the ranges of lost messages acknowledged, each
+    (topic, partition, first offset, last offset), in order."""
+
+    replica: StreamPath
+    ranges: tuple[tuple[str, int, int, int], ...]
+
+    @property
+    def acknowledged(self) -> int:
+        """How many messages were acknowledged lost."""
+        return sum(last - first + 1 for _, _, first, last in self.ranges)
+
+    def describe_ranges(self) -> str:
+        """The ranges in one line: ``topic/partition:first-last, ...``."""
+        return ", ".join(f"{topic}/{partition}:{first}-{last}" for topic, partition, first, last in self.ranges)
+
+
+def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> AcknowledgedLoss:
     """``stream replica acknowledge``: accept that the messages the source's retention removed
     before they reached ``replica`` are gone, so the replica can read as up to date again.
     Needs adminperm on the source, as every ``stream replica`` change. Safe to retry: with
@@ -100,12 +118,7 @@ def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> dict[str, A
         break
     else:
         raise Conflict(f"the losses of replica {dst} kept changing while being acknowledged; run it again")
-    ranges = sorted(done)
-    return {
-        "replicaPath": str(dst),
-        "acknowledged": sum(last - first + 1 for _, _, first, last in ranges),
-        "ranges": ", ".join(f"{topic}/{partition}:{first}-{last}" for topic, partition, first, last in ranges),
-    }
+    return AcknowledgedLoss(dst, tuple(sorted(done)))
 
 
 def loss_error(ranges: list[tuple[str, int, int, int]]) -> str | None:

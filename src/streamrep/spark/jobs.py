@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
-from streamrep.replication.copy import copying, plan_copy, summary
+from streamrep.replication.copy import CopySummary, copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, Outage
 from streamrep.replication.service import placement
 from streamrep.spark.offsets import offset_key
@@ -66,10 +66,10 @@ def _submitted() -> bool:
 
 
 # -- copystream ----------------------------------------------------------------------------
-def copystream_job(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> dict:
+def copystream_job(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> CopySummary:
     """copystream on Spark: plan the copy once (fixing each source partition's end), show
     COPY_IN_PROGRESS, copy every source partition in its own task (``tasks.copy_task``, which
-    reads and applies inside the task), and restore the state. Returns ``copy.summary``."""
+    reads and applies inside the task), and restore the state."""
     home = resolve_home(home or admin.clusters.home)
     plan = plan_copy(admin, source, destination)
     units = sorted(plan.ends)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from streamrep.client.identity import LAUNCHER_USER, current_identity, named_user
 from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
+from streamrep.replication.copy import CopySummary
 
 
 class Terminated(StreamrepError):
@@ -510,8 +511,8 @@ def _failure(app: str, result: AppResult) -> StreamrepError:
 
 def submit_copystream(
     src: str, dst: str, home: str | None = None, numthreads: int | None = None, master: str | None = None
-) -> dict:
-    """Run the copystream app through spark-submit; returns its summary (``copy.summary``).
+) -> CopySummary:
+    """Run the copystream app through spark-submit; returns its summary.
 
     :param master: the Spark master (see ``spark_submit_command``)."""
     args = ["--src", src, "--dst", dst]
@@ -523,7 +524,7 @@ def submit_copystream(
     summary = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if not summary:
         raise StreamrepError("copystream on Spark printed no summary")
-    return json.loads(summary[-1])
+    return CopySummary.from_dict(json.loads(summary[-1]))
 
 
 def submit_gateway(

@@ -70,10 +70,10 @@ class Store(ABC):
         if spec:
             raise InvalidArgument(f"-topicnaming applies only to kafka:// clusters; cluster {self.cluster} is embedded")
 
-    def location(self, stream: str, topic: str) -> dict[str, str]:
-        """Where ``topic`` is kept under the cluster's own names, for users of its native tools
-        (``kafkaTopic`` on Kafka); empty on the embedded store."""
-        return {}
+    def native_topic(self, stream: str, topic: str) -> str | None:
+        """The name ``topic`` is kept under in the cluster, for users of its native tools (the
+        Kafka topic on Kafka); None on the embedded store."""
+        return None
 
     # -- topics --------------------------------------------------------------------
     @abstractmethod

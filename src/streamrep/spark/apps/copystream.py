@@ -2,7 +2,7 @@
 
     spark-submit streamrep/spark/apps/copystream.py --src /mapr/a/s --dst /mapr/b/s [--home H] [--numthreads N]
 
-Prints one JSON line (``copy.summary``) on stdout. A user error prints one line on stderr
+Prints one JSON line (``CopySummary.to_dict``) on stdout. A user error prints one line on stderr
 and exits 1. The work is ``streamrep.spark.jobs.copystream_job``.
 """
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     def job(spark, admin):
         from streamrep.spark.jobs import copystream_job
 
-        print(json.dumps(copystream_job(spark, admin, args.src, args.dst, args.home)), flush=True)
+        print(json.dumps(copystream_job(spark, admin, args.src, args.dst, args.home).to_dict()), flush=True)
 
     return run("copystream", args.home, job)
 

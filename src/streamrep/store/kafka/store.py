@@ -369,8 +369,8 @@ class KafkaStore(Store):
             )
         return name
 
-    def location(self, stream: str, topic: str) -> dict[str, str]:
-        return {"kafkaTopic": self._naming(stream).kafka_topic(topic)}
+    def native_topic(self, stream: str, topic: str) -> str | None:
+        return self._naming(stream).kafka_topic(topic)
 
     # -- topics --------------------------------------------------------------------
     def _kafka_topics(self) -> dict[str, int]:
