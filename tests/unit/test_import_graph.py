@@ -12,10 +12,11 @@ import streamrep
 
 PACKAGE = Path(streamrep.__file__).parent
 
-# DESIGN.md's order, top first: model, store, client, replication, the Spark engine, Airflow
+# DESIGN.md's order, top first: model, store, client, replication, the Spark engine, maprcli's rows
+# (shared by the two front ends), Airflow
 # (its DAGs after the provider they use), and the CLI. ``errors`` is shared by every layer;
 # ``testing`` (fixtures for users' tests) may use them all.
-LAYERS = ["errors", "model", "store", "client", "replication", "spark", "airflow", "dags", "cli", "testing"]
+LAYERS = ["errors", "model", "store", "client", "replication", "spark", "maprcli", "airflow", "dags", "cli", "testing"]
 
 
 def module_name(path: Path) -> str:

@@ -6,78 +6,43 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamrep.client.results import ReplicaRow, StreamInfo, UpstreamRow
+from streamrep.maprcli import (
+    cursor_row,
+    cursor_sync_row,
+    gateway_row,
+    plan_fields,
+    replica_row,
+    replica_status_row,
+    stream_info_row,
+    topic_lag_row,
+    translated_cursor_row,
+    upstream_row,
+)
 from streamrep.replication.copy import CopySummary
-from streamrep.replication.cursors import CursorRow
-from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
+from streamrep.replication.failover import FailbackResult, FailoverResult
 from streamrep.replication.samples import AlertCheck, LagSample
-from streamrep.replication.service import GatewayRow, ServiceRequest
+from streamrep.replication.service import ServiceRequest
 from streamrep.replication.status import ReplicaStatus
-from streamrep.replication.translate import TranslatedCursor
 
-
-def stream_info_row(info: StreamInfo) -> dict[str, Any]:
-    """``stream info``, as the CLI shows it."""
-    return {
-        "path": str(info.path),
-        "cluster": info.path.cluster,
-        "uuid": info.uuid,
-        "creator": info.creator,
-        "created": info.created,
-        **info.meta.to_dict(),
-        "topics": info.topics,
-        "partitions": info.partitions,
-        "replicas": info.replicas,
-        "upstreams": info.upstreams,
-        "failoverState": None if info.failover is None else info.failover.state.value,
-        "failover": None if info.failover is None else info.failover.describe(),
-    }
-
-
-def upstream_row(row: UpstreamRow) -> dict[str, Any]:
-    """An ``upstream list`` row: ``cluster``, ``stream``, ``upstreamPath``, ``idx``, ``uuid``."""
-    return {
-        "cluster": row.path.cluster,
-        "stream": row.path.path,
-        "upstreamPath": row.upstream_path,
-        "idx": row.idx,
-        "uuid": row.uuid,
-    }
-
-
-def replica_row(row: ReplicaRow) -> dict[str, Any]:
-    return {
-        "cluster": row.path.cluster,
-        "stream": row.path.path,
-        "replicaPath": row.replica_path,
-        "replicaState": row.state.value,
-        "paused": row.paused,
-        "throttle": row.throttle,
-        "idx": row.idx,
-        "networkencryption": row.networkencryption,
-        "synchronous": row.synchronous,
-        "networkcompression": row.networkcompression,
-        "uuid": row.uuid,
-        "errors": row.errors,
-    }
-
-
-def replica_status_row(status: ReplicaStatus) -> dict[str, Any]:
-    """A ``replica list`` row with every figure (``pendingMessages``, ``isUptodate``, ...)."""
-    pending = status.pending
-    return {
-        **replica_row(status),
-        "gateways": status.gateways,
-        "isUptodate": status.is_uptodate,
-        "pendingMessages": None if pending is None else pending.messages,
-        "bytesPending": None if pending is None else pending.bytes,
-        "minPendingTS": None if pending is None else pending.oldest,
-        "maxPendingTS": None if pending is None else pending.newest,
-        "replicationLagMillis": status.lag_millis,
-        "maxLagMillis": status.thresholds.max_lag_millis,
-        "maxLagMessages": status.thresholds.max_lag_messages,
-    }
+__all__ = [
+    "alert_check_row",
+    "copy_summary_row",
+    "cursor_row",
+    "cursor_sync_row",
+    "failback_row",
+    "failover_row",
+    "gateway_row",
+    "lag_sample_row",
+    "plan_fields",
+    "replica_row",
+    "replica_status_row",
+    "replica_status_rows",
+    "service_request_row",
+    "stream_info_row",
+    "topic_lag_row",
+    "translated_cursor_row",
+    "upstream_row",
+]
 
 
 def replica_status_rows(statuses: list[ReplicaStatus]) -> list[dict[str, Any]]:
@@ -87,74 +52,6 @@ def replica_status_rows(statuses: list[ReplicaStatus]) -> list[dict[str, Any]]:
 def lag_sample_row(sample: LagSample) -> dict[str, int]:
     """A recorded lag sample as the page draws it: ``t``, ``messages``, ``bytes``, ``ms``."""
     return {"t": sample.t, "messages": sample.messages, "bytes": sample.bytes, "ms": sample.ms}
-
-
-def cursor_sync_row(row: CursorSyncRow) -> dict[str, Any]:
-    """``stream cursor sync`` (and the cursors a failover placed): one group, topic and partition."""
-    return {
-        "group": row.group,
-        "topic": row.topic,
-        "partition": row.partition,
-        "sourceOffset": row.source_offset,
-        "replicaOffset": row.replica_offset,
-        "action": row.action,
-    }
-
-
-def cursor_row(row: CursorRow) -> dict[str, Any]:
-    """``stream cursor list``: a committed cursor and the messages after it."""
-    return {"group": row.group, "topic": row.topic, "partition": row.partition, "offset": row.offset, "lag": row.lag}
-
-
-def translated_cursor_row(row: TranslatedCursor) -> dict[str, Any]:
-    """``stream cursor translate``."""
-    return {
-        "topic": row.topic,
-        "partition": row.partition,
-        "sourceOffset": row.source_offset,
-        "replicaOffset": row.replica_offset,
-    }
-
-
-def topic_lag_row(topic: TopicLag) -> dict[str, Any]:
-    return {
-        "topic": topic.topic,
-        "pendingMessages": topic.pending_messages,
-        "bytesPending": topic.bytes_pending,
-        "replicationLagMillis": topic.lag_millis,
-    }
-
-
-def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
-    """A failover or failback plan in its field names: ``path``, ``replica``, ``stage``,
-    ``sourceReachable``, ``sourceError``, then the figures (failover: ``pendingMessages``,
-    ``bytesPending``, ``replicationLagMillis``, ``lastKnownLag``; failback: ``toCopyBack``),
-    ``topics``, ``gateways``, ``groups`` (failover: ``forceNeeded``) and ``steps``."""
-    fields: dict[str, Any] = {
-        "path": str(plan.path),
-        "replica": str(plan.replica),
-        "stage": plan.stage,
-        "sourceReachable": plan.source_reachable,
-        "sourceError": plan.source_error,
-    }
-    if isinstance(plan, FailoverPlan):
-        fields.update(
-            pendingMessages=plan.pending_messages,
-            bytesPending=plan.bytes_pending,
-            replicationLagMillis=plan.lag_millis,
-            lastKnownLag=plan.last_known_lag,
-        )
-    else:
-        fields.update(toCopyBack=plan.to_copy_back)
-    fields.update(
-        topics=None if plan.topics is None else [topic_lag_row(t) for t in plan.topics],
-        gateways=plan.gateways,
-        groups=plan.groups,
-    )
-    if isinstance(plan, FailoverPlan):
-        fields.update(forceNeeded=plan.force_needed)
-    fields.update(steps=list(plan.steps))
-    return fields
 
 
 def failover_row(done: FailoverResult) -> dict[str, Any]:
@@ -212,26 +109,6 @@ def copy_summary_row(summary: CopySummary) -> dict[str, Any]:
     """The copystream operator's XCom: ``source``, ``destination``, ``messages`` written and the
     source ``positions`` reached, by ``topic:partition``."""
     return summary.to_dict()
-
-
-def gateway_row(row: GatewayRow) -> dict[str, Any]:
-    """``gateway list``: ``id``, ``status``, ``host``, ``pid``, ``engine``, ``master``, ``appId``,
-    ``airflow``, ``heartbeatAgeSeconds``, ``partitions``, ``share``, ``listedBy``, ``desired``."""
-    return {
-        "id": row.id,
-        "status": row.status.value,
-        "host": row.host,
-        "pid": row.pid,
-        "engine": row.engine,
-        "master": row.master,
-        "appId": row.app_id,
-        "airflow": row.airflow,
-        "heartbeatAgeSeconds": row.heartbeat_age,
-        "partitions": row.partitions,
-        "share": list(row.share),
-        "listedBy": list(row.listed_by),
-        "desired": row.desired,
-    }
 
 
 def service_request_row(req: ServiceRequest) -> dict[str, Any]:
