@@ -327,7 +327,7 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
     assert result.returncode == 0, result.stderr[-3000:]
     [line] = result.stdout.strip().splitlines()  # stdout carries the summary alone
     summary = json.loads(line)
-    assert summary.messages == 3500
+    assert summary["messages"] == 3500  # the app prints JSON (CopySummary.to_dict)
     assert str(summary.destination) == destination
     assert_same_messages(admin, source, destination)
 
