@@ -328,7 +328,7 @@ def test_copystream_app_copies_every_message_exactly_once(spark, clusters, child
     [line] = result.stdout.strip().splitlines()  # stdout carries the summary alone
     summary = json.loads(line)
     assert summary["messages"] == 3500  # the app prints JSON (CopySummary.to_dict)
-    assert str(summary.destination) == destination
+    assert summary["destination"] == destination
     assert_same_messages(admin, source, destination)
 
     # The positions are recorded with the messages: the copy resumes, and a gateway would too.
