@@ -191,7 +191,7 @@ def spark_run(home: str, admin: StreamAdmin, app: str, master: str, n: int, coun
     try:
         if app == "copystream":
             result = submit_copystream("/mapr/sf/s", dst, home=home)
-            assert result["messages"] == count, result
+            assert result.messages == count, result
         else:
             # A gateway id per run: its checkpoint (a cache of positions) is its own.
             with contextlib.redirect_stderr(io.StringIO()):
