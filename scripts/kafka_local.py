@@ -505,8 +505,17 @@ def stop(broker: Broker, timeout: float = STOP_TIMEOUT_S) -> bool:
     pid = running_pid(broker)
     if pid is not None:
         _stop_pid(pid, timeout=timeout)
+        _await_ports_closed(broker)
     broker.pid_file.unlink(missing_ok=True)
     return pid is not None
+
+
+def _await_ports_closed(broker: Broker, timeout: float = 30.0) -> None:
+    """Wait until nothing answers on ``broker``'s ports: a killed JVM under load can take seconds to
+    exit after SIGKILL, and a restart meanwhile found its own port "in use by another process"."""
+    deadline = time.monotonic() + timeout
+    while any(_port_open(port) for port in (broker.port, broker.controller_port)) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _start_together(
