@@ -355,3 +355,25 @@ def test_a_value_with_a_newline_stays_on_the_error_line(cli, home):
     result = cli("cluster", "remove", "-name", "a\nb", "-json")
     assert result.status == 1 and "a\\nb" in result.line  # .line checks it is exactly one line
     assert result.json()["errors"] == [{"desc": result.line}]
+
+
+# -- issue 21, item 6: bad cases the audit found -----------------------------------------------
+@pytest.mark.parametrize("command", ["create", "edit"])
+def test_an_empty_adminperm_is_refused_because_it_would_lock_everyone_out(cli, stream, command):
+    path = SF if command == "edit" else "/mapr/sanfrancisco/other"
+    result = cli("stream", command, "-path", path, "-adminperm", "")
+    assert result.status == 1 and "adminperm" in result.line and "lock everyone out" in result.line
+    if command == "edit":
+        assert stream.entry(SF).meta.adminperm == "u:alice"  # unchanged: alice still administers it
+        assert cli("stream", "edit", "-path", SF, "-ttl", "60").status == 0
+    else:
+        assert cli("stream", "info", "-path", path).status == 1  # nothing was created
+
+
+@pytest.mark.parametrize("gateway_id", ["a/b", "a\nb", "a\x01b", "a b"])
+def test_a_gateway_id_is_a_host_name(cli, stream, gateway_id):
+    from streamrep.replication.service import heartbeats
+
+    result = cli("gateway", "run", "-cluster", "newyork", "-id", gateway_id, "-engine", "local", "-once")
+    assert result.status in (1, 2) and "gateway name" in result.line
+    assert heartbeats(stream.catalog.clusters.store("newyork")) == {}  # it never started

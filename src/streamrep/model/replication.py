@@ -307,14 +307,21 @@ def require_link(links: Iterable[_Link], path: StreamPath, owner: StreamPath, ki
     return link
 
 
+def validate_gateway_name(name: object) -> str:
+    """A gateway's name (its id, as ``cluster gateway set`` lists it): a host name, optionally with
+    ``:port``; no ``/``, spaces or control characters."""
+    if not isinstance(name, str) or not GATEWAY_NAME.fullmatch(name):
+        raise InvalidArgument(f"invalid gateway name {name!r}: a host name, optionally with :port")
+    return name
+
+
 def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
     """Parse a gateway list (``"g1 g2:7660"`` or a list); order kept, duplicates refused."""
     names = text_or_list.replace(",", " ").split() if isinstance(text_or_list, str) else list(text_or_list)
     if not names:
         raise InvalidArgument("a gateway list needs at least one gateway name")
     for name in names:
-        if not isinstance(name, str) or not GATEWAY_NAME.fullmatch(name):
-            raise InvalidArgument(f"invalid gateway name {name!r}: a host name, optionally with :port")
+        validate_gateway_name(name)
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise InvalidArgument(f"gateway(s) listed twice: {', '.join(dupes)}")

@@ -62,6 +62,10 @@ class StreamMeta:
         if not isinstance(self.autocreate, bool):
             raise InvalidArgument(f"invalid autocreate {self.autocreate!r}: true or false")
         canonical: dict[str, Any] = {perm: validate_ace(getattr(self, perm)) for perm in PERMISSIONS}
+        if not canonical["adminperm"]:
+            raise InvalidArgument(
+                "a stream needs an adminperm: an empty ACE would lock everyone out of it for good (u:alice names one user)"
+            )
         return replace(self, **canonical)
 
     def to_dict(self) -> dict[str, Any]:

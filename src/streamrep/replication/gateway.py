@@ -26,7 +26,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.message import Message
-from streamrep.model.replication import ReplicaState
+from streamrep.model.replication import ReplicaState, validate_gateway_name
 from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
@@ -129,7 +129,7 @@ class Gateway:
         # From here on the gateway acts with that authority: on the unchecked catalog.
         self.catalog = admin.catalog
         self.cluster = cluster
-        self.id = gateway_id or default_gateway_id()
+        self.id = validate_gateway_name(gateway_id or default_gateway_id())
         self.expiry = expiry
         self.store = self.catalog.clusters.store(cluster)
         self.watch = StopWatch(self.store)
