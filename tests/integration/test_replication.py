@@ -996,6 +996,9 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     assert 0.3 <= waited < 3
     assert status(api, SF, NY).state == FELL_BACK
     assert_exactly_once(api, NY, first)
+    [warning] = producer.warnings  # the wait that ran out says so, once, naming the replica
+    assert f"synchronous replica {NY} did not apply the messages within 0.3 s" in warning
+    assert "asynchronously until it catches up" in warning
     # while it lags, flushes do not wait, however long the timeout
     producer = Producer(api, sync_timeout=5)
     third = tagged("third", 10)
@@ -1005,6 +1008,7 @@ def test_synchronous_replica_waits_falls_back_and_recovers(api3):
     producer.flush()
     assert time.monotonic() - t0 < 1.0
     assert status(api, SF, NY).state == FELL_BACK
+    assert producer.warnings == []  # nothing was waited for
 
     # a gateway catches up; the next flush is synchronous again and says so
     gw2 = Gateway(api, "newyork", "gs2")

@@ -377,3 +377,18 @@ def test_a_gateway_id_is_a_host_name(cli, stream, gateway_id):
     result = cli("gateway", "run", "-cluster", "newyork", "-id", gateway_id, "-engine", "local", "-once")
     assert result.status in (1, 2) and "gateway name" in result.line
     assert heartbeats(stream.catalog.clusters.store("newyork")) == {}  # it never started
+
+
+def test_a_synchronous_produce_that_waited_out_its_timeout_says_so_in_one_warning(cli, stream, monkeypatch):
+    """Issue 21, item 8: no gateway applies the synchronous replica, so the produce waits out
+    STREAMREP_SYNC_TIMEOUT, succeeds, and says on stderr which replica fell back."""
+    replica = "/mapr/newyork/activity"
+    stream.create_stream(replica, copymetafrom=SF)
+    stream.add_replica(SF, replica, synchronous=True)
+    stream.add_upstream(replica, SF)
+    monkeypatch.setenv("STREAMREP_SYNC_TIMEOUT", "0.2")
+    result = cli("produce", "-path", TOPIC, stdin=b"a\nb\n")
+    assert result.status == 0
+    assert result.err.count("\n") == 1 and result.err.startswith("streamrep: warning: synchronous replica ")
+    assert replica in result.err and "REPLICA_STATE_SYNC_FELL_BACK_TO_ASYNC" in result.err
+    assert offsets(stream) == (0, 2)  # the messages are written

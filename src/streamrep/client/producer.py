@@ -241,9 +241,12 @@ class Producer:
         try:
             action()
         except Exception as err:  # noqa: BLE001 - the messages are written; failing would make callers resend them
-            message = f"{what} failed after the messages were written: {err}"
-            self.warnings.append(message)
-            log.warning("%s", message)
+            self._warn(f"{what} failed after the messages were written: {err}")
+
+    def _warn(self, message: str) -> None:
+        """A warning about messages already written (the CLI prints each as one line)."""
+        self.warnings.append(message)
+        log.warning("%s", message)
 
     def _await_synchronous(self, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
         """Synchronous replication: return only once every synchronous replica has applied
@@ -298,6 +301,11 @@ class Producer:
             if time.monotonic() >= deadline:
                 if not fell_back:
                     self.admin.catalog.set_replica_state(sp, replica, ReplicaState.SYNC_FALLBACK)
+                self._warn(
+                    f"synchronous replica {replica} did not apply the messages within {self.sync_timeout:g} s: "
+                    f"it is replicated asynchronously until it catches up ({ReplicaState.SYNC_FALLBACK.value}); "
+                    f"the messages are written to {sp}"
+                )
                 return
             time.sleep(SYNC_POLL_SECONDS)
         if fell_back:  # caught up: synchronous again
