@@ -359,3 +359,10 @@ def test_the_package_dags_come_through_the_dags_folder_short_file(dagbag):
     assert set(streamrep.dags.__all__) <= set(dagbag.dag_ids)
     for dag_id in streamrep.dags.__all__:
         assert Path(dagbag.dags[dag_id].fileloc) == DAGS / "streamrep_dags.py", dag_id
+
+
+@pytest.mark.parametrize("dag_id", ["stream_replica_control", "stream_replica_failover", "stream_replica_failback"])
+def test_dags_whose_runs_would_race_run_one_at_a_time(dagbag, dag_id):
+    """Issue 21, item 15: a second failover (or control) run waits in the queue instead of
+    racing the first on the same links and fences."""
+    assert dagbag.dags[dag_id].max_active_runs == 1

@@ -41,6 +41,7 @@ with DAG(
     description="Pause, resume or remove a replica",
     doc_md=DOC,
     schedule=None,
+    max_active_runs=1,  # two runs at once would race on the same links and fences
     tags=["streamrep", "replication"],
     render_template_as_native_obj=True,
     params={

@@ -37,6 +37,7 @@ with DAG(
     description="Give a failed-over source its role back after a person approves the plan",
     doc_md=DOC,
     schedule=None,
+    max_active_runs=1,  # two runs at once would race on the same links and fences
     tags=["streamrep", "replication", "failover"],
     render_template_as_native_obj=True,
     params={

@@ -39,6 +39,7 @@ with DAG(
     description="Promote a replica after a person approves the plan",
     doc_md=DOC,
     schedule=None,
+    max_active_runs=1,  # two runs at once would race on the same links and fences
     tags=["streamrep", "replication", "failover"],
     render_template_as_native_obj=True,
     params={
