@@ -213,7 +213,11 @@ def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
 
     df = spark.read.format("streamrep").option("path", stream).option("home", home_of(admin)).load()
     assert df.schema == SCHEMA
-    rows = df.collect()
+    # timestamp and timestampType as Spark's Kafka source gives them (issue 21, item 18)
+    from pyspark.sql import functions
+
+    rows = df.withColumn("ms", functions.expr("unix_millis(timestamp)")).collect()
+    assert {r.timestampType for r in rows} == {0}
     by_partition: dict[tuple[str, int], list] = {}
     for row in rows:
         assert row.source == stream and row.source_uuid == uuid
@@ -224,7 +228,7 @@ def test_read_a_stream_as_a_dataframe(spark, clusters, tmp_path):
     for key, messages in want.items():
         got = by_partition.get(key, [])
         assert [r.offset for r in got] == [m.offset for m in messages]
-        assert [(r.value, r.key, tuple((h.key, h.value) for h in r.headers), r.timestamp) for r in got] == [
+        assert [(r.value, r.key, tuple((h.key, h.value) for h in r.headers), r.ms) for r in got] == [
             (m.value, m.key, m.headers, m.timestamp) for m in messages
         ]
     assert any(r.headers for r in rows) and any(r.key is None for r in rows)

@@ -90,8 +90,13 @@ def test_the_writer_applies_what_the_reader_yields_exactly_once(events, rows_per
     writer.commit([commit, None, again])
     assert report.read_text() == '{"rows": 60, "written": 30, "errors": {}}'
     assert values(admin, NY) == Counter(f"v{i}" for i in range(30))
-    headers = {m.value.decode(): m.headers for m in Consumer(f"{NY}:t", from_start=True, admin=admin).poll(100)}
-    assert ("n", b"1") in headers["v1"]
+    copied = {m.value: m for m in Consumer(f"{NY}:t", from_start=True, admin=admin).poll(100)}
+    assert ("n", b"1") in copied[b"v1"].headers
+    # the timestamp crosses Spark's TimestampType (microseconds) and comes back to the millisecond
+    assert table.schema.field("timestamp").type == pa.timestamp("us", tz="UTC")
+    assert set(table.column("timestampType").to_pylist()) == {0}
+    originals = Consumer(f"{SF}:t", from_start=True, admin=admin).poll(100)
+    assert {m.value: m.timestamp for m in originals} == {v: m.timestamp for v, m in copied.items()}
 
 
 def test_the_streaming_reader_reads_each_offset_range_once(events):

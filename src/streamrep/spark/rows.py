@@ -21,6 +21,7 @@ from pyspark.sql.types import (
     StringType,
     StructField,
     StructType,
+    TimestampType,
 )
 
 from streamrep.model.message import Message
@@ -41,11 +42,16 @@ SCHEMA = StructType(
         StructField("key", BinaryType(), True),
         StructField("value", BinaryType(), True),
         StructField("headers", ArrayType(HEADER, False), False),
-        StructField("timestamp", LongType(), False),  # ms since the epoch
+        # As Spark's Kafka source has them, so a job written for Kafka ports over: a timestamp, and
+        # its type (0 = CreateTime: streamrep keeps the producer's time).
+        StructField("timestamp", TimestampType(), False),
+        StructField("timestampType", IntegerType(), False),
     ]
 )
+CREATE_TIME = 0  # Kafka's timestampType of a producer's timestamp
 ARROW_SCHEMA = to_arrow_schema(SCHEMA, timezone="UTC")  # exactly what Spark checks batches against
 _HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
+_TIMESTAMP_TYPE = ARROW_SCHEMA.field("timestamp").type  # microseconds, UTC
 _new_tuple = tuple.__new__
 
 
@@ -67,7 +73,8 @@ def to_batch(source: str, unit: SourcePartition, messages: Sequence[Message]) ->
         pa.array(keys, pa.binary()),
         pa.array(values, pa.binary()),
         header_array,
-        pa.array(timestamps, pa.int64()),
+        pa.array([ms * 1000 for ms in timestamps], _TIMESTAMP_TYPE),
+        pa.array([CREATE_TIME] * n, pa.int32()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
@@ -99,7 +106,7 @@ def batch_runs(batch: pa.RecordBatch) -> Iterator[tuple[SourcePartition, list[Me
     values = batch.column("value").to_pylist()
     keys = batch.column("key").to_pylist()
     offsets = batch.column("offset").to_pylist()
-    timestamps = batch.column("timestamp").to_pylist()
+    timestamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()  # back to ms
     header_column = batch.column("headers")
     headers: list[tuple[tuple[str, bytes | None], ...]]
     if pc.sum(pc.list_value_length(header_column)).as_py():
