@@ -16,6 +16,9 @@ The parts: ``rows`` (the schema and Arrow batches), ``offsets``, ``reader``, ``w
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -77,5 +80,35 @@ class StreamrepDataSource(DataSource):
 
 
 def register(spark: Any) -> None:
-    """Register ``format("streamrep")`` with a SparkSession."""
+    """Register ``format("streamrep")`` with a SparkSession, and make sure its Python workers can
+    import streamrep: PySpark starts them with ``PYSPARK_PYTHON``, else with whatever ``python3``
+    is on the PATH, which is rarely the environment streamrep is installed in. With neither
+    ``PYSPARK_PYTHON`` nor ``spark.pyspark.python`` set, the workers run this interpreter; on a local
+    master a chosen one that cannot import streamrep is refused here, in one line, instead of
+    failing in every task behind a JVM stack trace."""
+    context = spark.sparkContext
+    chosen = os.environ.get("PYSPARK_PYTHON") or context.getConf().get("spark.pyspark.python")
+    if not chosen:
+        context.pythonExec = sys.executable  # read when the data source is wrapped below
+    elif context.master.startswith("local") and context.pythonExec != sys.executable:
+        # (paths compared as given: a venv's python is a link to a base interpreter without streamrep)
+        _check_worker_python(context.pythonExec)
     spark.dataSource.register(StreamrepDataSource)
+
+
+def _check_worker_python(python: str) -> None:
+    """InvalidArgument unless ``python`` (the workers' interpreter) imports streamrep and pyarrow."""
+    try:
+        found = (
+            subprocess.run(
+                [python, "-c", "import streamrep.errors, pyarrow"], capture_output=True, timeout=120
+            ).returncode
+            == 0
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        found = False
+    if not found:
+        raise InvalidArgument(
+            f"Spark's Python workers run {python} (PYSPARK_PYTHON or spark.pyspark.python), which cannot import "
+            f"streamrep and pyarrow: set it to a Python that has them, such as {sys.executable}"
+        )
