@@ -143,3 +143,15 @@ def test_a_gateway_task_can_serve_its_metrics_from_the_driver(empty_home):
         assert "--metrics-port" not in StreamGatewayOperator(task_id="gw", cluster="newyork").app_args(hook)
     finally:
         hook.close()
+
+
+def test_gateway_permission_and_name_fail_before_spark(source, monkeypatch):
+    """Issue 21, item 11: what the app would refuse after Spark's start is refused by the task
+    itself, in a second, as a failure that is not retried."""
+    source.set_cluster_ace("u:alice", "newyork")
+    with pytest.raises(AirflowFailException, match="^streamrep: invalid gateway name 'a/b'"):
+        StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="a/b", once=True).execute(ctx())
+    monkeypatch.setenv("STREAMREP_USER", "bob")
+    monkeypatch.setenv("STREAMREP_GROUPS", "")
+    with pytest.raises(AirflowFailException, match="^streamrep: user bob .*newyork"):
+        StreamGatewayOperator(task_id="gateway", cluster="newyork", once=True).execute(ctx())

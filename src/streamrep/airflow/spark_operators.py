@@ -26,6 +26,7 @@ from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.provider import spark_conn_id
+from streamrep.model.replication import validate_gateway_name
 from streamrep.replication.copy import copy_ended, plan_copy, summary
 from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
@@ -240,7 +241,8 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
 
 
 class StreamGatewayOperator(StreamrepSparkSubmitOperator):
-    """A gateway of ``cluster`` as a Spark Structured Streaming job (``streamrep/spark/apps/gateway.py``).
+    """A gateway of ``cluster`` as a Spark application (``streamrep/spark/apps/gateway.py``): a loop of
+    passes, each one Spark job, planned in its driver.
 
     It pulls its share of every source stream that flows into the replicas on ``cluster`` and
     applies it exactly once (positions are stored with the messages). Without ``once`` it runs
@@ -252,8 +254,8 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     :param gateway_id: the gateway's name, as listed by ``cluster gateway set`` (default: host
         name). (templated)
     :param once: replicate what is available now, then finish. (templated)
-    :param interval: seconds between micro-batches.
-    :param max_records: source messages per micro-batch at most.
+    :param interval: seconds between passes when idle.
+    :param max_records: source messages per pass at most.
     :param metrics_port: serve the gateway's Prometheus metrics from the Spark driver on this port
         (docs/operations.md, "Lag, metrics and alerts"); one port per gateway task on a host.
     :return: (XCom) ``cluster``, ``gateway`` and ``once``.
@@ -282,7 +284,12 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
         self.metrics_port = metrics_port
 
     def preflight(self, hook: StreamrepHook, context: Context) -> None:
-        hook.clusters.get(self.cluster)  # an unknown cluster fails here, not in Spark
+        # What the app checks first, checked here too: a user error fails in a second, not after
+        # Spark's start (43-69 s under load).
+        hook.clusters.get(self.cluster)
+        hook.admin.require_cluster_admin(self.cluster)
+        if self.gateway_id:
+            validate_gateway_name(self.gateway_id)
         flows, blocked = flows_into(hook.admin, self.cluster)  # resolves the source clusters too
         self.log.info(
             "gateway %s of %s: %d replication flows into this cluster (%d paused), %d blocked",
