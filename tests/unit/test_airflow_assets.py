@@ -157,18 +157,25 @@ def test_a_paused_replica_fails_the_sensor_and_emits_nothing(admin):
 
 
 def test_emit_finds_the_source_and_the_lag_of_the_moment(admin):
-    """As the failover DAG calls it: the context and the replica's path only."""
+    """As the failover DAG calls it: the context and the replica's path only. The event means up
+    to date (issue 21, item 12): a replica with messages pending gets none."""
     running_replica(admin, copied=5, pending=3)
     context = task_context()
     extra = emit_replica_caught_up(context, DST)
     assert (extra["replica"], extra["source"], extra["pendingMessages"]) == (DST, SRC, 3)
     assert extra["replicationLagMillis"] >= 0 and extra["isUptodate"] is False
+    assert alias_events(context) == []  # 3 pending: not up to date, so no event
+    # the caller knows better (a failover that drained it): the event, with the lag of the moment
+    extra = emit_replica_caught_up(context, DST, uptodate=True)
     (event,) = alias_events(context)
     assert event.dest_asset_key.uri == "streamrep://newyork/activity" and event.extra == extra
-    # a replica whose link is gone (as after a failover) still gets its event, with no lag to report
+    assert extra["isUptodate"] is True and extra["pendingMessages"] == 3
+    # a replica whose link is gone (as after a failover) gets its event from what the caller knows
     admin.remove_replica(SRC, DST)
     extra = emit_replica_caught_up(context, DST, source=SRC)
-    assert extra["source"] == SRC and extra["pendingMessages"] is None
+    assert extra["source"] == SRC and extra["pendingMessages"] is None and extra["isUptodate"] is None
+    assert len(alias_events(context)) == 1
+    assert emit_replica_caught_up(context, DST, source=SRC, uptodate=True)["isUptodate"] is True
     assert len(alias_events(context)) == 2
 
 

@@ -521,3 +521,24 @@ def test_operators_show_the_plan_to_the_approver_and_fail_over(linked):
     assert result["copiedBack"] == 0 and linked.entry(NY).failover is None
     first, back_event = context["outlet_events"][REPLICAS_ALIAS].asset_alias_events  # the source caught up
     assert back_event.dest_asset_key.name == SF and back_event.extra["source"] == NY
+    assert event.extra["isUptodate"] is True and back_event.extra["isUptodate"] is True
+
+
+def test_a_forced_failover_that_may_lack_messages_emits_no_up_to_date_event(linked, home, tmp_path):
+    """Issue 21, item 12: the replica's asset event means up to date, so a failover forced past
+    messages the replica may lack emits none (and says why in the task log)."""
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from streamrep.airflow.assets import REPLICAS_ALIAS
+    from streamrep.airflow.operators import FailoverOperator
+
+    produce(linked, SF, ["a"])
+    drain(linked, "newyork")
+    produce(linked, SF, ["lagging"])
+    lost = unreachable_source(home, tmp_path, "embedded")
+    context = {"outlet_events": OutletEventAccessors()}
+    done = FailoverOperator(task_id="failover", path=SF, replica=NY, force="true", outlets=[REPLICAS_ALIAS]).run(
+        lost, context
+    )
+    assert "may be missing" in done["result"] and lost.entry(NY).failover.state == "PROMOTED"
+    assert list(context["outlet_events"][REPLICAS_ALIAS].asset_alias_events) == []

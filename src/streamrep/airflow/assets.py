@@ -106,7 +106,7 @@ def topic_asset(path: str, **kwargs: Any) -> Asset:
 
 
 def caught_up_extra(
-    admin: Any, path: str, source: str | None = None, row: dict[str, Any] | None = None
+    admin: Any, path: str, source: str | None = None, row: dict[str, Any] | None = None, uptodate: bool | None = None
 ) -> dict[str, Any]:
     """What a replica's caught-up event says: the replica, its source, and the lag at that moment
     (``pendingMessages``, ``replicationLagMillis``, ``replicaState`` of ``replica list``).
@@ -116,6 +116,8 @@ def caught_up_extra(
     :param source: the source it caught up with; default: its upstream (the one with the most
         messages pending, if several).
     :param row: the source's ``replica list`` row of the replica, if the caller has it.
+    :param uptodate: ``isUptodate`` as the caller knows it, over the row's: after a failover the
+        source's row shows the replica failed over, not whether it holds everything.
     """
     from streamrep.airflow.triggers import replica_row  # the trigger module's row lookup, not a copy
 
@@ -139,7 +141,7 @@ def caught_up_extra(
         "pendingMessages": row.get("pendingMessages"),
         "replicationLagMillis": row.get("replicationLagMillis"),
         "replicaState": row.get("replicaState"),
-        "isUptodate": row.get("isUptodate"),
+        "isUptodate": uptodate if uptodate is not None else row.get("isUptodate"),
         "at": int(time.time() * 1000),
     }
 
@@ -157,9 +159,11 @@ def emit_replica_caught_up(
     row: dict[str, Any] | None = None,
     admin: Any = None,
     streamrep_conn_id: str | None = None,
+    uptodate: bool | None = None,
 ) -> dict[str, Any]:
-    """Add an asset event for replica ``path`` through ``REPLICAS_ALIAS``: the task calling it
-    must have ``REPLICAS_ALIAS`` in its outlets.
+    """Add an asset event for replica ``path`` through ``REPLICAS_ALIAS`` if it is up to date
+    (``isUptodate`` true): the event means exactly that, so nothing is emitted otherwise. The
+    task calling it must have ``REPLICAS_ALIAS`` in its outlets.
 
     :param context: the task's context (its ``outlet_events``).
     :param path: the replica stream.
@@ -167,7 +171,8 @@ def emit_replica_caught_up(
     :param row: the source's ``replica list`` row of the replica, if the caller has it.
     :param admin: the admin API to read the lag with (default: a ``StreamrepHook``'s).
     :param streamrep_conn_id: the hook's connection when ``admin`` is not given.
-    :return: the event's extra.
+    :param uptodate: whether it is up to date, as the caller knows it (see ``caught_up_extra``).
+    :return: the event's extra (emitted or not: see its ``isUptodate``).
     """
     if admin is None:
         from streamrep.airflow.hook import StreamrepHook, user_errors
@@ -175,9 +180,12 @@ def emit_replica_caught_up(
         hook = StreamrepHook(streamrep_conn_id or StreamrepHook.default_conn_name)
         try:
             with user_errors():
-                return emit_replica_caught_up(context, path, source=source, row=row, admin=hook.admin)
+                return emit_replica_caught_up(
+                    context, path, source=source, row=row, admin=hook.admin, uptodate=uptodate
+                )
         finally:
             hook.close()
-    extra = caught_up_extra(admin, path, source, row)
-    context["outlet_events"][REPLICAS_ALIAS].add(replica_asset(extra["replica"]), extra=extra)
+    extra = caught_up_extra(admin, path, source, row, uptodate)
+    if extra["isUptodate"] is True:
+        context["outlet_events"][REPLICAS_ALIAS].add(replica_asset(extra["replica"]), extra=extra)
     return extra

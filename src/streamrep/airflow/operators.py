@@ -738,8 +738,11 @@ class FailoverOperator(_FailoverOperator):
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failover(admin, self.path, self.replica, force=as_bool(self.force), timeout=self.timeout)
         self.log.info("stream replica failover -path %s -replica %s: %s", self.path, self.replica, done.result)
-        if emits_caught_up(self):  # the promoted replica holds what its source held
-            emit_replica_caught_up(context, self.replica, source=self.path, admin=admin)
+        if emits_caught_up(self):  # up to date only if it holds everything its source held
+            if not done.forced and done.late_messages == 0:
+                emit_replica_caught_up(context, self.replica, source=self.path, admin=admin, uptodate=True)
+            else:
+                self.log.info("no replica up-to-date event: %s may lack messages of %s", self.replica, self.path)
         return presented.failover_row(done)
 
 
@@ -762,6 +765,6 @@ class FailbackOperator(_FailoverOperator):
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         done = failovers.failback(admin, self.path, self.replica, phase=self.phase, timeout=self.timeout)
         self.log.info("stream replica failback -path %s -replica %s: %s", self.path, self.replica, done.result)
-        if self.phase != "reverse" and emits_caught_up(self):  # the source holds what was produced meanwhile
-            emit_replica_caught_up(context, self.path, source=self.replica, admin=admin)
+        if self.phase != "reverse" and emits_caught_up(self):  # it waited until the source held it all
+            emit_replica_caught_up(context, self.path, source=self.replica, admin=admin, uptodate=True)
         return presented.failback_row(done)
