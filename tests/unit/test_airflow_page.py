@@ -98,9 +98,15 @@ def test_airflow_loads_the_plugin_through_the_installed_package_entry_point():
     assert view["name"] == "Stream replication"
 
 
-def test_a_stream_the_page_may_not_count_still_shows_its_links(mesh, bob):
-    """Topic counts need a read right; the replica list needs none: the page's identity (here
-    bob, who holds no right on alice's streams) still sees every replication link."""
+def test_a_stream_the_page_may_administer_but_not_count_still_shows_its_links(mesh, bob):
+    """Topic counts need a read right, the replica list adminperm (as MapR's ``stream replica
+    list``): each read fails on its own, so a page identity that may administer a stream but not
+    read it still sees its links, and one that may do neither sees the refusal and no link."""
+    topo = topology(bob)
+    streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
+    assert "consumeperm" in streams[SF]["error"]
+    assert (SF, NY) not in {(link["source"], link["replica"]) for link in topo["links"]}
+    mesh.edit_stream(SF, adminperm="u:alice | u:bob")
     topo = topology(bob)
     streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
     assert "consumeperm" in streams[SF]["error"]

@@ -60,7 +60,7 @@ def test_copystream_user_errors_fail_before_spark(source, monkeypatch):
         StreamCopyOperator(task_id="copy", source="/mapr/sanfrancisco/nope", destination=DST).execute(ctx())
     monkeypatch.setenv("STREAMREP_USER", "bob")
     monkeypatch.setenv("STREAMREP_GROUPS", "")
-    with pytest.raises(AirflowFailException, match="user bob does not have copyperm"):
+    with pytest.raises(AirflowFailException, match="user bob has none of consumeperm, copyperm"):
         StreamCopyOperator(task_id="copy", source=SRC, destination=DST).execute(ctx())
 
 

@@ -181,14 +181,31 @@ def source(admin):
 
 
 @ON_BOTH
-def test_copy_into_an_existing_stream_needs_produceperm(source, bob):
+def test_copy_into_an_existing_stream_needs_copyperm_or_produce_consume_and_topic_perms(source, bob):
+    """MapR's rule for the destination (issue 21, item 4): copyperm, or all three of produceperm,
+    consumeperm and topicperm; two of the three are not enough."""
     admin = source
-    admin.create_stream(NY)  # alice's: bob may neither produce to it nor administer it
-    with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
+    admin.create_stream(NY)  # alice's: bob holds nothing on it
+    refused = f"user bob needs copyperm, or produceperm, consumeperm and topicperm, on stream {NY}"
+    with pytest.raises(PermissionDenied, match=refused):
+        copy_stream(bob, SF, NY)
+    admin.edit_stream(NY, produceperm="u:alice | u:bob", consumeperm="u:alice | u:bob")
+    with pytest.raises(PermissionDenied, match=refused):
         copy_stream(bob, SF, NY)
     assert held(admin, NY) == []
-    admin.edit_stream(NY, produceperm="u:alice | u:bob")
+    admin.edit_stream(NY, topicperm="u:alice | u:bob")
     assert copy_stream(bob, SF, NY).messages == 2 and sorted(held(admin, NY)) == ["a", "b"]
+    admin.edit_stream(NY, produceperm="u:alice", consumeperm="u:alice", topicperm="u:alice", copyperm="u:alice | u:bob")
+    produce(admin, SF, ["c"])
+    assert copy_stream(bob, SF, NY).messages == 1  # copyperm alone
+
+
+@ON_BOTH
+def test_copy_needs_only_consumeperm_on_the_source(source, bob):
+    admin = source
+    admin.edit_stream(SF, copyperm="u:alice", consumeperm="u:alice | u:bob")
+    admin.create_stream(NY, copyperm="u:alice | u:bob")
+    assert copy_stream(bob, SF, NY).messages == 2
 
 
 @ON_BOTH
@@ -215,7 +232,7 @@ def test_copy_creating_the_destination_needs_the_adminperm_it_would_have(source,
 def test_copy_needs_copyperm_on_the_source(source, home):
     carol = StreamAdmin(home, Identity("carol"))
     carol.create_stream(NY)
-    with pytest.raises(PermissionDenied, match=f"user carol does not have copyperm on stream {SF}"):
+    with pytest.raises(PermissionDenied, match=f"user carol has none of consumeperm, copyperm on stream {SF}"):
         copy_stream(carol, SF, NY)
     assert held(carol, NY) == []
 
@@ -225,7 +242,9 @@ def test_gateways_publish_into_a_replica_nobody_may_produce_to(agreed, bob):
     admin = agreed
     admin.edit_stream(NY, produceperm="")
     admin.edit_stream(SF, copyperm="u:alice | u:bob")
-    with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
+    with pytest.raises(
+        PermissionDenied, match=f"user bob needs copyperm, or produceperm, consumeperm and topicperm, on stream {NY}"
+    ):
         copy_stream(bob, SF, NY)
     assert drain(bob) == 3  # a gateway (here run by bob) has the implicit authority to publish
     assert sorted(held(admin, NY)) == ["a", "b", "c"]
@@ -239,7 +258,9 @@ def test_the_spark_copy_task_uses_the_same_check(source, bob, monkeypatch, home)
     plan = plan_copy(source, SF, NY)  # planned by a caller who may
     monkeypatch.setenv("STREAMREP_USER", "bob")  # a Spark task builds its admin from the environment
     monkeypatch.setenv("STREAMREP_GROUPS", "")
-    with pytest.raises(PermissionDenied, match=f"user bob has none of produceperm, adminperm on stream {NY}"):
+    with pytest.raises(
+        PermissionDenied, match=f"user bob needs copyperm, or produceperm, consumeperm and topicperm, on stream {NY}"
+    ):
         next(copy_task(home.home, plan, sorted(plan.ends), iter([])))
 
 

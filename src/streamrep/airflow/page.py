@@ -91,8 +91,8 @@ def topology(admin: StreamAdmin) -> dict[str, Any]:
                 "upstreams": [u.path for u in entry.upstreams],
                 "error": None,
             }
-            # Two reads, each failing on its own: topic counts need a read right on the stream,
-            # the replica list needs none, so a stream the page may not count still shows its links.
+            # Two reads, each failing on its own: topic counts need a read right on the stream, the
+            # replica list its adminperm, so a stream the page may count but not administer still shows.
             try:
                 topics = admin.list_topics(path)
                 stream.update(

@@ -122,6 +122,16 @@ class StreamAdmin:
                 f"({'; '.join(f'{p} is {getattr(entry.meta, p)!r}' for p in perms)})"
             )
 
+    def require_all_of_any(self, entry: StreamEntry, sp: StreamPath, *choices: tuple[str, ...]) -> None:
+        """PermissionDenied unless the caller satisfies every ACE of at least one of ``choices``
+        (MapR's "copyperm, or produceperm, consumeperm and topicperm")."""
+        if not any(all(self.may(entry.meta, perm, sp.cluster) for perm in choice) for choice in choices):
+            needed = ", or ".join(
+                choice[0] if len(choice) == 1 else f"{', '.join(choice[:-1])} and {choice[-1]}" for choice in choices
+            )
+            held = "; ".join(f"{p} is {getattr(entry.meta, p)!r}" for p in dict.fromkeys(p for c in choices for p in c))
+            raise PermissionDenied(f"user {self.caller(sp.cluster).user} needs {needed}, on stream {sp} ({held})")
+
     def require_on_new(self, source: StreamEntry, src: StreamPath, dst: StreamPath, *perms: str) -> None:
         """PermissionDenied unless the caller would hold every ACE in ``perms`` on the stream
         ``dst`` that is about to be created with the metadata of ``source`` (at ``src``)."""
@@ -455,10 +465,13 @@ class StreamAdmin:
 
     def list_upstreams(self, path: str) -> list[UpstreamRow]:
         """``stream upstream list``: each upstream, its place in the list (from 1) and the UUID
-        of the stream agreed to (None for a link written before links recorded UUIDs)."""
+        of the stream agreed to (None for a link written before links recorded UUIDs); needs
+        adminperm on the stream, as MapR's."""
+        sp = self.path(path)
+        entry = self.entry(sp)
+        self.require(entry, sp, "adminperm")
         return [
-            UpstreamRow(self.path(link.path), link.path, idx, link.uuid)
-            for idx, link in enumerate(self.entry(path).upstreams, 1)
+            UpstreamRow(self.path(link.path), link.path, idx, link.uuid) for idx, link in enumerate(entry.upstreams, 1)
         ]
 
     def remove_upstream(self, path: str, upstream: str) -> None:
@@ -483,6 +496,7 @@ class StreamAdmin:
         """
         src = self.path(path)
         source_entry = self.entry(src)
+        self.require(source_entry, src, "adminperm")  # as MapR's stream replica list
         result: list[ReplicaRow] = []
         for idx, link in enumerate(source_entry.replicas, 1):
             dst = self.path(link.path)

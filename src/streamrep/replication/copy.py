@@ -47,13 +47,12 @@ class CopyPlan:
 def check_copy(
     admin: StreamAdmin, source: str | StreamPath, destination: str | StreamPath
 ) -> tuple[StreamEntry, StreamEntry | None]:
-    """The rights a copy needs, checked before anything is created or written: copyperm on
-    the source; on an existing destination produceperm, or adminperm (its administrator could
-    grant itself produceperm, and a copy that created the destination must be able to resume
-    into it); it must be another stream, by UUID. A destination that does not exist yet will
-    be created with the source's metadata, so the caller must hold the adminperm it will have.
-    Every copy (in-process, Spark driver and tasks) checks here. Gateways do not: they have the
-    implicit authority to publish into replicas.
+    """The rights a copy needs, as MapR's copystream: consumeperm or copyperm on the source, and on
+    the destination copyperm, or produceperm, consumeperm and topicperm; it must be another
+    stream, by UUID. A destination that does not exist yet will be created with the source's
+    metadata, so the caller must hold the adminperm it will have there. Every copy (in-process,
+    Spark driver and tasks) checks here, before anything is created or written. Gateways do not:
+    they have the implicit authority to publish into replicas.
 
     :return: the source's entry and the destination's (None if it does not exist yet).
     """
@@ -61,7 +60,7 @@ def check_copy(
     if src == dst:
         raise InvalidArgument(f"cannot copy stream {src} into itself")
     src_entry = admin.entry(src)
-    admin.require(src_entry, src, "copyperm")
+    admin.require_any(src_entry, src, "consumeperm", "copyperm")
     try:
         dst_entry = admin.entry(dst)
     except NotFound:
@@ -69,7 +68,7 @@ def check_copy(
         return src_entry, None
     if dst_entry.uuid == src_entry.uuid:
         raise InvalidArgument(f"cannot copy stream {src} into itself: {dst} is the same stream {src_entry.uuid}")
-    admin.require_any(dst_entry, dst, "produceperm", "adminperm")
+    admin.require_all_of_any(dst_entry, dst, ("copyperm",), ("produceperm", "consumeperm", "topicperm"))
     return src_entry, dst_entry
 
 
