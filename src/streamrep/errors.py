@@ -51,3 +51,7 @@ class CorruptStore(StreamrepError):
 
 class AlertRaised(StreamrepError):
     """A replica's lag passed its alert threshold, or no gateway serving it is live."""
+
+
+class Interrupted(StreamrepError):
+    """A long command was stopped (Ctrl-C, SIGTERM); the message says what it undid or what is left."""

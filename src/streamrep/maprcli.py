@@ -70,7 +70,7 @@ def upstream_row(row: UpstreamRow) -> dict[str, Any]:
 
 def replica_status_row(status: ReplicaStatus) -> dict[str, Any]:
     """``stream replica list``: MapR's fields, then the live ``gateways``, whether up to date,
-    what is pending, the lag in ms and the alert thresholds."""
+    what is pending, the lag in ms, the alert thresholds and the source's failover (a fence)."""
     pending = status.pending
     return {
         **replica_row(status),
@@ -83,6 +83,7 @@ def replica_status_row(status: ReplicaStatus) -> dict[str, Any]:
         "replicationLagMillis": status.lag_millis,
         "maxLagMillis": status.thresholds.max_lag_millis,
         "maxLagMessages": status.thresholds.max_lag_messages,
+        "failover": status.failover,
     }
 
 

@@ -71,13 +71,14 @@ def failover_row(done: FailoverResult) -> dict[str, Any]:
 
 def failback_row(done: FailbackResult) -> dict[str, Any]:
     """The failback operator's XCom: ``path``, ``replica``, ``phase``, ``alreadyDone``,
-    ``copiedBack``, ``cursors`` (``cursor_sync_row``s), ``result``."""
+    ``copiedBack``, ``lacked``, ``cursors`` (``cursor_sync_row``s), ``result``."""
     return {
         "path": str(done.path),
         "replica": str(done.replica),
         "phase": done.phase,
         "alreadyDone": done.already_done,
         "copiedBack": done.copied_back,
+        "lacked": done.lacked,
         "cursors": [cursor_sync_row(row) for row in done.cursors],
         "result": done.result,
     }

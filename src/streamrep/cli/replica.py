@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from streamrep.cli import rows
@@ -76,6 +80,23 @@ def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
     return items
 
 
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM as Ctrl-C while the block runs: a failover stopped either way lifts its fence."""
+
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can take signals
+        return
+    saved = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
 def replica_failover(
     ctx: Context,
     path: str,
@@ -83,10 +104,13 @@ def replica_failover(
     force: bool = False,
     plan: bool = False,
     timeout: float = failovers.DEFAULT_TIMEOUT,
+    abort: bool = False,
 ) -> Rows:
     if plan:
         return plan_rows(failovers.failover_plan(ctx.admin, path, replica))
-    return [rows.failover_row(failovers.failover(ctx.admin, path, replica, force=force, timeout=timeout))]
+    with sigterm_interrupts():
+        done = failovers.failover(ctx.admin, path, replica, force=force, timeout=timeout, abort=abort)
+    return [rows.failover_row(done)]
 
 
 def replica_failback(
@@ -169,6 +193,7 @@ COMMANDS: tuple[Command, ...] = (
                 help=f"seconds to wait for the replica to catch up ({failovers.DEFAULT_TIMEOUT:g})",
                 maximum=86_400,
             ),
+            Option("abort", bool, help="undo a failover that stopped before promoting: lift the source's fence"),
         ),
         "promote a replica: stop replication into it, place the cursors, move producers to it",
     ),

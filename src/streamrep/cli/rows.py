@@ -79,6 +79,7 @@ def failover_row(done: FailoverResult) -> dict[str, Any]:
         "path": str(done.path),
         "replica": str(done.replica),
         "alreadyDone": done.already_done,
+        "aborted": done.aborted,
         "forced": done.forced,
         "missing": done.missing,
         "lateMessages": done.late_messages,
@@ -95,6 +96,7 @@ def failback_row(done: FailbackResult) -> dict[str, Any]:
         "phase": done.phase,
         "alreadyDone": done.already_done,
         "copiedBack": done.copied_back,
+        "lacked": done.lacked,
         "result": done.result,
         "cursorsSynced": _synced(done.cursors),
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
+import time
 from typing import Any
 
 from streamrep.errors import Conflict
@@ -59,7 +60,10 @@ class FailoverRecord:
     :param peer_uuid: the other stream's UUID (None if it was unreachable when recorded).
     :param since: when the failover began (ms since the epoch).
     :param forced: promoted without draining (the source was unreachable).
-    :param missing: messages the replica may lack (the last known lag) for a forced failover.
+    :param missing: messages the replica may lack (the last known lag) for a forced failover; on a
+        source failing back, the exact count of its messages the replica lacked (counted when it
+        could be read again).
+    :param missing_since: when that lag was sampled (ms since the epoch; None if none was).
     """
 
     state: FailoverState
@@ -68,6 +72,7 @@ class FailoverRecord:
     since: int = 0
     forced: bool = False
     missing: int | None = None
+    missing_since: int | None = None
     # Failback: the source's end offset per ``topic/partition`` when the reverse link was added,
     # so the return step can count the messages copied back.
     baseline: dict[str, int] | None = None
@@ -90,7 +95,8 @@ class FailoverRecord:
     def describe(self) -> str:
         """One line for ``stream info`` and ``replica list``."""
         text = {
-            FailoverState.FENCED: f"failing over to {self.peer}: writes paused",
+            FailoverState.FENCED: f"failing over to {self.peer} since {utc(self.since)}: writes paused; "
+            "finish it with 'stream replica failover' or undo it with -abort true",
             FailoverState.FAILED_OVER: f"failed over to {self.peer}",
             FailoverState.PROMOTED: f"promoted: replaces {self.peer}",
             FailoverState.FAILING_BACK: f"failing back from {self.peer}",
@@ -98,11 +104,28 @@ class FailoverRecord:
             FailoverState.TAKING_BACK: f"taking its role back from {self.peer}: writes paused",
         }[self.state]
         if self.forced:
-            text += (
-                f" (forced; up to {self.missing if self.missing is not None else 'an unknown number of'} "
-                "messages may be missing)"
-            )
+            text += f" (forced; {self.lag_known()})"
         return text
+
+    def lag_known(self) -> str:
+        """What a forced failover knew of the messages the replica lacks: the last lag sample and
+        its time; whatever the source received after that time may be missing as well."""
+        return lag_known(self.peer, self.missing, self.missing_since)
+
+
+def utc(ms: int) -> str:
+    """A time in ms since the epoch, as ``2026-11-27T20:31:05Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def lag_known(source: str, messages: int | None, at: int | None) -> str:
+    """The last lag sample of a replica whose ``source`` cannot be read, in words."""
+    if messages is None or at is None:
+        return f"no lag was recorded: an unknown number of messages of {source} may be missing"
+    return (
+        f"the last lag sample, at {utc(at)}, was {messages} messages behind; anything produced on "
+        f"{source} after that time may be missing as well"
+    )
 
 
 class WritesRefused(Conflict):

@@ -49,10 +49,19 @@ from typing import Any
 
 from streamrep.client.admin import StreamAdmin, now_ms
 from streamrep.client.producer import FAILOVER_CHECK_SECONDS
-from streamrep.errors import Conflict, CorruptStore, InvalidArgument, NotFound, RetryNow, StreamrepError, Unavailable
+from streamrep.errors import (
+    Conflict,
+    CorruptStore,
+    Interrupted,
+    InvalidArgument,
+    NotFound,
+    RetryNow,
+    StreamrepError,
+    Unavailable,
+)
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
-from streamrep.model.failover import FailoverRecord, FailoverState
+from streamrep.model.failover import FailoverRecord, FailoverState, lag_known
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, stop_key, stop_prefix
 from streamrep.replication.cursors import Row as CursorSyncRow
@@ -232,12 +241,14 @@ class FailoverResult:
     :param late_messages: written to the source after it drained (they reach the replica when
         failback restores the link).
     :param cursors: the consumer cursors placed on the replica.
+    :param aborted: ``-abort`` (``result`` says what it undid).
     """
 
     path: StreamPath
     replica: StreamPath
     result: str
     already_done: bool = False
+    aborted: bool = False
     forced: bool = False
     missing: int | None = 0
     late_messages: int = 0
@@ -253,6 +264,9 @@ class FailbackResult:
     :param already_done: nothing (left) to do for this phase.
     :param copied_back: messages the source received (only those produced on the promoted
         stream); None when not counted.
+    :param lacked: the source's messages that the replica lacked, counted exactly once the
+        source could be read (what a forced failover could only estimate); they reach the
+        replica when the return restores the flow. None when not counted.
     :param cursors: the consumer cursors placed back on the source.
     """
 
@@ -262,6 +276,7 @@ class FailbackResult:
     result: str
     already_done: bool = False
     copied_back: int | None = None
+    lacked: int | None = None
     cursors: tuple[CursorSyncRow, ...] = ()
 
 
@@ -307,9 +322,9 @@ def lag_by_topic(
     return rows
 
 
-def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
-    """The replica's last recorded lag behind the source in messages (the gateways' lag history,
-    kept in the replica's cluster), or None if none was recorded."""
+def last_lag_sample(admin: StreamAdmin, pair: Pair) -> tuple[int, int] | None:
+    """The replica's last recorded lag behind the source: ``(messages, when in ms)`` from the
+    gateways' lag history, kept in the replica's cluster; None if none was recorded."""
     source_uuid = pair.source_uuid
     if source_uuid is None:
         return None
@@ -320,7 +335,13 @@ def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
         samples = lag.samples_of(doc)
     except (ImportError, AttributeError, StreamrepError):
         return None
-    return samples[-1].messages if samples else None
+    return (samples[-1].messages, samples[-1].t) if samples else None
+
+
+def last_known_lag(admin: StreamAdmin, pair: Pair) -> int | None:
+    """The replica's last recorded lag behind the source in messages, or None if none was recorded."""
+    sample = last_lag_sample(admin, pair)
+    return None if sample is None else sample[0]
 
 
 def _gateways(admin: StreamAdmin, pair: Pair, reverse: bool = False) -> list[str] | None:
@@ -408,12 +429,12 @@ def failover_plan(admin: StreamAdmin, source: str, replica: str) -> FailoverPlan
             f"record {dst} as PROMOTED and {src} as FAILED_OVER: producers write to {dst}",
         ]
     else:
-        missing = plan.last_known_lag
+        sample = last_lag_sample(admin, pair)
+        known = lag_known(str(src), *(sample or (None, None)))
         plan.steps = [
             f"{src} is unreachable ({pair.unreachable}): only -force true promotes {dst}",
             f"with -force: stop replication into {dst} (stop marks, remove the upstream {src})",
-            f"record {dst} as PROMOTED; up to {missing if missing is not None else 'an unknown number of'} "
-            f"messages of {src} may be missing (the last known lag)",
+            f"record {dst} as PROMOTED; {known}",
             f"when {src} is back, run failover again (it refuses its producers) and failback",
         ]
     return plan
@@ -497,6 +518,7 @@ def failover(
     force: bool = False,
     timeout: float = DEFAULT_TIMEOUT,
     grace: float = FENCE_GRACE_SECONDS,
+    abort: bool = False,
 ) -> FailoverResult:
     """``stream replica failover``: promote ``replica`` to take the place of ``source`` (see the
     module's docstring). Needs adminperm on both streams (on the replica only, when the source
@@ -504,13 +526,68 @@ def failover(
 
     :param force: promote even if the source is unreachable, or the replica has not caught up
         within ``timeout``; the result says how many messages it may lack.
-    :param timeout: seconds to wait for the replica to apply what the source holds.
+    :param timeout: seconds to wait for the replica to catch up.
     :param grace: seconds between refusing producers on the source and draining.
+    :param abort: undo a failover that stopped before promoting (``abort_failover``).
     :return: what was done (``FailoverResult``).
+
+    Interrupted (KeyboardInterrupt: Ctrl-C, or SIGTERM as the CLI maps it) while producers are
+    refused and it has not promoted yet, it lifts the fence and raises ``Interrupted``; a kill -9
+    leaves the source FENCED, and a rerun finishes the failover or ``abort`` undoes it.
     """
     timeout = _seconds(timeout, "timeout")
     pair = _pair(admin, source, replica)
     where = stage(pair)
+    if abort:
+        return abort_failover(admin, pair, where)
+    started = time.monotonic()
+    try:
+        return _failover(admin, pair, where, force, timeout, grace)
+    except KeyboardInterrupt:
+        after = f"{time.monotonic() - started:.1f} s"
+        src, dst = pair.src, pair.dst
+        now = _pair(admin, str(src), str(dst))
+        if stage(now) == FAILING_OVER and now.dst_entry.failover is None:
+            undone = abort_failover(admin, now, FAILING_OVER)
+            raise Interrupted(f"failover of {src} to {dst} interrupted after {after}: {undone.result}") from None
+        raise Interrupted(
+            f"failover of {src} to {dst} interrupted after {after}, after {dst} was promoted: "
+            f"run the same failover again to finish it"
+        ) from None
+
+
+def abort_failover(admin: StreamAdmin, pair: Pair, where: str) -> FailoverResult:
+    """``failover -abort``: undo a failover that stopped (killed, interrupted) before it promoted
+    the replica: remove its stop marks from the replica, restore the replica's upstream agreement
+    if it was withdrawn, and lift the fence on the source. The result says what it undid."""
+    src, dst = pair.src, pair.dst
+    if where in (FAILED_OVER, FAILING_BACK, RETURNING):
+        raise Conflict(
+            f"{dst} is already {pair.promoted.describe()}: -abort undoes only a failover that has not "
+            f"promoted the replica; give the role back with 'stream replica failback -path {src} -replica {dst}'"
+        )
+    source = pair.source  # the fence is on the source: it must be readable to lift it
+    if where == LINKED and (source.failover is None or source.failover.state != FailoverState.FENCED):
+        return FailoverResult(
+            src, dst, f"nothing to abort: no failover of {src} to {dst} is under way", already_done=True, aborted=True
+        )
+    undone = []
+    stops = clear_stops(admin, dst, pair.dst_entry.uuid, source.uuid)
+    if stops:
+        undone.append(f"removed {stops} stop marks from {dst}")
+    if rules.find_link(pair.dst_entry.upstreams, src) is None:
+        ensure_upstream(admin, dst, src)
+        undone.append(f"restored {dst}'s upstream {src}")
+    _unfence(admin, src)
+    undone.append(f"lifted the fence on {src} (producers write there again)")
+    return FailoverResult(
+        src, dst, f"failover aborted: {'; '.join(undone)}; {dst} is a replica of {src} again", aborted=True
+    )
+
+
+def _failover(
+    admin: StreamAdmin, pair: Pair, where: str, force: bool, timeout: float, grace: float
+) -> FailoverResult:
     src, dst = pair.src, pair.dst
     if where in (FAILING_BACK, RETURNING):
         raise Conflict(
@@ -530,12 +607,11 @@ def failover(
             forced=record.forced,
             missing=record.missing,
         )
+    sample = None if pair.reachable else last_lag_sample(admin, pair)
     if not pair.reachable and not force:
-        known = last_known_lag(admin, pair)
         raise Unavailable(
             f"source {src} is unreachable ({pair.unreachable}); use -force true to promote {dst} "
-            f"anyway (up to {known if known is not None else 'an unknown number of'} messages "
-            f"may be missing)"
+            f"anyway ({lag_known(str(src), *(sample or (None, None)))})"
         )
     missing: int | None = 0
     cursors: list[CursorSyncRow] = []
@@ -568,12 +644,18 @@ def failover(
         cursors = place_cursors(admin, src, pair.source.uuid, dst, pair.dst_entry.uuid)
         late = count()
     else:
-        missing = last_known_lag(admin, pair)
+        missing = None if sample is None else sample[0]
         if pair.source_uuid is not None:
             stop_flow(admin, src, pair.source_uuid, False, dst, pair.dst_entry.uuid)
     forced = not pair.reachable or bool(missing)
     promoted = FailoverRecord(
-        FailoverState.PROMOTED, str(src), pair.source_uuid, now_ms(), forced, missing if forced else 0
+        FailoverState.PROMOTED,
+        str(src),
+        pair.source_uuid,
+        now_ms(),
+        forced,
+        missing if forced else 0,
+        missing_since=_sampled(sample) if not pair.reachable else (now_ms() if forced else None),
     )
     admin.set_failover(dst, promoted)  # first: a retry from here on finds it failed over and completes it
     _withdraw(admin, pair)
@@ -588,6 +670,10 @@ def failover(
         late_messages=late,
         cursors=tuple(cursors),
     )
+
+
+def _sampled(sample: tuple[int, int] | None) -> int | None:
+    return None if sample is None else sample[1]
 
 
 def _withdraw(admin: StreamAdmin, pair: Pair) -> None:
@@ -705,25 +791,31 @@ def failback(
     if phase == "reverse":
         if where == RETURNING:
             raise Conflict(f"the return of {dst} to {src} is under way: finish it with phase return")
+        record = admin.entry(src).failover
+        lacked = record.missing if record is not None else None
         return FailbackResult(
             src,
             dst,
             phase,
-            f"reverse link {dst} -> {src} in place: {pending(admin, str(dst), str(src)).messages} messages to copy back",
+            f"reverse link {dst} -> {src} in place: {pending(admin, str(dst), str(src)).messages} messages to copy back"
+            + ("" if lacked is None else f"; {dst} lacks {lacked} messages of {src} (they flow at the return)"),
             already_done=already_done,
+            lacked=lacked,
         )
     where = _failback_stage(pair)
     if where == FAILED_OVER:
         raise Conflict(f"no reverse link {dst} -> {src} yet: run failback with phase reverse (or all) first")
     if phase == "all" and where == FAILING_BACK:
         _wait(lambda: pending(admin, str(dst), str(src)).messages, lambda n: n <= RETURN_BACKLOG, timeout)
-    copied, cursors = _return(admin, pair, timeout, grace)
+    copied, lacked, cursors = _return(admin, pair, timeout, grace)
     return FailbackResult(
         src,
         dst,
         phase,
-        f"failed back: producers write to {src}, which replicates to {dst} again",
+        f"failed back: producers write to {src}, which replicates to {dst} again"
+        + ("" if not lacked else f"; it sends {dst} the {lacked} messages {dst} lacked at the failover"),
         copied_back=copied,
+        lacked=lacked,
         cursors=tuple(cursors),
     )
 
@@ -736,18 +828,26 @@ def _reverse(admin: StreamAdmin, pair: Pair) -> None:
         _demote_source(admin, pair, pair.promoted.since)  # forced: the source was never told
     clear_stops(admin, src, source.uuid, pair.dst_entry.uuid)  # left by an earlier failback
     baseline = _ends(admin, src, source.uuid)
+    # The source is readable: what it holds that the replica lacks is exact now (a forced
+    # failover knew only the last lag sample). The restored flow brings these at the return.
+    lacked = sum(t.pending_messages for t in lag_by_topic(admin, src, source, dst, pair.dst_entry))
     admin.set_failover(
         src,
-        FailoverRecord(FailoverState.FAILING_BACK, str(dst), pair.dst_entry.uuid, now_ms(), baseline=baseline),
+        FailoverRecord(
+            FailoverState.FAILING_BACK, str(dst), pair.dst_entry.uuid, now_ms(), missing=lacked, baseline=baseline
+        ),
         only_state=FailoverState.FAILED_OVER,
     )
     ensure_replica(admin, dst, src, paused=False)
     ensure_upstream(admin, src, dst)
 
 
-def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> tuple[int | None, list[CursorSyncRow]]:
+def _return(
+    admin: StreamAdmin, pair: Pair, timeout: float, grace: float
+) -> tuple[int | None, int | None, list[CursorSyncRow]]:
     """Failback's second phase: the switch back to the source. Returns the messages the source
-    received (None when not counted) and the cursors placed back on it."""
+    received (None when not counted), the source's messages the replica lacked (``_reverse``
+    counted them) and the cursors placed back on it."""
     src, dst = pair.src, pair.dst
     src_record = pair.source.failover
     if src_record is not None and src_record.state != FailoverState.TAKING_BACK:
@@ -777,6 +877,7 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> tup
     src_entry = admin.entry(src)
     baseline = src_entry.failover.baseline if src_entry.failover is not None else None
     copied = None if baseline is None else _written_since(admin, src, src_entry.uuid, baseline)
+    lacked = src_entry.failover.missing if src_entry.failover is not None else None
     if rules.find_link(pair.dst_entry.replicas, src) is not None:
         stop_flow(admin, dst, pair.dst_entry.uuid, True, src, src_entry.uuid)
         cursors = place_cursors(admin, dst, pair.dst_entry.uuid, src, src_entry.uuid)
@@ -797,4 +898,4 @@ def _return(admin: StreamAdmin, pair: Pair, timeout: float, grace: float) -> tup
         admin.resume_replica(str(src), str(dst))
     admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)
-    return copied, cursors
+    return copied, lacked, cursors

@@ -158,6 +158,8 @@ class ReplicaStatus(ReplicaRow):
     :param pending: what the replica lacks (None if it could not be read: ``errors`` says why).
     :param lag_millis: how long the oldest unreplicated message has waited (0 with none).
     :param thresholds: the replica's alert thresholds (``stream replica alert``).
+    :param failover: the source's failover record, when it names this replica (a FENCED source
+        refuses producers until the failover finishes or is aborted), in words.
     """
 
     gateways: list[str] | None = None
@@ -165,6 +167,7 @@ class ReplicaStatus(ReplicaRow):
     pending: Pending | None = None
     lag_millis: int = 0
     thresholds: Thresholds = NO_THRESHOLDS
+    failover: str | None = None
 
     @property
     def pending_messages(self) -> int | None:
@@ -179,7 +182,9 @@ def replica_status(admin: StreamAdmin, source: str) -> list[ReplicaStatus]:
     """``stream replica list``: each replica (``StreamAdmin.list_replicas``), with what it lacks,
     its lag, the live gateways that serve it and its alert thresholds. Every figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
-    source_uuid = admin.entry(source).uuid if rows else None
+    source_entry = admin.entry(source) if rows else None
+    source_uuid = source_entry.uuid if source_entry is not None else None
+    record = source_entry.failover if source_entry is not None else None
     now = int(time.time() * 1000)
     serving: dict[str, list[str] | None] = {}  # by replica cluster
     result = []
@@ -203,6 +208,7 @@ def replica_status(admin: StreamAdmin, source: str) -> list[ReplicaStatus]:
                 pending=info,
                 lag_millis=lag_millis(None if info is None else info.oldest, now),
                 thresholds=_thresholds(admin, source_uuid, row),
+                failover=record.describe() if record is not None and record.peer == row.replica_path else None,
             )
         )
     return result

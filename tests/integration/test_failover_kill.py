@@ -1,0 +1,172 @@
+"""A failover killed at each of its steps (the real CLI in a child process, kill -9) is
+recoverable: the fence shows in ``stream info`` and ``replica list``, ``-abort`` undoes a
+failover that had not promoted yet, a rerun finishes one at any step, and nothing is lost or
+duplicated. Ctrl-C and SIGTERM while it waits lift the fence themselves and say when."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from replication_helpers import STREAMREP_EXE, clean_env, produce, wait_until
+
+pytestmark = pytest.mark.slow
+
+SF = "/mapr/sanfrancisco/activity"
+NY = "/mapr/newyork/activity"
+
+# The CLI, killed with SIGKILL when the failover calls the step named in argv[1] ("" for none).
+KILLED_AT = textwrap.dedent("""
+    import os, signal, sys
+    from streamrep.replication import failover
+    if sys.argv[1]:
+        setattr(failover, sys.argv[1], lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
+    from streamrep.cli.main import main
+    sys.argv = ["streamrep", *sys.argv[2:]]
+    main()
+""")
+FAILOVER = ("stream", "replica", "failover", "-path", SF, "-replica", NY)
+BEFORE_PROMOTING = ["stop_flow", "place_cursors"]  # the failover's steps, in order, before PROMOTED
+AFTER_PROMOTING = ["_withdraw", "_demote_source"]
+
+
+@pytest.fixture
+def linked(cli, api):
+    for name in ("sanfrancisco", "newyork"):
+        assert cli("cluster", "add", "-name", name)[0] == 0
+    api.create_stream(SF)
+    api.create_topic(SF, "t", 2)
+    api.create_stream(NY, copymetafrom=SF)
+    api.add_replica(SF, NY)
+    api.add_upstream(NY, SF)
+    return api
+
+
+def info(cli) -> dict:
+    status, out, err = cli("stream", "info", "-path", SF, "-json")
+    assert status == 0, err
+    return json.loads(out)["data"][0]
+
+
+def replica_row(cli) -> dict:
+    status, out, err = cli("stream", "replica", "list", "-path", SF, "-json")
+    assert status == 0, err
+    (row,) = json.loads(out)["data"]
+    return row
+
+
+def drain(cli) -> None:
+    status, _, err = cli("gateway", "run", "-cluster", "newyork", "-engine", "local", "-once", "true")
+    assert status == 0, err
+
+
+def values(api, path) -> list[str]:
+    from replication_helpers import all_values
+
+    return sorted(all_values(api, path))
+
+
+def killed_failover(streamrep_home, step: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", KILLED_AT, step, *FAILOVER, "-timeout", "60"],
+        capture_output=True,
+        text=True,
+        env=clean_env(streamrep_home),
+        timeout=120,
+    )
+
+
+def start_failover(streamrep_home) -> subprocess.Popen:
+    """The real CLI's failover with nothing to drain it: it fences the source and waits."""
+    return subprocess.Popen(
+        [str(STREAMREP_EXE), *FAILOVER, "-timeout", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(streamrep_home),
+    )
+
+
+def fenced(cli) -> bool:
+    return info(cli)["failoverState"] == "FENCED"
+
+
+@pytest.mark.parametrize("recovery", ["abort", "rerun"])
+@pytest.mark.parametrize("step", ["wait", *BEFORE_PROMOTING])
+def test_a_failover_killed_before_promoting_shows_its_fence_and_is_undone_or_finished(
+    linked, cli, streamrep_home, step, recovery
+):
+    api = linked
+    sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(20)])
+    if step == "wait":  # no gateway: it fences the source and waits; killed there
+        proc = start_failover(streamrep_home)
+        wait_until(lambda: fenced(cli), 60, "the failover never fenced the source")
+        proc.kill()
+        proc.communicate(timeout=30)
+    else:
+        drain(cli)
+        assert killed_failover(streamrep_home, step).returncode == -signal.SIGKILL
+    # the fence shows, and producers are refused
+    assert fenced(cli) and "writes paused" in info(cli)["failover"] and "-abort true" in info(cli)["failover"]
+    assert "failing over to " + NY in replica_row(cli)["failover"]
+    status, _, err = cli("produce", "-path", f"{SF}:t", stdin="refused\n", timeout=120)
+    assert status == 1 and "retry in a moment" in err
+    if recovery == "abort":
+        status, out, err = cli(*FAILOVER, "-abort", "true", "-json")
+        assert status == 0, err
+        (row,) = json.loads(out)["data"]
+        assert row["aborted"] is True and f"lifted the fence on {SF}" in row["result"]
+        assert ("stop marks" in row["result"]) == (step == "place_cursors")
+        assert info(cli)["failoverState"] is None and replica_row(cli)["failover"] is None
+        again = cli(*FAILOVER, "-abort", "true")
+        assert again[0] == 0 and "nothing to abort" in again[1]
+        # replication goes on where it was: nothing lost, nothing twice
+        sent += produce(api, f"{SF}:t", [f"b{i}" for i in range(5)])
+        drain(cli)
+        assert values(api, NY) == sorted(sent)
+    else:
+        if step == "wait":
+            drain(cli)
+        status, out, err = cli(*FAILOVER, "-timeout", "60", "-json")
+        assert status == 0, err
+        assert info(cli)["failoverState"] == "FAILED_OVER"
+        assert values(api, NY) == sorted(sent)
+
+
+@pytest.mark.parametrize("step", AFTER_PROMOTING)
+def test_a_failover_killed_after_promoting_refuses_abort_and_a_rerun_finishes_it(linked, cli, streamrep_home, step):
+    api = linked
+    sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(20)])
+    drain(cli)
+    assert killed_failover(streamrep_home, step).returncode == -signal.SIGKILL
+    status, _, err = cli(*FAILOVER, "-abort", "true")
+    assert status == 1 and err.count("\n") == 1 and "failback" in err and "PROMOTED" not in err
+    status, out, err = cli(*FAILOVER, "-json")
+    assert status == 0, err
+    (row,) = json.loads(out)["data"]
+    assert row["alreadyDone"] is True
+    assert info(cli)["failoverState"] == "FAILED_OVER"
+    assert replica_row(cli)["replicaState"] == "REPLICA_STATE_FAILED_OVER"
+    assert values(api, NY) == sorted(sent)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_while_waiting_lifts_the_fence_and_says_when(linked, cli, streamrep_home, sig):
+    produce(linked, f"{SF}:t", ["a", "b"])
+    started = time.monotonic()
+    proc = start_failover(streamrep_home)
+    wait_until(lambda: fenced(cli), 60, "the failover never fenced the source")
+    time.sleep(1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, (out, err)
+    assert err.count("\n") == 1 and "interrupted after " in err and f"lifted the fence on {SF}" in err
+    said = float(err.split("interrupted after ")[1].split(" s")[0])
+    assert 1 <= said <= elapsed  # the time that passed, not the timeout
+    assert info(cli)["failoverState"] is None
