@@ -55,3 +55,8 @@ class AlertRaised(StreamrepError):
 
 class Interrupted(StreamrepError):
     """A long command was stopped (Ctrl-C, SIGTERM); the message says what it undid or what is left."""
+
+
+class StoreFull(StreamrepError):
+    """A cluster's store cannot take a write: its disk is full. Nothing of the write was kept;
+    retrying helps only once space is freed."""

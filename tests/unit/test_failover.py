@@ -224,6 +224,11 @@ def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linke
     assert "use -force true" in str(refused.value) and "\n" not in str(refused.value)
     result = failover(lost, SF, NY, force=True)
     assert result.forced is True and "may be missing" in result.result
+    # what is known: the last lag sample (0, taken by the drain before the two were produced),
+    # its time, and that anything produced after it may be missing as well
+    assert "the last lag sample, at " in result.result and "was 0 messages behind" in result.result
+    assert f"anything produced on {SF} after that time may be missing as well" in result.result
+    assert "up to 0 messages" not in result.result
     assert lost.entry(NY).failover.state == "PROMOTED" and lost.entry(NY).upstreams == ()
     produce(lost, NY, ["ny1", "ny2"])
     # the source's cluster is back: a rerun finds it failed over and refuses the source's producers
@@ -237,6 +242,7 @@ def test_forced_failover_with_the_source_cluster_unreachable_then_failback(linke
         while held(admin, NY)["lagging2"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert back.copied_back == 2  # only what was produced on the promoted stream
+    assert back.lacked == 2 and "the 2 messages" in back.result  # exact, now that the source is readable
     everything = Counter(["a", "b", "c", "lagging1", "lagging2", "ny1", "ny2"])
     assert held(admin, SF) == everything  # the lagging messages never left the source
     assert held(admin, NY) == everything  # and reach the replica once the flow is restored

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from streamrep.cli import rows
 from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
@@ -46,13 +50,10 @@ def gateway_run(
     if metricsport is not None:
         gateway.lag.export(gateway.id, metricsport)
     if once:
-        moved = 0
-        while True:
-            n = gateway.run_once(whole=True)
-            moved += n
-            if n == 0:
-                break
-        gateway.stop()
+        try:
+            moved = gateway.drain()
+        finally:
+            gateway.stop()
         for source_cluster in sorted(gateway.unlisted_by):  # not an error, but nothing came from there
             ctx.err.write(
                 f"streamrep: cluster {source_cluster} sends to {cluster} only through its listed gateways "
@@ -60,10 +61,27 @@ def gateway_run(
                 "was replicated\n"
             )
         return [{"cluster": cluster, "gateway": gateway.id, "messages": moved}]
-    line = gateway.run(interval=interval)
-    if line:  # stopped by 'gateway stop', or not started: a requested state, so exit status 0
+    with stop_on_signals(gateway):
+        line = gateway.run(interval=interval)
+    if line:  # stopped by a signal or 'gateway stop', or not started: a requested state, so exit status 0
         ctx.err.write(f"streamrep: {line}\n")
     return []
+
+
+@contextmanager
+def stop_on_signals(gateway: Gateway) -> Iterator[None]:
+    """SIGTERM and SIGINT (Ctrl-C) end the gateway after its batch in progress: it withdraws its
+    heartbeat at once and the command exits 0, saying so."""
+
+    def stop(signum: int, _frame: Any) -> None:
+        gateway.request_stop(f"stopped by {signal.Signals(signum).name}; its heartbeat is withdrawn")
+
+    saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
 
 
 # -- gateways as a service ---------------------------------------------------------------

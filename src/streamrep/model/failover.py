@@ -21,10 +21,10 @@ last messages drain, so nothing is written on the side being left that the other
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
-import time
 from typing import Any
 
 from streamrep.errors import Conflict

@@ -585,9 +585,7 @@ def abort_failover(admin: StreamAdmin, pair: Pair, where: str) -> FailoverResult
     )
 
 
-def _failover(
-    admin: StreamAdmin, pair: Pair, where: str, force: bool, timeout: float, grace: float
-) -> FailoverResult:
+def _failover(admin: StreamAdmin, pair: Pair, where: str, force: bool, timeout: float, grace: float) -> FailoverResult:
     src, dst = pair.src, pair.dst
     if where in (FAILING_BACK, RETURNING):
         raise Conflict(

@@ -38,11 +38,13 @@ class Flow:
 
 @dataclass(frozen=True)
 class Blocked:
-    """A replica's upstream that cannot flow, and why."""
+    """A replica's upstream that cannot flow, and why (``unreadable``: its cluster or entry could
+    not be read, as opposed to an agreement not in place)."""
 
     source: StreamPath
     replica: StreamPath
     reason: str
+    unreadable: bool = False
 
 
 def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocked]]:
@@ -57,7 +59,7 @@ def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocke
             try:
                 source_entry = catalog.entry(source)
             except StreamrepError as err:
-                blocked.append(Blocked(source, replica, str(err)))
+                blocked.append(Blocked(source, replica, str(err), unreadable=True))
                 continue
             found = rules.agreement(source, source_entry, replica, replica_entry)
             if found.agreed and found.link is not None:

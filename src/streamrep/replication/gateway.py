@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +35,7 @@ from streamrep.replication.assignment import (
     share_of,
 )
 from streamrep.replication.cursors import CursorSync
-from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.flows import Blocked, Flow, flows_into
 from streamrep.replication.lag import LagRecorder
 from streamrep.replication.service import (
     HEARTBEAT_KIND,
@@ -138,6 +139,13 @@ class Gateway:
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
         self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
         self.lag = LagRecorder(self.catalog, cluster)  # lag history and metrics (replication/lag.py)
+        self.applied = 0  # messages written to replicas (read ones skipped by loop prevention are not)
+        self.served: set[Flow] = set()  # the flows of its last share
+        self.errors: dict[Flow, str] = {}  # the flows its last pass could not serve, and why
+        self.unreadable: list[Blocked] = []  # upstreams whose stream could not be read, last pass
+        # Set (by a signal handler, another thread) to end ``run`` after the batch in progress.
+        self.stopping = threading.Event()
+        self.stop_reason = "stopped"
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -170,13 +178,39 @@ class Gateway:
         """Withdraw this gateway's heartbeat so the others take its share at once."""
         withdraw(self.store, self.id)
 
+    def request_stop(self, reason: str) -> None:
+        """End ``run`` after the batch in progress (its positions commit with it), saying ``reason``."""
+        self.stop_reason = reason
+        self.stopping.set()
+
+    def drain(self) -> int:
+        """``gateway run -once``: replicate everything available now (every partition the source
+        clusters let this gateway pull) until a pass reads nothing, then sync the consumer groups'
+        cursors once, so a short drain leaves them translated on the replicas. Returns the
+        messages applied. Unavailable (after the drain) if an upstream could not be read."""
+        before = self.applied
+        while self.run_once(whole=True) and not self.stopping.is_set():
+            pass
+        if self.errors:  # the replicas' links say it too (``replica list``)
+            first = sorted(set(self.errors.values()))
+            more = f" (and {len(first) - 1} more errors)" if len(first) > 1 else ""
+            raise StreamrepError(f"replication stopped: {first[0]}{more}")
+        self.cursor_sync.sync(self.catalog, self.store, self.assignment(whole=True).units)
+        if self.unreadable:
+            raise Unavailable(
+                "; ".join(f"upstream {b.source} of {b.replica} cannot be read: {b.reason}" for b in self.unreadable)
+                + ": nothing from it was replicated"
+            )
+        return self.applied - before
+
     # -- work ----------------------------------------------------------------------
     def active_flows(self) -> dict[str, list[Flow]]:
         """The agreed, unpaused flows into this cluster, by source stream UUID. A flow that asks
         for network encryption while this gateway would reach its source or this cluster in
         plaintext is left out and its replica put in error, with the reason, until it can be
         given (the clusters' settings are read now: they may have changed since ``replica add``)."""
-        flows, _ = flows_into(self.catalog, self.cluster)
+        flows, blocked = flows_into(self.catalog, self.cluster)
+        self.unreadable = [b for b in blocked if b.unreadable]
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
             if flow.paused:
@@ -304,7 +338,8 @@ class Gateway:
 
     def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int, end: int | None) -> SourceRead:
         read = self.read(unit, flows, max_messages, end)
-        _, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
+        written, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
+        self.applied += sum(written.values())
         if errors:  # the other replicas have the batch; the pass reports this unit as failed
             raise next(iter(errors.values()))
         return read
@@ -314,6 +349,7 @@ class Gateway:
         of it with ``whole``). Returns how many source messages were read."""
         self.heartbeat()
         assignment = self.assignment(whole)
+        self.served = {f for flows in assignment.units.values() for f in flows}
         moved = 0
         errors: dict[Flow, str] = {}
         for unit, flows in sorted(assignment.units.items()):
@@ -327,11 +363,12 @@ class Gateway:
                     moved += len(read.messages)
                     self.keep_alive()
                     read_from, read_next = read.span
-                    if read_next >= end or read_next == read_from:
+                    if read_next >= end or read_next == read_from or self.stopping.is_set():
                         break
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
+        self.errors = errors
         self.lag.after_pass(moved)
         return moved
 
@@ -358,9 +395,11 @@ class Gateway:
             return f"gateway {self.id} not started: {self.stopped_line()}"
         deadline = None if stop_after is None else time.monotonic() + stop_after
         self.announce(where or placement("local"))
-        outage = Outage(self.id, interval)
+        outage = Outage(self.id, interval, wait=self.stopping.wait)
         try:
             while deadline is None or time.monotonic() < deadline:
+                if self.stopping.is_set():  # a signal: the last batch's positions are committed
+                    return f"gateway {self.id} {self.stop_reason}"
                 try:
                     if self.stop_requested():  # between passes: the last pass's positions are committed
                         return f"gateway {self.id} stopped: {self.stopped_line()}"
@@ -370,10 +409,23 @@ class Gateway:
                     continue
                 outage.ended()
                 if moved == 0:
-                    time.sleep(interval)
+                    self.stopping.wait(interval)
             return None
+        except Exception as err:
+            # Dying: the replicas it served say why (until a gateway serves them again).
+            served = self.served
+            self.record_states(served, {flow: f"gateway {self.id} stopped on an error: {err}" for flow in served})
+            raise
         finally:
+            self._give_up_heartbeat()
+
+    def _give_up_heartbeat(self) -> None:
+        """``stop``, best effort: on a store that cannot take it (a full disk) the heartbeat
+        expires by itself."""
+        try:
             self.stop()
+        except StreamrepError as err:
+            log.warning("gateway %s: could not withdraw its heartbeat (%s); it expires by itself", self.id, err)
 
     def _record_state(self, flow: Flow, state: ReplicaState, error: str | None) -> None:
         # Written only on a change: the source catalog is not touched per batch.

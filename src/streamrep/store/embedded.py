@@ -33,6 +33,7 @@ from streamrep.errors import (
     InvalidArgument,
     NotFound,
     RetryNow,
+    StoreFull,
     StreamrepError,
     Unavailable,
 )
@@ -179,6 +180,15 @@ def _create_owner_only(path: str) -> None:
         pass
 
 
+def _rollback(con: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it does on a full disk)."""
+    if con.in_transaction:
+        try:
+            con.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # the transaction is gone either way
+
+
 class _NotAStore(sqlite3.DatabaseError):
     """The file is a SQLite database, but not a streamrep store this version can read."""
 
@@ -307,24 +317,38 @@ class EmbeddedStore(Store):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction under SQLite's write lock."""
+        """One write transaction under SQLite's write lock. A full disk (or any write error of
+        SQLite's) is one ``StoreFull``/``Unavailable`` line naming the cause; SQLite has rolled
+        the transaction back itself then, so nothing is half-written."""
         con = self._connection()
         try:
             con.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as err:
-            raise Unavailable(f"cluster {self.cluster}: store {self.path} is not writable: {err}") from None
+            raise self._write_error(err, "is not writable") from None
         try:
             self._check_file()
             yield con
+        except sqlite3.Error as err:
+            _rollback(con)
+            raise self._write_error(err, "write failed") from None
         except BaseException:
-            con.execute("ROLLBACK")
+            _rollback(con)
             raise
         else:
             try:
                 con.execute("COMMIT")
             except sqlite3.Error as err:
-                con.execute("ROLLBACK")
-                raise _unreadable(err, f"cluster {self.cluster}: commit failed: {err}") from None
+                _rollback(con)
+                raise self._write_error(err, "commit failed") from None
+
+    def _write_error(self, err: sqlite3.Error, what: str) -> StreamrepError:
+        code = getattr(err, "sqlite_errorcode", None)
+        if code is not None and code & 0xFF == sqlite3.SQLITE_FULL:
+            return StoreFull(
+                f"cluster {self.cluster}: the disk holding store {self.path} is full ({what}: {err}); "
+                "nothing of this write was kept: free space and run it again"
+            )
+        return _unreadable(err, f"cluster {self.cluster}: store {self.path} {what}: {err}")
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         try:
