@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import StreamrepError, Unavailable
+from streamrep.errors import StoreFull, StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState, validate_gateway_name
@@ -365,6 +365,8 @@ class Gateway:
                     read_from, read_next = read.span
                     if read_next >= end or read_next == read_from or self.stopping.is_set():
                         break
+            except StoreFull:
+                raise  # the whole destination is full, not this partition: the gateway stops, saying so
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
