@@ -167,3 +167,35 @@ def test_a_full_disk_is_one_line_and_a_dying_gateway_gives_up_its_heartbeat(cli,
     code, _, err = cli(*ONCE)
     assert code == 0, err
     assert sorted(all_values(api, NY)) == sorted(sent)
+
+
+BAD_KAFKA_SETTINGS = {
+    "ssl": ({"security.protocol": "SSL", "ssl.ca.location": "/nonexistent/ca.pem"}, "ssl"),
+    "sasl": (
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p"},
+        "",
+    ),
+    "unknown": ({"no.such.setting": "1"}, "no.such.setting"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_KAFKA_SETTINGS))
+def test_once_names_a_kafka_upstream_whose_settings_fail(cli, api, streamrep_home, kafka_broker, bad):
+    namespace = f"t{os.urandom(5).hex()}-sf"
+    api.clusters.add("sanfrancisco", url=f"kafka://{kafka_broker}", settings={"streamrep.namespace": namespace})
+    api.clusters.add("newyork")
+    api.create_stream(SF, ttl=0)
+    api.create_topic(SF, "t", 1)
+    api.create_stream(NY, copymetafrom=SF)
+    api.add_replica(SF, NY)
+    api.add_upstream(NY, SF)
+    api.clusters.close()
+    registry = streamrep_home / "clusters.json"
+    data = json.loads(registry.read_text())
+    settings, fragment = BAD_KAFKA_SETTINGS[bad]
+    data["clusters"]["sanfrancisco"]["settings"].update(settings)
+    registry.write_text(json.dumps(data))
+    code, out, err = cli(*ONCE, timeout=180)
+    assert code == 1, (out, err)
+    assert err.count("\n") == 1 and err.startswith("streamrep: error: ") and "internal error" not in err
+    assert f"upstream {SF} of {NY} cannot be read" in err and "sanfrancisco" in err and fragment in err

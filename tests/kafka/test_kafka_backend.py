@@ -73,3 +73,43 @@ def test_a_store_reads_partitions_another_store_added(store):
         assert [m.value for m in store.read(stream, "t", 2, 0, 10)] == [b"c"]
     finally:
         other.close()
+
+
+FENCING_CHILD = """
+import sys, uuid
+from streamrep.errors import RetryNow
+from streamrep.model.message import Message
+from streamrep.store.kafka import KafkaStore
+
+bootstrap, namespace = sys.argv[1], sys.argv[2]
+first, second = (KafkaStore("kc", bootstrap, {"streamrep.namespace": namespace}) for _ in range(2))
+stream = str(uuid.uuid4())
+first.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s"})
+first.create_topic(stream, "t", 1)
+key = "p|source|t|0"
+first.apply(stream, "t", 0, [Message(b"a")], {key: 1}, {key: None})
+second.apply(stream, "t", 0, [Message(b"b")], {key: 2}, {key: 1})  # fences the first store's producer
+try:
+    first.apply(stream, "t", 0, [Message(b"c")], {key: 3}, {key: 2})
+except RetryNow:  # fenced: as every caller of apply does, retry (with a new producer)
+    first.apply(stream, "t", 0, [Message(b"c")], {key: 3}, {key: 2})
+print(sorted(first.marks(stream).items()))
+first.close(); second.close()
+"""
+
+
+def test_routine_fencing_prints_nothing_on_stderr(store):
+    """A failover or failback fences the gateways' transactional producers (and they its): that is
+    how exactly-once works, so librdkafka's ``FATAL ... fenced`` log lines stay out of the user's output."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", FENCING_CHILD, store.bootstrap, store.namespace],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[('p|source|t|0', 3)]"
+    assert "fenced" not in done.stderr.lower() and "FATAL" not in done.stderr, done.stderr

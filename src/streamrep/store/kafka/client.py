@@ -31,6 +31,19 @@ CLIENT_LOG = logging.getLogger("streamrep.kafka.client")
 if CLIENT_LOG.level == logging.NOTSET:
     CLIENT_LOG.setLevel(logging.CRITICAL)  # fencing and coordinator retries are routine; real failures raise
 
+
+class _RoutineFencing(logging.Filter):
+    """Drops librdkafka's ``TXNERR``/``FATAL ... fenced`` lines (logged at CRITICAL): a writer fenced
+    by a newer one of its transactional id is how exactly-once works (a failover or failback
+    fences the gateways' producers); the fenced writer raises RetryNow and its caller retries."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage().lower()
+        return "fenced" not in text and "producer_fenced" not in text and "old epoch" not in text
+
+
+CLIENT_LOG.addFilter(_RoutineFencing())
+
 USER_ERRORS = {
     KafkaError.INVALID_TIMESTAMP: InvalidArgument,
     KafkaError.MSG_SIZE_TOO_LARGE: LimitExceeded,
