@@ -37,6 +37,7 @@ from streamrep.errors import (
     Unavailable,
 )
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
+from streamrep.model.offsetsyncs import prune
 from streamrep.store.base import CatalogDoc, ReplicaApply, Store
 
 FORMAT = "streamrep-embedded-2"
@@ -653,6 +654,16 @@ class EmbeddedStore(Store):
                 for (index, source_offset), bound in zip(syncs, bounds, strict=False)
             ],
         )
+        if syncs and self.prune_due(stream, source, len(syncs)):
+            where = (stream, source)
+            rows = con.execute(
+                "SELECT source_offset, partition, replica_offset, count FROM offset_syncs WHERE stream=? AND source=?",
+                where,
+            ).fetchall()
+            kept = prune(rows)
+            if kept != sorted(rows):
+                con.execute("DELETE FROM offset_syncs WHERE stream=? AND source=?", where)
+                con.executemany("INSERT INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)", [(*where, *k) for k in kept])
         return first
 
     @staticmethod

@@ -58,6 +58,7 @@ from streamrep.errors import (
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
+from streamrep.model.offsetsyncs import prune
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import CatalogDoc, Store
 from streamrep.store.kafka.acls import KafkaAcls
@@ -803,15 +804,33 @@ class KafkaStore(Store):
                     raise self._translate(errors[0], f"cannot write to {name}")
             for key, value in marks.items():
                 txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
-            for source_offset, replica_offset, count in _runs(syncs, offsets):
+            runs = [(s, partition, r, n) for s, r, n in _runs(syncs, offsets)]
+            for source_offset, value in self._syncs_writes(stream, source, runs).items():
                 txn.internal(
                     "syncs",
                     keys.sync_key(stream, source, source_offset),
-                    keys.sync_value(partition, replica_offset, count),
+                    None if value is None else keys.sync_value(*value[1:]),
                 )
         if messages:
             return offsets[0]
         return self._watermarks(name, partition, topic)[1]
+
+    def _syncs_writes(
+        self, stream: str, source: str, runs: list[tuple[int, int, int, int]]
+    ) -> dict[int, tuple[int, int, int, int] | None]:
+        """The syncs records an apply writes, by source offset (None: a tombstone): its ``runs``,
+        and when a prune is due, what ``prune`` changes. Called after the apply's fence, so the
+        caught-up fold holds every earlier apply's syncs of ``source``."""
+        writes: dict[int, tuple[int, int, int, int] | None] = {run[0]: run for run in runs}
+        if not runs or not self.prune_due(stream, source, len(runs)):
+            return writes
+        fold = self._syncs_fold()
+        fold.catch_up()
+        before = {offset: (offset, *value) for offset, value in fold.state.get(stream, {}).get(source, {}).items()}
+        kept = {sync[0]: sync for sync in prune([*before.values(), *runs])}
+        writes = {offset: sync for offset, sync in kept.items() if before.get(offset) != sync}
+        writes.update((offset, None) for offset in before if offset not in kept)
+        return writes
 
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
         by_partition: dict[tuple[str, int], dict[str, int]] = {}
