@@ -805,11 +805,11 @@ class KafkaStore(Store):
             for key, value in marks.items():
                 txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
             runs = [(s, partition, r, n) for s, r, n in _runs(syncs, offsets)]
-            for source_offset, value in self._syncs_writes(stream, source, runs).items():
+            for source_offset, sync in self._syncs_writes(stream, source, runs).items():
                 txn.internal(
                     "syncs",
                     keys.sync_key(stream, source, source_offset),
-                    None if value is None else keys.sync_value(*value[1:]),
+                    None if sync is None else keys.sync_value(*sync[1:]),
                 )
         if messages:
             return offsets[0]
