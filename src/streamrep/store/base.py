@@ -177,11 +177,15 @@ class Store(ABC):
         joins no group (it only commits cursors); Kafka's own consumers do."""
         return set()
 
+    # Whether ``range_stats`` counts without reading every message (the embedded store's index).
+    counts_cheaply = True
+
     @abstractmethod
     def range_stats(
-        self, stream: str, topic: str, partition: int, start: int
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
     ) -> tuple[int, int, int | None, int | None]:
-        """From ``start`` to the end: ``(messages, value bytes, oldest timestamp, newest timestamp)``."""
+        """From ``start`` to ``stop`` (None: the end): ``(messages, value bytes, oldest timestamp,
+        newest timestamp)``."""
 
     # -- replication marks (kept with the replica, written with its messages) ------
     @abstractmethod

@@ -560,7 +560,7 @@ class EmbeddedStore(Store):
         return dropped
 
     def range_stats(
-        self, stream: str, topic: str, partition: int, start: int
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
     ) -> tuple[int, int, int | None, int | None]:
         con = self._connection()
         try:
@@ -568,7 +568,7 @@ class EmbeddedStore(Store):
             base = pid << OFFSET_BITS
             row: tuple[int, int, int | None, int | None] = con.execute(
                 "SELECT count(*), coalesce(sum(length(value)), 0), min(ts), max(ts) FROM messages WHERE id >= ? AND id < ?",
-                (base + max(start, first), base + end),
+                (base + max(start, first), base + (end if stop is None else min(stop, end))),
             ).fetchone()
         except sqlite3.DatabaseError as err:
             raise _unreadable(err, f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None

@@ -108,6 +108,8 @@ class KafkaStore(Store):
     :param settings: confluent-kafka client settings, passed through; ``streamrep.namespace`` is ours.
     """
 
+    counts_cheaply = False  # Kafka keeps no counts: range_stats reads every message
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         serialized(cls)  # a subclass's own public methods hold the lock too
@@ -663,12 +665,13 @@ class KafkaStore(Store):
 
     @unheld  # serialized per read: see below
     def range_stats(
-        self, stream: str, topic: str, partition: int, start: int
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
     ) -> tuple[int, int, int | None, int | None]:
         # Kafka keeps no counts, so the range is read. It ends where the partition ended when
         # the count began (a busy topic would otherwise never be counted to its end), and the
         # store is not held between reads, so gateways sharing it keep applying meanwhile.
         _, end = self.offsets(stream, topic, partition)
+        end = end if stop is None else min(stop, end)
         count = size = 0
         oldest = newest = None
         position = start
