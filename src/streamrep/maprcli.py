@@ -80,6 +80,7 @@ def replica_status_row(status: ReplicaStatus) -> dict[str, Any]:
         "bytesPending": None if pending is None else pending.bytes,
         "minPendingTS": None if pending is None else pending.oldest,
         "maxPendingTS": None if pending is None else pending.newest,
+        "pendingIsEstimate": None if pending is None else pending.estimate,
         "replicationLagMillis": status.lag_millis,
         "maxLagMillis": status.thresholds.max_lag_millis,
         "maxLagMessages": status.thresholds.max_lag_messages,

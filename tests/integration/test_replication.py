@@ -28,7 +28,9 @@ from replication_helpers import (
 
 from streamrep.client import Consumer, Producer
 from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound, RetryNow
+from streamrep.maprcli import replica_status_row
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState, position_key
+from streamrep.replication import pending as pending_module
 from streamrep.replication import setup, transfer
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
@@ -297,6 +299,46 @@ def test_multimaster_status_leaves_out_what_came_from_the_replica(api3):
     mine = produce(api, f"{NY}:ny_events", tagged("ny", 4))
     reverse = status(api, NY, SF)
     assert reverse.pending_messages == len(mine) and reverse.bytes_pending == sum(len(v) for v in mine)
+
+
+@ON_BOTH
+def test_multimaster_reverse_link_has_nothing_pending_above_the_reading_threshold(api3, monkeypatch):
+    """Issue 21 item 6: a backlog too big to read (here, above a lowered threshold) still leaves out
+    what the replica got from the source: its offset syncs say which, so nothing is read."""
+    monkeypatch.setattr(pending_module, "PRECISE_PENDING_MAX", 5)
+    api = api3
+    source_with_topics(api, SF, sf_events=2)
+    produce(api, f"{SF}:sf_events", tagged("before", 40))
+    setup.autosetup(api, SF, NY, multimaster=True)
+    reverse = status(api, NY, SF)
+    assert (reverse.pending_messages, reverse.pending.estimate, reverse.is_uptodate) == (0, False, True)
+    forward = status(api, SF, NY)
+    assert (forward.pending_messages, forward.is_uptodate) == (0, True)
+
+
+@ON_BOTH
+def test_a_big_backlog_is_an_estimate_but_nothing_pending_is_exact(api3, monkeypatch):
+    """Issue 20 part 4: above the reading threshold the count is an estimate and says so; at zero it
+    is exact, whether nothing is left or what is left will all be skipped."""
+    monkeypatch.setattr(pending_module, "PRECISE_PENDING_MAX", 5)
+    api = api3
+    linked_pair(api, t=1)
+    sent = produce(api, f"{SF}:t", tagged("m", 30))
+    row = status(api, SF, NY)
+    assert row.pending.estimate and not row.is_uptodate
+    assert row.pending_messages == len(sent)  # plain producer: no transaction markers to overcount
+    assert row.pending.oldest is not None and row.pending.newest is not None and row.bytes_pending > 0
+    listed = replica_status_row(row)  # what ``replica list`` prints
+    assert (listed["pendingIsEstimate"], listed["pendingMessages"], listed["isUptodate"]) == (True, len(sent), False)
+    drain(Gateway(api, "newyork", "g1"))
+    row = status(api, SF, NY)
+    assert (row.pending_messages, row.pending.estimate, row.is_uptodate) == (0, False, True)
+    # Everything left to read will be skipped (the syncs that would say so are ignored here): still 0.
+    api.add_replica(NY, SF)
+    api.add_upstream(SF, NY)
+    monkeypatch.setattr(pending_module, "uncovered", lambda syncs, start, end: [(start, end)])
+    reverse = status(api, NY, SF)
+    assert (reverse.pending_messages, reverse.pending.estimate, reverse.is_uptodate) == (0, False, True)
 
 
 # -- 3. the two-way agreement ---------------------------------------------------------------

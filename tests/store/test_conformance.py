@@ -16,6 +16,7 @@ import pytest
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, RetryNow, StreamrepError
 from streamrep.model.message import Message
+from streamrep.model.offsetsyncs import KEEP_RECENT, PRUNE_EVERY, translate_offset
 from streamrep.store.base import ReplicaApply, Store
 
 pytestmark = pytest.mark.backends("embedded", "kafka")
@@ -472,6 +473,31 @@ def test_offset_syncs_record_runs_of_source_offsets(store, stream):
     assert store.offset_syncs(stream, source) == [(100, 0, first, 2), (200, 0, first + 2, 3)]
     assert store.offset_syncs(stream, "p|other|t|0") == []
     assert store.offset_syncs(str(uuid.uuid4()), source) == []
+
+
+def test_offset_syncs_stay_bounded_and_translate_exactly_where_recent(store, open_store, stream):
+    """Applies of one source partition, one run each (a skipped source offset between them): the
+    syncs are pruned in the applies' own transactions, by every writer, to a bounded set that
+    translates the recent cursors exactly and never past a message (``model/offsetsyncs.py``)."""
+    store.create_topic(stream, "t", 1)
+    source = "p|src|t|0"
+    full: list[tuple[int, int, int, int]] = []  # every run, as if nothing were pruned
+    writers = [store, open_store()]  # a second gateway takes over half-way
+    batches = KEEP_RECENT + 2 * PRUNE_EVERY + 10
+    for i in range(batches):
+        writer = writers[i * 2 // batches]
+        expect = {source: None} if i == 0 else {source: 2 * i}
+        first = writer.apply(stream, "t", 0, msgs(f"m{i}"), {source: 2 * i + 2}, expect, source, syncs=[(0, 2 * i + 1)])
+        full.append((2 * i + 1, 0, first, 1))
+    kept = open_store().offset_syncs(stream, source)
+    assert len(kept) <= KEEP_RECENT + PRUNE_EVERY < len(full)
+    end = full[-1][2] + 1
+    window = full[-KEEP_RECENT][0]
+    for cursor in range(0, 2 * batches + 2):
+        exact, got = translate_offset(full, cursor, end), translate_offset(kept, cursor, end)
+        assert got <= exact, f"cursor {cursor} translated past a message: {got} > {exact}"
+        if cursor >= window:
+            assert got == exact, f"cursor {cursor} is recent: {got} != {exact}"
 
 
 def test_drop_marks_drops_only_those_unchanged(store, stream):

@@ -107,8 +107,11 @@ class GappedStore(Store):
         first, end = self.inner.offsets(stream, topic, partition)
         return (self._outer(key, first) if first < end else self.ends.get(key, 0)), self.ends.get(key, 0)
 
-    def range_stats(self, stream, topic, partition, start):
-        return self.inner.range_stats(stream, topic, partition, self._inner((stream, topic, partition), start))
+    def range_stats(self, stream, topic, partition, start, stop=None):
+        key = (stream, topic, partition)
+        return self.inner.range_stats(
+            stream, topic, partition, self._inner(key, start), None if stop is None else self._inner(key, stop)
+        )
 
     def purge_before(self, stream, topic, timestamp):
         return self.inner.purge_before(stream, topic, timestamp)

@@ -97,6 +97,7 @@ def test_replica_list_uses_maprs_field_names(linked):
         "bytesPending",
         "minPendingTS",
         "maxPendingTS",
+        "pendingIsEstimate",
         "replicationLagMillis",
         "gateways",
         "maxLagMillis",

@@ -314,7 +314,7 @@ def lag_by_topic(
         messages = size = 0
         oldest: int | None = None
         for partition in range(count):
-            n, b, lo, _ = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
+            n, b, lo, _, _ = partition_pending(source_store, src_entry.uuid, dst_entry.uuid, marks, topic, partition)
             messages, size = messages + n, size + b
             if lo is not None:
                 oldest = lo if oldest is None else min(oldest, lo)

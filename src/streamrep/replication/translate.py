@@ -3,32 +3,18 @@ expressed as the matching cursor on a replica, from the offset syncs the apply r
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
+from streamrep.model.offsetsyncs import translate_offset
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import position_key
 from streamrep.store.base import Store
 
-
-def translate_offset(syncs: list[tuple[int, int, int, int]], cursor: int, replica_end: int) -> int:
-    """The replica offset of the first replicated message at or after source offset ``cursor``.
-
-    :param syncs: ``(source offset, partition, replica offset, run length)`` in source order.
-    :param replica_end: where the next message will land if ``cursor`` is not replicated yet.
-    """
-    i = bisect_right([s[0] for s in syncs], cursor) - 1
-    if i >= 0:
-        source_offset, _, replica_offset, count = syncs[i]
-        if cursor < source_offset + count:
-            return replica_offset + (cursor - source_offset)
-    if i + 1 < len(syncs):
-        return syncs[i + 1][2]
-    return replica_end
+__all__ = ["TranslatedCursor", "check_translate", "translate_cursors", "translate_offset", "translate_partition"]
 
 
 def check_translate(

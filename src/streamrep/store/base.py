@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from streamrep.errors import InvalidArgument, RetryNow, StreamrepError
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
+from streamrep.model.offsetsyncs import PRUNE_EVERY
 
 CatalogDoc = dict[str, Any]
 
@@ -39,6 +40,7 @@ class Store(ABC):
         self.cluster = cluster
         self._retained: dict[tuple[str, str], float] = {}  # (stream, topic) -> monotonic time of the last run
         self._ttls: tuple[float, dict[str, int]] | None = None  # when read, and every stream's ttl by UUID
+        self._syncs_written: dict[tuple[str, str], int] = {}  # (stream, source) -> runs written since a prune
 
     @abstractmethod
     def store_id(self) -> str:
@@ -175,11 +177,15 @@ class Store(ABC):
         joins no group (it only commits cursors); Kafka's own consumers do."""
         return set()
 
+    # Whether ``range_stats`` counts without reading every message (the embedded store's index).
+    counts_cheaply = True
+
     @abstractmethod
     def range_stats(
-        self, stream: str, topic: str, partition: int, start: int
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
     ) -> tuple[int, int, int | None, int | None]:
-        """From ``start`` to the end: ``(messages, value bytes, oldest timestamp, newest timestamp)``."""
+        """From ``start`` to ``stop`` (None: the end): ``(messages, value bytes, oldest timestamp,
+        newest timestamp)``."""
 
     # -- replication marks (kept with the replica, written with its messages) ------
     @abstractmethod
@@ -207,6 +213,8 @@ class Store(ABC):
         :param source: the position key of the source partition the messages came from.
         :param syncs: ``(index in messages, source offset)`` pairs, in index order: each starts a
             run of consecutive source offsets, recorded as an offset sync for cursor translation.
+            The same transaction prunes the syncs of ``source`` when ``prune_due`` says so, to
+            what ``model.offsetsyncs.prune`` keeps.
         :param compression: the Kafka codec (``compression.type``) to write the messages with;
             None: the store's default. A store that sends nothing over a network ignores it.
         :return: the first offset assigned.
@@ -242,7 +250,21 @@ class Store(ABC):
 
     @abstractmethod
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
-        """Recorded ``(source offset, replica partition, replica offset, run length)`` syncs, in source order."""
+        """Recorded ``(source offset, replica partition, replica offset, run length)`` syncs, in
+        source order, as ``model.offsetsyncs`` defines them (a run length of 0 is a blur mark).
+        Bounded: pruned by the apply (``prune_due``)."""
+
+    def prune_due(self, stream: str, source: str, runs: int) -> bool:
+        """Whether an apply writing ``runs`` new syncs of ``stream`` from ``source`` prunes them in
+        its transaction: this store object's first apply of them, then every ``PRUNE_EVERY`` runs.
+        So one writer keeps at most ``PRUNE_EVERY`` more rows than a prune leaves."""
+        key = (stream, source)
+        written = self._syncs_written.get(key)
+        if written is not None and written + runs < PRUNE_EVERY:
+            self._syncs_written[key] = written + runs
+            return False
+        self._syncs_written[key] = 0
+        return True
 
     def close(self) -> None:  # noqa: B027 - optional: a store without connections has nothing to release
         """Release connections. The store may be used again afterwards (it reopens)."""

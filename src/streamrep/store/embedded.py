@@ -38,6 +38,7 @@ from streamrep.errors import (
     Unavailable,
 )
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
+from streamrep.model.offsetsyncs import prune
 from streamrep.store.base import CatalogDoc, ReplicaApply, Store
 
 FORMAT = "streamrep-embedded-2"
@@ -583,7 +584,7 @@ class EmbeddedStore(Store):
         return dropped
 
     def range_stats(
-        self, stream: str, topic: str, partition: int, start: int
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
     ) -> tuple[int, int, int | None, int | None]:
         con = self._connection()
         try:
@@ -591,7 +592,7 @@ class EmbeddedStore(Store):
             base = pid << OFFSET_BITS
             row: tuple[int, int, int | None, int | None] = con.execute(
                 "SELECT count(*), coalesce(sum(length(value)), 0), min(ts), max(ts) FROM messages WHERE id >= ? AND id < ?",
-                (base + max(start, first), base + end),
+                (base + max(start, first), base + (end if stop is None else min(stop, end))),
             ).fetchone()
         except sqlite3.DatabaseError as err:
             raise _unreadable(err, f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
@@ -677,6 +678,16 @@ class EmbeddedStore(Store):
                 for (index, source_offset), bound in zip(syncs, bounds, strict=False)
             ],
         )
+        if syncs and self.prune_due(stream, source, len(syncs)):
+            where = (stream, source)
+            rows = con.execute(
+                "SELECT source_offset, partition, replica_offset, count FROM offset_syncs WHERE stream=? AND source=?",
+                where,
+            ).fetchall()
+            kept = prune(rows)
+            if kept != sorted(rows):
+                con.execute("DELETE FROM offset_syncs WHERE stream=? AND source=?", where)
+                con.executemany("INSERT INTO offset_syncs VALUES (?, ?, ?, ?, ?, ?)", [(*where, *k) for k in kept])
         return first
 
     @staticmethod

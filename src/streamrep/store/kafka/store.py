@@ -58,6 +58,7 @@ from streamrep.errors import (
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
+from streamrep.model.offsetsyncs import prune
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import CatalogDoc, Store
 from streamrep.store.kafka.acls import KafkaAcls
@@ -106,6 +107,8 @@ class KafkaStore(Store):
     :param bootstrap: ``host:port[,host:port...]``.
     :param settings: confluent-kafka client settings, passed through; ``streamrep.namespace`` is ours.
     """
+
+    counts_cheaply = False  # Kafka keeps no counts: range_stats reads every message
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -662,12 +665,13 @@ class KafkaStore(Store):
 
     @unheld  # serialized per read: see below
     def range_stats(
-        self, stream: str, topic: str, partition: int, start: int
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
     ) -> tuple[int, int, int | None, int | None]:
         # Kafka keeps no counts, so the range is read. It ends where the partition ended when
         # the count began (a busy topic would otherwise never be counted to its end), and the
         # store is not held between reads, so gateways sharing it keep applying meanwhile.
         _, end = self.offsets(stream, topic, partition)
+        end = end if stop is None else min(stop, end)
         count = size = 0
         oldest = newest = None
         position = start
@@ -803,15 +807,33 @@ class KafkaStore(Store):
                     raise self._translate(errors[0], f"cannot write to {name}")
             for key, value in marks.items():
                 txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
-            for source_offset, replica_offset, count in _runs(syncs, offsets):
+            runs = [(s, partition, r, n) for s, r, n in _runs(syncs, offsets)]
+            for source_offset, sync in self._syncs_writes(stream, source, runs).items():
                 txn.internal(
                     "syncs",
                     keys.sync_key(stream, source, source_offset),
-                    keys.sync_value(partition, replica_offset, count),
+                    None if sync is None else keys.sync_value(*sync[1:]),
                 )
         if messages:
             return offsets[0]
         return self._watermarks(name, partition, topic)[1]
+
+    def _syncs_writes(
+        self, stream: str, source: str, runs: list[tuple[int, int, int, int]]
+    ) -> dict[int, tuple[int, int, int, int] | None]:
+        """The syncs records an apply writes, by source offset (None: a tombstone): its ``runs``,
+        and when a prune is due, what ``prune`` changes. Called after the apply's fence, so the
+        caught-up fold holds every earlier apply's syncs of ``source``."""
+        writes: dict[int, tuple[int, int, int, int] | None] = {run[0]: run for run in runs}
+        if not runs or not self.prune_due(stream, source, len(runs)):
+            return writes
+        fold = self._syncs_fold()
+        fold.catch_up()
+        before = {offset: (offset, *value) for offset, value in fold.state.get(stream, {}).get(source, {}).items()}
+        kept = {sync[0]: sync for sync in prune([*before.values(), *runs])}
+        writes = {offset: sync for offset, sync in kept.items() if before.get(offset) != sync}
+        writes.update((offset, None) for offset in before if offset not in kept)
+        return writes
 
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
         by_partition: dict[tuple[str, int], dict[str, int]] = {}
