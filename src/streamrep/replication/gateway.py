@@ -26,7 +26,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.message import Message
-from streamrep.model.replication import ReplicaState, validate_gateway_name
+from streamrep.model.replication import ReplicaState, stop_key, validate_gateway_name
 from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
@@ -150,9 +150,12 @@ class Gateway:
         self._last_beat = time.monotonic()
 
     def keep_alive(self) -> None:
-        """Heartbeat if one is due: a pass that drains a long backlog must not let its share
-        expire and pass to the other gateways while it is still working on it."""
-        if time.monotonic() - self._last_beat >= HEARTBEAT_INTERVAL_SECONDS:
+        """Heartbeat if one is due (every HEARTBEAT_INTERVAL_SECONDS, and at least four times
+        per expiry): at the start of every pass, and between the batches of a pass that drains a
+        long backlog, which must not let its share expire and pass to the other gateways while it
+        is still working on it. On Kafka a heartbeat is a transaction; one per pass cost a
+        quarter of a pass's time (bench/README.md, "Kafka latency profile")."""
+        if time.monotonic() - self._last_beat >= min(HEARTBEAT_INTERVAL_SECONDS, self.expiry / 4):
             self.heartbeat()
 
     def heartbeats(self) -> dict[str, float]:
@@ -234,10 +237,15 @@ class Gateway:
         self.cursor_sync.maybe_sync(self.catalog, self.store, result.units)
         return result
 
-    def progress(self, units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[SourcePartition, Progress]:
+    def progress(
+        self, units: Mapping[SourcePartition, Sequence[Flow]], marks: dict[str, dict[str, int]] | None = None
+    ) -> dict[SourcePartition, Progress]:
         """For each source partition: the source's bounds and where replication into its
-        flows resumes (the stored positions are the truth). Reads each replica's marks once."""
-        marks: dict[str, dict[str, int]] = {}
+        flows resumes (the stored positions are the truth). Reads each replica's marks once.
+
+        :param marks: replicas' marks already read, by replica UUID; those read now are added.
+        """
+        marks = {} if marks is None else marks
         result: dict[SourcePartition, Progress] = {}
         for unit, flows in units.items():
             source_store = self.catalog.clusters.store(unit.source.cluster)
@@ -251,6 +259,22 @@ class Gateway:
             )
             result[unit] = Progress(source_start, source_end, position)
         return result
+
+    @staticmethod
+    def _apply_due(
+        unit: SourcePartition, flows: Sequence[Flow], progress: Progress, marks: Mapping[str, Mapping[str, int]]
+    ) -> bool:
+        """Whether ``unit`` needs an apply even with nothing new: a flow's stored position below the
+        oldest message the source holds (the apply records what retention removed, ``plan_apply``),
+        or a flow a failover stopped (the apply reports it, ``FlowStopped``)."""
+        if progress.position < progress.source_end:
+            return True
+        stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
+        for flow in flows:
+            stored = marks[flow.replica_uuid].get(unit.key)
+            if stop in marks[flow.replica_uuid] or (stored is not None and stored < progress.source_start):
+                return True
+        return False
 
     def read(
         self, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH, end: int | None = None
@@ -310,24 +334,33 @@ class Gateway:
         return read
 
     def run_once(self, max_messages: int = DEFAULT_BATCH, whole: bool = False) -> int:
-        """Heartbeat, then replicate everything available now from this gateway's share (all
-        of it with ``whole``). Returns how many source messages were read."""
-        self.heartbeat()
+        """Heartbeat if due, then replicate everything available now from this gateway's share
+        (all of it with ``whole``). Returns how many source messages were read."""
+        self.keep_alive()
         assignment = self.assignment(whole)
         moved = 0
         errors: dict[Flow, str] = {}
+        marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
         for unit, flows in sorted(assignment.units.items()):
             try:
                 # What is there now, not what producers add meanwhile: a pass must end, so that
                 # the gateway heartbeats and sees pauses, removals and new topics.
+                progress = self.progress({unit: flows}, marks)[unit]
+                if not self._apply_due(unit, flows, progress, marks):
+                    continue  # nothing new: no read, no apply
                 source_store = self.catalog.clusters.store(unit.source.cluster)
-                end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[1]
+                position, end = progress.position, progress.source_end
                 while True:
-                    read = self._replicate(unit, flows, max_messages, end)
+                    # From where the last batch ended: each apply moved every flow's stored position
+                    # to at least there, and it checks the positions in its own transaction.
+                    read = read_source(source_store, unit, position, max_messages, end)
+                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span)
+                    if failed:  # the other replicas have the batch; the pass reports this unit as failed
+                        raise next(iter(failed.values()))
                     moved += len(read.messages)
                     self.keep_alive()
-                    read_from, read_next = read.span
-                    if read_next >= end or read_next == read_from:
+                    read_from, position = read.span
+                    if position >= end or position == read_from:
                         break
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
