@@ -35,7 +35,7 @@ from streamrep.replication.assignment import (
 )
 from streamrep.replication.cursors import CursorSync
 from streamrep.replication.flows import Flow, flows_into
-from streamrep.replication.lag import LagRecorder
+from streamrep.replication.lag import LagRecorder, LagSampler
 from streamrep.replication.service import (
     HEARTBEAT_KIND,
     StopWatch,
@@ -138,6 +138,7 @@ class Gateway:
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
         self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
         self.lag = LagRecorder(self.catalog, cluster)  # lag history and metrics (replication/lag.py)
+        self._sampler: LagSampler | None = None  # while ``run`` runs: the lag is sampled beside the passes
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -365,7 +366,10 @@ class Gateway:
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
-        self.lag.after_pass(moved)
+        if self._sampler is None:
+            self.lag.after_pass(moved)
+        else:
+            self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
         return moved
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:
@@ -392,6 +396,8 @@ class Gateway:
         deadline = None if stop_after is None else time.monotonic() + stop_after
         self.announce(where or placement("local"))
         outage = Outage(self.id, interval)
+        sampler = self._sampler = LagSampler(self.lag, self.id, min(1.0, max(interval, 0.1)))
+        sampler.start()
         try:
             while deadline is None or time.monotonic() < deadline:
                 try:
@@ -406,6 +412,8 @@ class Gateway:
                     time.sleep(interval)
             return None
         finally:
+            sampler.end(timeout=5.0)  # a sample under way is only an observation
+            self._sampler = None
             self.stop()
 
     def _record_state(self, flow: Flow, state: ReplicaState, error: str | None) -> None:
