@@ -311,10 +311,13 @@ class Gateway:
         batch: Sequence[Message],
         source_start: int,
         span: tuple[int, int] | None,
+        known_marks: dict[str, dict[str, int]] | None = None,
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
         by_replica = {flow.replica_uuid: flow for flow in flows}
         codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
-        written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span, codecs)
+        written, errors = apply_to_replicas(
+            self.store, list(by_replica), unit, batch, source_start, span, codecs, known_marks
+        )
         return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
 
     def replicate(
@@ -355,7 +358,7 @@ class Gateway:
                     # From where the last batch ended: each apply moved every flow's stored position
                     # to at least there, and it checks the positions in its own transaction.
                     read = read_source(source_store, unit, position, max_messages, end)
-                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span)
+                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span, marks)
                     if failed:  # the other replicas have the batch; the pass reports this unit as failed
                         raise next(iter(failed.values()))
                     moved += len(read.messages)
