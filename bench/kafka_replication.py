@@ -28,6 +28,7 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 
@@ -39,6 +40,8 @@ from benchlib import kafka_home as fresh_home
 from benchlib import kafka_produce_steadily as _produce_steadily
 from benchlib import kafka_replica_latencies as replica_latencies
 from confluent_kafka.admin import AdminClient, NewTopic
+from latency_profile import profiled_gateway_loop
+from latency_profile import summary as profile_summary
 
 from streamrep.client import StreamAdmin
 from streamrep.replication.gateway import Gateway
@@ -104,8 +107,12 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
     }
 
 
-def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) -> dict:
-    """The gateway process and the baseline loop, each under the same steady produce rate."""
+def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100, profile: bool = False) -> dict:
+    """The gateway process and the baseline loop, each under the same steady produce rate.
+
+    :param profile: run the gateway with ``latency_profile``'s timers, and read the source too;
+        the breakdown is in the result's ``profile`` (text).
+    """
     ctx = mp.get_context("spawn")
     result = {"case": f"latency @ {rate}/s", "rate": rate, "seconds": seconds}
     for name in ("baseline", "gateway"):
@@ -115,15 +122,24 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) ->
         new_replica(admin, "/mapr/ny/s")
         admin.create_topic("/mapr/ny/s", "t")
         src, dst = kafka_topic(admin, SOURCE), kafka_topic(admin, "/mapr/ny/s")
-        worker = (
-            ctx.Process(target=gateway_loop, args=(home, seconds + 5, 0.05))
-            if name == "gateway"
-            else ctx.Process(target=_baseline_loop, args=(bootstrap, src, dst, seconds + 5))
-        )
+        trace = os.path.join(home, "profile.json")
+        if name == "baseline":
+            worker = ctx.Process(target=_baseline_loop, args=(bootstrap, src, dst, seconds + 5))
+        elif profile:
+            worker = ctx.Process(target=profiled_gateway_loop, args=(home, seconds + 5, 0.05, trace))
+        else:
+            worker = ctx.Process(target=gateway_loop, args=(home, seconds + 5, 0.05))
         worker.start()
         time.sleep(3.0)  # let the worker start (and the gateway take its share) before the clock
         producer = ctx.Process(target=_produce_steadily, args=(bootstrap, src, rate, seconds, size))
         producer.start()
+        window = (time.time(), time.time() + seconds)
+        source_ages: list[float] = []
+        if profile and name == "gateway":  # how old a message is when the source first serves it
+            source_reader = threading.Thread(
+                target=lambda: source_ages.extend(replica_latencies(bootstrap, src, time.time() + seconds + 1))
+            )
+            source_reader.start()
         lat = replica_latencies(bootstrap, dst, time.time() + seconds + 3)
         producer.join()
         worker.join()
@@ -131,8 +147,32 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100) ->
         result[f"{name}_applied_rate"] = len(lat) / seconds
         result[f"{name}_p50_ms"] = statistics.median(lat) if lat else None
         result[f"{name}_p99_ms"] = lat[max(0, int(len(lat) * 0.99) - 1)] if lat else None
+        if profile and name == "gateway":
+            source_reader.join()
+            result["profile"] = profile_summary(trace, window, lat, source_ages)
         drop(admin, home)
     result["ratio"] = result["gateway_applied_rate"] / max(result["baseline_applied_rate"], 1e-9)
+    return result
+
+
+def bench_latency_repeated(bootstrap: str, rate: int, seconds: float, repeats: int, profile: bool) -> dict:
+    """``bench_latency`` ``repeats`` times (the baseline and the gateway take turns in each); medians of the runs."""
+    runs = []
+    for _ in range(repeats):
+        runs.append(bench_latency(bootstrap, rate, seconds, profile=profile))
+        print(
+            f"latency run @ {rate}/s: {json.dumps({k: v for k, v in runs[-1].items() if k != 'profile'})}",
+            file=sys.stderr,
+        )
+        if profile:
+            print(runs[-1]["profile"], file=sys.stderr)
+    result = dict(runs[-1])
+    for key in runs[0]:
+        if key.endswith(("_ms", "_rate")) and key != "rate" and all(r[key] is not None for r in runs):
+            result[key] = statistics.median(r[key] for r in runs)
+    result["ratio"] = result["gateway_applied_rate"] / max(result["baseline_applied_rate"], 1e-9)
+    result["runs"] = [{k: v for k, v in r.items() if k != "profile"} for r in runs]
+    result["load_average"] = os.getloadavg()
     return result
 
 
@@ -143,6 +183,9 @@ def main() -> int:
     parser.add_argument("--rate", type=int, default=5000, help="steady produce rate of the latency case, msg/s")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of the latency case")
     parser.add_argument("--bootstrap", help="use this Kafka cluster instead of starting one")
+    parser.add_argument("--rates", type=int, nargs="+", help="latency case at each of these rates (default: --rate)")
+    parser.add_argument("--latency-repeats", type=int, default=1, help="latency runs per rate; medians reported")
+    parser.add_argument("--profile", action="store_true", help="time the gateway's parts (latency_profile.py)")
     parser.add_argument("--only", choices=("throughput", "latency"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -157,7 +200,10 @@ def main() -> int:
             for size in (100, 1000):
                 results.append(bench_throughput(bootstrap, args.messages, size, args.repeats))
         if args.only in (None, "latency"):
-            results.append(bench_latency(bootstrap, args.rate, args.seconds))
+            for rate in args.rates or [args.rate]:
+                results.append(
+                    bench_latency_repeated(bootstrap, rate, args.seconds, args.latency_repeats, args.profile)
+                )
     except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
         print(f"benchmark error: {type(err).__name__}: {err}", file=sys.stderr)
     finally:
@@ -167,7 +213,7 @@ def main() -> int:
         print(json.dumps(results, indent=2))
         return 0
     print(
-        f"load average {os.getloadavg()[0]:.2f}; ratios are against the same-run baseline "
+        f"load average {os.getloadavg()}; ratios are against the same-run baseline "
         "(a plain consume-and-produce loop, no transactions)"
     )
     for r in results:
@@ -177,15 +223,18 @@ def main() -> int:
                 f"gateway {r['gateway_rate']:>9,.0f}/s  ratio {r['ratio']:.2f}x (goal >= 0.80x)"
             )
         else:
+            ms = {k: ("-" if v is None else f"{v:.0f}") for k, v in r.items() if k.endswith("_ms")}
             print(
                 f"{r['case']:16} baseline loop: read {r['baseline_applied_rate']:,.0f}/s, "
-                f"p50 {r['baseline_p50_ms']:.0f} ms, p99 {r['baseline_p99_ms']:.0f} ms"
+                f"p50 {ms['baseline_p50_ms']} ms, p99 {ms['baseline_p99_ms']} ms"
             )
             print(
                 f"{'':16} gateway: read {r['gateway_applied_rate']:,.0f}/s ratio {r['ratio']:.2f}x, "
-                f"p50 {r['gateway_p50_ms']:.0f} ms, p99 {r['gateway_p99_ms']:.0f} ms "
+                f"p50 {ms['gateway_p50_ms']} ms, p99 {ms['gateway_p99_ms']} ms "
                 "(goal at 5k/s: p50 < 1000, p99 < 2000)"
             )
+            if "profile" in r:
+                print(r["profile"])
     return 0
 
 

@@ -399,6 +399,44 @@ def test_a_long_pass_keeps_the_heartbeat_fresh(linked, monkeypatch):
     assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(60))
 
 
+def test_quick_passes_beat_only_when_due_and_a_pass_reads_the_marks_once(linked, monkeypatch):
+    """On Kafka a heartbeat is a transaction and a marks read a round trip to the broker, each paid
+    per pass or per batch before (bench/README.md, "Kafka latency profile"): passes in quick
+    succession beat only when a heartbeat is due, and a pass reads each replica's marks once, not per
+    partition or batch."""
+    produce(linked, 30)
+    gateway = Gateway(linked, "newyork", "g1")
+    store = linked.clusters.store("newyork")
+    beats: list[str] = []
+    marks_reads: list[str] = []
+    real_update, real_marks = store.catalog_update, store.marks
+
+    def update_spy(kind, key, change):
+        if kind == HEARTBEAT_KIND and key == "g1":
+            beats.append(key)
+        return real_update(kind, key, change)
+
+    def marks_spy(stream):
+        marks_reads.append(stream)
+        return real_marks(stream)
+
+    monkeypatch.setattr(store, "catalog_update", update_spy)
+    monkeypatch.setattr(store, "marks", marks_spy)
+    assert gateway.run_once() == 30
+    first = len(beats)  # the beat, and the share it now holds
+    assert 1 <= first <= 2
+    # the pass read the marks once (and its lag sample once more); each apply planned from them and
+    # checked them in its transaction
+    assert len(marks_reads) == 2
+    del marks_reads[:]
+    assert gateway.run_once() == 0 and gateway.run_once() == 0
+    assert len(beats) == first  # within HEARTBEAT_INTERVAL_SECONDS of the last beat
+    assert len(marks_reads) == 2  # one replica, two idle passes over its 5 partitions
+    monkeypatch.setattr("streamrep.replication.gateway.HEARTBEAT_INTERVAL_SECONDS", 0.0)
+    assert gateway.run_once() == 0 and len(beats) == first + 1  # a beat due is written
+    assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(30))
+
+
 def test_a_drain_by_a_gateway_the_source_does_not_list_says_so(linked, as_alice):
     linked.set_gateways("newyork", "gw1 gw2", "sanfrancisco")
     produce(linked, 3)

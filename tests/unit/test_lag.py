@@ -53,6 +53,48 @@ def cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def replica_count(admin) -> int:
+    sp = admin.path(NY)
+    store = admin.store(sp)
+    try:
+        first, end = store.offsets(admin.entry(sp).uuid, "t", 0)
+    except NotFound:  # the gateway's first pass has not created the replica's topic yet
+        return 0
+    return end - first
+
+
+def test_a_running_gateway_samples_the_lag_beside_its_passes_not_between_them(linked, monkeypatch):
+    """A sample reads what is pending of every flow, which took up to 1.5 s on Kafka under load
+    (bench/README.md, "Kafka latency profile"): taken between passes it held the next pass back
+    (a latency stall at p99). A sample that does not end must not stop replication."""
+    import threading
+
+    stuck, release = threading.Event(), threading.Event()
+    real_measure = lag.measure
+
+    def slow_measure(*args, **kwargs):
+        stuck.set()
+        release.wait(60)
+        return real_measure(*args, **kwargs)
+
+    monkeypatch.setattr(lag, "measure", slow_measure)
+    gateway = Gateway(linked, "newyork", "gw1")
+    runner = threading.Thread(target=gateway.run, kwargs={"interval": 0.05, "stop_after": 60})
+    runner.start()
+    try:
+        assert stuck.wait(30), "the gateway never sampled"
+        produce(linked, 7)
+        deadline = time.monotonic() + 30
+        while replica_count(linked) < 7 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert replica_count(linked) == 7  # replicated while the sample is still under way
+    finally:
+        release.set()
+        gateway.watch.stop_requested = lambda force=False: True  # end the run at its next pass
+        runner.join(60)
+    assert not runner.is_alive()
+
+
 # -- history --------------------------------------------------------------------------------------
 @ON_BOTH
 def test_a_gateway_records_each_replicas_lag_over_time(linked):

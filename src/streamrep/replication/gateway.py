@@ -27,7 +27,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StoreFull, StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.message import Message
-from streamrep.model.replication import ReplicaState, validate_gateway_name
+from streamrep.model.replication import ReplicaState, stop_key, validate_gateway_name
 from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
@@ -36,7 +36,7 @@ from streamrep.replication.assignment import (
 )
 from streamrep.replication.cursors import CursorSync
 from streamrep.replication.flows import Blocked, Flow, flows_into
-from streamrep.replication.lag import LagRecorder
+from streamrep.replication.lag import LagRecorder, LagSampler
 from streamrep.replication.service import (
     HEARTBEAT_KIND,
     StopWatch,
@@ -146,6 +146,7 @@ class Gateway:
         # Set (by a signal handler, another thread) to end ``run`` after the batch in progress.
         self.stopping = threading.Event()
         self.stop_reason = "stopped"
+        self._sampler: LagSampler | None = None  # while ``run`` runs: the lag is sampled beside the passes
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -158,9 +159,12 @@ class Gateway:
         self._last_beat = time.monotonic()
 
     def keep_alive(self) -> None:
-        """Heartbeat if one is due: a pass that drains a long backlog must not let its share
-        expire and pass to the other gateways while it is still working on it."""
-        if time.monotonic() - self._last_beat >= HEARTBEAT_INTERVAL_SECONDS:
+        """Heartbeat if one is due (every HEARTBEAT_INTERVAL_SECONDS, and at least four times
+        per expiry): at the start of every pass, and between the batches of a pass that drains a
+        long backlog, which must not let its share expire and pass to the other gateways while it
+        is still working on it. On Kafka a heartbeat is a transaction; one per pass cost a
+        quarter of a pass's time (bench/README.md, "Kafka latency profile")."""
+        if time.monotonic() - self._last_beat >= min(HEARTBEAT_INTERVAL_SECONDS, self.expiry / 4):
             self.heartbeat()
 
     def heartbeats(self) -> dict[str, float]:
@@ -268,10 +272,15 @@ class Gateway:
         self.cursor_sync.maybe_sync(self.catalog, self.store, result.units)
         return result
 
-    def progress(self, units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[SourcePartition, Progress]:
+    def progress(
+        self, units: Mapping[SourcePartition, Sequence[Flow]], marks: dict[str, dict[str, int]] | None = None
+    ) -> dict[SourcePartition, Progress]:
         """For each source partition: the source's bounds and where replication into its
-        flows resumes (the stored positions are the truth). Reads each replica's marks once."""
-        marks: dict[str, dict[str, int]] = {}
+        flows resumes (the stored positions are the truth). Reads each replica's marks once.
+
+        :param marks: replicas' marks already read, by replica UUID; those read now are added.
+        """
+        marks = {} if marks is None else marks
         result: dict[SourcePartition, Progress] = {}
         for unit, flows in units.items():
             source_store = self.catalog.clusters.store(unit.source.cluster)
@@ -285,6 +294,22 @@ class Gateway:
             )
             result[unit] = Progress(source_start, source_end, position)
         return result
+
+    @staticmethod
+    def _apply_due(
+        unit: SourcePartition, flows: Sequence[Flow], progress: Progress, marks: Mapping[str, Mapping[str, int]]
+    ) -> bool:
+        """Whether ``unit`` needs an apply even with nothing new: a flow's stored position below the
+        oldest message the source holds (the apply records what retention removed, ``plan_apply``),
+        or a flow a failover stopped (the apply reports it, ``FlowStopped``)."""
+        if progress.position < progress.source_end:
+            return True
+        stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
+        for flow in flows:
+            stored = marks[flow.replica_uuid].get(unit.key)
+            if stop in marks[flow.replica_uuid] or (stored is not None and stored < progress.source_start):
+                return True
+        return False
 
     def read(
         self, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH, end: int | None = None
@@ -320,10 +345,14 @@ class Gateway:
         batch: Sequence[Message],
         source_start: int,
         span: tuple[int, int] | None,
+        known_marks: dict[str, dict[str, int]] | None = None,
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
         by_replica = {flow.replica_uuid: flow for flow in flows}
         codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
-        written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span, codecs)
+        written, errors = apply_to_replicas(
+            self.store, list(by_replica), unit, batch, source_start, span, codecs, known_marks
+        )
+        self.applied += sum(written.values())
         return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
 
     def replicate(
@@ -338,32 +367,40 @@ class Gateway:
 
     def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int, end: int | None) -> SourceRead:
         read = self.read(unit, flows, max_messages, end)
-        written, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
-        self.applied += sum(written.values())
+        _, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
         if errors:  # the other replicas have the batch; the pass reports this unit as failed
             raise next(iter(errors.values()))
         return read
 
     def run_once(self, max_messages: int = DEFAULT_BATCH, whole: bool = False) -> int:
-        """Heartbeat, then replicate everything available now from this gateway's share (all
-        of it with ``whole``). Returns how many source messages were read."""
-        self.heartbeat()
+        """Heartbeat if due, then replicate everything available now from this gateway's share
+        (all of it with ``whole``). Returns how many source messages were read."""
+        self.keep_alive()
         assignment = self.assignment(whole)
         self.served = {f for flows in assignment.units.values() for f in flows}
         moved = 0
         errors: dict[Flow, str] = {}
+        marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
         for unit, flows in sorted(assignment.units.items()):
             try:
                 # What is there now, not what producers add meanwhile: a pass must end, so that
                 # the gateway heartbeats and sees pauses, removals and new topics.
+                progress = self.progress({unit: flows}, marks)[unit]
+                if not self._apply_due(unit, flows, progress, marks):
+                    continue  # nothing new: no read, no apply
                 source_store = self.catalog.clusters.store(unit.source.cluster)
-                end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[1]
+                position, end = progress.position, progress.source_end
                 while True:
-                    read = self._replicate(unit, flows, max_messages, end)
+                    # From where the last batch ended: each apply moved every flow's stored position
+                    # to at least there, and it checks the positions in its own transaction.
+                    read = read_source(source_store, unit, position, max_messages, end)
+                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span, marks)
+                    if failed:  # the other replicas have the batch; the pass reports this unit as failed
+                        raise next(iter(failed.values()))
                     moved += len(read.messages)
                     self.keep_alive()
-                    read_from, read_next = read.span
-                    if read_next >= end or read_next == read_from or self.stopping.is_set():
+                    read_from, position = read.span
+                    if position >= end or position == read_from or self.stopping.is_set():
                         break
             except StoreFull:
                 raise  # the whole destination is full, not this partition: the gateway stops, saying so
@@ -371,7 +408,10 @@ class Gateway:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
         self.errors = errors
-        self.lag.after_pass(moved)
+        if self._sampler is None:
+            self.lag.after_pass(moved)
+        else:
+            self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
         return moved
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:
@@ -398,6 +438,8 @@ class Gateway:
         deadline = None if stop_after is None else time.monotonic() + stop_after
         self.announce(where or placement("local"))
         outage = Outage(self.id, interval, wait=self.stopping.wait)
+        sampler = self._sampler = LagSampler(self.lag, self.id, min(1.0, max(interval, 0.1)))
+        sampler.start()
         try:
             while deadline is None or time.monotonic() < deadline:
                 if self.stopping.is_set():  # a signal: the last batch's positions are committed
@@ -419,6 +461,8 @@ class Gateway:
             self.record_states(served, {flow: f"gateway {self.id} stopped on an error: {err}" for flow in served})
             raise
         finally:
+            sampler.end(timeout=5.0)  # a sample under way is only an observation
+            self._sampler = None
             self._give_up_heartbeat()
 
     def _give_up_heartbeat(self) -> None:

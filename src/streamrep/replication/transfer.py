@@ -129,6 +129,7 @@ def apply_to_replicas(
     source_start: int = 0,
     span: tuple[int, int] | None = None,
     compression: Mapping[str, str] | None = None,
+    known_marks: dict[str, dict[str, int]] | None = None,
 ) -> tuple[dict[str, int], dict[str, StreamrepError]]:
     """Apply ``batch`` (the messages of ``unit`` in ``span``) to replicas of one cluster, each
     exactly once: read once, written many times (``Store.apply_many``, one transaction where
@@ -145,6 +146,10 @@ def apply_to_replicas(
     :param span: as ``apply_batch``.
     :param compression: the Kafka codec to write each replica with, by UUID (``Store.apply``);
         a replica not in it gets the store's default.
+    :param known_marks: replicas' marks the caller read earlier (a gateway's pass), by UUID: the
+        first plan uses them instead of a read (on Kafka a round trip; each apply checks its marks
+        in its own transaction, so marks that moved meanwhile only cost a retry from a fresh read).
+        Updated in place with what each apply wrote; a replica that failed is dropped from it.
     :return: messages written, and the errors, by replica UUID (each replica in one of them).
     """
     stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
@@ -156,12 +161,17 @@ def apply_to_replicas(
     errors: dict[str, StreamrepError] = {}
     pending = list(replica_uuids)
     conflicts: dict[str, RetryNow] = {}  # the last lost race of each replica still pending
-    for _ in range(CONFLICT_RETRIES):
+    known = known_marks if known_marks is not None else {}
+    used: dict[str, dict[str, int]] = {}  # the marks each replica's plan was made from
+    for attempt in range(CONFLICT_RETRIES):
         applies: list[ReplicaApply] = []
         plans: dict[str, ApplyPlan] = {}
         shared: dict[tuple, ApplyPlan] = {}
         for replica_uuid in pending:
-            marks = replica_store.marks(replica_uuid)
+            marks = known.pop(replica_uuid, None) if attempt == 0 else None
+            if marks is None or stop in marks:  # a stop is confirmed by a read of the store
+                marks = replica_store.marks(replica_uuid)
+            used[replica_uuid] = marks
             if stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
                 errors[replica_uuid] = FlowStopped(
                     f"replication of {unit.source} {unit.topic}/{unit.partition} into stream uuid {replica_uuid} "
@@ -182,6 +192,7 @@ def apply_to_replicas(
                     shared[share] = plan
             if plan.empty:
                 written[replica_uuid] = 0
+                known[replica_uuid] = marks
                 continue
             expect = {key: marks.get(key) for key in plan.marks}
             expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
@@ -207,6 +218,7 @@ def apply_to_replicas(
                     continue
                 plan = plans[apply.stream]
                 written[apply.stream] = len(plan.messages)
+                known[apply.stream] = {**used[apply.stream], **plan.marks}
                 _after_apply(replica_store, apply.stream, unit, plan)
         if not pending:
             break

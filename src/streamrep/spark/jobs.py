@@ -21,6 +21,7 @@ from streamrep.errors import StreamrepError, Unavailable
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import CopySummary, copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, Outage
+from streamrep.replication.lag import LagSampler
 from streamrep.replication.service import placement
 from streamrep.spark.offsets import offset_key
 from streamrep.spark.runtime import resolve_home
@@ -141,7 +142,7 @@ def gateway_job(
     gateway.announce(placement("spark", context.master, context.applicationId))
     beat = _Heartbeat(gateway, stop=None if once else stop)
     beat.start()
-    sampler = _LagSampler(gateway, min(1.0, max(interval, 0.1)))
+    sampler = LagSampler(gateway.lag, gateway.id, min(1.0, max(interval, 0.1)))
     sampler.start()
     passes = _Passes(spark, gateway, home or admin.clusters.home, once, max_records)
     progress = ProgressReport(gateway.id)
@@ -181,30 +182,6 @@ def gateway_job(
         gateway.stop()
         if metrics is not None:
             metrics.close()
-
-
-class _LagSampler(threading.Thread):
-    """Samples the replicas' lag on the driver (``LagRecorder.sample``: every agreed flow, at most
-    every ``lag.SAMPLE_SECONDS``) beside the passes, not between them: a sample reads what is
-    pending of every flow, which took 4.5 s on Kafka under load (bench/README.md), and in the
-    pass loop it held the next pass back as long (a latency stall at p99).
-
-    :param check: seconds between two looks at whether a sample is due.
-    """
-
-    def __init__(self, gateway: Gateway, check: float):
-        super().__init__(name="streamrep-lag", daemon=True)
-        self.gateway = gateway
-        self.check = check
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                self.gateway.lag.sample()  # itself logs what it could not sample
-            except Exception as err:  # noqa: BLE001 - lag is an observation: it never stops the gateway
-                log.warning("gateway %s: lag not sampled: %s", self.gateway.id, err)
-            self.halt.wait(self.check)
 
 
 class _Passes:
