@@ -190,6 +190,7 @@ def test_network_params_default_to_maprs_and_refuse_bad_values(dagbag, dag_id):
         "maxbytespersec": "0",  # no limit
     }
     assert accepts(dag, networkcompression="zlib", networkencryption=True, throttle=True, maxbytespersec="10M")
+    assert accepts(dag, maxbytespersec=10_000_000)
     assert not accepts(dag, networkcompression="foo")
     assert not accepts(dag, networkcompression="lzf")  # no Kafka codec: refused at trigger time
     assert not accepts(dag, networkencryption="maybe")

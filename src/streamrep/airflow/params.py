@@ -95,7 +95,7 @@ def network_params() -> dict[str, Param]:
         ),
         "maxbytespersec": Param(
             "0",
-            type="string",
+            type=["string", "integer"],  # 10M or 10000000; the core library checks the value
             title="Max bytes per second",
             description="streamrep's limit on the bytes a second replicated into the replica, over all "
             "its gateways: a number with an optional decimal unit K, M or G (10M is 10,000,000); 0 is no limit.",
