@@ -51,6 +51,7 @@ def replica_row(row: ReplicaRow) -> dict[str, Any]:
         "networkencryption": row.networkencryption,
         "synchronous": row.synchronous,
         "networkcompression": row.networkcompression,
+        "maxbytespersec": row.maxbytespersec,  # streamrep's (0: no limit)
         "uuid": row.uuid,
         "errors": row.errors,
     }

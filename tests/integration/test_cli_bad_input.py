@@ -185,6 +185,10 @@ def test_a_truncated_store_is_never_recreated_and_gives_no_one_its_administratio
         ("-networkcompression lzf", "Kafka has no LZF codec"),
         ("-networkencryption maybe", "option -networkencryption takes true/false"),
         ("-throttle 2", "option -throttle takes true/false"),
+        ("-maxbytespersec nan", "invalid maxbytespersec 'nan'"),
+        ("-maxbytespersec -5", "invalid maxbytespersec '-5'"),
+        ("-maxbytespersec 1e30", "invalid maxbytespersec '1e30'"),
+        ("-maxbytespersec fast", "invalid maxbytespersec 'fast'"),
     ],
 )
 def test_bad_network_options_from_the_executable(streamrep_home, topic, shell, options, fragment):

@@ -456,6 +456,28 @@ def test_gateway_once_replicates_resumed_replica_not_paused_one(spark, clusters)
     assert_same_messages(admin, source, paused)
 
 
+def test_the_spark_gateway_keeps_a_replicas_byte_limit_over_its_tasks(spark, clusters):
+    """-maxbytespersec on the Spark engine: the pass's tasks (one per core) split the gateway's
+    part, so together they stay under the limit (an upper bound on the rate: load only slows it)."""
+    from streamrep.replication.throttle import BURST_SECONDS
+    from streamrep.spark import jobs
+
+    admin = clusters
+    limit = 50_000
+    source = make_stream(admin, f"/mapr/{SF}/limited", {"items": 4})
+    admin.create_stream(f"/mapr/{NY}/limited", copymetafrom=source)
+    admin.add_replica(source, f"/mapr/{NY}/limited", maxbytespersec=limit)
+    admin.add_upstream(f"/mapr/{NY}/limited", source)
+    values = produce(admin, f"{source}:items", (f"{i:0>996}" for i in range(1000)), keyed=False, headers=False)
+    sent = sum(len(v) for v in values)  # 1 MB: 20 s at the limit, a few without it
+    began = time.monotonic()
+    jobs.gateway_job(spark, admin, NY, "g1", once=True)
+    elapsed = time.monotonic() - began
+    assert_same_messages(admin, source, f"/mapr/{NY}/limited")
+    slices = spark.sparkContext.defaultParallelism
+    assert sent <= limit * (elapsed + slices * BURST_SECONDS), f"{sent} bytes in {elapsed:.1f} s"
+
+
 def test_the_gateway_warm_up_runs_in_the_python_workers_and_only_logs_a_failure(spark, clusters, tmp_path, caplog):
     """The Spark gateway starts its Python workers before its first pass (and an idle one keeps
     them alive): the warm-up opens the gateway in each worker, and failing there (here: a

@@ -337,6 +337,7 @@ def test_replica_add_and_list_waits_for_upstream(admin, pair):
         networkencryption=False,
         synchronous=False,
         networkcompression="lz4",  # MapR's default: a stream's compression, lz4 unless set
+        maxbytespersec=0,  # streamrep's: no limit unless asked
         uuid=admin.entry(NY).uuid,
         errors=None,
     )

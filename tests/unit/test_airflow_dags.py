@@ -55,6 +55,8 @@ SCHEDULED = {
     "stream_replica_uptodate_example",
 }
 
+NETWORK = ("throttle", "networkencryption", "networkcompression", "maxbytespersec")
+
 
 @pytest.fixture(scope="module")
 def dagbag():
@@ -125,8 +127,8 @@ def test_manual_setup_is_the_seeds_seven_steps_in_order(dagbag):
     assert (tasks["add_upstream"].path, tasks["add_upstream"].upstream) == ("{{ params.replica }}", "{{ params.path }}")
     copy = tasks["copystream"]
     assert isinstance(copy, SparkSubmitOperator) and copy._conn_id == "spark_default"
-    assert set(dag.params) == {"path", "replica", "throttle", "networkencryption", "networkcompression"}
-    for name in ("throttle", "networkencryption", "networkcompression"):
+    assert set(dag.params) == {"path", "replica", *NETWORK}
+    for name in NETWORK:
         assert getattr(tasks["add_replica_paused"], name) == f"{{{{ params.{name} }}}}"
     assert all(t.retries >= 1 for t in dag.tasks)  # safe to retry, so retried
 
@@ -167,12 +169,10 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
         "replica",
         "multimaster",
         "synchronous",
-        "throttle",
-        "networkencryption",
-        "networkcompression",
+        *NETWORK,
     }
     for task in ("check", "add_replica_paused", "add_reverse_replica"):  # checked first, then on both links
-        for name in ("throttle", "networkencryption", "networkcompression"):
+        for name in NETWORK:
             assert getattr(tasks[task], name) == f"{{{{ params.{name} }}}}"
     wait = tasks["wait_caught_up"]
     assert isinstance(wait, ReplicaUpToDateSensor) and wait.outlets == [REPLICAS_ALIAS]
@@ -183,12 +183,14 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
 @pytest.mark.parametrize("dag_id", ["stream_replica_manual_setup", "stream_replica_autosetup"])
 def test_network_params_default_to_maprs_and_refuse_bad_values(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
-    assert {name: dag.params[name] for name in ("throttle", "networkencryption", "networkcompression")} == {
+    assert {name: dag.params[name] for name in NETWORK} == {
         "throttle": False,
         "networkencryption": False,
         "networkcompression": "lz4",
+        "maxbytespersec": "0",  # no limit
     }
-    assert accepts(dag, networkcompression="zlib", networkencryption=True, throttle=True)
+    assert accepts(dag, networkcompression="zlib", networkencryption=True, throttle=True, maxbytespersec="10M")
+    assert accepts(dag, maxbytespersec=10_000_000)
     assert not accepts(dag, networkcompression="foo")
     assert not accepts(dag, networkcompression="lzf")  # no Kafka codec: refused at trigger time
     assert not accepts(dag, networkencryption="maybe")

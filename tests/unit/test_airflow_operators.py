@@ -243,6 +243,9 @@ def test_replica_add_passes_the_network_options_and_refuses_bad_ones(admin, sour
     )
     fails_with(ReplicaAddOperator(task_id="add", path=SRC, replica=DST, throttle=2), "invalid throttle 2")
     fails_with(
+        ReplicaAddOperator(task_id="add", path=SRC, replica=DST, maxbytespersec="-1"), "invalid maxbytespersec '-1'"
+    )
+    fails_with(
         ReplicaAddOperator(task_id="add", path=SRC, replica=DST, networkcompression="lzf"), "Kafka has no LZF codec"
     )
     assert admin.entry(SRC).replicas == ()
@@ -254,9 +257,11 @@ def test_replica_add_passes_the_network_options_and_refuses_bad_ones(admin, sour
         throttle="True",
         networkencryption=False,
         networkcompression="zlib",
+        maxbytespersec="10M",
     )
     link = op.execute(ctx())
     assert (link["throttle"], link["networkencryption"], link["networkcompression"]) == (True, False, "zlib")
+    assert link["maxbytespersec"] == 10_000_000
     assert op.execute(ctx(2))["networkcompression"] == "zlib"  # a retry finds the same link
 
 
@@ -264,6 +269,10 @@ def test_autosetup_check_refuses_bad_network_options_before_creating_the_replica
     fails_with(
         AutosetupCheckOperator(task_id="check", path=SRC, replica=DST, networkcompression="lzf"),
         "Kafka has no LZF codec",
+    )
+    fails_with(
+        AutosetupCheckOperator(task_id="check", path=SRC, replica=DST, maxbytespersec="nan"),
+        "invalid maxbytespersec 'nan'",
     )
     with pytest.raises(NotFound):
         admin.entry(DST)

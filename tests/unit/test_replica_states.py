@@ -90,6 +90,7 @@ def test_replica_list_uses_maprs_field_names(linked):
         "networkencryption",
         "synchronous",
         "networkcompression",
+        "maxbytespersec",
         "isUptodate",
         "uuid",
         "errors",

@@ -135,7 +135,8 @@ class StreamCreateOperator(StreamrepOperator):
         return presented.stream_info_row(admin.stream_info(str(sp)))
 
 
-NETWORK_FIELDS = ("throttle", "networkencryption", "networkcompression")  # MapR's network options of a replica
+# MapR's network options of a replica, and streamrep's byte-rate limit
+NETWORK_FIELDS = ("throttle", "networkencryption", "networkcompression", "maxbytespersec")
 
 
 def network_options(operator: Any) -> dict[str, Any]:
@@ -146,7 +147,7 @@ def network_options(operator: Any) -> dict[str, Any]:
 
 class ReplicaAddOperator(StreamrepOperator):
     """``maprcli stream replica add -path <source> -replica <replica> [-paused] [-synchronous]
-    [-throttle] [-networkencryption] [-networkcompression]``.
+    [-throttle] [-networkencryption] [-networkcompression]``, and streamrep's ``[-maxbytespersec]``.
 
     Succeeds on a retry (or a rerun of the DAG) when the link is already there to the same
     replica stream, by UUID, with the same settings (``setup.ensure_replica``: a link registered
@@ -157,11 +158,14 @@ class ReplicaAddOperator(StreamrepOperator):
     :param replica: the replica stream; it must exist. (templated)
     :param paused: register it paused, so replication waits for ``replica resume``. (templated)
     :param synchronous: synchronous replication. (templated)
-    :param throttle: MapR's ``-throttle``, true or false (default false; recorded). (templated)
+    :param throttle: MapR's ``-throttle``, true or false (default false): the gateways back off
+        while the replica's cluster is under load. (templated)
     :param networkencryption: true or false (default false): replicate over TLS only; refused
         if a Kafka cluster of the pair is not SSL/SASL_SSL. (templated)
     :param networkcompression: off, lz4, zlib, gzip, snappy or zstd (default lz4): the codec the
         gateway writes the replica with on Kafka. (templated)
+    :param maxbytespersec: bytes a second into the replica at most, over all its gateways
+        (``10M``; default 0, no limit). (templated)
     :return: (XCom) the replica link: ``path``, ``paused``, ``synchronous``, ``state``...
     """
 
@@ -184,6 +188,7 @@ class ReplicaAddOperator(StreamrepOperator):
         throttle: Any = None,
         networkencryption: Any = None,
         networkcompression: Any = None,
+        maxbytespersec: Any = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -194,6 +199,7 @@ class ReplicaAddOperator(StreamrepOperator):
         self.throttle = throttle
         self.networkencryption = networkencryption
         self.networkcompression = networkcompression
+        self.maxbytespersec = maxbytespersec
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         src, dst = admin.path(self.path), admin.path(self.replica)
@@ -202,7 +208,7 @@ class ReplicaAddOperator(StreamrepOperator):
         if added:
             self.log.info(
                 "stream replica add -path %s -replica %s -paused %s -synchronous %s -throttle %s "
-                "-networkencryption %s -networkcompression %s: registered",
+                "-networkencryption %s -networkcompression %s -maxbytespersec %d: registered",
                 src,
                 dst,
                 str(paused).lower(),
@@ -210,6 +216,7 @@ class ReplicaAddOperator(StreamrepOperator):
                 str(link.throttle).lower(),
                 str(link.networkencryption).lower(),
                 link.networkcompression,
+                link.maxbytespersec,
             )
         else:
             self.log.info("%s is already a replica of %s (the same stream and settings): nothing to do", dst, src)
@@ -432,7 +439,8 @@ class AutosetupCheckOperator(StreamrepOperator):
 
     :param path: the source stream. (templated)
     :param replica: the replica stream to be created. (templated)
-    :param throttle: as ``ReplicaAddOperator``, and ``networkencryption``, ``networkcompression``:
+    :param throttle: as ``ReplicaAddOperator``, and ``networkencryption``, ``networkcompression``,
+        ``maxbytespersec``:
         checked here, before the replica is created. (templated)
     :return: (XCom) ``stream info`` of the source.
     """
@@ -447,6 +455,7 @@ class AutosetupCheckOperator(StreamrepOperator):
         throttle: Any = None,
         networkencryption: Any = None,
         networkcompression: Any = None,
+        maxbytespersec: Any = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -455,6 +464,7 @@ class AutosetupCheckOperator(StreamrepOperator):
         self.throttle = throttle
         self.networkencryption = networkencryption
         self.networkcompression = networkcompression
+        self.maxbytespersec = maxbytespersec
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         src, dst = begin_autosetup(admin, self.path, self.replica, **network_options(self))

@@ -76,7 +76,9 @@ def network_params() -> dict[str, Param]:
     """A replica's network options (``model/network.py``), as MapR's ``replica add`` and
     ``autosetup`` take them, with MapR's defaults."""
     return {
-        "throttle": flag_param(False, "Throttle", "MapR's -throttle: recorded and listed; it limits nothing yet."),
+        "throttle": flag_param(
+            False, "Throttle", "MapR's -throttle: the gateways back off while the replica's cluster is under load."
+        ),
         "networkencryption": flag_param(
             False,
             "Network encryption",
@@ -90,6 +92,13 @@ def network_params() -> dict[str, Param]:
             title="Network compression",
             description="The codec the gateways write the replica with on Kafka: off, lz4, "
             "zlib (as gzip), gzip, snappy or zstd. MapR's lzf has no Kafka codec.",
+        ),
+        "maxbytespersec": Param(
+            "0",
+            type=["string", "integer"],  # 10M or 10000000; the core library checks the value
+            title="Max bytes per second",
+            description="streamrep's limit on the bytes a second replicated into the replica, over all "
+            "its gateways: a number with an optional decimal unit K, M or G (10M is 10,000,000); 0 is no limit.",
         ),
     }
 

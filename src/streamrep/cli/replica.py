@@ -20,14 +20,20 @@ from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
 
 SYNCHRONOUS = Option("synchronous", bool, help="producers wait for this replica")
-# MapR's network options of a replica; their values are checked by the admin API (model/network.py).
+# MapR's network options of a replica, and streamrep's byte-rate limit; their values are checked by
+# the admin API (model/network.py).
 NETWORK_OPTIONS = (
-    Option("throttle", bool, help="throttle replication under load (recorded; no limit applied yet)"),
+    Option("throttle", bool, help="back off while the replica's cluster is under load"),
     Option("networkencryption", bool, help="replicate over TLS only: Kafka clusters must use SSL or SASL_SSL"),
     Option(
         "networkcompression",
         help=f"{'|'.join(network.NETWORK_COMPRESSIONS)} (lzf refused: Kafka has no "
         f"LZF codec); default {network.DEFAULT_NETWORK_COMPRESSION}",
+    ),
+    Option(
+        "maxbytespersec",
+        help="at most this many bytes a second into the replica, over all its gateways "
+        "(K, M, G: decimal units, 10M); default 0, no limit",
     ),
 )
 

@@ -132,6 +132,7 @@ def autosetup_row(done: AutosetupResult) -> dict[str, Any]:
         "throttle": done.throttle,
         "networkencryption": done.networkencryption,
         "networkcompression": done.networkcompression,
+        "maxbytespersec": done.maxbytespersec,
         "steps": list(done.steps),
         "copied": done.copied,
     }

@@ -338,10 +338,11 @@ class StreamAdmin:
         throttle: Any = None,
         networkencryption: Any = None,
         networkcompression: Any = None,
+        maxbytespersec: Any = None,
     ) -> network.NetworkOptions:
         """The network options of a replica of ``path`` at ``replica``, validated
-        (``model/network.py``): ``throttle``, ``networkencryption`` and ``networkcompression``,
-        None taking MapR's defaults.
+        (``model/network.py``): ``throttle``, ``networkencryption``, ``networkcompression`` and
+        ``maxbytespersec``, None taking the defaults.
 
         :raises InvalidArgument: a bad value, or encryption that a gateway connection to the
             source or the replica's cluster (a Kafka cluster without TLS) could not give.
@@ -350,6 +351,7 @@ class StreamAdmin:
             throttle=network.parse_flag("throttle", throttle),
             networkencryption=network.parse_flag("networkencryption", networkencryption),
             networkcompression=network.parse_network_compression(networkcompression),
+            maxbytespersec=network.parse_max_bytes_per_sec(maxbytespersec),
         )
         if options.networkencryption:
             src, dst = self.path(path), self.path(replica)
@@ -365,19 +367,23 @@ class StreamAdmin:
         throttle: Any = None,
         networkencryption: Any = None,
         networkcompression: Any = None,
+        maxbytespersec: Any = None,
     ) -> ReplicaLink:
         """``stream replica add``: register ``replica`` on the source; needs adminperm and copyperm
         on the source. The replica stream must exist (create it with -copymetafrom); the link
         records its UUID, so a stream created later at that path is not this replica.
 
-        :param throttle: MapR's ``-throttle`` (default false): recorded and listed.
+        :param throttle: MapR's ``-throttle`` (default false): the gateways back off while the
+            replica's cluster is under load (``replication/throttle.py``).
         :param networkencryption: MapR's ``-networkencryption`` (default false): the gateway's
             connections to both clusters must be TLS (``network_options``).
         :param networkcompression: MapR's ``-networkcompression`` (default lz4): the codec the
             gateway writes the replica with on Kafka.
+        :param maxbytespersec: streamrep's limit on the bytes a second replicated into the
+            replica, shared by all its gateways (default 0: none; ``model/network.py``).
         """
         src, dst = self.path(path), self.path(replica)
-        options = self.network_options(src, dst, throttle, networkencryption, networkcompression)
+        options = self.network_options(src, dst, throttle, networkencryption, networkcompression, maxbytespersec)
         dst_entry = self.entry(dst)  # must exist
         link = ReplicaLink(
             path=str(dst),
@@ -388,6 +394,7 @@ class StreamAdmin:
             throttle=options.throttle,
             networkencryption=options.networkencryption,
             networkcompression=options.networkcompression,
+            maxbytespersec=options.maxbytespersec,
         )
 
         def add(entry: StreamEntry) -> StreamEntry:
@@ -521,6 +528,7 @@ class StreamAdmin:
                     networkencryption=link.networkencryption,
                     synchronous=link.synchronous,
                     networkcompression=link.networkcompression,
+                    maxbytespersec=link.maxbytespersec,
                     uuid=replica_entry.uuid if replica_entry is not None else None,
                     errors=error,
                 )

@@ -68,6 +68,7 @@ class ReplicaRow:
     networkencryption: bool
     synchronous: bool
     networkcompression: str
+    maxbytespersec: int
     uuid: str | None
     errors: str | None
 

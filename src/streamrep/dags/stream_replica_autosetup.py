@@ -45,7 +45,7 @@ as a DAG, one task a step:
 
 **Params**: `path` (source stream), `replica` (replica stream to create), `multimaster`,
 `synchronous`, and the replica's network options `throttle`, `networkencryption`,
-`networkcompression` (checked by `check` before anything is created; both links of
+`networkcompression`, `maxbytespersec` (checked by `check` before anything is created; both links of
 multi-master get them). **A failed run is completed by triggering the DAG again with the same params.**
 Data flows once gateways run (DAG `stream_gateways`, on the replica's cluster,
 and on the source's cluster too for multi-master).

@@ -42,8 +42,8 @@ once if the source took no messages since the copy; otherwise it waits (in the t
 the gateways to replicate them, for up to an hour.
 
 **Params**: `path`, the source stream, and `replica`, the replica stream to create, both as
-`/mapr/<cluster>/<stream>`; `throttle`, `networkencryption` and `networkcompression`, the
-replica's network options as `stream replica add` takes them (step 2). Data then flows once
+`/mapr/<cluster>/<stream>`; `throttle`, `networkencryption`, `networkcompression` and
+`maxbytespersec`, the replica's network options as `stream replica add` takes them (step 2). Data then flows once
 gateways run on the replica's cluster (DAG `stream_gateways`).
 
 Every task is safe to retry: it finds the state it wanted (stream created with the same
@@ -78,6 +78,7 @@ with DAG(
             throttle="{{ params.throttle }}",
             networkencryption="{{ params.networkencryption }}",
             networkcompression="{{ params.networkcompression }}",
+            maxbytespersec="{{ params.maxbytespersec }}",
         ),
         ReplicaVerifyOperator(task_id="verify_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
         UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),

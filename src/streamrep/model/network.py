@@ -1,6 +1,7 @@
 """A replica's network options, as MapR's ``stream replica add``/``autosetup`` take them:
-``-networkencryption``, ``-networkcompression`` and ``-throttle``. The value rules, the
-MapR-to-Kafka codec mapping and which cluster connections encryption needs are here, once.
+``-networkencryption``, ``-networkcompression`` and ``-throttle``, and streamrep's own
+``-maxbytespersec``. The value rules, the MapR-to-Kafka codec mapping and which cluster
+connections encryption needs are here, once.
 
 - **networkcompression** ``off|lz4|lzf|zlib`` (MapR) or Kafka's own ``gzip|snappy|zstd``; the
   gateway writes the replica's records with the Kafka codec it maps to. MapR's default is the
@@ -10,13 +11,17 @@ MapR-to-Kafka codec mapping and which cluster connections encryption needs are h
   source cluster and writes the replica's cluster; every one of those connections that is a
   network connection (a Kafka cluster) must use ``security.protocol`` SSL or SASL_SSL. An
   embedded cluster is a file the gateway opens on its own machine: no network, nothing to encrypt.
-- **throttle**: recorded and listed for MapR compatibility; it limits nothing yet (issue 20).
+- **throttle**: MapR's "throttle replication operations under load": the gateways back off while
+  the replica's cluster is under load (``replication/throttle.py`` defines the load signal).
+- **maxbytespersec**: streamrep's hard limit on the bytes a second replicated into the replica,
+  shared by all its gateways and partitions; 0 (the default) is no limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from streamrep.errors import InvalidArgument
@@ -36,6 +41,11 @@ TLS_PROTOCOLS = ("SSL", "SASL_SSL")
 SECURITY_PROTOCOL = "security.protocol"
 # A link recorded before these options existed: its gateway wrote uncompressed and unchecked.
 LEGACY_NETWORK_COMPRESSION = "off"
+NO_BYTE_LIMIT = 0
+MIN_BYTES_PER_SEC = 1_000  # below this one message could hold a gateway for minutes
+MAX_BYTES_PER_SEC = 100_000_000_000  # 100 GB/s: beyond any link; a larger figure is a typo
+# Decimal units, as network rates are quoted: 10M is 10,000,000 bytes a second.
+BYTE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,7 @@ class NetworkOptions:
     throttle: bool
     networkencryption: bool
     networkcompression: str
+    maxbytespersec: int = NO_BYTE_LIMIT
 
 
 def parse_network_compression(value: Any) -> str:
@@ -83,6 +94,37 @@ def parse_flag(name: str, value: Any, default: bool = False) -> bool:
     if word in ("true", "false"):
         return word == "true"
     raise InvalidArgument(f"invalid {name} {value!r}: true or false")
+
+
+def parse_max_bytes_per_sec(value: Any) -> int:
+    """``-maxbytespersec`` in bytes a second: a whole or decimal number with an optional
+    decimal unit ``K``, ``M`` or ``G`` (and ``B``, ``/s``: ``10MB/s``); 0 or None is no limit.
+
+    :raises InvalidArgument: not a number, nan, infinite, negative, or outside
+        MIN_BYTES_PER_SEC..MAX_BYTES_PER_SEC.
+    """
+    if value is None:
+        return NO_BYTE_LIMIT
+    problem = f"invalid maxbytespersec {value!r}: bytes a second, 0 (no limit) or {MIN_BYTES_PER_SEC:,} to 100G"
+    if isinstance(value, bool):
+        raise InvalidArgument(problem)
+    if isinstance(value, (int, float)):
+        text = repr(value)
+    elif isinstance(value, str):
+        text = value.strip().lower().removesuffix("/s").removesuffix("b")
+    else:
+        raise InvalidArgument(problem)
+    unit = text[-1:] if text[-1:] in BYTE_UNITS else ""
+    try:
+        number = Decimal(text[: len(text) - len(unit)]) * BYTE_UNITS[unit]
+    except (InvalidOperation, ValueError):
+        raise InvalidArgument(problem) from None
+    if not number.is_finite() or number < 0 or number > MAX_BYTES_PER_SEC:
+        raise InvalidArgument(problem)
+    rate = int(number.to_integral_value())
+    if 0 < rate < MIN_BYTES_PER_SEC or (rate == 0 and number != 0):
+        raise InvalidArgument(problem)
+    return rate
 
 
 def plaintext_connection(role: str, cluster: str, kind: str, settings: Mapping[str, Any]) -> str | None:

@@ -21,7 +21,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, LimitExceeded, NotFound
-from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
+from streamrep.model.network import LEGACY_NETWORK_COMPRESSION, NO_BYTE_LIMIT
 from streamrep.model.paths import StreamPath
 
 MAX_REPLICAS = 64
@@ -62,10 +62,11 @@ class ReplicaLink:
     uuid: str | None = None  # the replica stream agreed to; None in links written before UUIDs (see binds)
     # MapR's network options (``model/network.py``). The defaults are what a link written before
     # they existed had: no throttle, no encryption check, uncompressed writes. ``replica add``
-    # sets all three (its compression default is lz4).
+    # sets all three (its compression default is lz4). ``maxbytespersec`` is streamrep's (0: no limit).
     throttle: bool = False
     networkencryption: bool = False
     networkcompression: str = LEGACY_NETWORK_COMPRESSION
+    maxbytespersec: int = NO_BYTE_LIMIT
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

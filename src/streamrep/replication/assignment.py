@@ -51,5 +51,16 @@ def share_of(
     expiry: float = HEARTBEAT_EXPIRY_SECONDS,
 ) -> list[P]:
     """The partitions ``gateway`` should replicate now. A gateway always counts itself live."""
+    return shares_seen_by(gateway, partitions, heartbeats, now, expiry)[gateway]
+
+
+def shares_seen_by(
+    gateway: str,
+    partitions: Iterable[P],
+    heartbeats: Mapping[str, float],
+    now: float,
+    expiry: float = HEARTBEAT_EXPIRY_SECONDS,
+) -> dict[str, list[P]]:
+    """Every live gateway's share as ``gateway`` computes it (``share_of``: it counts itself live)."""
     live = set(live_gateways(heartbeats, now, expiry)) | {gateway}
-    return deal(partitions, sorted(live))[gateway]
+    return deal(partitions, sorted(live))

@@ -14,7 +14,7 @@ from streamrep.client.catalog import HasCatalog
 from streamrep.errors import StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
-from streamrep.model.network import LEGACY_NETWORK_COMPRESSION
+from streamrep.model.network import LEGACY_NETWORK_COMPRESSION, NO_BYTE_LIMIT
 from streamrep.model.paths import StreamPath
 
 
@@ -34,6 +34,7 @@ class Flow:
     throttle: bool = False
     networkencryption: bool = False
     networkcompression: str = LEGACY_NETWORK_COMPRESSION
+    maxbytespersec: int = NO_BYTE_LIMIT
 
 
 @dataclass(frozen=True)
@@ -88,4 +89,5 @@ def flow_of(
         link.throttle,
         link.networkencryption,
         link.networkcompression,
+        link.maxbytespersec,
     )

@@ -32,7 +32,7 @@ from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
     eligible,
-    share_of,
+    shares_seen_by,
 )
 from streamrep.replication.cursors import CursorSync
 from streamrep.replication.flows import Blocked, Flow, flows_into
@@ -49,6 +49,7 @@ from streamrep.replication.service import (
     stopped_line,
     withdraw,
 )
+from streamrep.replication.throttle import Pacer, batch_bytes
 from streamrep.replication.transfer import (
     SourcePartition,
     SourceRead,
@@ -147,6 +148,8 @@ class Gateway:
         self.stopping = threading.Event()
         self.stop_reason = "stopped"
         self._sampler: LagSampler | None = None  # while ``run`` runs: the lag is sampled beside the passes
+        self.pacer = Pacer()  # -maxbytespersec and -throttle (replication/throttle.py)
+        self._beating = False  # within run_once: a long wait for the limit keeps the heartbeat
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -257,13 +260,22 @@ class Gateway:
                     units_by_cluster[source.cluster].append(unit)
         mine: set[SourcePartition] = set()
         self.unlisted_by = set()
+        holders: dict[str, set[str]] = defaultdict(set)  # replica UUID -> the gateways holding its partitions
         for source_cluster, units in units_by_cluster.items():
             listed = self.catalog.gateways(source_cluster).get(self.cluster)
             if listed is not None and self.id not in listed:
                 self.unlisted_by.add(source_cluster)
                 continue  # that source cluster does not send to this gateway
-            mine.update(units if whole else share_of(self.id, units, eligible(beats, listed), now, self.expiry))
+            dealt = shares_seen_by(self.id, units, eligible(beats, listed), now, self.expiry)
+            mine.update(units if whole else dealt[self.id])
+            for holder, held in dealt.items():
+                for unit in held:
+                    for flow in result.units[unit]:
+                        holders[flow.replica_uuid].add(holder)
         result.units = {u: f for u, f in result.units.items() if u in mine}
+        # Each holder of a replica's partitions takes an equal part of its byte-rate limit (throttle.py);
+        # a drain (whole) may apply partitions it does not hold, so it counts itself a holder.
+        self.pacer.share({r: 1 / len(h | {self.id}) for r, h in holders.items()})
         names = share_names(mine)
         if names != self._share:  # written on a change only: ``gateway list`` shows who holds what
             beat(self.store, self.id, share=names)
@@ -349,11 +361,28 @@ class Gateway:
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
         by_replica = {flow.replica_uuid: flow for flow in flows}
         codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
+        limits = [(r, f.maxbytespersec) for r, f in by_replica.items() if f.maxbytespersec]
+        throttled = any(f.throttle for f in by_replica.values())
+        nbytes = batch_bytes(batch) if batch and (limits or throttled) else 0
+        if limits and nbytes:
+            self._pause(self.pacer.before(limits, nbytes))  # before the write: the limit bounds what is written
+        began = time.monotonic()
         written, errors = apply_to_replicas(
             self.store, list(by_replica), unit, batch, source_start, span, codecs, known_marks
         )
         self.applied += sum(written.values())
+        if throttled and batch:
+            self._pause(self.pacer.after(time.monotonic() - began, nbytes, throttled))
         return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (for a limit or a load), heartbeating meanwhile within ``run_once``:
+        a gateway waiting for its limit still holds its share."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, HEARTBEAT_INTERVAL_SECONDS / 2))
+            if self._beating:
+                self.keep_alive()
 
     def replicate(
         self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH, end: int | None = None
@@ -378,6 +407,13 @@ class Gateway:
         self.keep_alive()
         assignment = self.assignment(whole)
         self.served = {f for flows in assignment.units.values() for f in flows}
+        self._beating = True
+        try:
+            return self._run_pass(assignment, max_messages)
+        finally:
+            self._beating = False
+
+    def _run_pass(self, assignment: Assignment, max_messages: int) -> int:
         moved = 0
         errors: dict[Flow, str] = {}
         marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass

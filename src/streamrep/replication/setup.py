@@ -38,6 +38,7 @@ class AutosetupResult:
     throttle: bool
     networkencryption: bool
     networkcompression: str
+    maxbytespersec: int
     steps: tuple[str, ...]
     copied: int
 
@@ -51,7 +52,8 @@ def check_autosetup(admin: StreamAdmin, path: str, replica: str, **network: Any)
     "If the replica already exists, the command terminates with an error message"), unless an
     unfinished autosetup of this same source created it: then this run completes it.
 
-    :param network: ``throttle``, ``networkencryption``, ``networkcompression`` (None: defaults).
+    :param network: ``throttle``, ``networkencryption``, ``networkcompression``, ``maxbytespersec``
+        (None: defaults).
     """
     src, dst = admin.path(path), admin.path(replica)
     admin.network_options(src, dst, **network)
@@ -103,7 +105,8 @@ def ensure_replica(
     :param replica: the replica stream; it must exist.
     :param paused: register it paused, so replication waits for ``replica resume``.
     :param synchronous: synchronous replication.
-    :param network: ``throttle``, ``networkencryption``, ``networkcompression`` (None: defaults).
+    :param network: ``throttle``, ``networkencryption``, ``networkcompression``, ``maxbytespersec``
+        (None: defaults).
     :return: the link, and whether this call added it.
     :raises AlreadyExists: the link names a stream since deleted and recreated at ``replica``,
         or has other settings.
@@ -119,6 +122,7 @@ def ensure_replica(
             throttle=options.throttle,
             networkencryption=options.networkencryption,
             networkcompression=options.networkcompression,
+            maxbytespersec=options.maxbytespersec,
         )
         return added, True
     except AlreadyExists:
@@ -192,6 +196,7 @@ def autosetup(
     throttle: Any = None,
     networkencryption: Any = None,
     networkcompression: Any = None,
+    maxbytespersec: Any = None,
 ) -> AutosetupResult:
     """Create the replica, register it paused, agree upstream, copy, (reverse link for
     multi-master), resume. If it fails part-way, the same call again completes it (see the
@@ -199,10 +204,16 @@ def autosetup(
 
     :param copier: runs the copy (in-process by default; the CLI and Airflow pass a Spark one).
     :param throttle: MapR's ``-throttle``, and ``networkencryption``, ``networkcompression``
-        its other network options (``StreamAdmin.add_replica``), for both links of multi-master.
+        its other network options, and streamrep's ``maxbytespersec`` (``StreamAdmin.add_replica``),
+        for both links of multi-master.
         Checked before anything is created.
     """
-    network = {"throttle": throttle, "networkencryption": networkencryption, "networkcompression": networkcompression}
+    network = {
+        "throttle": throttle,
+        "networkencryption": networkencryption,
+        "networkcompression": networkcompression,
+        "maxbytespersec": maxbytespersec,
+    }
     src, dst = begin_autosetup(admin, path, replica, **network)
     steps = ["create"]
     link, _ = ensure_replica(admin, src, dst, synchronous=synchronous, **network)
@@ -226,6 +237,7 @@ def autosetup(
         throttle=link.throttle,
         networkencryption=link.networkencryption,
         networkcompression=link.networkcompression,
+        maxbytespersec=link.maxbytespersec,
         steps=tuple(steps),
         copied=copied.messages,
     )

@@ -266,7 +266,9 @@ class _Passes:
         holders = {k: self.holders[k] for k in keys if k in self.holders}
         if len(set(holders.values())) > slices:  # fewer tasks than holders: some holders run none
             holders = {}
-        job = functools.partial(replicate_slot, self.home, gateway.cluster, gateway.id, plan, holders, slices)
+        job = functools.partial(
+            replicate_slot, self.home, gateway.cluster, gateway.id, plan, holders, slices, parts=gateway.pacer.parts
+        )
         try:
             commits = self.context.parallelize(range(slices), slices).mapPartitions(job).collect()
         except Exception as err:

@@ -124,13 +124,22 @@ def apply_runs(gateway: Gateway, runs: Iterable[Run]) -> ApplyCommit:
 
 
 def replicate_share(
-    home: str | None, cluster: str, gateway_id: str, partitions: Iterable[GatewayPartition]
+    home: str | None,
+    cluster: str,
+    gateway_id: str,
+    partitions: Iterable[GatewayPartition],
+    parts: Mapping[str, float] | None = None,
 ) -> Iterator[ApplyCommit]:
     """Read and apply each source partition in this process (one Spark task of the gateway's
     driver loop), from the lowest stored position of its replicas, so the stored positions stay
     the only truth; the messages go straight from the read to the apply (no Arrow rows). Yields
-    one ApplyCommit per partition (``key`` set to its offset key)."""
+    one ApplyCommit per partition (``key`` set to its offset key).
+
+    :param parts: this task's part of each replica's byte-rate limit, by replica UUID
+        (``throttle.Pacer.share``; None: the whole limit)."""
     gateway = gateway_for(home, cluster, gateway_id)
+    if parts is not None:
+        gateway.pacer.share(parts)
     for partition in partitions:
         commit = apply_runs(gateway, _share_runs(home, cluster, partition))
         commit.key = offset_key(partition.unit)
@@ -192,16 +201,22 @@ def replicate_slot(
     holders: Mapping[str, str],
     slices: int,
     slots: Iterable[int],
+    parts: Mapping[str, float] | None = None,
 ) -> Iterator[ApplyCommit]:
     """One task of a gateway pass (``jobs._Passes``): ``replicate_share`` over this task's
     ``slot_share``, each ApplyCommit naming this worker. Spark gives a task to any idle Python
     worker, so the task picks its partitions by the worker it finds itself in: a replica
     partition applied by another worker than last time must initialise its transactional
     producer there, fencing the first (106 ms a pass in one process, 275 ms alternating:
-    bench/kafka_fencing.py)."""
+    bench/kafka_fencing.py).
+
+    :param parts: the gateway's part of each replica's byte-rate limit (``Gateway.assignment``);
+        the pass's tasks run at once, so this task takes its slots' fraction of it."""
     me = worker_id()
+    slots = list(slots)
+    mine = None if parts is None else {r: p * len(slots) / max(1, slices) for r, p in parts.items()}
     for slot in slots:
-        for commit in replicate_share(home, cluster, gateway_id, slot_share(plan, holders, slices, slot, me)):
+        for commit in replicate_share(home, cluster, gateway_id, slot_share(plan, holders, slices, slot, me), mine):
             commit.worker = me
             yield commit
 
