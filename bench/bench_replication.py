@@ -769,6 +769,7 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
 MM2_MODES = {"mm2_eos": True, "mm2_alo": False}  # kind -> exactly-once; mm2_eos is every mm2_ measure's baseline
 MM2_RATES = (5000, 50000)
 MM2_SOURCE = "/mapr/sf/m"  # MM2's windows: a stream no streamrep gateway replicates
+CATCH_UP_S = 900  # a bound, not an expectation: under a load average of 50-60 a 100k backlog took MM2 200-280 s
 
 
 def streamrep_drain(admin: StreamAdmin, home: str, ends: tuple[str, str], run: int, count: int) -> dict:
@@ -853,8 +854,9 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
                         break
                     src, dst = topics[i], mm.replica(topics[i])
                     f, produced = kafka_window(src_conn, dst_conn, src, dst, rate, seconds)
+                    # MM2 is still copying when it falls behind: the check must not count that as loss
                     f["catch_up_s"] = caught_up(
-                        lambda d=dst, k=produced: kafka_count(dst_conn, d, k, timeout=10), produced
+                        lambda d=dst, k=produced: kafka_count(dst_conn, d, k, timeout=10), produced, timeout=CATCH_UP_S
                     )
                     f.update(
                         mirrormaker.replica_check(f"{kind} window {i}", (src_conn, src), (dst_conn, dst), exactly_once)
