@@ -798,6 +798,60 @@ def mm2_warm(mm: mirrormaker.MirrorMaker, source: str, topic: str, timeout: floa
     return time.perf_counter() - proc.t0
 
 
+def mm2_windows(
+    admin: StreamAdmin,
+    home: str,
+    ends: tuple[str, str],
+    seconds: float,
+    repeats: int,
+    rates: tuple[int, ...],
+    windows: dict[tuple[str, int], list[dict]],
+) -> None:
+    """The latency windows of ``bench_mm2``, appended to ``windows`` as they end."""
+    src_conn, dst_conn = ends
+    ctx = mp.get_context("spawn")
+    run = 1000  # aliases apart from the backlog runs'
+    for old in list(admin.entry(BULK).replicas):  # the window gateways serve only /mapr/ny/s
+        admin.remove_replica(BULK, old.path)
+    n = repeats * len(rates)
+    window_streams(admin, None, n)
+    admin.create_stream(MM2_SOURCE, defaultpartitions=PARTITIONS, ttl=0)
+    for kind, exactly_once in MM2_MODES.items():
+        for i in ["warmup", *range(n)]:
+            admin.create_topic(MM2_SOURCE, f"{kind}-{i}")
+        topics = [kafka_topic(admin, MM2_SOURCE, f"{kind}-{i}") for i in range(n)]
+        warm = kafka_topic(admin, MM2_SOURCE, f"{kind}-warmup")
+        run += 1
+        mm = mirrormaker.MirrorMaker(src_conn, dst_conn, [warm, *topics], exactly_once, Path(home), run)
+        try:
+            log(f"  mm2 {kind} started and replicating in {mm2_warm(mm, src_conn, warm):.0f} s")
+            for i, rate in enumerate(rate for _ in range(repeats) for rate in rates):
+                if STOPPED:
+                    break
+                src, dst = topics[i], mm.replica(topics[i])
+                f, produced = kafka_window(src_conn, dst_conn, src, dst, rate, seconds)
+                # MM2 is still copying when it falls behind: the check must not count that as loss
+                f["catch_up_s"] = caught_up(
+                    lambda d=dst, k=produced: kafka_count(dst_conn, d, k, timeout=10), produced, timeout=CATCH_UP_S
+                )
+                f.update(
+                    mirrormaker.replica_check(f"{kind} window {i}", (src_conn, src), (dst_conn, dst), exactly_once)
+                )
+                windows[(kind, rate)].append(f)
+                log(f"  mm2 {kind} @ {rate}/s: {f}")
+                if kind == "mm2_eos":  # the gateway's window next, on its own topic, while MM2 idles
+                    src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
+                    worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
+                    f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
+                    f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))
+                    f.update(mirrormaker.replica_check(f"streamrep window {i}", (src_conn, src), (dst_conn, dst), True))
+                    windows[("streamrep", rate)].append(f)
+                    log(f"  mm2 streamrep @ {rate}/s: {f}")
+        finally:
+            if mm.proc is not None:
+                mm.proc.stop()
+
+
 def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] = MM2_RATES) -> dict[str, dict]:
     """MirrorMaker 2 (exactly-once, at-least-once) and the in-process gateway on the same two single-broker
     clusters and the same data: a backlog of ``count`` x 100 B drained by a new process each (start-up
@@ -813,7 +867,7 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
     windows: dict[tuple[str, int], list[dict]] = {(kind, rate): [] for kind in kinds for rate in rates}
     brokers: list = []
     home = admin = None
-    ctx = mp.get_context("spawn")
+    window_error = None
     try:
         for _ in ("sf", "ny"):
             brokers.append(start_broker())
@@ -835,47 +889,11 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
                     mm = mirrormaker.MirrorMaker(src_conn, dst_conn, [bulk], MM2_MODES[kind], Path(home), run)
                     drains[kind].append(mirrormaker.drain_mm2(mm, bulk, count, timeout=600 + count / 500))
                 log(f"  mm2 backlog {kind}: {drains[kind][-1]}")
-        for old in list(admin.entry(BULK).replicas):  # the window gateways serve only /mapr/ny/s
-            admin.remove_replica(BULK, old.path)
-        n = repeats * len(rates)
-        window_streams(admin, None, n)
-        admin.create_stream(MM2_SOURCE, defaultpartitions=PARTITIONS, ttl=0)
-        for kind, exactly_once in MM2_MODES.items():
-            for i in ["warmup", *range(n)]:
-                admin.create_topic(MM2_SOURCE, f"{kind}-{i}")
-            topics = [kafka_topic(admin, MM2_SOURCE, f"{kind}-{i}") for i in range(n)]
-            warm = kafka_topic(admin, MM2_SOURCE, f"{kind}-warmup")
-            run += 1
-            mm = mirrormaker.MirrorMaker(src_conn, dst_conn, [warm, *topics], exactly_once, Path(home), run)
-            try:
-                log(f"  mm2 {kind} started and replicating in {mm2_warm(mm, src_conn, warm):.0f} s")
-                for i, rate in enumerate(rate for _ in range(repeats) for rate in rates):
-                    if STOPPED:
-                        break
-                    src, dst = topics[i], mm.replica(topics[i])
-                    f, produced = kafka_window(src_conn, dst_conn, src, dst, rate, seconds)
-                    # MM2 is still copying when it falls behind: the check must not count that as loss
-                    f["catch_up_s"] = caught_up(
-                        lambda d=dst, k=produced: kafka_count(dst_conn, d, k, timeout=10), produced, timeout=CATCH_UP_S
-                    )
-                    f.update(
-                        mirrormaker.replica_check(f"{kind} window {i}", (src_conn, src), (dst_conn, dst), exactly_once)
-                    )
-                    windows[(kind, rate)].append(f)
-                    log(f"  mm2 {kind} @ {rate}/s: {f}")
-                    if kind == "mm2_eos":  # the gateway's window next, on its own topic, while MM2 idles
-                        src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
-                        worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
-                        f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
-                        f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))
-                        f.update(
-                            mirrormaker.replica_check(f"streamrep window {i}", (src_conn, src), (dst_conn, dst), True)
-                        )
-                        windows[("streamrep", rate)].append(f)
-                        log(f"  mm2 streamrep @ {rate}/s: {f}")
-            finally:
-                if mm.proc is not None:
-                    mm.proc.stop()
+        try:  # the backlog figures stand if a window fails; the window entries then say why
+            mm2_windows(admin, home, ends, seconds, repeats, rates, windows)
+        except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
+            window_error = f"error: {type(err).__name__}: {err}"
+            log(f"  mm2 windows: {window_error}\n{traceback.format_exc()}")
     finally:
         if admin is not None and home is not None:
             try:
@@ -919,7 +937,7 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
             name = f"mm2_gateway_{rate // 1000}k_{q}"
             if name not in GOALS:
                 continue
-            out[name] = measure(
+            out[name] = entry = measure(
                 name,
                 windowed("streamrep", rate, f"{q}_ms"),
                 windowed("mm2_eos", rate, f"{q}_ms"),
@@ -931,6 +949,8 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
                 seconds=seconds,
                 runs={kind: windows[(kind, rate)] for kind in kinds},
             )
+            if window_error:
+                entry["met"], entry["why"] = None, window_error
     return out
 
 
