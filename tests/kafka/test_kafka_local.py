@@ -50,6 +50,18 @@ def run_install(repo: Path, path: str, *what: str) -> subprocess.CompletedProces
     )
 
 
+def offline_maven(tmp_path: Path) -> str:
+    """A PATH whose mvn runs offline over an empty local repository: every artifact is out of reach, as
+    without Maven Central."""
+    if shutil.which("mvn") is None:
+        pytest.skip("mvn is not on PATH")
+    offline = tmp_path / "bin"
+    offline.mkdir()
+    (offline / "mvn").write_text(f'#!/bin/sh\nexec {shutil.which("mvn")} --offline "$@"\n')
+    (offline / "mvn").chmod(0o755)
+    return f"{offline}:{os.environ['PATH']}"
+
+
 def skip_reasons(repo: Path) -> str:
     """Run the copied broker tests with pytest; return its report of skips."""
     result = subprocess.run(
@@ -91,14 +103,7 @@ def test_without_maven_the_install_says_why_in_one_line_and_kafka_tests_skip_wit
 
 
 def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_jars(repo_copy, tmp_path):
-    if shutil.which("mvn") is None:
-        pytest.skip("mvn is not on PATH")
-    offline = tmp_path / "bin"
-    offline.mkdir()
-    # Maven offline over an empty local repository: every artifact is out of reach, as without Maven Central.
-    (offline / "mvn").write_text(f'#!/bin/sh\nexec {shutil.which("mvn")} --offline "$@"\n')
-    (offline / "mvn").chmod(0o755)
-    result = run_install(repo_copy, f"{offline}:{os.environ['PATH']}")
+    result = run_install(repo_copy, offline_maven(tmp_path))
 
     assert result.returncode == 0
     assert result.stderr.splitlines() == [
@@ -111,13 +116,7 @@ def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_j
 
 
 def test_mirrormaker_jars_have_their_own_install_that_fails_in_one_line(repo_copy, tmp_path):
-    if shutil.which("mvn") is None:
-        pytest.skip("mvn is not on PATH")
-    offline = tmp_path / "bin"
-    offline.mkdir()
-    (offline / "mvn").write_text(f'#!/bin/sh\nexec {shutil.which("mvn")} --offline "$@"\n')
-    (offline / "mvn").chmod(0o755)
-    result = run_install(repo_copy, f"{offline}:{os.environ['PATH']}", "mm2")
+    result = run_install(repo_copy, offline_maven(tmp_path), "mm2")
 
     assert result.returncode == 1  # the benchmark step that asked for them stops
     assert result.stderr.splitlines() == [
