@@ -13,6 +13,10 @@ Measures (``--only`` picks cases):
 * ``kafka-secure`` (issue 18): the in-process gateway Kafka to Kafka on two secured three-broker clusters
   (SASL_SSL SCRAM, ACLs, RF 3 / min ISR 2) against two single-broker plaintext ones, and two three-broker
   plaintext ones to tell replication from security: backlog throughput and p50/p99 at 5k msg/s.
+* ``mm2`` (issue 20): MirrorMaker 2 (dedicated mode, exactly-once: the baseline; at-least-once in ``detail``)
+  against the in-process gateway on two single-broker clusters: the backlog drained by a new process
+  (start-up included), its CPU seconds and peak RSS, and p50/p99 at 5k and 50k msg/s; every replica is checked
+  record by record (``mirrormaker.py``). Needs ``scripts/kafka_local.py install mm2`` (``./run bench`` runs it).
 * ``copy``: copystream in-process and on Spark (spark-submit, Spark's start included), 1M messages
   at 100 B and 1 KB; scaling: copystream on Spark ``local[2]`` against ``local[1]`` (moving time).
 * ``memory``: peak resident memory of the whole process tree of the copystream and gateway apps on
@@ -36,7 +40,9 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
+import mirrormaker
 from benchlib import (
     IDENTITY,
     PARTITIONS,
@@ -106,12 +112,22 @@ GOALS: dict[str, tuple[str, str, float]] = {
     "kafka_secure_gateway_backlog_100B": ("msg/s", "ratio>=", 0.8),
     "kafka_secure_gateway_5k_p50": ("ms", "ratio<=", 1.2),
     "kafka_secure_gateway_5k_p99": ("ms", "ratio<=", 1.2),
+    # issue 20: the in-process gateway against MirrorMaker 2 exactly-once (the baseline), Kafka to Kafka
+    "mm2_gateway_backlog_100B": ("msg/s", "ratio>=", 2.0),
+    "mm2_gateway_5k_p50": ("ms", "ratio<=", 1.0),
+    "mm2_gateway_5k_p99": ("ms", "ratio<=", 1.0),
+    "mm2_gateway_50k_p50": ("ms", "ratio<=", 1.0),
+    "mm2_gateway_50k_p99": ("ms", "max", 1000),
+    "mm2_gateway_peak_rss": ("MiB", "ratio<=", 0.25),
+    "mm2_gateway_cpu_s": ("s", "ratio<=", 1.0),
 }
-CASES = ("fanout", "continuous", "kafka", "kafka-secure", "copy", "memory")  # the order they run in: the quickest first
-KAFKA_CASES = ("kafka", "kafka-secure")  # skipped by --no-kafka
+CASES = ("fanout", "continuous", "kafka", "kafka-secure", "mm2", "copy", "memory")  # the quickest first
+KAFKA_CASES = ("kafka", "kafka-secure", "mm2")  # skipped by --no-kafka
 CASE_OF = {
     name: (
-        "kafka-secure"
+        "mm2"
+        if name.startswith("mm2")
+        else "kafka-secure"
         if name.startswith("kafka_secure")
         else "kafka"
         if name.endswith("_kafka")
@@ -749,6 +765,199 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
     return out
 
 
+# -- MirrorMaker 2 against the in-process gateway, Kafka to Kafka (issue 20) ---------------------------------
+MM2_MODES = {"mm2_eos": True, "mm2_alo": False}  # kind -> exactly-once; mm2_eos is every mm2_ measure's baseline
+MM2_RATES = (5000, 50000)
+MM2_SOURCE = "/mapr/sf/m"  # MM2's windows: a stream no streamrep gateway replicates
+CATCH_UP_S = 900  # a bound, not an expectation: under a load average of 50-60 a 100k backlog took MM2 200-280 s
+
+
+def streamrep_drain(admin: StreamAdmin, home: str, ends: tuple[str, str], run: int, count: int) -> dict:
+    """The gateway as a process of its own (``mirrormaker.py drain``) drains ``BULK`` into a fresh replica."""
+    replica = f"/mapr/ny/r{run}"
+    link(admin, BULK, replica, alone=True)
+    usage = mirrormaker.drain_streamrep(home, Path(home) / f"drain-{run}.log", timeout=600 + count / 500)
+    check = mirrormaker.replica_check(
+        f"streamrep backlog run {run}",
+        (ends[0], kafka_topic(admin, BULK)),
+        (ends[1], kafka_topic(admin, replica)),
+        transactional=True,
+    )
+    return {"with_start_s": usage.wall_s, "cpu_s": usage.cpu_s, "peak_rss_mib": usage.peak_rss_mib, **check}
+
+
+def mm2_warm(mm: mirrormaker.MirrorMaker, source: str, topic: str, timeout: float = 600) -> float:
+    """Start ``mm`` and wait until a record produced to ``topic`` is readable in its replica; seconds taken."""
+    proc = mm.start()
+    kafka_fill(source, topic, 1, 100)
+    while kafka_count(mm.target, mm.replica(topic), 1, timeout=2) < 1:
+        if not proc.alive():
+            raise mm.failure(f"exited with status {proc.proc.returncode} while starting")
+        if time.perf_counter() - proc.t0 > timeout:
+            raise mm.failure(f"replicated nothing in {timeout:.0f} s")
+    return time.perf_counter() - proc.t0
+
+
+def mm2_windows(
+    admin: StreamAdmin,
+    home: str,
+    ends: tuple[str, str],
+    seconds: float,
+    repeats: int,
+    rates: tuple[int, ...],
+    windows: dict[tuple[str, int], list[dict]],
+) -> None:
+    """The latency windows of ``bench_mm2``, appended to ``windows`` as they end."""
+    src_conn, dst_conn = ends
+    ctx = mp.get_context("spawn")
+    run = 1000  # aliases apart from the backlog runs'
+    for old in list(admin.entry(BULK).replicas):  # the window gateways serve only /mapr/ny/s
+        admin.remove_replica(BULK, old.path)
+    n = repeats * len(rates)
+    window_streams(admin, None, n)
+    admin.create_stream(MM2_SOURCE, defaultpartitions=PARTITIONS, ttl=0)
+    for kind, exactly_once in MM2_MODES.items():
+        for i in ["warmup", *range(n)]:
+            admin.create_topic(MM2_SOURCE, f"{kind}-{i}")
+        topics = [kafka_topic(admin, MM2_SOURCE, f"{kind}-{i}") for i in range(n)]
+        warm = kafka_topic(admin, MM2_SOURCE, f"{kind}-warmup")
+        run += 1
+        mm = mirrormaker.MirrorMaker(src_conn, dst_conn, [warm, *topics], exactly_once, Path(home), run)
+        try:
+            log(f"  mm2 {kind} started and replicating in {mm2_warm(mm, src_conn, warm):.0f} s")
+            for i, rate in enumerate(rate for _ in range(repeats) for rate in rates):
+                if STOPPED:
+                    break
+                src, dst = topics[i], mm.replica(topics[i])
+                f, produced = kafka_window(src_conn, dst_conn, src, dst, rate, seconds)
+                # MM2 is still copying when it falls behind: the check must not count that as loss
+                f["catch_up_s"] = caught_up(
+                    lambda d=dst, k=produced: kafka_count(dst_conn, d, k, timeout=10), produced, timeout=CATCH_UP_S
+                )
+                f.update(
+                    mirrormaker.replica_check(f"{kind} window {i}", (src_conn, src), (dst_conn, dst), exactly_once)
+                )
+                windows[(kind, rate)].append(f)
+                log(f"  mm2 {kind} @ {rate}/s: {f}")
+                if kind == "mm2_eos":  # the gateway's window next, on its own topic, while MM2 idles
+                    src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
+                    worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
+                    f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
+                    f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))
+                    f.update(mirrormaker.replica_check(f"streamrep window {i}", (src_conn, src), (dst_conn, dst), True))
+                    windows[("streamrep", rate)].append(f)
+                    log(f"  mm2 streamrep @ {rate}/s: {f}")
+        finally:
+            if mm.proc is not None:
+                mm.proc.stop()
+
+
+def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] = MM2_RATES) -> dict[str, dict]:
+    """MirrorMaker 2 (exactly-once, at-least-once) and the in-process gateway on the same two single-broker
+    clusters and the same data: a backlog of ``count`` x 100 B drained by a new process each (start-up
+    included; CPU seconds and peak RSS from the kernel), runs interleaved; then p50/p99 at each of ``rates``
+    for ``seconds``: each MM2 mode started once and warmed up, a gateway process per window (as kafka-secure's),
+    a streamrep window after each MM2 exactly-once one. Every run's replica is read to its end and checked
+    record by record against its source (``mirrormaker.replica_check``): loss or duplicates fail the case."""
+    reason = mirrormaker.missing_reason()
+    if reason:
+        raise RuntimeError(reason)
+    kinds = ("streamrep", *MM2_MODES)
+    drains: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    windows: dict[tuple[str, int], list[dict]] = {(kind, rate): [] for kind in kinds for rate in rates}
+    brokers: list = []
+    home = admin = None
+    window_error = None
+    try:
+        for _ in ("sf", "ny"):
+            brokers.append(start_broker())
+        ends = src_conn, dst_conn = brokers[0].bootstrap, brokers[1].bootstrap
+        home, admin = kafka_home(*ends)
+        admin.create_stream(BULK, defaultpartitions=PARTITIONS, ttl=0)
+        admin.create_topic(BULK, TOPIC)
+        bulk = kafka_topic(admin, BULK)
+        kafka_fill(src_conn, bulk, count, 100)
+        run = 0
+        for _ in range(repeats):  # interleaved: a change in load hits every kind alike
+            for kind in kinds:
+                if STOPPED:
+                    break
+                run += 1
+                if kind == "streamrep":
+                    drains[kind].append(streamrep_drain(admin, home, ends, run, count))
+                else:
+                    mm = mirrormaker.MirrorMaker(src_conn, dst_conn, [bulk], MM2_MODES[kind], Path(home), run)
+                    drains[kind].append(mirrormaker.drain_mm2(mm, bulk, count, timeout=600 + count / 500))
+                log(f"  mm2 backlog {kind}: {drains[kind][-1]}")
+        try:  # the backlog figures stand if a window fails; the window entries then say why
+            mm2_windows(admin, home, ends, seconds, repeats, rates, windows)
+        except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
+            window_error = f"error: {type(err).__name__}: {err}"
+            log(f"  mm2 windows: {window_error}\n{traceback.format_exc()}")
+    finally:
+        if admin is not None and home is not None:
+            try:
+                drop(admin, home)
+            except Exception as err:  # noqa: BLE001 - the brokers go next anyway
+                log(f"  dropping the run's topics failed: {err}")
+        for broker in reversed(brokers):
+            stop_broker(broker)
+
+    def drained(kind: str, key: str) -> float | None:
+        values = [d[key] for d in drains[kind]]
+        if key == "with_start_s":
+            return per_second(count, med(values))
+        return med(values)
+
+    def windowed(kind: str, rate: int, key: str) -> float | None:
+        return med([f[key] for f in windows[(kind, rate)] if f[key] is not None])
+
+    rounds = min(len(drains[kind]) for kind in kinds)
+    out = {}
+    for name, key in (
+        ("mm2_gateway_backlog_100B", "with_start_s"),
+        ("mm2_gateway_peak_rss", "peak_rss_mib"),
+        ("mm2_gateway_cpu_s", "cpu_s"),
+    ):
+        out[name] = measure(
+            name,
+            drained("streamrep", key),
+            drained("mm2_eos", key),
+            why="a kind did not complete its runs",
+            runs_done=rounds,
+            at_least_once=drained("mm2_alo", key),
+            messages=count,
+            size=100,
+            measured="a new process each run (MM2's JVM, the gateway's Python) from its start until the replica "
+            "holds the backlog; CPU seconds and peak RSS of that process, from the kernel",
+            runs=drains,
+        )
+    for rate in rates:
+        for q in ("p50", "p99"):
+            name = f"mm2_gateway_{rate // 1000}k_{q}"
+            if name not in GOALS:
+                continue
+            out[name] = entry = measure(
+                name,
+                windowed("streamrep", rate, f"{q}_ms"),
+                windowed("mm2_eos", rate, f"{q}_ms"),
+                why="no record reached a replica",
+                runs_done=min(len(windows[(kind, rate)]) for kind in kinds),
+                at_least_once=windowed("mm2_alo", rate, f"{q}_ms"),
+                applied_rate={kind: windowed(kind, rate, "applied_rate") for kind in kinds},
+                rate=rate,
+                seconds=seconds,
+                runs={kind: windows[(kind, rate)] for kind in kinds},
+            )
+            produced = min((windowed(kind, rate, "produced_rate") or 0 for kind in kinds), default=0)
+            if window_error:
+                entry["met"], entry["why"] = None, window_error
+            elif produced < 0.9 * rate:  # the goal's load was not applied to every kind: not judged
+                entry["met"] = None
+                entry["why"] = f"a producer reached only {produced:,.0f} of {rate:,} msg/s (machine load)"
+    return out
+
+
 # -- fan-out ---------------------------------------------------------------------------------------
 def bench_fanout(messages: int, repeats: int, replicas: int = 64) -> dict[str, dict]:
     """One in-process gateway pass to 64 replicas against 64 x a pass to one; steady: every replica and
@@ -837,6 +1046,8 @@ def main() -> int:
                 found.update(bench_kafka(bootstrap, seconds, repeats))
             elif case == "kafka-secure":
                 found.update(bench_kafka_secure(messages, seconds, repeats))
+            elif case == "mm2":
+                found.update(bench_mm2(messages, seconds, repeats))
             elif case == "copy":
                 found.update(bench_copy(messages, repeats))
             elif case == "memory":

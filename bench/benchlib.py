@@ -450,12 +450,14 @@ def kafka_send(producer: KafkaProducer, name: str, partition: int, value: bytes,
 
 
 def kafka_fill(bootstrap: Conn, name: str, count: int, size: int) -> None:
+    """``count`` records of ``size`` bytes round-robin over the partitions; value = sequence number (8 bytes,
+    big-endian) + the same random bytes."""
     producer = KafkaProducer(
         {**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5, "batch.size": 1 << 20}
     )
-    value = os.urandom(size)
-    for i in range(count):
-        kafka_send(producer, name, i % PARTITIONS, value)
+    pad = os.urandom(max(0, size - 8))
+    for i in range(count):  # each value starts with its sequence number: a replica's copies can be told apart
+        kafka_send(producer, name, i % PARTITIONS, i.to_bytes(8, "big") + pad)
     producer.flush(120)
 
 
@@ -506,15 +508,15 @@ def kafka_baseline_loop(bootstrap: Conn, src: str, dst: str, seconds: float) -> 
 def kafka_produce_steadily(bootstrap: Conn, name: str, rate: int, seconds: float, size: int) -> None:
     """A producer process writing ``rate`` messages/s for ``seconds``; timestamps are send times."""
     producer = KafkaProducer({**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5})
-    value = b"x" * size
+    pad = b"x" * max(0, size - 8)
     tick = 0.01
     per_tick = max(1, int(rate * tick))
     start = time.time()
     sent = 0
     while time.time() - start < seconds:
         now = int(time.time() * 1000)
-        for _ in range(per_tick):
-            kafka_send(producer, name, sent % PARTITIONS, value, now)
+        for _ in range(per_tick):  # the value starts with the sequence number, as kafka_fill's
+            kafka_send(producer, name, sent % PARTITIONS, sent.to_bytes(8, "big") + pad, now)
             sent += 1
         producer.poll(0)
         delay = start + sent / rate - time.time()

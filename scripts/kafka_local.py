@@ -11,7 +11,7 @@ resolved by Maven into ``.cache/kafka/libs``:
   three), replication factor 3 with min ISR 2, SASL_SSL SCRAM-SHA-512 clients, mutual TLS between
   controllers, and ACLs (:class:`SecureCluster`).
 
-    python scripts/kafka_local.py install | [secure] start | [secure] stop | [secure] status
+    python scripts/kafka_local.py install [mm2] | [secure] start | [secure] stop | [secure] status
 """
 
 from __future__ import annotations
@@ -49,6 +49,49 @@ MAVEN_LOG = KAFKA_CACHE / "mvn.log"
 MAVEN_REPO = REPO / ".cache" / "m2"
 MAVEN_TIMEOUT_S = 900
 
+
+@dataclass(frozen=True)
+class Jars:
+    """A pinned pom and the folder Maven resolves it into (``<cache>/libs``, stamped with the pom's SHA-256).
+
+    :param what: shown in messages ("Kafka jars", "MirrorMaker 2 jars")
+    :param marker: a glob one of the resolved jars must match, or the resolve counts as failed
+    :param how: the command that resolves them, for the message when they are missing
+    """
+
+    what: str
+    pom: Path
+    cache: Path
+    marker: str
+    how: str
+
+    @property
+    def libs(self) -> Path:
+        return self.cache / "libs"
+
+    @property
+    def stamp(self) -> Path:
+        return self.cache / "pom.sha256"
+
+    @property
+    def unavailable(self) -> Path:
+        return self.cache / "unavailable"
+
+    @property
+    def maven_log(self) -> Path:
+        return self.cache / "mvn.log"
+
+
+KAFKA = Jars("Kafka jars", POM, KAFKA_CACHE, "kafka_2.13-*.jar", "run ./run test or ./run kafka")
+# MirrorMaker 2 for bench/bench_replication.py only: resolved by `install mm2` (./run bench), not by ./run test.
+MM2 = Jars(
+    "MirrorMaker 2 jars",
+    REPO / "kafka" / "mm2" / "pom.xml",
+    REPO / ".cache" / "mm2",
+    "connect-mirror-4*.jar",
+    "run ./run bench or scripts/kafka_local.py install mm2",
+)
+
 LOCAL_HOME = REPO / ".kafka-local"
 # ./run kafka: name -> (client port, controller port)
 LOCAL_CLUSTERS = {"sanfrancisco": (19092, 19093), "newyork": (29092, 29093)}
@@ -83,73 +126,75 @@ def _relative(path: Path) -> str:
 # ---------------------------------------------------------------- install
 
 
-def _pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+def _pom_digest(jars: Jars = KAFKA) -> str:
+    return hashlib.sha256(jars.pom.read_bytes()).hexdigest()
 
 
-def _record_unavailable(reason: str) -> str:
-    KAFKA_CACHE.mkdir(parents=True, exist_ok=True)
-    UNAVAILABLE.write_text(reason + "\n")
+def _record_unavailable(reason: str, jars: Jars = KAFKA) -> str:
+    jars.cache.mkdir(parents=True, exist_ok=True)
+    jars.unavailable.write_text(reason + "\n")
     return reason
 
 
-def install() -> str | None:
-    """Resolve the jars ``kafka/pom.xml`` pins into ``.cache/kafka/libs``, unless already done for this pom.
+def install(jars: Jars = KAFKA) -> str | None:
+    """Resolve the jars ``jars.pom`` pins (``kafka/pom.xml`` by default) into ``jars.libs``, unless already
+    done for this pom.
 
     Maven runs only when the jars are missing or the pom changed since they were resolved (the stamp
     holds the pom's SHA-256). A failed resolve leaves no jars, so nothing runs a stale version.
 
     :returns: ``None`` when the jars are ready, else the one-line reason they are not.
     """
-    if jars_missing_reason() is None:
+    if jars_missing_reason(jars) is None:
         return None
     if shutil.which("mvn") is None:
-        return _record_unavailable("Kafka jars not installed: mvn (Apache Maven) is not on PATH")
+        return _record_unavailable(f"{jars.what} not installed: mvn (Apache Maven) is not on PATH", jars)
     if shutil.which("java") is None:
-        return _record_unavailable("Kafka jars not installed: java (17 or newer) is not on PATH")
-    partial = KAFKA_CACHE / "libs.partial"
+        return _record_unavailable(f"{jars.what} not installed: java (17 or newer) is not on PATH", jars)
+    partial = jars.cache / "libs.partial"
     shutil.rmtree(partial, ignore_errors=True)
-    shutil.rmtree(LIBS, ignore_errors=True)
-    STAMP.unlink(missing_ok=True)
-    KAFKA_CACHE.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(jars.libs, ignore_errors=True)
+    jars.stamp.unlink(missing_ok=True)
+    jars.cache.mkdir(parents=True, exist_ok=True)
     command = [
         "mvn",
         "-q",
         "-B",
         "-Dstyle.color=never",
         "-f",
-        str(POM),
+        str(jars.pom),
         f"-Dmaven.repo.local={MAVEN_REPO}",
         "dependency:copy-dependencies",
         f"-DoutputDirectory={partial}",
     ]
-    with MAVEN_LOG.open("w") as log:
+    with jars.maven_log.open("w") as log:
         try:
             result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=MAVEN_TIMEOUT_S)
             failed = result.returncode != 0
         except subprocess.TimeoutExpired:
             failed = True
-    if failed or not any(partial.glob("kafka_2.13-*.jar")):
+    if failed or not any(partial.glob(jars.marker)):
         shutil.rmtree(partial, ignore_errors=True)
         return _record_unavailable(
-            f"Kafka jars not installed: Maven could not resolve kafka/pom.xml (is Maven Central reachable?); "
-            f"see {_relative(MAVEN_LOG)}"
+            f"{jars.what} not installed: Maven could not resolve {_relative(jars.pom)} "
+            f"(is Maven Central reachable?); see {_relative(jars.maven_log)}",
+            jars,
         )
-    partial.rename(LIBS)
-    STAMP.write_text(_pom_digest() + "\n")
-    UNAVAILABLE.unlink(missing_ok=True)
+    partial.rename(jars.libs)
+    jars.stamp.write_text(_pom_digest(jars) + "\n")
+    jars.unavailable.unlink(missing_ok=True)
     return None
 
 
-def jars_missing_reason() -> str | None:
-    """Why the broker cannot run from the installed jars, or ``None`` when it can. Never downloads."""
-    if LIBS.is_dir() and STAMP.is_file() and STAMP.read_text().strip() == _pom_digest():
+def jars_missing_reason(jars: Jars = KAFKA) -> str | None:
+    """Why the jars cannot be used (the broker's by default), or ``None`` when they can. Never downloads."""
+    if jars.libs.is_dir() and jars.stamp.is_file() and jars.stamp.read_text().strip() == _pom_digest(jars):
         return None
-    if UNAVAILABLE.is_file():
-        return UNAVAILABLE.read_text().strip()
-    if LIBS.is_dir():
-        return "Kafka jars are older than kafka/pom.xml: run ./run test or ./run kafka to resolve them again"
-    return "Kafka jars not installed: run ./run test or ./run kafka, which resolve kafka/pom.xml"
+    if jars.unavailable.is_file():
+        return jars.unavailable.read_text().strip()
+    if jars.libs.is_dir():
+        return f"{jars.what} are older than {_relative(jars.pom)}: {jars.how} to resolve them again"
+    return f"{jars.what} not installed: {jars.how}, which resolve {_relative(jars.pom)}"
 
 
 # ---------------------------------------------------------------- brokers
@@ -877,6 +922,11 @@ def _start_command(brokers: list[Broker], clusters: list[SecureCluster]) -> int:
 def _main(argv: list[str]) -> int:
     command = argv[0] if argv else "start"
     if command == "install":
+        if argv[1:] == ["mm2"]:  # MirrorMaker 2, for the benchmark only
+            reason = install(MM2)
+            if reason:
+                print(f"run: {reason}; the benchmark's MirrorMaker 2 case will not run", file=sys.stderr)
+            return 1 if reason else 0
         reason = install()
         if reason:
             print(f"run: {reason}; Kafka tests will be skipped", file=sys.stderr)

@@ -30,6 +30,7 @@ def repo_copy(tmp_path) -> Path:
         "scripts/kafka_local.py",
         "scripts/wheel_envs.py",
         "kafka/pom.xml",
+        "kafka/mm2/pom.xml",
         "kafka/log4j2.properties",
         "tests/conftest.py",
         "tests/kafka/test_broker.py",
@@ -39,14 +40,26 @@ def repo_copy(tmp_path) -> Path:
     return copy
 
 
-def run_install(repo: Path, path: str) -> subprocess.CompletedProcess:
+def run_install(repo: Path, path: str, *what: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(repo / "scripts" / "kafka_local.py"), "install"],
+        [sys.executable, str(repo / "scripts" / "kafka_local.py"), "install", *what],
         env={**os.environ, "PATH": path},
         capture_output=True,
         text=True,
         timeout=WAIT_S * 5,
     )
+
+
+def offline_maven(tmp_path: Path) -> str:
+    """A PATH whose mvn runs offline over an empty local repository: every artifact is out of reach, as
+    without Maven Central."""
+    if shutil.which("mvn") is None:
+        pytest.skip("mvn is not on PATH")
+    offline = tmp_path / "bin"
+    offline.mkdir()
+    (offline / "mvn").write_text(f'#!/bin/sh\nexec {shutil.which("mvn")} --offline "$@"\n')
+    (offline / "mvn").chmod(0o755)
+    return f"{offline}:{os.environ['PATH']}"
 
 
 def skip_reasons(repo: Path) -> str:
@@ -90,14 +103,7 @@ def test_without_maven_the_install_says_why_in_one_line_and_kafka_tests_skip_wit
 
 
 def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_jars(repo_copy, tmp_path):
-    if shutil.which("mvn") is None:
-        pytest.skip("mvn is not on PATH")
-    offline = tmp_path / "bin"
-    offline.mkdir()
-    # Maven offline over an empty local repository: every artifact is out of reach, as without Maven Central.
-    (offline / "mvn").write_text(f'#!/bin/sh\nexec {shutil.which("mvn")} --offline "$@"\n')
-    (offline / "mvn").chmod(0o755)
-    result = run_install(repo_copy, f"{offline}:{os.environ['PATH']}")
+    result = run_install(repo_copy, offline_maven(tmp_path))
 
     assert result.returncode == 0
     assert result.stderr.splitlines() == [
@@ -107,6 +113,18 @@ def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_j
     assert "[ERROR]" in (repo_copy / ".cache" / "kafka" / "mvn.log").read_text()  # Maven's own words, kept
     assert not (repo_copy / ".cache" / "kafka" / "libs").exists()
     assert "Maven could not resolve kafka/pom.xml" in skip_reasons(repo_copy)
+
+
+def test_mirrormaker_jars_have_their_own_install_that_fails_in_one_line(repo_copy, tmp_path):
+    result = run_install(repo_copy, offline_maven(tmp_path), "mm2")
+
+    assert result.returncode == 1  # the benchmark step that asked for them stops
+    assert result.stderr.splitlines() == [
+        "run: MirrorMaker 2 jars not installed: Maven could not resolve kafka/mm2/pom.xml (is Maven Central "
+        "reachable?); see .cache/mm2/mvn.log; the benchmark's MirrorMaker 2 case will not run"
+    ]
+    assert not (repo_copy / ".cache" / "mm2" / "libs").exists()
+    assert not (repo_copy / ".cache" / "kafka").exists()  # the broker's jars are not part of it
 
 
 @pytest.fixture

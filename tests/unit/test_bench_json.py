@@ -1,4 +1,4 @@
-"""bench/bench_replication.py's JSON: one entry per goal of issue 11, its schema and how ``met`` is decided.
+"""bench/bench_replication.py's JSON: one entry per goal of issues 11, 18 and 20, its schema and how ``met`` is decided.
 
 Synthetic figures go through the benchmark's own assembly (no timing here: benchmarks time, tests do not).
 """
@@ -32,7 +32,7 @@ def test_every_goal_has_one_entry_in_order_with_the_schema(bench):
     found = {name: bench.measure(name, 1.0, 2.0) for name in bench.GOALS}
     result = bench.assemble(found, {})
     assert [m["name"] for m in result["measures"]] == list(bench.GOALS)
-    assert len(result["measures"]) == 16
+    assert len(result["measures"]) == 23
     for m in result["measures"]:
         assert set(m) >= KEYS, m
         assert m["ratio"] == 0.5
@@ -50,6 +50,10 @@ def test_goal_texts(bench):
     assert bench.goal_text("fanout_64_replicas") == "<= 0.25x"
     assert bench.goal_text("kafka_secure_gateway_backlog_100B") == ">= 0.8x"
     assert bench.goal_text("kafka_secure_gateway_5k_p99") == "<= 1.2x"
+    assert bench.goal_text("mm2_gateway_backlog_100B") == ">= 2x"
+    assert bench.goal_text("mm2_gateway_5k_p99") == "<= 1x"
+    assert bench.goal_text("mm2_gateway_50k_p99") == "<= 1000 ms"
+    assert bench.goal_text("mm2_gateway_peak_rss") == "<= 0.25x"
 
 
 @pytest.mark.parametrize(
@@ -74,6 +78,17 @@ def test_goal_texts(bench):
         ("kafka_secure_gateway_backlog_100B", 39_000.0, 50_000.0, False),
         ("kafka_secure_gateway_5k_p50", 120.0, 100.0, True),
         ("kafka_secure_gateway_5k_p99", 1300.0, 1000.0, False),
+        # issue 20: streamrep / MirrorMaker 2 exactly-once
+        ("mm2_gateway_backlog_100B", 25_000.0, 12_500.0, True),
+        ("mm2_gateway_backlog_100B", 24_000.0, 12_500.0, False),
+        ("mm2_gateway_5k_p50", 75.0, 75.0, True),
+        ("mm2_gateway_5k_p99", 440.0, 438.0, False),
+        ("mm2_gateway_50k_p50", 50.0, 100.0, True),
+        ("mm2_gateway_50k_p99", 1000.0, 300.0, True),
+        ("mm2_gateway_50k_p99", 1001.0, 3000.0, False),
+        ("mm2_gateway_peak_rss", 400.0, 1600.0, True),
+        ("mm2_gateway_peak_rss", 401.0, 1600.0, False),
+        ("mm2_gateway_cpu_s", 20.0, 19.0, False),
     ],
 )
 def test_met(bench, name, value, baseline, met):
@@ -98,6 +113,7 @@ def test_a_missing_figure_is_met_null_with_the_reason(bench):
     assert by_name["scaling_copystream_spark_2_vs_1_cores"]["why"] == "error: RuntimeError: boom"
     assert by_name["memory_spark_gateway_backlog"]["why"] == "not measured"
     assert by_name["kafka_secure_gateway_5k_p50"]["why"] == "not measured"  # its own case, not "kafka"
+    assert by_name["mm2_gateway_5k_p50"]["why"] == "not measured"  # nor are the MirrorMaker 2 ones
     assert all(set(m) >= KEYS for m in result["measures"])
 
 
