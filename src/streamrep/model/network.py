@@ -16,7 +16,7 @@ MapR-to-Kafka codec mapping and which cluster connections encryption needs are h
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from streamrep.errors import InvalidArgument
@@ -45,6 +45,16 @@ class NetworkOptions:
     throttle: bool
     networkencryption: bool
     networkcompression: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options by name: the fields of a replica link they set (``ReplicaLink``)."""
+        return asdict(self)
+
+
+def link_option_names() -> tuple[str, ...]:
+    """The names of a replica link's network options: what ``replica add`` sets and ``replica
+    edit`` changes (one list, so an option added here is editable with no other code)."""
+    return tuple(f.name for f in fields(NetworkOptions))
 
 
 def parse_network_compression(value: Any) -> str:

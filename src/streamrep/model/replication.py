@@ -256,6 +256,49 @@ def check_replica_add(
         raise LimitExceeded(f"stream {source} already has {len(replicas)} replicas; the maximum is {MAX_REPLICAS}")
 
 
+def check_new_replica_path(
+    source: StreamPath,
+    link: ReplicaLink,
+    replicas: Iterable[ReplicaLink],
+    new: StreamPath,
+    new_uuid: str,
+    new_created: int,
+) -> None:
+    """Refuse ``replica edit -newreplica``'s new path unless it is the replica's own stream (its
+    UUID) after a rename or move, and not another replica of ``source`` already.
+
+    :param new_uuid: the UUID of the stream now at ``new``, created at ``new_created`` (ms).
+    """
+    if str(new) != link.path and find_link(replicas, new):
+        raise AlreadyExists(f"{new} is already a replica of {source}")
+    if not binds(link, new_uuid, new_created):
+        raise InvalidArgument(
+            f"{new} is stream {new_uuid}, not replica {link.path} (stream {_agreed_uuid(link)}): -newreplica "
+            f"takes the replica's new path after a rename or move; add another stream with 'stream replica add'"
+        )
+
+
+def edited_link(link: ReplicaLink, path: StreamPath | None = None, uuid: str | None = None, **changes: Any) -> ReplicaLink:
+    """``link`` with ``replica edit``'s changes: options (``synchronous`` and the network options)
+    and, with ``path``, the replica's new path and its UUID (the same stream, see
+    ``check_new_replica_path``). Positions and marks name streams by UUID, so replication goes
+    on from where it was. A replica made asynchronous has no synchronous state to fall back from."""
+    new = link.with_changes(**changes)
+    if path is not None:
+        new = new.with_changes(path=str(path), uuid=uuid)
+    if new.state is ReplicaState.SYNC_FALLBACK and not new.synchronous:
+        new = new.with_changes(state=ReplicaState.REPLICATING)
+    return new
+
+
+def moved_upstream(link: UpstreamLink, old: StreamPath, new: StreamPath, new_uuid: str) -> UpstreamLink:
+    """An upstream link to the stream that moved from ``old`` to ``new`` (``replica edit
+    -newreplica``: multi-master's reverse link), at its new path; any other link unchanged."""
+    if link.path != str(old) or link.uuid not in (None, new_uuid):
+        return link
+    return replace(link, path=str(new), uuid=new_uuid)
+
+
 def check_upstream_add(
     replica: StreamPath,
     upstream: StreamPath,
