@@ -519,12 +519,16 @@ def test_topic_name_conflict_between_upstreams_is_refused(api3):
     mesh(api, masters)
     produce(api, f"{SF}:ta", ["x"])
     drain(Gateway(api, "newyork", "g1"), Gateway(api, "sanfrancisco", "g1"))
-    # both masters now hold ta and tb: a third stream cannot take both as upstreams
+    # both masters now hold ta and tb, from each other: a third stream may take both as upstreams
+    # (issue 21 item 3), but not a stream whose own ta is unrelated
     api.create_stream(TK)
     api.add_upstream(TK, SF)
+    api.add_upstream(TK, NY)
+    unrelated = "/mapr/tokyo/unrelated"
+    source_with_topics(api, unrelated, ta=1)
     with pytest.raises(Conflict, match="topic name conflict"):
-        api.add_upstream(TK, NY)
-    assert [u.path for u in api.upstream_links(TK)] == [SF]
+        api.add_upstream(TK, unrelated)
+    assert [u.path for u in api.upstream_links(TK)] == [SF, NY]
 
 
 @ON_BOTH

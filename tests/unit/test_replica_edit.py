@@ -38,10 +38,7 @@ def linked(admin):
 
 def listed(admin) -> dict:
     (only,) = admin.list_replicas(SF)
-    return {
-        name: getattr(only, name)
-        for name in ("replica_path", "synchronous", *network.link_option_names())
-    }
+    return {name: getattr(only, name) for name in ("replica_path", "synchronous", *network.link_option_names())}
 
 
 def rename_cluster(admin, old: str, new: str) -> None:
@@ -101,9 +98,7 @@ def test_newreplica_follows_the_same_stream_to_its_new_path(linked):
     assert gateway.run_once(whole=True) == 2  # only the new ones: positions are kept by UUID
     gateway.stop()
     held = sorted(
-        m.value.decode()
-        for p in range(2)
-        for m in linked.store(linked.path(NY2)).read(replica_uuid, "t", p, 0, 100)
+        m.value.decode() for p in range(2) for m in linked.store(linked.path(NY2)).read(replica_uuid, "t", p, 0, 100)
     )
     assert held == [f"m{i}" for i in range(5)]
 

@@ -36,7 +36,12 @@ def replica_add(
 
 
 def replica_edit(
-    ctx: Context, path: str, replica: str, newreplica: str | None = None, synchronous: bool | None = None, **network_options: Any
+    ctx: Context,
+    path: str,
+    replica: str,
+    newreplica: str | None = None,
+    synchronous: bool | None = None,
+    **network_options: Any,
 ) -> Rows:
     ctx.admin.edit_replica(path, replica, newreplica, synchronous, **network_options)
     return []

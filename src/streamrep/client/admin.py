@@ -268,6 +268,7 @@ class StreamAdmin:
         entry = self.entry(sp)
         self.require(entry, sp, "topicperm")
         count = validate_partition_count(partitions if partitions is not None else entry.meta.defaultpartitions)
+        self.catalog.check_new_topic(sp, entry, validate_topic_name(topic))
         try:
             self.store(sp).create_topic(entry.uuid, validate_topic_name(topic), count)
         except AlreadyExists:
@@ -502,7 +503,11 @@ class StreamAdmin:
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, dst, "adminperm")
             others = {u.path: self.catalog.topics_of(self.path(u.path)) for u in entry.upstreams}
-            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid, src_entry.uuid)
+            sharing = [path for path, topics in others.items() if topics & topics_of_new]
+            lineages = {path: self.catalog.lineage(self.path(path)) for path in [str(src), *sharing]}
+            rules.check_upstream_add(
+                dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid, src_entry.uuid, lineages
+            )
             return entry.with_changes(upstreams=entry.upstreams + (link,))
 
         self._update(dst, add)

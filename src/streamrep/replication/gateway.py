@@ -185,6 +185,8 @@ class Gateway:
             if refused is not None:
                 self._record_state(flow, ReplicaState.UNEXPECTED, refused)
                 continue
+            if flow.conflict is not None:  # recorded now: its other topics may not be in this share
+                self._record_state(flow, ReplicaState.UNEXPECTED, flow.conflict)
             by_source[flow.source_uuid].append(flow)
         return dict(by_source)
 
@@ -211,11 +213,16 @@ class Gateway:
             source_store = self.catalog.clusters.store(source.cluster)
             topics: dict[str, int] = {}
             for flow in source_flows:
-                topics = ensure_topics(source_store, source_uuid, self.store, flow.replica_uuid)
+                topics = ensure_topics(
+                    source_store, source_uuid, self.store, flow.replica_uuid, exclude=flow.stopped_topics
+                )
             for topic, count in topics.items():
+                carrying = [flow for flow in source_flows if flow.carries(topic)]
+                if not carrying:
+                    continue
                 for partition in range(count):
                     unit = SourcePartition(source_uuid, topic, partition, source)
-                    result.units[unit] = source_flows
+                    result.units[unit] = carrying
                     units_by_cluster[source.cluster].append(unit)
         mine: set[SourcePartition] = set()
         self.unlisted_by = set()
@@ -287,7 +294,8 @@ class Gateway:
         source_start: int,
         span: tuple[int, int] | None,
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
-        by_replica = {flow.replica_uuid: flow for flow in flows}
+        # Never a topic the fan-in rule stops for a replica, whatever the caller planned with.
+        by_replica = {flow.replica_uuid: flow for flow in flows if flow.carries(unit.topic)}
         codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
         written, errors = apply_to_replicas(self.store, list(by_replica), unit, batch, source_start, span, codecs)
         return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
@@ -339,7 +347,7 @@ class Gateway:
         """Record on each flow's replica link that this gateway serves it: UNEXPECTED with the
         error for the flows in ``errors``, REPLICATING for the others."""
         for flow in flows:
-            error = errors.get(flow)
+            error = "; ".join(e for e in (flow.conflict, errors.get(flow)) if e) or None
             self._record_state(flow, ReplicaState.UNEXPECTED if error else ReplicaState.REPLICATING, error)
 
     def picked_up(self, flows: Iterable[Flow]) -> None:
