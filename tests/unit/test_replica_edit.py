@@ -43,7 +43,8 @@ def listed(admin) -> dict:
 
 def rename_cluster(admin, old: str, new: str) -> None:
     """Register cluster ``old``'s store under the name ``new`` (what a renamed cluster is here)."""
-    info = admin.clusters.remove(old)
+    info = admin.clusters.get(old)
+    admin.clusters.remove(old)
     admin.clusters.add(new, url=info.url, settings=info.settings)
 
 
@@ -82,6 +83,7 @@ def test_made_asynchronous_a_replica_that_fell_back_is_replicating_again(linked)
     assert linked.entry(SF).replicas[0].state is ReplicaState.REPLICATING
 
 
+@ON_BOTH
 def test_newreplica_follows_the_same_stream_to_its_new_path(linked):
     replica_uuid = linked.entry(NY).uuid
     Gateway(linked, "newyork", "gw1").run_once(whole=True)
