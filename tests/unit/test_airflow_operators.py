@@ -20,6 +20,7 @@ from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     GatewayPlanOperator,
     ReplicaAddOperator,
+    ReplicaEditOperator,
     ReplicaLagMonitorOperator,
     ReplicaPauseOperator,
     ReplicaRemoveOperator,
@@ -353,6 +354,15 @@ def test_resume_and_pause_success_and_retry(replicated, admin):
     assert ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST).execute(ctx(2))[0]["paused"] is True
 
 
+def test_edit_changes_what_is_given_and_fails_in_one_line(replicated, admin):
+    op = ReplicaEditOperator(task_id="edit", path=SRC, replica=DST, synchronous="true", networkcompression="zstd")
+    [row] = op.execute(ctx())
+    assert (row["synchronous"], row["networkcompression"], row["throttle"]) == (True, "zstd", False)
+    assert op.execute(ctx(2))[0]["synchronous"] is True  # a retry finds it set
+    fails_with(ReplicaEditOperator(task_id="edit", path=SRC, replica=DST, networkcompression="lzf"), "no LZF codec")
+    fails_with(ReplicaEditOperator(task_id="edit", path=SRC, replica=DST), "needs one of -newreplica")
+
+
 def test_resume_and_pause_fail_for_an_unregistered_replica(admin, source):
     fails_with(ReplicaResumeOperator(task_id="resume", path=SRC, replica=DST), f"{DST} is not a replica of {SRC}")
     fails_with(ReplicaPauseOperator(task_id="pause", path=SRC, replica=DST), f"{DST} is not a replica of {SRC}")
@@ -429,6 +439,7 @@ def test_operators_declare_template_fields_and_docstrings():
         UpstreamVerifyOperator,
         ReplicaResumeOperator,
         ReplicaPauseOperator,
+        ReplicaEditOperator,
         ReplicaRemoveOperator,
         ReplicaStatusOperator,
         AutosetupCheckOperator,

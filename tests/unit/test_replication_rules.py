@@ -16,11 +16,13 @@ from streamrep.model.replication import (
     ReplicaLink,
     ReplicaState,
     UpstreamLink,
+    check_new_topic,
     check_replica_add,
     check_upstream_add,
     effective_state,
     find_link,
     require_link,
+    topic_conflicts,
     validate_gateways,
 )
 
@@ -203,3 +205,39 @@ def test_effective_state_error_found_now_wins():
 def test_effective_state_stored_error_wins_over_agreement():
     link = ReplicaLink(str(DST), state=ReplicaState.REPLICATING.value, error="apply failed")
     assert effective_state(link, agreed=True) == ("REPLICA_STATE_UNEXPECTED", "apply failed")
+
+
+# -- the fan-in topic rule, always (issue 21 item 3) ---------------------------------------------
+def test_unrelated_upstreams_sharing_a_name_conflict_and_the_held_topic_is_kept():
+    lineages = {"/a": {"A": {"orders"}}, "/b": {"B": {"orders", "views"}}}
+    upstreams = [("/a", {"orders"}), ("/b", {"orders", "views"})]
+    [conflict] = topic_conflicts("/agg", upstreams, lineages, holds={})
+    assert (conflict.topic, conflict.kept, conflict.stopped) == ("orders", "/a", "/b")  # none held: the first
+    [conflict] = topic_conflicts("/agg", upstreams, lineages, holds={"/b": {"orders"}})
+    assert (conflict.kept, conflict.stopped) == ("/b", "/a")  # the replica holds /b's orders already
+    assert "/a" in conflict.line() and "/b" in conflict.line() and "/agg" in conflict.line()
+
+
+def test_upstreams_sharing_a_name_through_a_common_source_do_not_conflict():
+    # a mesh: /b and /c each feed the other; and /d and /e are both fed by /x, which has the topic
+    mesh = {"/b": {"B": {"t"}, "C": {"t"}}, "/c": {"C": {"t"}, "B": {"t"}}}
+    assert topic_conflicts("/a", [("/b", {"t"}), ("/c", {"t"})], mesh, {}) == []
+    fed = {"/d": {"D": {"t"}, "X": {"t"}}, "/e": {"E": {"t"}, "X": {"t"}}}
+    assert topic_conflicts("/a", [("/d", {"t"}), ("/e", {"t"})], fed, {}) == []
+    # a common source without the topic does not make two topics of that name one
+    fed_other = {"/d": {"D": {"t"}, "X": {"u"}}, "/e": {"E": {"t"}, "X": {"u"}}}
+    assert [c.stopped for c in topic_conflicts("/a", [("/d", {"t"}), ("/e", {"t"})], fed_other, {})] == ["/e"]
+
+
+def test_a_new_topic_is_refused_only_against_an_unrelated_upstream():
+    with pytest.raises(Conflict, match=r"upstreams /mapr/c/o and /mapr/c/s of /mapr/c/agg both have topic t"):
+        check_new_topic(
+            StreamPath("c", "/s"), "t", {"S": set()}, StreamPath("c", "/agg"), {"/mapr/c/o": ({"t"}, {"O": {"t"}})}
+        )
+    check_new_topic(
+        StreamPath("c", "/s"),
+        "t",
+        {"S": set(), "O": {"t"}},
+        StreamPath("c", "/agg"),
+        {"/mapr/c/o": ({"t"}, {"O": {"t"}})},
+    )

@@ -366,6 +366,49 @@ class ReplicaPauseOperator(_ReplicaChangeOperator):
         self.log.info("stream replica pause -path %s -replica %s: paused", src, dst)
 
 
+class ReplicaEditOperator(_ReplicaChangeOperator):
+    """``maprcli stream replica edit -path <source> -replica <replica> [-newreplica]
+    [-synchronous] [-throttle] [-networkencryption] [-networkcompression]``: change a replica's
+    options in place; only those given (not None) change, so a retry finds them set.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream, as the source lists it now. (templated)
+    :param newreplica: the replica's new path after a rename or move; it must be the same stream
+        (its UUID). A retry after it moved is given the new path as ``replica``. (templated)
+    :param synchronous: true or false. (templated)
+    :param throttle: and the other network options, as ``ReplicaAddOperator`` takes them. (templated)
+    :return: (XCom) the ``replica list`` rows after the change.
+    """
+
+    template_fields: Sequence[str] = (
+        *_ReplicaChangeOperator.template_fields,
+        "newreplica",
+        "synchronous",
+        *NETWORK_FIELDS,
+    )
+
+    def __init__(
+        self,
+        *,
+        newreplica: str | None = None,
+        synchronous: Any = None,
+        throttle: Any = None,
+        networkencryption: Any = None,
+        networkcompression: Any = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.newreplica = newreplica
+        self.synchronous = synchronous
+        self.throttle = throttle
+        self.networkencryption = networkencryption
+        self.networkcompression = networkcompression
+
+    def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
+        link = admin.edit_replica(src, dst, self.newreplica or None, self.synchronous, **network_options(self))
+        self.log.info("stream replica edit -path %s -replica %s: now %s", src, dst, link.to_dict())
+
+
 class ReplicaRemoveOperator(_ReplicaChangeOperator):
     """``maprcli stream replica remove -path <source> -replica <replica>``: stop replicating to
     the replica for good (the replica stream and its data stay).

@@ -45,6 +45,18 @@ def replica_add(
     return []
 
 
+def replica_edit(
+    ctx: Context,
+    path: str,
+    replica: str,
+    newreplica: str | None = None,
+    synchronous: bool | None = None,
+    **network_options: Any,
+) -> Rows:
+    ctx.admin.edit_replica(path, replica, newreplica, synchronous, **network_options)
+    return []
+
+
 def replica_list(ctx: Context, path: str, refreshnow: bool = False) -> Rows:
     del refreshnow  # maprcli's option; every figure is computed when asked, so always fresh
     return [rows.replica_status_row(status) for status in replica_status(ctx.admin, path)]
@@ -169,6 +181,18 @@ COMMANDS: tuple[Command, ...] = (
             *NETWORK_OPTIONS,
         ),
         "register a replica of a stream",
+    ),
+    Command(
+        ("stream", "replica", "edit"),
+        replica_edit,
+        (
+            PATH,
+            REPLICA,
+            Option("newreplica", help="the replica's new path after a rename or move (the same stream: its UUID)"),
+            SYNCHRONOUS,
+            *NETWORK_OPTIONS,
+        ),
+        "change a replica's options in place (only those given)",
     ),
     Command(
         ("stream", "replica", "list"),

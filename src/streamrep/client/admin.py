@@ -268,6 +268,7 @@ class StreamAdmin:
         entry = self.entry(sp)
         self.require(entry, sp, "topicperm")
         count = validate_partition_count(partitions if partitions is not None else entry.meta.defaultpartitions)
+        self.catalog.check_new_topic(sp, entry, validate_topic_name(topic))
         try:
             self.store(sp).create_topic(entry.uuid, validate_topic_name(topic), count)
         except AlreadyExists:
@@ -391,10 +392,7 @@ class StreamAdmin:
             synchronous=synchronous,
             added=now_ms(),
             uuid=dst_entry.uuid,
-            throttle=options.throttle,
-            networkencryption=options.networkencryption,
-            networkcompression=options.networkcompression,
-            maxbytespersec=options.maxbytespersec,
+            **options.to_dict(),
         )
 
         def add(entry: StreamEntry) -> StreamEntry:
@@ -404,6 +402,56 @@ class StreamAdmin:
 
         self._update(src, add)
         return link
+
+    def edit_replica(
+        self, path: str, replica: str, newreplica: str | None = None, synchronous: Any = None, **options: Any
+    ) -> ReplicaLink:
+        """``stream replica edit``: change a replica link in place; needs adminperm and copyperm on
+        the source, as ``replica add``. Only what is given changes (None: unchanged).
+
+        :param newreplica: the replica's new path after a rename or move (a cluster registered
+            under a new name): the stream there must be the replica's own (its UUID). The
+            source's upstream link to the same stream (multi-master) follows it.
+        :param synchronous: MapR's ``-synchronous``, true or false.
+        :param options: the network options ``replica add`` takes (``network.link_option_names``),
+            checked as it checks them.
+        :return: the link after the change.
+        """
+        src, dst = self.path(path), self.path(replica)
+        names = network.link_option_names()
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise InvalidArgument(f"stream replica edit has no option {', '.join(unknown)}")
+        given = {name: value for name, value in options.items() if value is not None}
+        sync = None if synchronous is None else network.parse_flag("synchronous", synchronous)
+        new = self.path(newreplica) if newreplica is not None else None
+        if new is None and sync is None and not given:
+            raise InvalidArgument(
+                f"stream replica edit needs one of -newreplica, -synchronous, {', '.join('-' + n for n in names)}"
+            )
+        source = self.entry(src)
+        self.require(source, src, "adminperm", "copyperm")
+        current = rules.require_link(source.replicas, dst, src, "replica")
+        new_entry = self.entry(new) if new is not None else None
+        # Checked as replica add checks them, with the link's own values for those not given.
+        checked = self.network_options(src, new or dst, **{n: getattr(current, n) for n in names} | given)
+        changes: dict[str, Any] = {name: getattr(checked, name) for name in given}
+        if sync is not None:
+            changes["synchronous"] = sync
+
+        def edit(entry: StreamEntry) -> StreamEntry:
+            self.require(entry, src, "adminperm", "copyperm")
+            link = rules.require_link(entry.replicas, dst, src, "replica")
+            upstreams = entry.upstreams
+            if new is not None and new_entry is not None:
+                rules.check_new_replica_path(src, link, entry.replicas, new, new_entry.uuid, new_entry.created)
+                upstreams = tuple(rules.moved_upstream(u, dst, new, new_entry.uuid) for u in upstreams)
+            edited = rules.edited_link(link, new, new_entry.uuid if new_entry is not None else None, **changes)
+            replicas = tuple(edited if r is link else r for r in entry.replicas)
+            return entry.with_changes(replicas=replicas, upstreams=upstreams)
+
+        result = self._update(src, edit)
+        return rules.require_link(result.replicas, new or dst, src, "replica")
 
     def replica_links(self, path: str) -> list[ReplicaLink]:
         return self.catalog.replica_links(path)
@@ -461,7 +509,11 @@ class StreamAdmin:
         def add(entry: StreamEntry) -> StreamEntry:
             self.require(entry, dst, "adminperm")
             others = {u.path: self.catalog.topics_of(self.path(u.path)) for u in entry.upstreams}
-            rules.check_upstream_add(dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid, src_entry.uuid)
+            sharing = [path for path, topics in others.items() if topics & topics_of_new]
+            lineages = {path: self.catalog.lineage(self.path(path)) for path in [str(src), *sharing]}
+            rules.check_upstream_add(
+                dst, src, list(entry.upstreams), others, topics_of_new, entry.uuid, src_entry.uuid, lineages
+            )
             return entry.with_changes(upstreams=entry.upstreams + (link,))
 
         self._update(dst, add)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from streamrep.client.config import Clusters
-from streamrep.errors import NotFound
+from streamrep.errors import NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name
@@ -104,6 +104,50 @@ class Catalog:
             return set(self.store(path).topics(entry.uuid))
         except NotFound:
             return set()
+
+    def lineage(self, path: StreamPath, limit: int = 256) -> rules.Lineage:
+        """The stream at ``path`` and every stream that feeds it through upstream links,
+        transitively (``rules.related``): UUID -> topic names. A stream that cannot be read (gone,
+        or its cluster not registered here or down) adds nothing: the topic rule then stops
+        rather than merges."""
+        found: dict[str, set[str]] = {}
+        todo = [path]
+        while todo and len(found) < limit:
+            sp = self.path(todo.pop())
+            try:
+                entry = self.entry(sp)
+                if entry.uuid in found:
+                    continue
+                found[entry.uuid] = set(self.store(sp).topics(entry.uuid))
+            except StreamrepError:
+                continue
+            todo += [self.path(link.path) for link in entry.upstreams]
+        return found
+
+    def check_new_topic(self, sp: StreamPath, entry: StreamEntry, topic: str) -> None:
+        """Refuse creating ``topic`` on the stream ``sp`` where it is an agreed upstream of a
+        replica that has another upstream with an unrelated topic of that name (the fan-in rule,
+        ``rules.check_new_topic``). Replicas and upstreams that cannot be read are left to the
+        gateways' check."""
+        lineage: rules.Lineage | None = None
+        for link in entry.replicas:
+            try:
+                replica = self.path(link.path)
+                replica_entry = self.entry(replica)
+                if not rules.agreement(sp, entry, replica, replica_entry).agreed:
+                    continue
+                others: dict[str, tuple[set[str], rules.Lineage]] = {}
+                for other in replica_entry.upstreams:
+                    if other.path == str(sp):
+                        continue
+                    topics = self.topics_of(self.path(other.path))
+                    if topic in topics:
+                        others[other.path] = (topics, self.lineage(self.path(other.path)))
+            except StreamrepError:
+                continue
+            if others:
+                lineage = self.lineage(sp) if lineage is None else lineage
+                rules.check_new_topic(sp, topic, lineage, replica, others)
 
     def replica_links(self, path: str | StreamPath) -> list[ReplicaLink]:
         return list(self.entry(path).replicas)

@@ -121,6 +121,7 @@ class Producer:
         if topic.topic not in topics:
             if not entry.meta.autocreate:
                 raise NotFound(f"topic {topic} does not exist and stream {topic.stream} does not autocreate topics")
+            self.admin.catalog.check_new_topic(topic.stream, entry, topic.topic)  # the fan-in topic rule
             try:
                 self.admin.store(topic.stream).create_topic(entry.uuid, topic.topic, entry.meta.defaultpartitions)
             except AlreadyExists:

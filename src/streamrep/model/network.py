@@ -20,7 +20,7 @@ connections encryption needs are here, once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -56,6 +56,16 @@ class NetworkOptions:
     networkencryption: bool
     networkcompression: str
     maxbytespersec: int = NO_BYTE_LIMIT
+
+    def to_dict(self) -> dict[str, Any]:
+        """The options by name: the fields of a replica link they set (``ReplicaLink``)."""
+        return asdict(self)
+
+
+def link_option_names() -> tuple[str, ...]:
+    """The names of a replica link's network options: what ``replica add`` sets and ``replica
+    edit`` changes (one list, so an option added here is editable with no other code)."""
+    return tuple(f.name for f in fields(NetworkOptions))
 
 
 def parse_network_compression(value: Any) -> str:

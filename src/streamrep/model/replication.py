@@ -9,13 +9,19 @@
   the replica's link records the upstream's UUID. A stream created later at the same path is
   not the agreed stream, and nothing flows to or from it.
 - Two upstreams of one replica must not share a topic name: their offsets would collide
-  in the replica (seeds: primary-secondary and multi-master restrictions).
+  in the replica (seeds: primary-secondary and multi-master restrictions), and two unrelated
+  topics would merge into one. Upstreams of one replication group (one feeds the other, or a
+  third stream feeds both, as in a mesh of three masters) carry the same topics by design: a
+  name they share through a common source is not a conflict (``related``). The rule holds at
+  ``stream upstream add``, at a topic's creation, and in every gateway pass (``topic_conflicts``):
+  a topic that appeared by another path is not replicated from the later upstream, which is
+  reported in error; it never merges.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
 from typing import Any, TypeVar
@@ -257,6 +263,133 @@ def check_replica_add(
         raise LimitExceeded(f"stream {source} already has {len(replicas)} replicas; the maximum is {MAX_REPLICAS}")
 
 
+def check_new_replica_path(
+    source: StreamPath,
+    link: ReplicaLink,
+    replicas: Iterable[ReplicaLink],
+    new: StreamPath,
+    new_uuid: str,
+    new_created: int,
+) -> None:
+    """Refuse ``replica edit -newreplica``'s new path unless it is the replica's own stream (its
+    UUID) after a rename or move, and not another replica of ``source`` already.
+
+    :param new_uuid: the UUID of the stream now at ``new``, created at ``new_created`` (ms).
+    """
+    if str(new) != link.path and find_link(replicas, new):
+        raise AlreadyExists(f"{new} is already a replica of {source}")
+    if not binds(link, new_uuid, new_created):
+        raise InvalidArgument(
+            f"{new} is stream {new_uuid}, not replica {link.path} (stream {_agreed_uuid(link)}): -newreplica "
+            f"takes the replica's new path after a rename or move; add another stream with 'stream replica add'"
+        )
+
+
+def edited_link(
+    link: ReplicaLink, path: StreamPath | None = None, uuid: str | None = None, **changes: Any
+) -> ReplicaLink:
+    """``link`` with ``replica edit``'s changes: options (``synchronous`` and the network options)
+    and, with ``path``, the replica's new path and its UUID (the same stream, see
+    ``check_new_replica_path``). Positions and marks name streams by UUID, so replication goes
+    on from where it was. A replica made asynchronous has no synchronous state to fall back from."""
+    new = link.with_changes(**changes)
+    if path is not None:
+        new = new.with_changes(path=str(path), uuid=uuid)
+    if new.state is ReplicaState.SYNC_FALLBACK and not new.synchronous:
+        new = new.with_changes(state=ReplicaState.REPLICATING)
+    return new
+
+
+def moved_upstream(link: UpstreamLink, old: StreamPath, new: StreamPath, new_uuid: str) -> UpstreamLink:
+    """An upstream link to the stream that moved from ``old`` to ``new`` (``replica edit
+    -newreplica``: multi-master's reverse link), at its new path; any other link unchanged."""
+    if link.path != str(old) or link.uuid not in (None, new_uuid):
+        return link
+    return replace(link, path=str(new), uuid=new_uuid)
+
+
+# A stream's lineage: itself and every stream that feeds it (through upstream links,
+# transitively), each by UUID with its topic names.
+Lineage = Mapping[str, set[str]]
+
+
+def related(a: Lineage, b: Lineage, topic: str) -> bool:
+    """Whether two streams with lineages ``a`` and ``b`` hold ``topic`` from a common source: one
+    feeds the other, or a third stream feeds both, and that source has the topic."""
+    return any(topic in a[uuid] or topic in b[uuid] for uuid in a.keys() & b.keys())
+
+
+def topic_conflict_line(
+    replica: StreamPath | str, topic: str, first: StreamPath | str, second: StreamPath | str
+) -> str:
+    return (
+        f"topic name conflict: upstreams {first} and {second} of {replica} both have topic {topic}; "
+        f"topic names must be unique across upstreams"
+    )
+
+
+@dataclass(frozen=True)
+class TopicConflict:
+    """A topic a replica does not take from one upstream (``stopped``) because another upstream
+    (``kept``) has an unrelated topic of that name."""
+
+    replica: str
+    topic: str
+    kept: str
+    stopped: str
+
+    def line(self) -> str:
+        return (
+            f"{topic_conflict_line(self.replica, self.topic, self.kept, self.stopped)}: "
+            f"{self.stopped}:{self.topic} is not replicated"
+        )
+
+
+def topic_conflicts(
+    replica: StreamPath | str,
+    upstreams: Sequence[tuple[str, set[str]]],
+    lineages: Mapping[str, Lineage],
+    holds: Mapping[str, set[str]],
+) -> list[TopicConflict]:
+    """The topics a replica must not take from some of its upstreams.
+
+    :param upstreams: each upstream's path and topic names, in the replica's upstream order.
+    :param lineages: each upstream's lineage, by path (only those sharing a name are needed).
+    :param holds: the topics the replica already holds messages of, by upstream path.
+
+    Of the upstreams that share a topic name, related ones (``related``) form a group. The group
+    the replica already holds that topic from keeps it (the first such group, in upstream order;
+    else the group of the first upstream); every other upstream's topic of that name is stopped.
+    """
+    conflicts: list[TopicConflict] = []
+    names = [name for _, topics in upstreams for name in topics]
+    for topic in sorted({name for name in names if names.count(name) > 1}):
+        members = [path for path, topics in upstreams if topic in topics]
+        groups: list[list[str]] = []
+        for path in members:
+            joined = [g for g in groups if any(related(lineages[path], lineages[o], topic) for o in g)]
+            merged = [path] + [o for g in joined for o in g]
+            groups = [g for g in groups if g not in joined] + [sorted(merged, key=members.index)]
+        groups.sort(key=lambda g: members.index(g[0]))
+        kept = next((g for g in groups if any(topic in holds.get(p, set()) for p in g)), groups[0])
+        conflicts += [TopicConflict(str(replica), topic, kept[0], path) for path in members if path not in kept]
+    return conflicts
+
+
+def check_new_topic(
+    stream: StreamPath,
+    topic: str,
+    lineage: Lineage,
+    replica: StreamPath,
+    others: Mapping[str, tuple[set[str], Lineage]],
+) -> None:
+    """Refuse creating ``topic`` on ``stream``, an upstream of ``replica``, when another upstream of
+    ``replica`` (``others``: path -> its topics and lineage) has an unrelated topic of that name."""
+    for other, (topics, other_lineage) in sorted(others.items()):
+        if topic in topics and not related(lineage, other_lineage, topic):
+            raise Conflict(f"{topic_conflict_line(replica, topic, other, stream)}: topic {stream}:{topic} not created")
+
+
 def check_upstream_add(
     replica: StreamPath,
     upstream: StreamPath,
@@ -265,6 +398,7 @@ def check_upstream_add(
     topics_of_new: set[str],
     replica_uuid: str | None = None,
     upstream_uuid: str | None = None,
+    lineages: Mapping[str, Lineage] | None = None,
 ) -> None:
     """Refuse an upstream registration that breaks a rule.
 
@@ -272,6 +406,8 @@ def check_upstream_add(
     :param topics_of_new: topic names of the upstream being added.
     :param replica_uuid: the replica's UUID, and ``upstream_uuid`` the upstream's (one stream
         under two cluster names has one UUID).
+    :param lineages: the lineage of the new upstream and of each existing one, by path: a name
+        shared through a common source is no conflict (``related``). None: every shared name is.
     """
     if replica == upstream:
         raise InvalidArgument(f"stream {replica} cannot be an upstream of itself")
@@ -282,6 +418,8 @@ def check_upstream_add(
         raise LimitExceeded(f"stream {replica} already has {len(upstreams)} upstreams; the maximum is {MAX_UPSTREAMS}")
     for other, topics in sorted(topics_of_upstreams.items()):
         shared = sorted(topics & topics_of_new)
+        if lineages is not None:
+            shared = [t for t in shared if not related(lineages[str(upstream)], lineages[other], t)]
         if shared:
             raise Conflict(
                 f"topic name conflict: upstreams {other} and {upstream} of {replica} both have "

@@ -8,7 +8,7 @@ paused. Everything that blocks a flow is reported with a reason, so ``replica li
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from streamrep.client.catalog import HasCatalog
 from streamrep.errors import StreamrepError
@@ -35,6 +35,13 @@ class Flow:
     networkencryption: bool = False
     networkcompression: str = LEGACY_NETWORK_COMPRESSION
     maxbytespersec: int = NO_BYTE_LIMIT
+    # Topics not replicated by this flow, and why: another upstream of the replica has an
+    # unrelated topic of the name (the fan-in topic rule, ``rules.topic_conflicts``).
+    stopped_topics: frozenset[str] = frozenset()
+    conflict: str | None = None
+
+    def carries(self, topic: str) -> bool:
+        return topic not in self.stopped_topics
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,45 @@ def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocke
                 flows.append(flow_of(source, source_entry, replica, replica_entry, found.link))
             else:
                 blocked.append(Blocked(source, replica, found.reason or "not agreed"))
-    return flows, blocked
+    return with_topic_conflicts(admin, flows), blocked
+
+
+def with_topic_conflicts(admin: HasCatalog, flows: list[Flow]) -> list[Flow]:
+    """``flows``, each with the topics it must not carry under the fan-in topic rule
+    (``rules.topic_conflicts``): read from the sources' topics, and, only where two upstreams
+    of a replica share a name, their lineages and the replica's positions."""
+    catalog = admin.catalog
+    by_replica: dict[str, list[Flow]] = {}
+    for flow in flows:
+        by_replica.setdefault(flow.replica_uuid, []).append(flow)
+    stopped: dict[tuple[str, str], list[rules.TopicConflict]] = {}
+    for replica_uuid, into in by_replica.items():
+        if len(into) < 2:
+            continue
+        try:
+            topics = {f.source_uuid: set(catalog.store(f.source).topics(f.source_uuid)) for f in into}
+        except StreamrepError:
+            continue  # a source that cannot be read moves nothing this pass
+        names = [name for found in topics.values() for name in found]
+        if len(names) == len(set(names)):
+            continue
+        marks = catalog.store(into[0].replica).marks(replica_uuid)
+        upstreams = [(str(f.source), topics[f.source_uuid]) for f in into]
+        lineages = {str(f.source): catalog.lineage(f.source) for f in into}
+        holds = {str(f.source): {k.split("|")[2] for k in marks if k.startswith(f"p|{f.source_uuid}|")} for f in into}
+        for conflict in rules.topic_conflicts(into[0].replica, upstreams, lineages, holds):
+            stopped.setdefault((replica_uuid, conflict.stopped), []).append(conflict)
+    if not stopped:
+        return flows
+    result = []
+    for flow in flows:
+        found = stopped.get((flow.replica_uuid, str(flow.source)), [])
+        if found:
+            flow = replace(
+                flow, stopped_topics=frozenset(c.topic for c in found), conflict="; ".join(c.line() for c in found)
+            )
+        result.append(flow)
+    return result
 
 
 def flow_of(

@@ -226,6 +226,8 @@ class Gateway:
             if refused is not None:
                 self._record_state(flow, ReplicaState.UNEXPECTED, refused)
                 continue
+            if flow.conflict is not None:  # recorded now: its other topics may not be in this share
+                self._record_state(flow, ReplicaState.UNEXPECTED, flow.conflict)
             by_source[flow.source_uuid].append(flow)
         return dict(by_source)
 
@@ -252,11 +254,16 @@ class Gateway:
             source_store = self.catalog.clusters.store(source.cluster)
             topics: dict[str, int] = {}
             for flow in source_flows:
-                topics = ensure_topics(source_store, source_uuid, self.store, flow.replica_uuid)
+                topics = ensure_topics(
+                    source_store, source_uuid, self.store, flow.replica_uuid, exclude=flow.stopped_topics
+                )
             for topic, count in topics.items():
+                carrying = [flow for flow in source_flows if flow.carries(topic)]
+                if not carrying:
+                    continue
                 for partition in range(count):
                     unit = SourcePartition(source_uuid, topic, partition, source)
-                    result.units[unit] = source_flows
+                    result.units[unit] = carrying
                     units_by_cluster[source.cluster].append(unit)
         mine: set[SourcePartition] = set()
         self.unlisted_by = set()
@@ -359,7 +366,8 @@ class Gateway:
         span: tuple[int, int] | None,
         known_marks: dict[str, dict[str, int]] | None = None,
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
-        by_replica = {flow.replica_uuid: flow for flow in flows}
+        # Never a topic the fan-in rule stops for a replica, whatever the caller planned with.
+        by_replica = {flow.replica_uuid: flow for flow in flows if flow.carries(unit.topic)}
         codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
         limits = [(r, f.maxbytespersec) for r, f in by_replica.items() if f.maxbytespersec]
         throttled = any(f.throttle for f in by_replica.values())
@@ -454,7 +462,7 @@ class Gateway:
         """Record on each flow's replica link that this gateway serves it: UNEXPECTED with the
         error for the flows in ``errors``, REPLICATING for the others."""
         for flow in flows:
-            error = errors.get(flow)
+            error = "; ".join(e for e in (flow.conflict, errors.get(flow)) if e) or None
             self._record_state(flow, ReplicaState.UNEXPECTED if error else ReplicaState.REPLICATING, error)
 
     def picked_up(self, flows: Iterable[Flow]) -> None:

@@ -40,13 +40,18 @@ class SourcePartition:
 
 
 def ensure_topics(
-    source_store: Store, source_uuid: str, replica_store: Store, replica_uuid: str, only: Iterable[str] | None = None
+    source_store: Store,
+    source_uuid: str,
+    replica_store: Store,
+    replica_uuid: str,
+    only: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
 ) -> dict[str, int]:
-    """Give the replica every topic of the source, with at least as many partitions (the
-    partition of a message is kept). Returns the source's topics."""
+    """Give the replica every topic of the source (of ``only``, but not ``exclude``), with at
+    least as many partitions (the partition of a message is kept). Returns the source's topics."""
     source_topics = source_store.topics(source_uuid)
     replica_topics = replica_store.topics(replica_uuid)
-    wanted = set(only) if only is not None else set(source_topics)
+    wanted = (set(only) if only is not None else set(source_topics)) - set(exclude)
     for topic, count in source_topics.items():
         if topic not in wanted:
             continue
