@@ -58,6 +58,7 @@ def test_edit_changes_only_what_is_given_and_lists_it_at_once(linked):
         "throttle": False,
         "networkencryption": False,
         "networkcompression": "zstd",
+        "maxbytespersec": 0,
     }
     assert link == linked.entry(SF).replicas[0]
     assert (link.uuid, link.added, link.paused) == (before.uuid, before.added, before.paused)
@@ -70,7 +71,7 @@ def test_edit_changes_only_what_is_given_and_lists_it_at_once(linked):
 def test_every_network_option_of_replica_add_is_editable(linked):
     """Edit takes the options ``replica add`` defines (``network.link_option_names``), so an option
     added there is editable with no other code."""
-    values = {"throttle": True, "networkencryption": True, "networkcompression": "snappy"}
+    values = {"throttle": True, "networkencryption": True, "networkcompression": "snappy", "maxbytespersec": 2_000_000}
     assert set(values) == set(network.link_option_names())
     linked.edit_replica(SF, NY, **values)
     assert {k: listed(linked)[k] for k in values} == values
