@@ -8,6 +8,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param
 
 from streamrep.airflow.operators import GATEWAYS_DAG_ID, SERVICE_ACTIONS, GatewayServiceOperator
+from streamrep.airflow.params import optional_cluster_param
 
 DOC = """
 ### Gateways as a service
@@ -59,7 +60,7 @@ with DAG(
     schedule=timedelta(minutes=1),
     catchup=False,
     max_active_runs=1,
-    is_paused_upon_creation=False,  # supervises nothing until a cluster's gateways are started
+    is_paused_upon_creation=True,  # scheduled: runs once someone unpauses it (docs/airflow.md, 'The DAGs')
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "gateways"],
     params={
@@ -70,13 +71,8 @@ with DAG(
             title="Action",
             description="supervise (what scheduled runs do), start or stop.",
         ),
-        "cluster": Param(
-            "",
-            type="string",
-            pattern=r"^([A-Za-z0-9._-]+)?$",
-            title="Cluster",
-            description="The destination cluster whose gateways start or stop "
-            "(for supervise: only this one; empty: every cluster).",
+        "cluster": optional_cluster_param(
+            "The destination cluster whose gateways start or stop (for supervise: only this one; empty: every cluster)."
         ),
     },
 ) as dag:
