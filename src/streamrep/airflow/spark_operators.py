@@ -261,7 +261,7 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
 
     It pulls its share of every source stream that flows into the replicas on ``cluster`` and
     applies it exactly once (positions are stored with the messages). Without ``once`` it runs
-    until the task is stopped; give it retries with a ``retry_delay`` and Airflow restarts a
+    until its cluster's gateways are stopped (``gateway stop``), then the task succeeds; give it retries with a ``retry_delay`` and Airflow restarts a
     gateway that dies, while the other gateways take over its share meanwhile and nothing is
     lost while all are down (data waits at the source).
 

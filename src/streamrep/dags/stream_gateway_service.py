@@ -24,6 +24,14 @@ API and the page all act on the same state.
 | `start` | `gateway start -cluster <cluster>` (desired state running), then supervise that cluster at once |
 | `stop` | `gateway stop -cluster <cluster>`: every gateway finishes its pass, withdraws its heartbeat and exits 0, so its `stream_gateways` run ends **success** |
 
+**Stopping a continuous gateway: one way.** `action: stop` (or `streamrep gateway stop -cluster
+<cluster>`, or the Stop button of the Stream replication page). Marking a gateway task or its
+`stream_gateways` run success or failed is not a stop: it kills that gateway (its Spark job ends
+with the task), and while the cluster's desired state is running this supervisor launches a new
+run within about a minute.
+
+**Paused on creation**: unpause this DAG once to run gateways as a service.
+
 Trigger `start`/`stop` from the trigger form (params `action` and `cluster`), or over REST:
 `POST /api/v2/dags/stream_gateway_service/dagRuns` with
 `{"logical_date": null, "conf": {"action": "stop", "cluster": "newyork"}}`.
