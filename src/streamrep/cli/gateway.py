@@ -52,6 +52,7 @@ def gateway_run(
             moved += n
             if n == 0:
                 break
+        gateway.lag.sample(final=True)  # the history ends with what the drain left
         gateway.stop()
         for source_cluster in sorted(gateway.unlisted_by):  # not an error, but nothing came from there
             ctx.err.write(
