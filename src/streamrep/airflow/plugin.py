@@ -8,8 +8,10 @@ navigation bar).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
@@ -20,19 +22,17 @@ from streamrep.airflow.params import PARAM_ERROR_PREFIX, names_a_streamrep_patte
 URL_PREFIX = "/streamrep"
 PAGE = f"{URL_PREFIX}/replication"
 URL_ROUTE = "stream-replication"
-# The package's DAGs (streamrep.dags; tests/unit/test_airflow_dags.py keeps the two equal).
-DAG_IDS = frozenset(
-    {
-        "stream_gateway_service",
-        "stream_gateways",
-        "stream_replica_autosetup",
-        "stream_replica_control",
-        "stream_replica_failback",
-        "stream_replica_failover",
-        "stream_replica_manual_setup",
-        "stream_replica_monitor",
-    }
-)
+
+
+def package_dag_ids() -> frozenset[str]:
+    """The package's DAGs: each module of ``streamrep.dags`` holds one, named after the module.
+    Found without importing them (the API server does not parse DAGs)."""
+    spec = importlib.util.find_spec("streamrep.dags")
+    folders = (spec.submodule_search_locations or []) if spec else []
+    return frozenset(path.stem for folder in folders for path in Path(folder).glob("stream_*.py"))
+
+
+DAG_IDS = package_dag_ids()
 TRIGGER_PATH = re.compile(r"^/api/v2/dags/(?P<dag_id>[^/]+)/dagRuns/?$")  # the REST trigger and the UI's form
 
 
