@@ -73,7 +73,46 @@ step cluster gateway set -dstcluster newyork -gateways "gw1"
 step stream replica list -path /mapr/sanfrancisco/activity
 
 dag stream_gateways '{"cluster": "newyork", "once": true}'
-step stream replica list -path /mapr/sanfrancisco/activity
 step consume -path /mapr/newyork/activity:orders -fromstart true
-echo
-echo "demo state kept in $STREAMREP_HOME (try: STREAMREP_HOME=$STREAMREP_HOME .venv/bin/streamrep stream replica list -path /mapr/sanfrancisco/activity -json)"
+
+# The once gateway has drained and ended, so no gateway is live (the replica would show
+# ErrAllGatewaysUnreachable). Replication as it runs for good: gw1 as a continuous gateway, here
+# in-process (-engine local, no Spark start) in the background; the DAG stream_gateway_service
+# runs it on Spark the same way.
+printf '\n$ streamrep gateway run -cluster newyork -id gw1 -engine local &   (continuous, in the background)\n'
+"$S" gateway run -cluster newyork -id gw1 -engine local >"$LOGS/gateway-gw1.log" 2>&1 &
+GATEWAY=$!
+trap 'kill "$GATEWAY" 2>/dev/null || true' EXIT   # never left running, whatever happens below
+printf '\n$ printf "order-8\\norder-9\\n" | streamrep produce -path /mapr/sanfrancisco/activity:orders\n'
+printf 'order-8\norder-9\n' | "$S" produce -path /mapr/sanfrancisco/activity:orders
+# Until gw1 is live and has replicated them (a deadline, not a fixed sleep: this machine may be loaded).
+healthy() {
+  "$S" stream replica list -path /mapr/sanfrancisco/activity -json | .venv/bin/python -c '
+import json, sys
+row = json.load(sys.stdin)["data"][0]
+sys.exit(0 if row["isUptodate"] and "gw1" in row["gateways"] and row["replicaState"] == "REPLICA_STATE_REPLICATING" else 1)'
+}
+up=false
+for _ in $(seq 1 120); do
+  if healthy; then up=true; break; fi
+  kill -0 "$GATEWAY" 2>/dev/null || break
+  sleep 1
+done
+step consume -path /mapr/newyork/activity:orders -fromstart true
+step stream replica list -path /mapr/sanfrancisco/activity
+if [ "$up" != true ]; then
+  cat "$LOGS/gateway-gw1.log"; echo "demo: gw1 did not bring the replica up to date in 120 s (log: $LOGS/gateway-gw1.log)" >&2
+  exit 1
+fi
+# The one way to stop a continuous gateway: it finishes its pass, withdraws its heartbeat, exits 0.
+step gateway stop -cluster newyork -wait true -timeout 60
+wait "$GATEWAY" || { cat "$LOGS/gateway-gw1.log"; echo "demo: gateway gw1 failed (log: $LOGS/gateway-gw1.log)" >&2; exit 1; }
+trap - EXIT
+cat <<EOF
+
+The replica is up to date (isUptodate true, nothing pending) and was REPLICATING with gw1 live.
+gw1 is stopped now, so 'stream replica list' shows REPLICA_STATE_WAITING_FOR_GATEWAY until a
+gateway runs again: 'streamrep gateway start -cluster newyork', then
+'streamrep gateway run -cluster newyork -id gw1' (or the DAG stream_gateway_service, action start).
+demo state kept in $STREAMREP_HOME (try: STREAMREP_HOME=$STREAMREP_HOME .venv/bin/streamrep stream replica list -path /mapr/sanfrancisco/activity -json)
+EOF

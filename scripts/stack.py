@@ -500,6 +500,7 @@ class Airflow:
 
     def trigger(self, dag_id: str, conf: dict) -> str:
         self.wait_dag(dag_id)
+        self._call("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})  # scheduled DAGs start paused
         run = self._call("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
         return run["dag_run_id"]
 

@@ -375,6 +375,9 @@ class Airflow:
         """``POST /api/v2/dags/{dag_id}/dagRuns``; returns the run id. The run id is chosen here,
         so that the request can be repeated when its connection fails: a repeat that finds the run
         made (409) is its success."""
+        self.request(
+            "PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False}, idempotent=True
+        )  # scheduled DAGs start paused
         run_id = f"manual__e2e_{secrets.token_hex(6)}"
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
         status, run = self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", body, idempotent=True)

@@ -254,8 +254,9 @@ def test_rest_refuses_a_malformed_path_with_a_readable_message(airflow_ui):
         {"logical_date": None, "conf": {"path": "/mapr/sanfrancisco/activity:clicks", "action": "pause"}},
     )
     assert status == 400
-    assert body["detail"].startswith(
-        "Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' does not match"
+    assert body["detail"] == (
+        "Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' is not a stream path: "
+        "/mapr/<cluster>/<stream>, with no ':topic'"
     )
 
 

@@ -579,6 +579,77 @@ def broken_cluster(running):
     return running, path
 
 
+@pytest.fixture(scope="module")
+def streamrep_dags_in_db(airflow_api):
+    """The repository's dags folder parsed and written to the API app's metadata database, as the
+    DAG processor would, so that the REST trigger validates params as in production."""
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[2] / "dags"))
+    assert bag.import_errors == {}
+    sync_bag_to_db(bag, "dags-folder", None)
+    return airflow_api
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dag_id, conf, detail",
+    [
+        (
+            "stream_replica_control",
+            {"path": "/mapr/sanfrancisco/activity:clicks", "replica": "/mapr/newyork/activity"},
+            "Invalid input for param path: '/mapr/sanfrancisco/activity:clicks' is not a stream path: "
+            "/mapr/<cluster>/<stream>, with no ':topic'",
+        ),
+        (
+            "stream_replica_monitor",
+            {"cluster": "new york"},
+            "Invalid input for param cluster: 'new york' is not empty or a cluster name: letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit",
+        ),
+        (
+            "stream_replica_control",
+            {"path": "/mapr/sanfrancisco/activity", "replica": "/mapr/newyork/activity", "action": "delete"},
+            "Invalid input for param action: 'delete' is not one of ['pause', 'remove', 'resume']",
+        ),
+        (
+            "stream_gateways",
+            {"cluster": "newyork", "once": "yes"},
+            "Invalid input for param once: 'yes' is not of type 'boolean'",
+        ),
+    ],
+)
+def test_a_rest_trigger_with_a_bad_param_is_refused_in_one_line(streamrep_dags_in_db, dag_id, conf, detail):
+    """Airflow's own validation (the API server's, as the trigger form and REST reach it) says
+    what is wrong in one line, without jsonschema's dump of the schema."""
+    client, tokens = streamrep_dags_in_db
+    answer = client.post(
+        f"/api/v2/dags/{dag_id}/dagRuns",
+        json={"logical_date": None, "conf": conf},
+        headers=as_user(tokens["ada"]),
+    )
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["detail"] == detail
+
+
+@pytest.mark.slow
+def test_a_good_trigger_and_other_answers_pass_unchanged(streamrep_dags_in_db):
+    client, tokens = streamrep_dags_in_db
+    good = client.post(
+        "/api/v2/dags/stream_replica_monitor/dagRuns",
+        json={"logical_date": None, "conf": {"cluster": "newyork"}},
+        headers=as_user(tokens["ada"]),
+    )
+    assert good.status_code == 200, good.text
+    assert good.json()["conf"] == {"cluster": "newyork"}
+    missing = client.post(
+        "/api/v2/dags/no_such_dag/dagRuns", json={"logical_date": None, "conf": {}}, headers=as_user(tokens["ada"])
+    )
+    assert missing.status_code == 404
+
+
 @pytest.mark.slow
 def test_page_and_api_refuse_requests_without_a_valid_login(airflow_api, running):
     client, _ = airflow_api

@@ -150,6 +150,61 @@ def test_user_errors_fail_without_retry_but_unavailable_is_retried():
     assert not isinstance(raised.value, AirflowFailException)
 
 
+def test_operators_take_the_connection_of_a_cluster_by_conn_id(admin, source, tmp_path, monkeypatch):
+    """``cluster_conn_ids`` names a cluster's connection where it is not ``streamrep_<cluster>``
+    (templated, so a DAG param can choose it); the other clusters keep the convention."""
+    elsewhere = tmp_path / "ny-prod.db"
+    monkeypatch.setenv("AIRFLOW_CONN_NY_PROD", json.dumps({"conn_type": "streamrep", "host": f"embedded:{elsewhere}"}))
+    assert "cluster_conn_ids" in StreamCreateOperator.template_fields
+    create = StreamCreateOperator(
+        task_id="create", path=DST, copymetafrom=SRC, cluster_conn_ids={"newyork": "{{ params.ny }}"}
+    )
+    create.render_template_fields({"params": {"ny": "ny_prod"}})
+    assert create.cluster_conn_ids == {"newyork": "ny_prod"}
+    create.execute(ctx())
+    assert elsewhere.exists()  # newyork through ny_prod, not the registry's newyork
+    with pytest.raises(NotFound):
+        admin.stream_info(DST)
+    assert StreamrepHook(cluster_conn_ids={"newyork": "ny_prod"}).admin.stream_info(DST).meta.defaultpartitions == 2
+    # a named connection that is missing, or not a streamrep one, is one line, not the registry's cluster
+    fails_with(
+        StreamCreateOperator(task_id="c2", path=DST, cluster_conn_ids={"newyork": "ny_missing"}),
+        "cluster newyork: connection ny_missing is not defined",
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_NY_SPARK", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+    fails_with(
+        ReplicaStatusOperator(task_id="s", path=SRC, cluster_conn_ids={"sanfrancisco": "ny_spark"}),
+        "connection ny_spark is of type spark, not streamrep",
+    )
+    fails_with(
+        ReplicaStatusOperator(task_id="s2", path=SRC, cluster_conn_ids=["ny_prod"]),
+        "cluster_conn_ids must map cluster names to connection ids",
+    )
+
+
+def test_the_spark_operators_and_the_sensor_take_cluster_conn_ids(admin, source, tmp_path, monkeypatch):
+    from streamrep.airflow.sensors import ReplicaUpToDateSensor
+    from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
+
+    elsewhere = tmp_path / "ny-prod.db"
+    monkeypatch.setenv("AIRFLOW_CONN_NY_PROD", json.dumps({"conn_type": "streamrep", "host": f"embedded:{elsewhere}"}))
+    conn_ids = {"newyork": "ny_prod"}
+    for operator in (
+        StreamCopyOperator(task_id="copy", source=SRC, destination=DST, cluster_conn_ids=conn_ids),
+        StreamGatewayOperator(task_id="gw", cluster="newyork", cluster_conn_ids=conn_ids),
+        ReplicaUpToDateSensor(task_id="wait", path=SRC, replica=DST, cluster_conn_ids=conn_ids),
+    ):
+        assert "cluster_conn_ids" in operator.template_fields, operator
+        assert operator.cluster_conn_ids == conn_ids
+    # the copy plans against newyork of ny_prod, and its Spark app gets that cluster in its registry
+    copy = StreamCopyOperator(task_id="copy", source=SRC, destination=DST, cluster_conn_ids=conn_ids)
+    hook = StreamrepHook(cluster_conn_ids=conn_ids)
+    assert copy.preflight(hook, ctx()) is None  # 10 messages to copy
+    registry = json.loads(open(os.path.join(hook.registry_home(), "clusters.json")).read())
+    assert registry["clusters"]["newyork"] == {"url": f"embedded:{elsewhere}"}
+    hook.close()
+
+
 # -- step 1: stream create -copymetafrom --------------------------------------------------------
 def test_create_copymetafrom_success_and_retry(admin, source):
     op = StreamCreateOperator(task_id="create", path=DST, copymetafrom=SRC)

@@ -144,13 +144,19 @@ def test_the_page_draws_each_replicas_recorded_lag_as_a_chart(mesh):
     chart = charts[orders_dst]
     for series in ("messages", "ms"):
         points = re.search(rf'data-series="{series}" data-points="4" points="([^"]+)"', chart).group(1).split()
-        xs = [float(p.split(",")[0]) for p in points]
+        corners = [tuple(map(float, p.split(","))) for p in points]
+        xs = [cx for cx, _ in corners]
         assert xs == sorted(xs) and len(set(xs)) == 4  # left to right in time
+        # steps: each sample holds until the next (a horizontal run, then a vertical one), no slopes
+        assert len(corners) == 7
+        for i in range(1, 4):
+            assert corners[2 * i - 1][1] == corners[2 * i - 2][1] and corners[2 * i - 1][0] == corners[2 * i][0]
     ys = [
         float(p.split(",")[1])
         for p in re.search(r'data-series="messages"[^>]*points="([^"]+)"', chart).group(1).split()
-    ]
+    ][::2]
     assert ys[1] < ys[2] < ys[0] < ys[3]  # 7, 30, 12, 0: 30 highest, 0 on the time axis (SVG's y grows down)
+    assert 'data-shape="steps"' in head
     assert "messages behind" in chart and "lag (s)" in chart and "time (UTC)" in chart
     assert re.search(r'data-axis="time".*?\d\d:\d\d:\d\d', chart)
     assert 'data-threshold="maxLagMessages" data-value="50"' in chart and "maxLagMillis" not in chart
@@ -164,3 +170,44 @@ def test_nice_axis_tops():
     from streamrep.airflow.page import nice_max
 
     assert [nice_max(v) for v in (0, 1, 3, 7, 30, 90_000, 101)] == [1, 1, 5, 10, 50, 100_000, 200]
+
+
+def test_the_lag_chart_marks_a_replica_that_no_live_gateway_serves(mesh):
+    """Issue 21, item 13: after the last sample nothing is measured; a chart of a replica with no
+    live gateway says so, instead of showing its last figure as if it were current."""
+
+    def head_and_chart(page, replica):
+        found = re.search(rf'(<svg [^>]*class="lag-chart"[^>]*data-replica="{replica}"[^>]*>)(.*?)</svg>', page, re.S)
+        return found.group(1), found.group(2)
+
+    head, chart = head_and_chart(render_page(topology(mesh)), NY)  # gw1 is live
+    assert 'data-live-gateway="true"' in head and "no-gateway" not in chart
+    Gateway(mesh, "newyork", "gw1").stop()  # gw1 gone: its heartbeat withdrawn
+    head, chart = head_and_chart(render_page(topology(mesh)), NY)
+    assert 'data-live-gateway="false"' in head
+    since = re.search(r'data-last="(\d+)"', head).group(1)
+    assert f'class="no-gateway" data-since="{since}"' in chart and "no live gateway" in chart
+
+
+def test_a_drain_ends_its_lag_history_with_what_it_left(admin):
+    """A ``-once`` drain shorter than the sampling period records its final lag (0), so the chart
+    does not hold the lag it started with until another gateway runs."""
+    from streamrep.replication import lag
+
+    admin.create_stream(SF, defaultpartitions=1)
+    admin.create_topic(SF, "clicks")
+    admin.create_stream(NY, copymetafrom=SF)
+    admin.add_replica(SF, NY)
+    admin.add_upstream(NY, SF)
+    with Producer(admin) as producer:
+        producer.send(f"{SF}:clicks", b"one", key=b"k")
+        producer.send(f"{SF}:clicks", b"two", key=b"k")
+    gateway = Gateway(admin, "newyork", "gw1")
+    gateway.lag.sample()  # the drain's first sample: 2 behind
+    while gateway.run_once(whole=True):
+        pass
+    gateway.lag.sample(final=True)
+    gateway.stop()
+    history = lag.lag_history(admin, SF, NY)
+    assert [s.messages for s in history] == [2, 0]
+    assert history[-1].t - history[0].t < lag.SAMPLE_SECONDS * 1000  # inside one period: recorded anyway

@@ -244,6 +244,29 @@ def test_supervisor_launches_with_doubling_backoff_and_deterministic_run_ids(lin
     assert service.managed_clusters(linked, ["newyork", "sanfrancisco"]) == []
 
 
+@pytest.mark.parametrize("marked", ["success", "failed"])
+def test_a_gateway_run_marked_in_the_ui_is_restarted_and_only_gateway_stop_stops(linked, marked):
+    """Issue 21, item 17: the one way to stop a continuous gateway is ``gateway stop`` (the
+    service DAG's ``stop``). A run marked success or failed by hand killed its gateway; while the
+    cluster is started, the supervisor (every minute) launches a new run within a minute."""
+    service.request(linked, "newyork", service.RUNNING)
+    first = service.supervise(linked, "newyork")
+    assert first.launch
+    gateway = Gateway(linked, "newyork", "g1")
+    gateway.heartbeat()  # the launched run's gateway is live: healthy
+    assert not service.supervise(linked, "newyork", run_state=lambda rid: "running").launch
+    gateway.stop()  # the run marked by hand: Airflow's on_kill ended the gateway
+    launched_at = service.desired(linked.clusters.store("newyork"))["launch"]["at"]
+    states = {first.run_id: marked}
+    ended = lambda rid: states.get(rid, "running")  # noqa: E731 - the relaunched run runs
+    again = service.supervise(linked, "newyork", run_state=ended, now=launched_at + 60)
+    assert again.launch and again.run_id != first.run_id, again.reason  # restarted, not stopped
+    assert not service.supervise(linked, "newyork", run_state=ended, now=launched_at + 120).launch  # in flight
+    # gateway stop: the supervisor leaves the cluster alone, and a gateway started anyway exits at once
+    service.request(linked, "newyork", service.STOPPED)
+    assert not service.supervise(linked, "newyork", run_state=ended, now=launched_at + 600).launch
+
+
 def test_supervisor_needs_adminperm_to_launch(linked, bob):
     service.request(linked, "newyork", service.RUNNING)
     linked.set_cluster_ace("u:alice", "newyork")

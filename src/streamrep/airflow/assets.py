@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import Asset, AssetAlias
@@ -159,6 +160,7 @@ def emit_replica_caught_up(
     row: dict[str, Any] | None = None,
     admin: Any = None,
     streamrep_conn_id: str | None = None,
+    cluster_conn_ids: Mapping[str, str] | None = None,
     uptodate: bool | None = None,
 ) -> dict[str, Any]:
     """Add an asset event for replica ``path`` through ``REPLICAS_ALIAS`` if it is up to date
@@ -171,13 +173,17 @@ def emit_replica_caught_up(
     :param row: the source's ``replica list`` row of the replica, if the caller has it.
     :param admin: the admin API to read the lag with (default: a ``StreamrepHook``'s).
     :param streamrep_conn_id: the hook's connection when ``admin`` is not given.
+    :param cluster_conn_ids: the hook's cluster connections when ``admin`` is not given.
     :param uptodate: whether it is up to date, as the caller knows it (see ``caught_up_extra``).
     :return: the event's extra (emitted or not: see its ``isUptodate``).
     """
     if admin is None:
         from streamrep.airflow.hook import StreamrepHook, user_errors
 
-        hook = StreamrepHook(streamrep_conn_id or StreamrepHook.default_conn_name)
+        with user_errors():
+            hook = StreamrepHook(
+                streamrep_conn_id or StreamrepHook.default_conn_name, cluster_conn_ids=cluster_conn_ids
+            )
         try:
             with user_errors():
                 return emit_replica_caught_up(

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
@@ -101,6 +101,19 @@ def cluster_of(conn: Any, name: str) -> ClusterInfo:
     return ClusterInfo(name, url, dict(settings))
 
 
+def validated_conn_ids(conn_ids: Any) -> dict[str, str]:
+    """``cluster_conn_ids`` as given to a hook or operator: cluster names to connection ids."""
+    if not conn_ids:
+        return {}
+    if not isinstance(conn_ids, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in conn_ids.items()
+    ):
+        raise InvalidArgument(
+            f'cluster_conn_ids must map cluster names to connection ids, e.g. {{"newyork": "ny_prod"}}, not {conn_ids!r}'
+        )
+    return {validate_cluster_name(k): v for k, v in conn_ids.items()}
+
+
 def registry_entry(info: ClusterInfo) -> dict[str, Any]:
     """A cluster as the registry (``clusters.json``) holds it."""
     return {"url": info.url, **({"settings": dict(info.settings)} if info.settings else {})}
@@ -164,6 +177,8 @@ class StreamrepHook(BaseHook):
         when it is not defined the environment is used, as the ``streamrep`` CLI does).
     :param home: the registry folder for clusters without a connection (default:
         the connection's ``extra.home``, else ``STREAMREP_HOME``, else ``~/.streamrep``).
+    :param cluster_conn_ids: the connection of a cluster, by cluster name, where it is not
+        ``streamrep_<cluster>`` (``{"newyork": "ny_prod"}``); other clusters keep the convention.
     """
 
     conn_name_attr = "streamrep_conn_id"
@@ -171,10 +186,17 @@ class StreamrepHook(BaseHook):
     conn_type = CONN_TYPE
     hook_name = HOOK_NAME
 
-    def __init__(self, streamrep_conn_id: str = default_conn_name, home: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        streamrep_conn_id: str = default_conn_name,
+        home: str | None = None,
+        cluster_conn_ids: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.streamrep_conn_id = streamrep_conn_id
         self._home = home
+        self.cluster_conn_ids = validated_conn_ids(cluster_conn_ids)
 
     # -- connections ---------------------------------------------------------------
     def _connection(self, conn_id: str):
@@ -198,12 +220,19 @@ class StreamrepHook(BaseHook):
         }
 
     def cluster_from_connection(self, cluster: str) -> ClusterInfo | None:
-        """``cluster`` as its ``streamrep_<cluster>`` connection defines it, or None."""
-        conn_id = cluster_conn_id(cluster)
+        """``cluster`` as its connection defines it (``cluster_conn_ids``, else
+        ``streamrep_<cluster>``), or None. A connection named in ``cluster_conn_ids`` must exist."""
+        conn_id = self.cluster_conn_ids.get(cluster) or cluster_conn_id(cluster)
         conn = self._connection(conn_id)
         if conn is None:
+            if cluster in self.cluster_conn_ids:  # named on purpose: falling back would pick another cluster
+                raise InvalidArgument(f"cluster {cluster}: connection {conn_id} is not defined")
             return None
         if conn.conn_type != self.conn_type:
+            if cluster in self.cluster_conn_ids:
+                raise InvalidArgument(
+                    f"cluster {cluster}: connection {conn_id} is of type {conn.conn_type}, not {self.conn_type}"
+                )
             self.log.warning(
                 "connection %s is of type %s, not %s: cluster %s is taken from the registry",
                 conn_id,

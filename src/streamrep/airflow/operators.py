@@ -18,7 +18,7 @@ reached fails and is retried.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
@@ -56,23 +56,36 @@ class StreamrepOperator(BaseOperator):
     """Base of the streamrep operators: runs :meth:`run` with the admin API of a
     :class:`~streamrep.airflow.hook.StreamrepHook`, turning streamrep errors into task failures.
 
-    :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param streamrep_conn_id: the streamrep connection with settings common to all clusters
+        (the registry folder, who the task acts as).
+    :param cluster_conn_ids: the Airflow connection of each cluster whose connection is not
+        named ``streamrep_<cluster>``, by cluster name (``{"newyork": "ny_prod"}``); the other
+        clusters keep that convention. (templated)
     :param only_if: a templated flag; when it renders false the task is skipped (used for the
         optional steps of a DAG, such as the reverse link of multi-master replication).
     """
 
-    template_fields: Sequence[str] = ("only_if",)
+    template_fields: Sequence[str] = ("only_if", "cluster_conn_ids")
     ui_color = "#dbeafe"
 
-    def __init__(self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, only_if: Any = True, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        streamrep_conn_id: str = StreamrepHook.default_conn_name,
+        cluster_conn_ids: Mapping[str, str] | None = None,
+        only_if: Any = True,
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.streamrep_conn_id = streamrep_conn_id
+        self.cluster_conn_ids = cluster_conn_ids
         self.only_if = only_if
 
     def execute(self, context: Context) -> Any:
         if not as_bool(self.only_if):
             raise AirflowSkipException(f"{self.task_id}: not needed for this run (only_if={self.only_if!r})")
-        hook = StreamrepHook(self.streamrep_conn_id)
+        with user_errors():
+            hook = StreamrepHook(self.streamrep_conn_id, cluster_conn_ids=self.cluster_conn_ids)
         try:
             with user_errors():
                 return self.run(hook.admin, context)

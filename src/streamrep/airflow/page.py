@@ -339,9 +339,12 @@ def _clock(t_ms: int) -> str:
 
 
 def lag_chart(link: dict[str, Any]) -> str:
-    """One replica's recorded lag as an inline SVG line chart: messages behind (left axis) and
-    the lag in time (right axis) over time (UTC), with the replica's alert thresholds as red
-    dashed lines. The figures are in ``data-*`` attributes too, for tests and scripts."""
+    """One replica's recorded lag as an inline SVG chart: messages behind (left axis) and the lag
+    in time (right axis) over time (UTC), with the replica's alert thresholds as red dashed lines.
+    Samples are drawn as steps: each holds until the next, since nothing is known in between (a
+    line would show a drain that took a second as a slope over minutes). A replica that is not
+    paused and has no live gateway is marked: nothing replicates it, and nothing samples its lag
+    after the last sample. The figures are in ``data-*`` attributes too, for tests and scripts."""
     samples = link.get("lagHistory") or []
     source, replica = _e(link["source"]), _e(link["replica"])
     if not samples:
@@ -365,13 +368,15 @@ def lag_chart(link: dict[str, Any]) -> str:
         return bottom - value / axis_top * plot_h
 
     last = samples[-1]
+    unserved = not link.get("paused") and not link.get("gateways")
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="lag-chart" width="{CHART_W}" height="{CHART_H}" '
         f'viewBox="0 0 {CHART_W} {CHART_H}" role="img" aria-label="lag of {replica}" '
         f'data-source="{source}" data-replica="{replica}" data-samples="{len(samples)}" '
         f'data-first="{t0}" data-last="{t1}" data-last-messages="{last["messages"]}" '
         f'data-last-ms="{last["ms"]}" data-max-messages="{max(s["messages"] for s in samples)}" '
-        f'data-max-ms="{max(s["ms"] for s in samples)}">',
+        f'data-max-ms="{max(s["ms"] for s in samples)}" data-shape="steps" '
+        f'data-live-gateway="{"false" if unserved else "true"}">',
         f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="plot"/>',
     ]
     for frac in (0.25, 0.5, 0.75):  # grid
@@ -426,14 +431,22 @@ def lag_chart(link: dict[str, Any]) -> str:
         ("messages", "messages", top_msgs, MESSAGES_COLOR, ""),
         ("ms", "ms", top_ms, MS_COLOR, ' stroke-dasharray="6 3"'),
     ):
-        points = " ".join(f"{x(s['t']):.1f},{y(s[key], axis_top):.1f}" for s in samples)
+        points = " ".join(f"{px:.1f},{py:.1f}" for px, py in steps(samples, key, x, lambda v: y(v, axis_top)))
         parts.append(
             f'<polyline class="series" data-series="{series}" data-points="{len(samples)}" '
             f'points="{points}" fill="none" stroke="{color}" stroke-width="2"{dash}/>'
         )
         if len(samples) == 1:  # one sample is a point, not a line
-            px, py = points.split(",")
-            parts.append(f'<circle cx="{px}" cy="{py}" r="3" fill="{color}"/>')
+            cx, cy = points.split(",")
+            parts.append(f'<circle cx="{cx}" cy="{cy}" r="3" fill="{color}"/>')
+    if unserved:
+        lx = x(t1)
+        parts.append(
+            f'<g class="no-gateway" data-since="{t1}"><line x1="{lx:.1f}" y1="{top}" x2="{lx:.1f}" y2="{bottom}" '
+            f'stroke="{LIMIT_COLOR}" stroke-dasharray="2 2"/>'
+            f'<text x="{right - 4}" y="{top + 14}" class="tick" text-anchor="end" fill="{LIMIT_COLOR}">'
+            f"no live gateway: not replicated, not sampled since {_clock(t1)}</text></g>"
+        )
     parts.append(
         f'<g class="legend"><rect x="{left + 8}" y="8" width="12" height="3" fill="{MESSAGES_COLOR}"/>'
         f'<text x="{left + 24}" y="13" class="tick">messages behind (now {_count(last["messages"])})</text>'
@@ -442,6 +455,14 @@ def lag_chart(link: dict[str, Any]) -> str:
     )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def steps(samples: list[dict[str, Any]], key: str, x: Any, y: Any) -> list[tuple[float, float]]:
+    """The corners of a step line through ``samples``: each value held until the next sample."""
+    corners = [(x(samples[0]["t"]), y(samples[0][key]))]
+    for before, sample in zip(samples, samples[1:], strict=False):
+        corners += [(x(sample["t"]), y(before[key])), (x(sample["t"]), y(sample[key]))]
+    return corners
 
 
 def lag_section(topo: dict[str, Any]) -> str:

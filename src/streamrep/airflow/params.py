@@ -30,6 +30,32 @@ STREAM_PATH_PATTERN = (
 )
 
 
+OPTIONAL_CLUSTER_PATTERN = rf"^(?:{_body(CLUSTER_NAME.pattern)})?$"
+STREAM_PATH_MEANING = "a stream path: /mapr/<cluster>/<stream>, with no ':topic'"
+CLUSTER_MEANING = "a cluster name: letters, digits, '.', '_' or '-', starting with a letter or digit"
+# What each pattern of streamrep's params means, for the one-line error of a bad value
+# (``one_line_param_error``): jsonschema's own names the raw pattern, then dumps the schema.
+PATTERN_MEANINGS = {
+    STREAM_PATH_PATTERN: STREAM_PATH_MEANING,
+    CLUSTER_PATTERN: CLUSTER_MEANING,
+    OPTIONAL_CLUSTER_PATTERN: f"empty or {CLUSTER_MEANING}",
+}
+PARAM_ERROR_PREFIX = "Invalid input for param "  # how Airflow's param validation starts its error
+
+
+def one_line_param_error(detail: str) -> str:
+    """Airflow's error for a bad DAG param as one line: jsonschema's first line (without the
+    schema and instance it dumps after it), a streamrep pattern replaced by what it means."""
+    line = detail.strip().splitlines()[0] if detail.strip() else detail
+    for pattern, meaning in PATTERN_MEANINGS.items():
+        line = line.replace(f"does not match {pattern!r}", f"is not {meaning}")
+    return line
+
+
+def names_a_streamrep_pattern(detail: str) -> bool:
+    return any(repr(pattern) in detail for pattern in PATTERN_MEANINGS)
+
+
 def stream_path_param(default: str | None, title: str, description: str) -> Param:
     """A stream path: ``/mapr/<cluster>/<stream>``."""
     kwargs: dict[str, Any] = {} if default is None else {"default": default}
@@ -39,7 +65,7 @@ def stream_path_param(default: str | None, title: str, description: str) -> Para
         minLength=1,
         maxLength=MAX_PATH_LENGTH,
         title=title,
-        description=f"{description} A stream path: /mapr/<cluster>/<stream>, with no ':topic'.",
+        description=f"{description} {STREAM_PATH_MEANING[0].upper()}{STREAM_PATH_MEANING[1:]}.",
         **kwargs,
     )
 
@@ -53,6 +79,17 @@ def cluster_param(default: str | None, description: str) -> Param:
         title="Cluster",
         description=f"{description} Letters, digits, '.', '_' or '-'.",
         **kwargs,
+    )
+
+
+def optional_cluster_param(description: str) -> Param:
+    """A cluster name, or empty (every cluster)."""
+    return Param(
+        "",
+        type="string",
+        pattern=OPTIONAL_CLUSTER_PATTERN,
+        title="Cluster",
+        description=f"{description} Letters, digits, '.', '_' or '-'.",
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,8 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     :param path: the source stream. (templated)
     :param replica: the replica stream. (templated)
     :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param cluster_conn_ids: the Airflow connection of each cluster whose connection is not
+        named ``streamrep_<cluster>``, by cluster name (``{"newyork": "ny_prod"}``). (templated)
     :param deferrable: wait in the triggerer (``ReplicaUpToDateTrigger``) instead of holding
         a worker slot. (templated)
     :return: (XCom) the replica's ``replica list`` row once it is up to date.
@@ -38,7 +40,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     ``replica_asset(<replica>)`` run.
     """
 
-    template_fields: Sequence[str] = ("path", "replica", "deferrable")
+    template_fields: Sequence[str] = ("path", "replica", "cluster_conn_ids", "deferrable")
     ui_color = "#e0f2fe"
 
     def __init__(
@@ -47,6 +49,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         path: str,
         replica: str,
         streamrep_conn_id: str = StreamrepHook.default_conn_name,
+        cluster_conn_ids: Mapping[str, str] | None = None,
         deferrable: Any = False,
         poke_interval: float = 10,
         **kwargs: Any,
@@ -55,7 +58,12 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         self.path = path
         self.replica = replica
         self.streamrep_conn_id = streamrep_conn_id
+        self.cluster_conn_ids = cluster_conn_ids
         self.deferrable = deferrable
+
+    def _hook(self) -> StreamrepHook:
+        with user_errors():
+            return StreamrepHook(self.streamrep_conn_id, cluster_conn_ids=self.cluster_conn_ids)
 
     def _row(self, hook: StreamrepHook) -> dict[str, Any]:
         """The replica's row; fails the task if the replica cannot become up to date."""
@@ -67,7 +75,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         return row
 
     def poke(self, context: Context) -> PokeReturnValue:
-        hook = StreamrepHook(self.streamrep_conn_id)
+        hook = self._hook()
         try:
             row = self._row(hook)
         finally:
@@ -86,7 +94,12 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
         """The replica is up to date: emit its asset event if the task's outlets ask for it."""
         if emits_caught_up(self):
             extra = emit_replica_caught_up(
-                context, row["replicaPath"], source=self.path, row=row, streamrep_conn_id=self.streamrep_conn_id
+                context,
+                row["replicaPath"],
+                source=self.path,
+                row=row,
+                streamrep_conn_id=self.streamrep_conn_id,
+                cluster_conn_ids=self.cluster_conn_ids,
             )
             self.log.info("asset event for %s (replica up to date): %s", extra["replica"], extra)
         return row
@@ -94,7 +107,7 @@ class ReplicaUpToDateSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not as_bool(self.deferrable):
             return self._caught_up(context, super().execute(context))
-        hook = StreamrepHook(self.streamrep_conn_id)
+        hook = self._hook()
         try:
             row = self._row(hook)  # also resolves the clusters involved, for the trigger
             if row["isUptodate"]:

@@ -14,7 +14,7 @@ import inspect
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -83,6 +83,9 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
     lets Spark's Python processes import streamrep and see the same clusters.
 
     :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param cluster_conn_ids: the Airflow connection of each cluster whose connection is not
+        named ``streamrep_<cluster>``, by cluster name (``{"newyork": "ny_prod"}``); the Spark
+        app gets those clusters in its registry file. (templated)
     :param conn_id: the Spark connection (default: ``[streamrep] spark_conn_id`` of Airflow's config,
         itself ``spark_default`` unless set).
     :param conf: extra Spark conf, over streamrep's defaults. (templated)
@@ -92,13 +95,19 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
     ui_color = "#fde68a"
 
     def __init__(
-        self, *, streamrep_conn_id: str = StreamrepHook.default_conn_name, conn_id: str | None = None, **kwargs: Any
+        self,
+        *,
+        streamrep_conn_id: str = StreamrepHook.default_conn_name,
+        cluster_conn_ids: Mapping[str, str] | None = None,
+        conn_id: str | None = None,
+        **kwargs: Any,
     ):
         kwargs.setdefault("name", f"streamrep-{self.app}")
         spark_conn = conn_id or spark_conn_id()
         super().__init__(conn_id=spark_conn, **kwargs)
         self.spark_conn_id = spark_conn  # the Spark connection the hook is made with (_get_hook)
         self.streamrep_conn_id = streamrep_conn_id
+        self.cluster_conn_ids = cluster_conn_ids
         # The hook's settings given here that are not template fields (those are read when the
         # hook is made, rendered); the hook's defaults, which are the operator's, for the rest.
         self.spark_options = {
@@ -136,7 +145,8 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
         )
 
     def execute(self, context: Context) -> Any:
-        hook = StreamrepHook(self.streamrep_conn_id)
+        with user_errors():
+            hook = StreamrepHook(self.streamrep_conn_id, cluster_conn_ids=self.cluster_conn_ids)
         try:
             with user_errors():
                 skip = self.preflight(hook, context)
@@ -202,7 +212,12 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
     """
 
     app = "copystream"
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "source", "destination")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "cluster_conn_ids",
+        "source",
+        "destination",
+    )
 
     def __init__(self, *, source: str, destination: str, numthreads: int | None = None, **kwargs: Any):
         super().__init__(**kwargs)
@@ -246,7 +261,7 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
 
     It pulls its share of every source stream that flows into the replicas on ``cluster`` and
     applies it exactly once (positions are stored with the messages). Without ``once`` it runs
-    until the task is stopped; give it retries with a ``retry_delay`` and Airflow restarts a
+    until its cluster's gateways are stopped (``gateway stop``), then the task succeeds; give it retries with a ``retry_delay`` and Airflow restarts a
     gateway that dies, while the other gateways take over its share meanwhile and nothing is
     lost while all are down (data waits at the source).
 
@@ -262,7 +277,13 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
     """
 
     app = "gateway"
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, "cluster", "gateway_id", "once")
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "cluster_conn_ids",
+        "cluster",
+        "gateway_id",
+        "once",
+    )
 
     def __init__(
         self,

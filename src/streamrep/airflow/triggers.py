@@ -157,6 +157,8 @@ class StreamMessageTrigger(BaseEventTrigger):
     :param path: the topic, ``/mapr/<cluster>/<stream>:<topic>``.
     :param group: the consumer group whose cursors hold the trigger's place.
     :param streamrep_conn_id: the streamrep connection with settings common to all clusters.
+    :param cluster_conn_ids: the connection of each cluster not named ``streamrep_<cluster>``,
+        by cluster name, as the operators take it.
     :param poll_interval: seconds between two reads that found nothing.
     :param max_messages: the most messages in one event.
     :param from_start: with no committed cursor yet, start at the oldest message held.
@@ -170,11 +172,13 @@ class StreamMessageTrigger(BaseEventTrigger):
         poll_interval: float = 5.0,
         max_messages: int = 100,
         from_start: bool = False,
+        cluster_conn_ids: dict[str, str] | None = None,
     ):
         super().__init__()
         self.path = path
         self.group = group
         self.streamrep_conn_id = streamrep_conn_id
+        self.cluster_conn_ids = dict(cluster_conn_ids or {})
         self.poll_interval = float(poll_interval)
         self.max_messages = int(max_messages)
         self.from_start = bool(from_start)
@@ -189,13 +193,14 @@ class StreamMessageTrigger(BaseEventTrigger):
                 "poll_interval": self.poll_interval,
                 "max_messages": self.max_messages,
                 "from_start": self.from_start,
+                "cluster_conn_ids": self.cluster_conn_ids,
             },
         )
 
     # The blocking parts run on one thread of the trigger's own, so the consumer's connections
     # stay with the thread that opened them.
     def _open(self) -> tuple[StreamrepHook, Consumer]:
-        hook = StreamrepHook(self.streamrep_conn_id)
+        hook = StreamrepHook(self.streamrep_conn_id, cluster_conn_ids=self.cluster_conn_ids)
         try:
             consumer = Consumer(self.path, group=self.group, from_start=self.from_start, admin=hook.admin)
             if not consumer.store.cursors(self.group, consumer.entry.uuid, consumer.topic.topic):

@@ -52,6 +52,7 @@ def gateway_run(
     if once:
         try:
             moved = gateway.drain()
+            gateway.lag.sample(final=True)  # the history ends with what the drain left
         finally:
             gateway.stop()
         for source_cluster in sorted(gateway.unlisted_by):  # not an error, but nothing came from there

@@ -8,6 +8,7 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Param
 
 from streamrep.airflow.operators import GATEWAYS_DAG_ID, SERVICE_ACTIONS, GatewayServiceOperator
+from streamrep.airflow.params import optional_cluster_param
 
 DOC = """
 ### Gateways as a service
@@ -22,6 +23,14 @@ API and the page all act on the same state.
 | `supervise` (every scheduled run) | for each cluster whose gateways should run, with no live gateway heartbeat and no launch in flight: trigger a `stream_gateways` run (conf `{cluster, once: false}`) |
 | `start` | `gateway start -cluster <cluster>` (desired state running), then supervise that cluster at once |
 | `stop` | `gateway stop -cluster <cluster>`: every gateway finishes its pass, withdraws its heartbeat and exits 0, so its `stream_gateways` run ends **success** |
+
+**Stopping a continuous gateway: one way.** `action: stop` (or `streamrep gateway stop -cluster
+<cluster>`, or the Stop button of the Stream replication page). Marking a gateway task or its
+`stream_gateways` run success or failed is not a stop: it kills that gateway (its Spark job ends
+with the task), and while the cluster's desired state is running this supervisor launches a new
+run within about a minute.
+
+**Paused on creation**: unpause this DAG once to run gateways as a service.
 
 Trigger `start`/`stop` from the trigger form (params `action` and `cluster`), or over REST:
 `POST /api/v2/dags/stream_gateway_service/dagRuns` with
@@ -59,7 +68,7 @@ with DAG(
     schedule=timedelta(minutes=1),
     catchup=False,
     max_active_runs=1,
-    is_paused_upon_creation=False,  # supervises nothing until a cluster's gateways are started
+    is_paused_upon_creation=True,  # scheduled: runs once someone unpauses it (docs/airflow.md, 'The DAGs')
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "gateways"],
     params={
@@ -70,13 +79,8 @@ with DAG(
             title="Action",
             description="supervise (what scheduled runs do), start or stop.",
         ),
-        "cluster": Param(
-            "",
-            type="string",
-            pattern=r"^([A-Za-z0-9._-]+)?$",
-            title="Cluster",
-            description="The destination cluster whose gateways start or stop "
-            "(for supervise: only this one; empty: every cluster).",
+        "cluster": optional_cluster_param(
+            "The destination cluster whose gateways start or stop (for supervise: only this one; empty: every cluster)."
         ),
     },
 ) as dag:

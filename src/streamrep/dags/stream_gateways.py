@@ -36,12 +36,15 @@ with streamrep's one-line message, and is not retried. Each mapped task is label
 gateway's name.
 
 **Stopping.** `streamrep gateway stop -cluster <cluster>` (or the `stream_gateway_service` DAG
-with `action: stop`) stops every gateway after its current pass: each task succeeds and
-the run ends as success. Runs with `once: false` are also what the `stream_gateway_service`
+with `action: stop`, or the page's Stop button) stops every gateway after its current pass: each
+task succeeds and the run ends as success. This is the one way to stop a continuous gateway.
+Marking a gateway task or this run success or failed kills the gateway instead (its Spark job
+ends with the task); while the cluster's gateways are started, the supervisor launches a new run
+within about a minute. Runs with `once: false` are also what the `stream_gateway_service`
 supervisor triggers for a cluster whose gateways should run and have no live heartbeat.
 
 **Params**: `cluster` (the destination cluster), `once` (replicate what is there now and finish,
-instead of running until the run is stopped), `gateways` (optional names).
+instead of running until `gateway stop`), `gateways` (optional names).
 """
 
 with DAG(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from streamrep.airflow.operators import ReplicaLagMonitorOperator
+from streamrep.airflow.params import optional_cluster_param
 
 DOC = """
 ### Replica lag monitor
@@ -38,16 +39,11 @@ with DAG(
     schedule=timedelta(minutes=5),
     catchup=False,
     max_active_runs=1,
+    is_paused_upon_creation=True,  # scheduled: runs once someone unpauses it (docs/airflow.md, 'The DAGs')
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "monitoring"],
     params={
-        "cluster": Param(
-            "",
-            type="string",
-            pattern=r"^([A-Za-z0-9._-]+)?$",
-            title="Cluster",
-            description="Check only the replicas on this cluster (empty: every cluster).",
-        ),
+        "cluster": optional_cluster_param("Check only the replicas on this cluster (empty: every cluster)."),
     },
 ) as dag:
     ReplicaLagMonitorOperator(task_id="check_replica_lag", cluster="{{ params.cluster }}", retries=0)

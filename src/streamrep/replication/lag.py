@@ -176,11 +176,17 @@ class LagRecorder:
         if self.metrics is not None:
             self.metrics.passed(moved)
 
-    def sample(self, force: bool = False) -> dict[Flow, LagSample]:
+    def sample(self, force: bool = False, final: bool = False) -> dict[Flow, LagSample]:
         """Measure every flow into the cluster and record the samples that are due, if this
-        gateway's sampling is due (``force``: now); returns the samples taken."""
+        gateway's sampling is due (``force``: now); returns the samples taken.
+
+        :param final: the gateway's last sample as it ends (a ``-once`` drain, a stop): taken and
+            recorded however recent the last one is, so the history ends with what the gateway
+            left, not with what it found (a drain shorter than ``every`` recorded only the lag it
+            started with, and the chart showed it until another gateway ran).
+        """
         now = time.monotonic()
-        if now < self._next and not force:
+        if now < self._next and not (force or final):
             return {}
         self._next = now + self.every
         try:
@@ -189,22 +195,22 @@ class LagRecorder:
             log.warning("lag of the replicas on %s not sampled: %s", self.cluster, err)
             return {}
         try:
-            return self._sample(flows)
+            return self._sample(flows, 0.0 if final else self.every)
         finally:
             self._next = now + max(self.every, (time.monotonic() - now) / MAX_SAMPLING_SHARE)
 
-    def _sample(self, flows: list[Flow]) -> dict[Flow, LagSample]:
+    def _sample(self, flows: list[Flow], every: float) -> dict[Flow, LagSample]:
         store = self.catalog.clusters.store(self.cluster)
         taken: dict[Flow, LagSample] = {}
         for flow in flows:
             try:
                 key = flow_key(flow.source_uuid, flow.replica_uuid)
-                fresh = not due(store.catalog_get(LAG_KIND, key), int(time.time() * 1000), self.every)
+                fresh = not due(store.catalog_get(LAG_KIND, key), int(time.time() * 1000), every)
                 if fresh and self.metrics is None:
                     continue  # another gateway sampled it just now, and nobody scrapes this one
                 sample = measure(self.catalog, str(flow.source), str(flow.replica))
                 if not fresh:
-                    record(store, flow, sample, self.every)
+                    record(store, flow, sample, every)
                 taken[flow] = sample
             except StreamrepError as err:
                 log.warning("lag of %s -> %s not sampled: %s", flow.source, flow.replica, err)

@@ -168,7 +168,7 @@ def gateway_job(
         progress.report(final=True)
         sampler.halt.set()
         sampler.join(timeout=30)
-        gateway.lag.sample()
+        gateway.lag.sample(final=True)
         if stop.is_set() and gateway.stop_requested():
             print(f"gateway {gateway.id} stopped: {gateway.stopped_line()}", file=sys.stderr, flush=True)
     finally:
