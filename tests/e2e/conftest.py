@@ -277,8 +277,22 @@ def airflow_ui(e2e: Session, airflow_ui_started: AirflowUI) -> AirflowUI:
         if ui.process.poll() is not None or time.monotonic() > deadline:
             raise AssertionError(f"Airflow did not start (exit {ui.process.poll()}):\n{ui.log.read_text()[-4000:]}")
         time.sleep(1)
+    # Healthy is not parsed: under load the dag-processor lists the DAGs minutes later, and a
+    # trigger before that is a 404 (a CI run at load 60 met it).
+    while not _dag_listed(ui.base, "stream_replica_control"):
+        if ui.process.poll() is not None or time.monotonic() > deadline + 300:
+            raise AssertionError(f"Airflow never listed the DAGs:\n{ui.log.read_text()[-4000:]}")
+        time.sleep(2)
     e2e.timings["airflow-ui.sh until healthy (started during the dags tests)"] = round(time.monotonic() - ui.started, 1)
     return ui
+
+
+def _dag_listed(base: str, dag_id: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/api/v2/dags/{dag_id}", timeout=30) as resp:
+            return resp.status == 200
+    except (OSError, ValueError):
+        return False
 
 
 def _stop_group(process: subprocess.Popen) -> None:
