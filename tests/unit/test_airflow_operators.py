@@ -410,9 +410,12 @@ def test_resume_and_pause_success_and_retry(replicated, admin):
 
 
 def test_edit_changes_what_is_given_and_fails_in_one_line(replicated, admin):
-    op = ReplicaEditOperator(task_id="edit", path=SRC, replica=DST, synchronous="true", networkcompression="zstd")
+    op = ReplicaEditOperator(
+        task_id="edit", path=SRC, replica=DST, synchronous="true", networkcompression="zstd", maxbytespersec="10M"
+    )
     [row] = op.execute(ctx())
     assert (row["synchronous"], row["networkcompression"], row["throttle"]) == (True, "zstd", False)
+    assert row["maxbytespersec"] == 10_000_000
     assert op.execute(ctx(2))[0]["synchronous"] is True  # a retry finds it set
     fails_with(ReplicaEditOperator(task_id="edit", path=SRC, replica=DST, networkcompression="lzf"), "no LZF codec")
     fails_with(ReplicaEditOperator(task_id="edit", path=SRC, replica=DST), "needs one of -newreplica")

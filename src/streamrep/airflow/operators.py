@@ -381,8 +381,8 @@ class ReplicaPauseOperator(_ReplicaChangeOperator):
 
 class ReplicaEditOperator(_ReplicaChangeOperator):
     """``maprcli stream replica edit -path <source> -replica <replica> [-newreplica]
-    [-synchronous] [-throttle] [-networkencryption] [-networkcompression]``: change a replica's
-    options in place; only those given (not None) change, so a retry finds them set.
+    [-synchronous] [-throttle] [-networkencryption] [-networkcompression] [-maxbytespersec]``:
+    change a replica's options in place; only those given (not None) change, so a retry finds them set.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream, as the source lists it now. (templated)
@@ -408,6 +408,7 @@ class ReplicaEditOperator(_ReplicaChangeOperator):
         throttle: Any = None,
         networkencryption: Any = None,
         networkcompression: Any = None,
+        maxbytespersec: Any = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -416,6 +417,7 @@ class ReplicaEditOperator(_ReplicaChangeOperator):
         self.throttle = throttle
         self.networkencryption = networkencryption
         self.networkcompression = networkcompression
+        self.maxbytespersec = maxbytespersec
 
     def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
         link = admin.edit_replica(src, dst, self.newreplica or None, self.synchronous, **network_options(self))
