@@ -9,8 +9,9 @@ import io
 import json
 
 import pytest
+import test_airflow_hardening as hardening
 from airflow_support import DST, SRC
-from test_airflow_hardening import airflow_api, as_user  # noqa: F401  (the module's Airflow app, built once)
+from test_airflow_hardening import as_user
 
 from streamrep.cli.main import run
 from streamrep.client import StreamAdmin
@@ -18,6 +19,7 @@ from streamrep.model.ace import Identity
 
 pytestmark = pytest.mark.slow
 REST = "/streamrep/rest"
+airflow_api = hardening.airflow_api  # Airflow's real API app with login on, built once for this module
 
 
 def call(client, tokens, user: str | None, words: str, method: str = "GET", **params):
@@ -114,7 +116,10 @@ def test_a_viewer_reads_but_may_not_change(airflow_api, home):
     ok(call(client, tokens, "ada", "stream/create", "POST", path=SRC, produceperm="p", consumeperm="p", adminperm="p"))
     assert ok(call(client, tokens, "vic", "stream/info", path=SRC))[0]["path"] == SRC
     why = refused(call(client, tokens, "vic", "stream/delete", "POST", path=SRC), 403)
-    assert why == "'stream delete' changes streams or clusters: it needs the right to trigger the stream_gateway_service DAG"
+    assert (
+        why
+        == "'stream delete' changes streams or clusters: it needs the right to trigger the stream_gateway_service DAG"
+    )
     assert StreamAdmin(home, Identity("ada")).entry(SRC)
 
 
@@ -162,7 +167,10 @@ def test_a_cluster_that_authenticates_another_principal_refuses_the_airflow_user
         "sasl.password": "secret",
     }
     tokyo = Connection(
-        conn_id="streamrep_tokyo", conn_type="streamrep", host="kafka://127.0.0.1:9", extra=json.dumps({"kafka": secure})
+        conn_id="streamrep_tokyo",
+        conn_type="streamrep",
+        host="kafka://127.0.0.1:9",
+        extra=json.dumps({"kafka": secure}),
     )
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", tokyo.as_json())
     client, tokens = airflow_api
