@@ -20,6 +20,7 @@ from streamrep.model.ace import Identity
 pytestmark = pytest.mark.slow
 REST = "/streamrep/rest"
 airflow_api = hardening.airflow_api  # Airflow's real API app with login on, built once for this module
+running, broken_cluster = hardening.running, hardening.broken_cluster
 
 
 def call(client, tokens, user: str | None, words: str, method: str = "GET", **params):
@@ -176,3 +177,14 @@ def test_a_cluster_that_authenticates_another_principal_refuses_the_airflow_user
     client, tokens = airflow_api
     why = refused(call(client, tokens, "ada", "stream/create", "POST", path="/mapr/tokyo/activity"), 403)
     assert why.startswith("cluster tokyo authenticates this client as alice; acting as ada is refused")
+
+
+def test_cluster_locations_in_errors_are_hidden_as_on_the_page(airflow_api, broken_cluster):
+    """A store file that is not a database: its error names the file for who may read connections
+    (op), and ``(hidden)`` for who may not (user), as the page shows it."""
+    client, tokens = airflow_api
+    _, tokyo_file = broken_cluster
+    shown = refused(call(client, tokens, "olga", "stream/list", cluster="tokyo"), 400)
+    assert shown.startswith(f"cluster tokyo: cannot open store {tokyo_file}")
+    hidden = refused(call(client, tokens, "uma", "stream/list", cluster="tokyo"), 400)
+    assert hidden.startswith("cluster tokyo: cannot open store (hidden)") and str(tokyo_file) not in hidden

@@ -16,7 +16,8 @@ A named identity, so a cluster whose settings authenticate another principal (SA
 as the CLI does with ``STREAMREP_USER``. Airflow rights: a reading command (last word ``list``,
 ``info``, ``get`` or ``lag``) needs the page's (the custom view ``Stream replication``); any other
 needs what the page's gateway buttons need (triggering the ``stream_gateway_service`` DAG). The
-streams' and clusters' ACEs are then checked as for the CLI.
+streams' and clusters' ACEs are then checked as for the CLI. As on the page, where the clusters are
+(URLs, file paths) is hidden from callers who may not read Airflow connections.
 
 Answers: 200 and ``status: OK``; else the ERROR envelope with 401 (no login), 403 (Airflow or an
 ACE refuses), 404 (unknown command, or a stream or cluster not found), 400 (bad options and other
@@ -33,7 +34,7 @@ from airflow.plugins_manager import AirflowPlugin
 from starlette.requests import Request
 
 from streamrep.airflow.hook import StreamrepHook
-from streamrep.airflow.page import PageAccess, airflow_access
+from streamrep.airflow.page import PageAccess, airflow_access, location_scrubber
 from streamrep.cli.common import Context, Rows
 from streamrep.cli.grammar import Command
 from streamrep.cli.main import find_command, one_line
@@ -114,6 +115,16 @@ def execute(cmd: Command, options: list[str], admin: Any) -> Rows:
     return rows or []
 
 
+def hidden(hook: StreamrepHook) -> Callable[[Any], Any]:
+    """What hides the clusters' locations from a caller who may not read Airflow connections, as
+    the page hides them (``page.location_scrubber``)."""
+    try:
+        urls = [info.url for info in hook.clusters.list()]
+    except StreamrepError:  # a registry that cannot be read: file paths are hidden all the same
+        urls = []
+    return location_scrubber(urls, hook.clusters.home)
+
+
 def answer(status: int, body: dict[str, Any]) -> Any:
     from fastapi.responses import JSONResponse
 
@@ -134,11 +145,20 @@ def create_rest_app(
 
     app = FastAPI(title="streamrep: maprcli's REST form", docs_url=None, redoc_url=None, openapi_url=None)
 
-    def run_as(user: str, cmd: Command, options: list[str]) -> Rows:
+    def run_as(caller: PageAccess, cmd: Command, options: list[str]) -> Rows:
         hook = hook_factory()
         try:
             hook.discover_clusters()
-            return execute(cmd, options, StreamAdmin(hook.clusters, Identity(user=user)))
+            try:
+                rows = execute(cmd, options, StreamAdmin(hook.clusters, Identity(user=caller.user)))
+            except RestError as error:
+                if caller.sees_locations:
+                    raise
+                raise RestError(error.status, hidden(hook)(str(error))) from None
+            if caller.sees_locations:
+                return rows
+            scrub = hidden(hook)
+            return [{key: scrub(value) for key, value in row.items()} for row in rows]
         finally:
             hook.close()
 
@@ -159,7 +179,7 @@ def create_rest_app(
             params = list(request.query_params.multi_items())
             if request.method == "POST":
                 params += [(k, v) for k, v in (await request.form()).multi_items() if isinstance(v, str)]
-            rows = await run_in_threadpool(run_as, caller.user, cmd, argv_of(params))
+            rows = await run_in_threadpool(run_as, caller, cmd, argv_of(params))
         except RestError as error:
             return answer(error.status, error_envelope(one_line(str(error))))
         return answer(200, envelope(rows))
