@@ -159,21 +159,7 @@ def test_unknown_commands_bad_options_and_long_running_commands(airflow_api, hom
 def test_a_cluster_that_authenticates_another_principal_refuses_the_airflow_user(airflow_api, home, monkeypatch):
     """The Airflow user names the identity: a SASL cluster authenticating alice refuses ada, as the
     CLI refuses STREAMREP_USER=ada (no broker is needed to decide)."""
-    from airflow.models.connection import Connection
-
-    secure = {
-        "security.protocol": "SASL_SSL",
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": "alice",
-        "sasl.password": "secret",
-    }
-    tokyo = Connection(
-        conn_id="streamrep_tokyo",
-        conn_type="streamrep",
-        host="kafka://127.0.0.1:9",
-        extra=json.dumps({"kafka": secure}),
-    )
-    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", tokyo.as_json())
+    hardening.tokyo_authenticating_alice(monkeypatch)
     client, tokens = airflow_api
     why = refused(call(client, tokens, "ada", "stream/create", "POST", path="/mapr/tokyo/activity"), 403)
     assert why.startswith("cluster tokyo authenticates this client as alice; acting as ada is refused")
