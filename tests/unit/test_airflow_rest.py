@@ -68,7 +68,7 @@ def test_a_replica_made_over_rest_lists_as_the_cli_lists_it(airflow_api, home, m
     ok(call(client, tokens, "ada", "stream/topic/create", "POST", path=SRC, topic="clicks"))
     ok(call(client, tokens, "ada", "stream/create", "POST", path=DST, copymetafrom=SRC))
     ok(call(client, tokens, "ada", "stream/replica/add", "POST", path=SRC, replica=DST, paused=""))  # bare: true
-    ok(call(client, tokens, "ada", "stream/upstream/add", path=DST, upstream=SRC))  # GET works too, as MapR's
+    ok(call(client, tokens, "ada", "stream/upstream/add", "POST", path=DST, upstream=SRC))
     listed = ok(call(client, tokens, "ada", "stream/replica/list", path=SRC))
     monkeypatch.setenv("STREAMREP_USER", "ada")  # the CLI as the same user
     assert listed == cli_json(["stream", "replica", "list", "-path", SRC])["data"]
@@ -174,3 +174,18 @@ def test_cluster_locations_in_errors_are_hidden_as_on_the_page(airflow_api, brok
     assert shown.startswith(f"cluster tokyo: cannot open store {tokyo_file}")
     hidden = refused(call(client, tokens, "uma", "stream/list", cluster="tokyo"), 400)
     assert hidden.startswith("cluster tokyo: cannot open store (hidden)") and str(tokyo_file) not in hidden
+
+
+def test_a_change_sent_as_a_get_is_refused_even_with_the_session_cookie(airflow_api, home):
+    """A link on another site is followed with the UI's cookie (SameSite=Lax sends it on a GET):
+    a command that changes anything must be a POST; reading is a GET too."""
+    client, tokens = airflow_api
+    client.cookies.set("_token", tokens["ada"])
+    try:
+        why = refused(client.get(f"{REST}/stream/create", params={"path": SRC}), 405)
+        assert why == "'stream create' changes streams or clusters: send it as a POST"
+        assert StreamAdmin(home, Identity("ada")).list_streams("sanfrancisco") == []
+        ok(client.post(f"{REST}/stream/create", data={"path": SRC}))
+        assert ok(client.get(f"{REST}/stream/info", params={"path": SRC}))[0]["creator"] == "ada"
+    finally:
+        client.cookies.clear()

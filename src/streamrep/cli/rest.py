@@ -19,8 +19,11 @@ needs what the page's gateway buttons need (triggering the ``stream_gateway_serv
 streams' and clusters' ACEs are then checked as for the CLI. As on the page, where the clusters are
 (URLs, file paths) is hidden from callers who may not read Airflow connections.
 
+A command that changes anything must be a POST (a GET is 405): a link on another site is followed
+with the UI's session cookie, a cross-site POST never is.
+
 Answers: 200 and ``status: OK``; else the ERROR envelope with 401 (no login), 403 (Airflow or an
-ACE refuses), 404 (unknown command, or a stream or cluster not found), 400 (bad options and other
+ACE refuses), 405 (a change sent as a GET), 404 (unknown command, or a stream or cluster not found), 400 (bad options and other
 user errors), 503 (a cluster cannot be reached).
 """
 
@@ -170,6 +173,10 @@ def create_rest_app(
             except HTTPException as refused:
                 raise RestError(refused.status_code, str(refused.detail)) from None
             cmd = command_of([w for w in words.split("/") if w])
+            if not reads(cmd) and request.method != "POST":
+                # A link on another site is followed with the UI's session cookie (SameSite=Lax sends
+                # it on a top-level GET, never on a cross-site POST): a change must be a POST.
+                raise RestError(405, f"'{' '.join(cmd.words)}' changes streams or clusters: send it as a POST")
             if not reads(cmd) and not caller.may_control:
                 raise RestError(
                     403,
