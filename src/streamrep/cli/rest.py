@@ -23,8 +23,9 @@ A command that changes anything must be a POST (a GET is 405): a link on another
 with the UI's session cookie, a cross-site POST never is.
 
 Answers: 200 and ``status: OK``; else the ERROR envelope with 401 (no login), 403 (Airflow or an
-ACE refuses), 405 (a change sent as a GET), 404 (unknown command, or a stream or cluster not found), 400 (bad options and other
-user errors), 503 (a cluster cannot be reached).
+ACE refuses), 405 (a change sent as a GET), 404 (unknown command, or a stream or cluster not
+found), 400 (bad options, a refused command and other user errors), 503 (a cluster cannot be
+reached).
 """
 
 from __future__ import annotations
