@@ -189,3 +189,16 @@ def test_a_change_sent_as_a_get_is_refused_even_with_the_session_cookie(airflow_
         assert ok(client.get(f"{REST}/stream/info", params={"path": SRC}))[0]["creator"] == "ada"
     finally:
         client.cookies.clear()
+
+
+def test_a_connection_that_defines_no_cluster_is_one_line(airflow_api, home, monkeypatch):
+    from airflow.models.connection import Connection
+
+    bad = Connection(conn_id="streamrep_tokyo", conn_type="streamrep", host="kafka://broker")
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", bad.as_json())
+    client, tokens = airflow_api
+    why = refused(call(client, tokens, "olga", "stream/list", cluster="tokyo"), 400)
+    assert (
+        why
+        == "connection streamrep_tokyo: invalid cluster url 'kafka://broker': expected kafka://host:port[,host:port...]"
+    )

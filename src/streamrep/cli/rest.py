@@ -25,7 +25,7 @@ with the UI's session cookie, a cross-site POST never is.
 Answers: 200 and ``status: OK``; else the ERROR envelope with 401 (no login), 403 (Airflow or an
 ACE refuses), 405 (a change sent as a GET), 404 (unknown command, or a stream or cluster not
 found), 400 (bad options, a refused command and other user errors), 503 (a cluster cannot be
-reached).
+reached), 500 (the server's own files or disk fail).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from starlette.requests import Request
 
 from streamrep.airflow.hook import StreamrepHook
 from streamrep.airflow.page import PageAccess, airflow_access, location_scrubber
-from streamrep.cli.common import Context, Rows
+from streamrep.cli.common import Context, Rows, reason
 from streamrep.cli.grammar import Command
 from streamrep.cli.main import find_command, one_line
 from streamrep.cli.output import envelope, error_envelope
@@ -105,17 +105,26 @@ def argv_of(params: list[tuple[str, str]]) -> list[str]:
     return argv
 
 
-def execute(cmd: Command, options: list[str], admin: Any) -> Rows:
-    """Parse ``options`` with the command's grammar and run its handler through ``admin``."""
+def refusal(error: StreamrepError) -> RestError:
+    return RestError(next((code for kind, code in STATUS_OF if isinstance(error, kind)), 400), str(error))
+
+
+def execute(cmd: Command, options: list[str], hook: StreamrepHook, user: str) -> Rows:
+    """Parse ``options`` with the command's grammar and run its handler as ``user``, on the
+    clusters ``hook`` resolves."""
     try:
         values, _ = cmd.parse(options)
     except InvalidArgument as error:
         raise RestError(400, str(error)) from None
     try:
+        hook.discover_clusters()  # a connection that defines no cluster is refused here
+        admin = StreamAdmin(hook.clusters, Identity(user=user))
         rows = cmd.handler(Context(io.StringIO(), io.StringIO(), io.StringIO(), admin), **values)
     except StreamrepError as error:
-        status = next((code for kind, code in STATUS_OF if isinstance(error, kind)), 400)
-        raise RestError(status, str(error)) from None
+        raise refusal(error) from None
+    except OSError as error:  # the server's environment (a file, a disk), as the CLI says it
+        where = f": {error.filename}" if error.filename else ""
+        raise RestError(500, f"{reason(error)}{where}") from None
     return rows or []
 
 
@@ -152,9 +161,8 @@ def create_rest_app(
     def run_as(caller: PageAccess, cmd: Command, options: list[str]) -> Rows:
         hook = hook_factory()
         try:
-            hook.discover_clusters()
             try:
-                rows = execute(cmd, options, StreamAdmin(hook.clusters, Identity(user=caller.user)))
+                rows = execute(cmd, options, hook, caller.user)
             except RestError as error:
                 if caller.sees_locations:
                     raise
