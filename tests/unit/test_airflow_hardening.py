@@ -726,9 +726,9 @@ def test_only_who_may_trigger_the_gateway_service_starts_or_stops_gateways_from_
     )
 
 
-def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_refused(home, monkeypatch):
-    """The "Act as user" of streamrep_default names an identity; a cluster whose connection
-    authenticates another SASL principal refuses it in one line (no broker is needed to decide)."""
+def tokyo_authenticating_alice(monkeypatch) -> None:
+    """The connection ``streamrep_tokyo``: a Kafka cluster (no broker behind it) whose settings
+    authenticate the SASL principal alice."""
     from airflow.models.connection import Connection
 
     secure = {
@@ -744,6 +744,14 @@ def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_ref
         extra=json.dumps({"kafka": secure}),
     )
     monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_TOKYO", kafka.as_json())
+
+
+def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_refused(home, monkeypatch):
+    """The "Act as user" of streamrep_default names an identity; a cluster whose connection
+    authenticates another SASL principal refuses it in one line (no broker is needed to decide)."""
+    from airflow.models.connection import Connection
+
+    tokyo_authenticating_alice(monkeypatch)
     for login, refused in (("bob", True), ("alice", False)):
         default = Connection(conn_id="streamrep_default", conn_type="streamrep", login=login)
         monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_DEFAULT", default.as_json())

@@ -91,7 +91,10 @@ def test_the_supported_airflow_range_is_the_one_pyproject_declares():
 
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert f"apache-airflow{SUPPORTED_AIRFLOW}" in project["dependencies"]
-    assert project["entry-points"]["airflow.plugins"] == {"streamrep": "streamrep.airflow.plugin:StreamrepPlugin"}
+    assert project["entry-points"]["airflow.plugins"] == {
+        "streamrep": "streamrep.airflow.plugin:StreamrepPlugin",
+        "streamrep_rest": "streamrep.cli.rest:RestPlugin",  # maprcli's REST form: the CLI layer's own plugin
+    }
     assert project["entry-points"]["pytest11"] == {"streamrep": "streamrep.testing"}
 
 

@@ -723,13 +723,12 @@ async def airflow_control(request: Request) -> PageAccess:
     return caller
 
 
-def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
-    """``topo`` without where the clusters are: no URL, and no file path in any error (the
-    cluster files, the registry folder ``home``, and any other absolute path), nor a Kafka
-    cluster's bootstrap servers or the broker addresses Kafka's client resolved."""
+def location_scrubber(urls: list[str], home: str) -> Callable[[Any], Any]:
+    """What hides where the clusters are in a message: the cluster ``urls`` (and a Kafka cluster's
+    bootstrap servers, one by one too), the registry folder ``home``, any other absolute file path,
+    and the broker addresses Kafka's client resolved. Anything but a string passes unchanged."""
     found = {home}
-    for cluster in topo["clusters"]:
-        url = cluster.get("url") or ""
+    for url in urls:
         found.update({url, url.split(":", 1)[-1]})
         if url.startswith(KAFKA_SCHEME):  # Kafka's errors name the bootstrap servers, one by one too
             servers = url[len(KAFKA_SCHEME) :]
@@ -743,6 +742,13 @@ def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
             text = text.replace(secret, HIDDEN)
         return _RESOLVED_ADDRESS.sub(HIDDEN, _FILE_PATH.sub(HIDDEN, text))
 
+    return scrub
+
+
+def hide_locations(topo: dict[str, Any], home: str) -> dict[str, Any]:
+    """``topo`` without where the clusters are: no URL, and no location in any error
+    (``location_scrubber``)."""
+    scrub = location_scrubber([c.get("url") or "" for c in topo["clusters"]], home)
     clusters = [
         {
             **c,

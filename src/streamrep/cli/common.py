@@ -27,11 +27,14 @@ def reason(error: OSError) -> str:
 
 
 class Context:
-    """What a handler gets: the admin API and the output streams."""
+    """What a handler gets: the admin API and the output streams.
 
-    def __init__(self, out: TextIO, err: TextIO, stdin: TextIO):
+    :param admin: the admin API to act through (the REST form's, as its caller); built on first use if None.
+    """
+
+    def __init__(self, out: TextIO, err: TextIO, stdin: TextIO, admin: StreamAdmin | None = None):
         self.out, self.err, self.stdin = out, err, stdin
-        self._admin: StreamAdmin | None = None
+        self._admin = admin
 
     @property
     def admin(self) -> StreamAdmin:
