@@ -15,8 +15,8 @@ under the running gateway:
 4. the destination broker coordinating the apply transactions is frozen with SIGSTOP for longer than
    the brokers' session timeout (the quorum fences it), then continued.
 
-The in-process gateway meets every fault; the Spark gateway the leader kill (replica side) and the
-rolling restart (the file's time is kept down: each Spark case costs a spark-submit). Proven each time: the gateway rides the fault out, and at the end the replica holds every numbered
+Both engines meet every fault except the Spark gateway's source-side leader kill (the file's time is
+kept down: each Spark case costs a spark-submit, and the replica-side kill covers its apply path). Proven each time: the gateway rides the fault out, and at the end the replica holds every numbered
 message once, in order per partition, as sent (counted: 0 lost, 0 duplicated), with its source
 offset in its origin header (``assert_exact_replica``). Every test leaves both clusters as it found
 them: three brokers running, every partition's ISR back to 3 (the fixture fails loudly otherwise).
@@ -443,7 +443,7 @@ def test_partition_leader_killed_under_a_running_gateway(run, secure_kafka, engi
     replication.finish(f"leader of {side} partition killed")
 
 
-@pytest.mark.parametrize("engine", ["local"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafka, engine):
     replication = run(engine)
     api = replication.api
@@ -482,7 +482,7 @@ def test_rolling_restart_of_both_clusters_under_a_running_gateway_and_producer(r
     replication.finish("rolling restart, destination then source")
 
 
-@pytest.mark.parametrize("engine", ["local"])
+@pytest.mark.parametrize("engine", ENGINES)
 def test_destination_broker_paused_past_its_session_timeout(run, secure_kafka, engine):
     ny = secure_kafka["newyork"]
     replication = run(engine)
