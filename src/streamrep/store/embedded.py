@@ -272,10 +272,13 @@ class EmbeddedStore(Store):
         con.execute(f"PRAGMA synchronous={sync}")
         if "store_info" in tables:
             return
-        # Every statement is idempotent, so two processes creating the same store race safely.
-        con.executescript(SCHEMA)
-        con.execute("INSERT OR IGNORE INTO store_info VALUES ('format', ?)", (FORMAT,))
-        con.execute("INSERT OR IGNORE INTO store_info VALUES ('store_id', ?)", (str(uuid.uuid4()),))
+        # Every statement is idempotent, so two processes creating the same store race safely; one
+        # transaction, so no one sees the tables without the format row (a CI run met that race).
+        con.executescript(
+            f"BEGIN IMMEDIATE;\n{SCHEMA}\n"
+            f"INSERT OR IGNORE INTO store_info VALUES ('format', '{FORMAT}');\n"
+            f"INSERT OR IGNORE INTO store_info VALUES ('store_id', '{uuid.uuid4()}');\nCOMMIT;"
+        )
 
     @staticmethod
     def _upgrade(con: sqlite3.Connection) -> None:
