@@ -25,7 +25,7 @@ import uuid
 
 import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 import streamrep.store.kafka.transactions as kafka_transactions
@@ -46,6 +46,7 @@ from streamrep.model.naming import naming_for
 from streamrep.model.replication import position_key
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.store.kafka import KafkaStore
+from streamrep.store.kafka.client import TRANSIENT
 
 ALICE = Identity(user="alice", groups=frozenset({"eng"}))
 
@@ -100,6 +101,7 @@ DEAD_WRITER_CHILD = textwrap.dedent("""
     from confluent_kafka import Producer
     import streamrep.store.kafka.transactions as kafka_transactions
     from streamrep.store.kafka import KafkaStore
+from streamrep.store.kafka.client import TRANSIENT
     from streamrep.model.message import Message
 
     class Freezing(Producer):
@@ -164,6 +166,19 @@ def produce_backlog(api: StreamAdmin, stream: str, count: int) -> None:
     assert producer.flush(60) == 0
 
 
+def stable_watermarks(consumer: Consumer, partition: TopicPartition, bound: float = 120) -> tuple[int, int]:
+    """The partition's watermarks, asked again while its leadership settles (a broker just restarted:
+    the client's metadata can still name the old leader, which answers NOT_LEADER_FOR_PARTITION)."""
+    deadline = time.monotonic() + bound
+    while True:
+        try:
+            return consumer.get_watermark_offsets(partition, timeout=30, cached=False)
+        except KafkaException as exc:
+            if exc.args[0].code() not in TRANSIENT or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def committed(
     api: StreamAdmin, stream: str, isolation: str = "read_committed", partitions: int = PARTITIONS
 ) -> dict[int, list]:
@@ -182,12 +197,14 @@ def committed(
     try:
         held: dict[int, list] = {}
         for partition in range(partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=30, cached=False)
+            low, high = stable_watermarks(consumer, TopicPartition(name, partition))
             consumer.assign([TopicPartition(name, partition, low)])
             records = held[partition] = []
             position = low
             while position < high:
                 for msg in consumer.consume(10000, timeout=1):
+                    if msg.error() is not None and msg.error().retriable():
+                        continue  # a connection to a just-restarted broker; the client asks again
                     assert msg.error() is None, f"{name} [{partition}]: {msg.error()}"
                     records.append(msg)
                 with_markers = consumer.position([TopicPartition(name, partition)])[0].offset
