@@ -32,6 +32,7 @@ from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.model.naming import naming_for
 from streamrep.replication.gateway import Gateway
+from streamrep.store.kafka.client import fetched
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 10_000
@@ -477,7 +478,7 @@ def kafka_baseline_copy(bootstrap: Conn, src: str, dst: str, count: int, stop_at
     copied = 0
     try:
         while copied < count and (stop_at is None or time.time() < stop_at):
-            for msg in consumer.consume(10000, timeout=0.05):
+            for msg in fetched(consumer, 10000):
                 if msg.error() is not None:
                     continue
                 while True:
@@ -509,6 +510,10 @@ def kafka_produce_steadily(bootstrap: Conn, name: str, rate: int, seconds: float
     """A producer process writing ``rate`` messages/s for ``seconds``; timestamps are send times."""
     producer = KafkaProducer({**kafka_conf(bootstrap), "enable.idempotence": True, "linger.ms": 5})
     pad = b"x" * max(0, size - 8)
+    # Connected, with its producer id, before the clock: else the first records wait for that in the
+    # client's queue, stamped with their send time, and every side's p99 measures the producer's start.
+    producer.list_topics(name, timeout=30)
+    producer.poll(0.5)
     tick = 0.01
     per_tick = max(1, int(rate * tick))
     start = time.time()
@@ -545,7 +550,7 @@ def kafka_replica_latencies(
     done = _done(until)
     try:
         while not done():
-            batch = consumer.consume(10000, timeout=0.02)
+            batch = fetched(consumer, 10000)
             now = time.time() * 1000
             latencies.extend(now - m.timestamp()[1] for m in batch if m.error() is None)
             if pairs is not None:
@@ -581,7 +586,7 @@ def kafka_count(bootstrap: Conn, name: str, target: int | None, timeout: float, 
                 return count
             if target is not None and (count >= target or (count and time.time() - last > idle)):
                 break
-            for m in consumer.consume(10000, timeout=0.1):
+            for m in fetched(consumer, 10000, wait=0.1):
                 if m.error() is None:
                     count, last = count + 1, time.time()
                 elif m.error().code() == KafkaError._PARTITION_EOF:

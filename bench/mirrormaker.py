@@ -33,6 +33,8 @@ from benchlib import PARTITIONS, REPO, Conn, acting, drain, kafka_conf, load_kaf
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from streamrep.store.kafka.client import fetched
+
 LOG4J2 = REPO / "kafka" / "mm2" / "log4j2.properties"
 MAIN = "org.apache.kafka.connect.mirror.MirrorMaker"
 # What connect-mirror-maker.sh and kafka-run-class.sh start the JVM with: MM2 as its users run it.
@@ -228,7 +230,7 @@ def read_ids(conn: Conn, topic: str, timeout: float = 600) -> tuple[list[int], i
         while len(ended) < PARTITIONS:
             if time.time() > deadline:
                 raise RuntimeError(f"{topic}: {len(ended)} of {PARTITIONS} partitions read to their end in {timeout} s")
-            for m in consumer.consume(10000, timeout=0.2):
+            for m in fetched(consumer, 10000, wait=0.2):
                 if m.error() is None:
                     ids.append(int.from_bytes(m.value()[:ID_BYTES], "big"))
                 elif m.error().code() == KafkaError._PARTITION_EOF:

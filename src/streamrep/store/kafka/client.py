@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streamrep.errors import InvalidArgument, LimitExceeded, PermissionDenied
 from streamrep.model.naming import INTERNAL_PREFIX
@@ -19,6 +19,9 @@ TIMEOUT_SECONDS = 15.0  # one admin call, flush or commit; a cluster that is dow
 CATALOG_RETRIES = 30
 MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
 MAX_READERS = 16
+# A reader's wait for its next fetch before it looks again whether it has reached its end: the
+# marker that ends a transaction is no record, so the end can be reached with nothing returned.
+FETCH_WAIT_SECONDS = 0.002
 # Compacted, with small segments: the cleaner only compacts closed segments, and every new store object
 # reads these topics from the start, so they must stay near the size of their live keys.
 INTERNAL_TOPIC_CONFIG = {
@@ -80,6 +83,17 @@ def kafka_error(err: Any) -> KafkaError | None:
     if isinstance(err, KafkaException) and err.args and isinstance(err.args[0], KafkaError):
         return err.args[0]
     return err if isinstance(err, KafkaError) else None
+
+
+def fetched(consumer: Consumer, limit: int, wait: float = FETCH_WAIT_SECONDS) -> list[Message]:
+    """Up to ``limit`` records (or error events) the consumer holds, waiting at most ``wait`` for
+    the first. ``Consumer.consume`` waits its whole timeout unless it fills ``limit``: with a
+    20 ms timeout that was 20 of every apply's 36 ms (the marks read after fencing) on a quiet
+    machine, while the records themselves were there in about 1 ms."""
+    first = consumer.poll(wait)
+    if first is None:
+        return []
+    return [first, *consumer.consume(limit - 1, timeout=0)] if limit > 1 else [first]
 
 
 def watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:

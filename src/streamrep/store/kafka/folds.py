@@ -21,7 +21,7 @@ import streamrep.store.kafka.keys as keys
 from streamrep.errors import Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.store.base import CatalogDoc
-from streamrep.store.kafka.client import TIMEOUT_SECONDS
+from streamrep.store.kafka.client import TIMEOUT_SECONDS, fetched
 from streamrep.store.kafka.parts import StoreCore
 
 
@@ -46,7 +46,7 @@ class Fold:
                     f"cluster {store.cluster}: reading {self.name} timed out at offset {self.position} of {end}"
                 )
             with store._errors(f"cannot read {self.name}"):
-                batch = self.consumer.consume(10000, timeout=0.02)
+                batch = fetched(self.consumer, 10000)
             for msg in batch:
                 err = msg.error()
                 if err is not None:

@@ -73,6 +73,7 @@ from streamrep.store.kafka.client import (
     TIMEOUT_SECONDS,
     TRANSIENT,
     USER_ERRORS,
+    fetched,
     internal_prefix,
     kafka_error,
     watermarks,
@@ -575,7 +576,7 @@ class KafkaStore(Store):
         append = out.append
         while len(out) < max_messages and position < end and not overshoot and time.monotonic() < deadline:
             with self._errors(f"cannot read {name}"):
-                batch = consumer.consume(min(max_messages - len(out), 10000), timeout=0.05)
+                batch = fetched(consumer, min(max_messages - len(out), 10000))
             for msg in batch:
                 err = msg.error()
                 if err is not None:
