@@ -101,7 +101,6 @@ DEAD_WRITER_CHILD = textwrap.dedent("""
     from confluent_kafka import Producer
     import streamrep.store.kafka.transactions as kafka_transactions
     from streamrep.store.kafka import KafkaStore
-from streamrep.store.kafka.client import TRANSIENT
     from streamrep.model.message import Message
 
     class Freezing(Producer):
