@@ -30,7 +30,6 @@ from streamrep.client import Consumer, Producer
 from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound, RetryNow
 from streamrep.maprcli import replica_status_row
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState, position_key
-from streamrep.replication import gateway as gateway_module
 from streamrep.replication import pending as pending_module
 from streamrep.replication import setup, transfer
 from streamrep.replication.flows import flows_into
@@ -445,42 +444,6 @@ def test_pause_midway_stops_at_a_clean_position_and_resume_continues(api3):
     assert drain(gw) == len(sent) - held
     assert_exactly_once(api, NY, sent)
     assert_same_partitions(api, SF, NY)
-
-
-@ON_BOTH
-def test_each_partition_is_applied_through_one_lane_pass_after_pass(api3, monkeypatch, backend):
-    """A pass applies its source partitions in lanes (``Store.apply_lanes``: Kafka overlaps its round
-    trips, embedded has one), each through a store object of its own. A partition stays in its
-    lane across passes and as topics come: its replica partition's transactional producer lives in
-    that store object, and a sibling's would fence it. Every lane's writes land exactly once."""
-    api = api3
-    linked_pair(api, orders=4)
-    gw = Gateway(api, "newyork", "g1")
-    seen: dict[tuple[str, int], set[int]] = {}  # (topic, partition) -> ids of the store objects
-    threads: set[str] = set()
-    apply = gateway_module.apply_to_replicas
-
-    def recording(store, replicas, unit, *args, **kwargs):
-        seen.setdefault((unit.topic, unit.partition), set()).add(id(store))
-        threads.add(threading.current_thread().name)
-        return apply(store, replicas, unit, *args, **kwargs)
-
-    monkeypatch.setattr(gateway_module, "apply_to_replicas", recording)
-    sent = produce(api, f"{SF}:orders", tagged("a", 200))
-    assert drain(gw) == len(sent)
-    api.create_topic(SF, "clicks", 3)
-    for i in range(3):
-        sent += produce(api, f"{SF}:orders", tagged(f"b{i}", 100))
-        sent += produce(api, f"{SF}:clicks", tagged(f"c{i}", 60))
-        drain(gw)
-    assert_exactly_once(api, NY, sent)
-    assert all(len(stores) == 1 for stores in seen.values()), seen
-    lanes = {store for stores in seen.values() for store in stores}
-    assert len(seen) == 7 and len(lanes) == min(gw.store.apply_lanes, 7)
-    if gw.store.apply_lanes == 1:
-        assert lanes == {id(gw.store)}, "one lane goes through the gateway's own store object"
-    else:
-        assert len(threads) > 1, "the lanes of a pass ran one after another in one thread"
 
 
 def test_replica_remove_stops_it_for_good(api3):

@@ -105,7 +105,6 @@ class Clusters:
     def __init__(self, home: str | None = None):
         self.home = os.path.abspath(home or default_home())
         self._stores: dict[str, Store] = {}
-        self._copies: dict[tuple[str, int], Store] = {}  # more store objects of a cluster (``store_copy``)
 
     @property
     def registry_path(self) -> str:
@@ -241,9 +240,9 @@ class Clusters:
                 raise NotFound(f"cluster {name} is not known")
             if data.get("default") == name:
                 data["default"] = None
-        for store in [self._stores.pop(name, None)] + [self._copies.pop(k) for k in list(self._copies) if k[0] == name]:
-            if store:
-                store.close()
+        store = self._stores.pop(name, None)
+        if store:
+            store.close()
         return ClusterInfo(name, entry["url"])
 
     # -- stores --------------------------------------------------------------------
@@ -262,30 +261,15 @@ class Clusters:
         store must exist: it was created by ``cluster add``."""
         store = self._stores.get(name)
         if store is None:
-            store = self._stores[name] = self._open(name)
+            info = self.get(name)
+            registered = self._read()["clusters"].get(name)
+            create = not (registered and registered["url"] == info.url)  # e.g. an Airflow connection's
+            path = self.embedded_file(name, info.url) if info.kind == "embedded" else ""
+            store = open_store(info, path, create=create)
+            self._stores[name] = store
         return store
-
-    def store_copy(self, name: str, copy: int) -> Store:
-        """Another store object of cluster ``name``, number ``copy`` (0 is ``store``'s): one per
-        thread that must not wait for the others' calls (a Kafka store object serializes its
-        threads). Opened once per Clusters object, and closed with it."""
-        if copy == 0:
-            return self.store(name)
-        store = self._copies.get((name, copy))
-        if store is None:
-            self.store(name)  # the registered store exists, or the error is the usual one
-            store = self._copies[(name, copy)] = self._open(name)
-        return store
-
-    def _open(self, name: str) -> Store:
-        info = self.get(name)
-        registered = self._read()["clusters"].get(name)
-        create = not (registered and registered["url"] == info.url)  # e.g. an Airflow connection's
-        path = self.embedded_file(name, info.url) if info.kind == "embedded" else ""
-        return open_store(info, path, create=create)
 
     def close(self) -> None:
-        for store in [*self._stores.values(), *self._copies.values()]:
+        for store in self._stores.values():
             store.close()
         self._stores.clear()
-        self._copies.clear()

@@ -19,10 +19,8 @@ import logging
 import socket
 import threading
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from streamrep.client.admin import StreamAdmin
@@ -60,7 +58,6 @@ from streamrep.replication.transfer import (
     next_position,
     read_source,
 )
-from streamrep.store.base import Store
 
 # HEARTBEAT_KIND, heartbeats and gateway_outage are defined with the other service documents in service.py;
 # callers keep importing them from here.
@@ -153,9 +150,6 @@ class Gateway:
         self._sampler: LagSampler | None = None  # while ``run`` runs: the lag is sampled beside the passes
         self.pacer = Pacer()  # -maxbytespersec and -throttle (replication/throttle.py)
         self._beating = False  # within run_once: a long wait for the limit keeps the heartbeat
-        # A pass's lanes (``_run_pass``) share the heartbeat, the pacer and the count applied.
-        self._beat_lock = threading.Lock()
-        self._count_lock = threading.Lock()
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -173,9 +167,8 @@ class Gateway:
         long backlog, which must not let its share expire and pass to the other gateways while it
         is still working on it. On Kafka a heartbeat is a transaction; one per pass cost a
         quarter of a pass's time (bench/README.md, "Kafka latency profile")."""
-        with self._beat_lock:
-            if time.monotonic() - self._last_beat >= min(HEARTBEAT_INTERVAL_SECONDS, self.expiry / 4):
-                self.heartbeat()
+        if time.monotonic() - self._last_beat >= min(HEARTBEAT_INTERVAL_SECONDS, self.expiry / 4):
+            self.heartbeat()
 
     def heartbeats(self) -> dict[str, float]:
         return heartbeats(self.store)
@@ -299,28 +292,23 @@ class Gateway:
         return result
 
     def progress(
-        self,
-        units: Mapping[SourcePartition, Sequence[Flow]],
-        marks: dict[str, dict[str, int]] | None = None,
-        store: Store | None = None,
+        self, units: Mapping[SourcePartition, Sequence[Flow]], marks: dict[str, dict[str, int]] | None = None
     ) -> dict[SourcePartition, Progress]:
         """For each source partition: the source's bounds and where replication into its
         flows resumes (the stored positions are the truth). Reads each replica's marks once.
 
         :param marks: replicas' marks already read, by replica UUID; those read now are added.
-        :param store: the destination store object to read them with (default: the gateway's).
         """
         marks = {} if marks is None else marks
-        store = store or self.store
         result: dict[SourcePartition, Progress] = {}
         for unit, flows in units.items():
             source_store = self.catalog.clusters.store(unit.source.cluster)
             source_start, source_end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
             for flow in flows:
                 if flow.replica_uuid not in marks:
-                    marks[flow.replica_uuid] = store.marks(flow.replica_uuid)
+                    marks[flow.replica_uuid] = self.store.marks(flow.replica_uuid)
             position = min(
-                (next_position(store, f.replica_uuid, unit, source_start, marks[f.replica_uuid]) for f in flows),
+                (next_position(self.store, f.replica_uuid, unit, source_start, marks[f.replica_uuid]) for f in flows),
                 default=source_end,
             )
             result[unit] = Progress(source_start, source_end, position)
@@ -377,7 +365,6 @@ class Gateway:
         source_start: int,
         span: tuple[int, int] | None,
         known_marks: dict[str, dict[str, int]] | None = None,
-        store: Store | None = None,
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
         # Never a topic the fan-in rule stops for a replica, whatever the caller planned with.
         by_replica = {flow.replica_uuid: flow for flow in flows if flow.carries(unit.topic)}
@@ -386,17 +373,14 @@ class Gateway:
         throttled = any(f.throttle for f in by_replica.values())
         nbytes = batch_bytes(batch) if batch and (limits or throttled) else 0
         if limits and nbytes:
-            with self._count_lock:
-                wait = self.pacer.before(limits, nbytes)
-            self._pause(wait)  # before the write: the limit bounds what is written
+            self._pause(self.pacer.before(limits, nbytes))  # before the write: the limit bounds what is written
         began = time.monotonic()
         written, errors = apply_to_replicas(
-            store or self.store, list(by_replica), unit, batch, source_start, span, codecs, known_marks
+            self.store, list(by_replica), unit, batch, source_start, span, codecs, known_marks
         )
-        with self._count_lock:
-            self.applied += sum(written.values())
-            wait = self.pacer.after(time.monotonic() - began, nbytes, throttled) if throttled and batch else 0.0
-        self._pause(wait)
+        self.applied += sum(written.values())
+        if throttled and batch:
+            self._pause(self.pacer.after(time.monotonic() - began, nbytes, throttled))
         return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
 
     def _pause(self, seconds: float) -> None:
@@ -438,51 +422,14 @@ class Gateway:
             self._beating = False
 
     def _run_pass(self, assignment: Assignment, max_messages: int) -> int:
-        lanes = self._lanes(assignment.units)
-        if len(lanes) <= 1:  # one store object: in this thread
-            outcomes = [self._run_lane(lane, units, max_messages) for lane, units in lanes.items()]
-        else:
-            with ThreadPoolExecutor(len(lanes), thread_name_prefix=f"gateway-{self.id}-lane") as pool:
-                futures = [pool.submit(self._run_lane, lane, units, max_messages) for lane, units in lanes.items()]
-            outcomes = [f.result() for f in futures]  # after every lane ended: the first error raises
-        moved = sum(n for n, _ in outcomes)
-        errors = {flow: err for _, lane_errors in outcomes for flow, err in lane_errors.items()}
-        self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
-        self.errors = errors
-        if self._sampler is None:
-            self.lag.after_pass(moved)
-        else:
-            self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
-        return moved
-
-    def _lanes(
-        self, units: Mapping[SourcePartition, list[Flow]]
-    ) -> dict[int, list[tuple[SourcePartition, list[Flow]]]]:
-        """The pass's source partitions by apply lane (``Store.apply_lanes``): a partition always
-        goes to the same lane, whose store object holds its replica partitions' transactional
-        producers (in another lane's, a new producer would fence the first at every change).
-        A topic's consecutive partitions go to consecutive lanes."""
-        count = self.store.apply_lanes
-        lanes: dict[int, list[tuple[SourcePartition, list[Flow]]]] = defaultdict(list)
-        for unit, flows in sorted(units.items()):
-            topic_hash = zlib.crc32(f"{unit.source_uuid}/{unit.topic}".encode())
-            lanes[(topic_hash + unit.partition) % count].append((unit, flows))
-        return lanes
-
-    def _run_lane(
-        self, lane: int, units: Sequence[tuple[SourcePartition, list[Flow]]], max_messages: int
-    ) -> tuple[int, dict[Flow, str]]:
-        """Replicate what is available now of ``units``, one after another, through the lane's
-        store object. Returns the messages read and the flows that failed, with why."""
-        store = self.catalog.clusters.store_copy(self.cluster, lane)
         moved = 0
         errors: dict[Flow, str] = {}
         marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
-        for unit, flows in units:
+        for unit, flows in sorted(assignment.units.items()):
             try:
                 # What is there now, not what producers add meanwhile: a pass must end, so that
                 # the gateway heartbeats and sees pauses, removals and new topics.
-                progress = self.progress({unit: flows}, marks, store)[unit]
+                progress = self.progress({unit: flows}, marks)[unit]
                 if not self._apply_due(unit, flows, progress, marks):
                     continue  # nothing new: no read, no apply
                 source_store = self.catalog.clusters.store(unit.source.cluster)
@@ -491,7 +438,7 @@ class Gateway:
                     # From where the last batch ended: each apply moved every flow's stored position
                     # to at least there, and it checks the positions in its own transaction.
                     read = read_source(source_store, unit, position, max_messages, end)
-                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span, marks, store)
+                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span, marks)
                     if failed:  # the other replicas have the batch; the pass reports this unit as failed
                         raise next(iter(failed.values()))
                     moved += len(read.messages)
@@ -503,7 +450,13 @@ class Gateway:
                 raise  # the whole destination is full, not this partition: the gateway stops, saying so
             except StreamrepError as err:
                 errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
-        return moved, errors
+        self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
+        self.errors = errors
+        if self._sampler is None:
+            self.lag.after_pass(moved)
+        else:
+            self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
+        return moved
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:
         """Record on each flow's replica link that this gateway serves it: UNEXPECTED with the

@@ -179,10 +179,6 @@ class Store(ABC):
 
     # Whether ``range_stats`` counts without reading every message (the embedded store's index).
     counts_cheaply = True
-    # How many store objects of one cluster a gateway applies through at once, one source partition
-    # each: where an apply is mostly round trips (Kafka), they overlap; where writes serialize on
-    # one file (embedded), one.
-    apply_lanes = 1
 
     @abstractmethod
     def range_stats(

@@ -110,10 +110,6 @@ class KafkaStore(Store):
     """
 
     counts_cheaply = False  # Kafka keeps no counts: range_stats reads every message
-    # An apply is about ten round trips (bench/README.md, "Kafka latency profile"): lanes overlap
-    # them, but each lane also costs CPU (its own client threads and folds). On 2 cores, medians of
-    # 3 at 5k msg/s: p50 38 ms with one lane, 32 with two, 42 with four.
-    apply_lanes = min(4, os.cpu_count() or 1)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
