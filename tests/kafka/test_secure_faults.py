@@ -471,6 +471,7 @@ def test_transaction_coordinator_killed_under_a_running_gateway(run, secure_kafk
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.timeout(1500)  # six broker restarts, each up to its 240 s start bound at load 50 (CI: 600 s passed)
 def test_rolling_restart_of_both_clusters_under_a_running_gateway_and_producer(run, secure_kafka, engine):
     replication = run(engine)
     for name in ("newyork", "sanfrancisco"):  # the destination, then the source under the writer

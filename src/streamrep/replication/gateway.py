@@ -426,6 +426,8 @@ class Gateway:
         errors: dict[Flow, str] = {}
         marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
         for unit, flows in sorted(assignment.units.items()):
+            if self.stopping.is_set():
+                break  # a signal: the batch in progress was the last; the rest waits at the source
             try:
                 # What is there now, not what producers add meanwhile: a pass must end, so that
                 # the gateway heartbeats and sees pauses, removals and new topics.
