@@ -223,6 +223,13 @@ class LocalGateway:
     def output(self) -> str:
         return self.child.stderr()
 
+    def stacks(self) -> str:
+        """Where the gateway is now: its Python stack (faulthandler, on SIGUSR1)."""
+        if self.running():
+            self.child.signal(signal.SIGUSR1)
+            time.sleep(1)
+        return self.child.stderr()
+
     def stop(self) -> None:
         self.child.kill9()
 
@@ -335,23 +342,47 @@ def secure_api(secure_kafka, empty_home) -> StreamAdmin:
             restore(cluster)
 
 
-def applied_now(api: StreamAdmin) -> int:
-    """``applied``, or -1 while the destination cannot answer (a broker down)."""
+def open_ends(api: StreamAdmin) -> list[tuple[str, int, int, int]] | str:
+    """The destination's partitions whose last stable offset is below the high watermark (an open
+    transaction holds them): ``(Kafka topic, partition, LSO, high watermark)``."""
+    store = api.store(api.path(NY))
     try:
-        return applied(api)
-    except StreamrepError:
-        return -1
+        named = [(name, 0) for name in store._topics.values()]
+        named += [(kafka_topic(api, NY, "t"), p) for p in range(PARTITIONS)]
+        ends = [
+            (n, p, store._watermarks(n, p, n)[1], store._watermarks(n, p, n, uncommitted=True)[1]) for n, p in named
+        ]
+    except StreamrepError as err:
+        return f"unreadable: {err}"
+    return [end for end in ends if end[2] < end[3]]
 
 
 def wait_applied(api: StreamAdmin, gateway, at_least: int, stall: float, what: str) -> None:
     """Wait until ``at_least`` messages are applied; fail if the gateway exits, or applies nothing
-    more for ``stall`` seconds (a loaded machine is slow, not stuck)."""
+    more for ``stall`` seconds (a loaded machine is slow, not stuck). A stall names this process's
+    last failed read of the marks (-1 while the destination cannot answer) and the gateway's log."""
+    last_error: list[str] = []
 
     def progress() -> int:
         assert gateway.running(), f"the gateway exited: {gateway.output()}"
-        return applied_now(api)
+        try:
+            return applied(api)
+        except StreamrepError as err:
+            last_error[:] = [str(err)]
+            return -1
 
-    wait_progressing(progress, at_least, stall, what)
+    try:
+        wait_progressing(progress, at_least, stall, what)
+    except AssertionError as stalled:
+        try:
+            links = [(row.state.name, row.errors) for row in api.list_replicas(SF)]
+        except StreamrepError as err:
+            links = [f"unreadable: {err}"]
+        where = gateway.stacks() if hasattr(gateway, "stacks") else gateway.output()
+        links.append(f"held back by open transactions: {open_ends(api)}")
+        raise AssertionError(
+            f"{stalled}; last read error: {last_error}; replica links: {links}; gateway: {where}"
+        ) from None
 
 
 def count_faults(api: StreamAdmin, total: int) -> tuple[int, int]:

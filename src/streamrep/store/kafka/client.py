@@ -17,6 +17,8 @@ from streamrep.model.naming import INTERNAL_PREFIX
 NAMESPACE_SETTING = "streamrep.namespace"
 TIMEOUT_SECONDS = 15.0  # one admin call, flush or commit; a cluster that is down fails within it
 CATALOG_RETRIES = 30
+# A client whose answers stay transient this long is replaced (see ``KafkaStore._watermarks``).
+STALE_CLIENT_SECONDS = 2.0
 MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
 MAX_READERS = 16
 # A reader's wait for its next fetch before it looks again whether it has reached its end: the

@@ -35,6 +35,13 @@ class Fold:
         self.consumer = store._consumer()
         self.consumer.assign([TopicPartition(name, 0, 0)])
 
+    def _renew(self) -> None:
+        """A new consumer from the position reached: one that fetched nothing for a whole
+        ``catch_up`` may hold stale metadata after a broker restart (see ``KafkaStore._watermarks``)."""
+        stale, self.consumer = self.consumer, self.store._consumer()
+        self.consumer.assign([TopicPartition(self.name, 0, self.position)])
+        stale.close()
+
     def catch_up(self) -> None:
         """Read every record committed before now (up to the last stable offset)."""
         store = self.store
@@ -42,6 +49,7 @@ class Fold:
         deadline = time.monotonic() + TIMEOUT_SECONDS
         while self.position < end:
             if time.monotonic() > deadline:
+                self._renew()
                 raise Unavailable(
                     f"cluster {store.cluster}: reading {self.name} timed out at offset {self.position} of {end}"
                 )

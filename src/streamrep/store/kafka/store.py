@@ -70,6 +70,7 @@ from streamrep.store.kafka.client import (
     INTERNAL_TOPIC_CONFIG,
     MAX_READERS,
     NAMESPACE_SETTING,
+    STALE_CLIENT_SECONDS,
     TIMEOUT_SECONDS,
     TRANSIENT,
     USER_ERRORS,
@@ -610,33 +611,48 @@ class KafkaStore(Store):
                 with self._errors(f"cannot read {name}"):
                     at = consumer.position([TopicPartition(name, partition)])[0].offset
                 position = max(position, at)  # past transaction markers
+        if not out and position < end and not overshoot:  # records there, none fetched: a stale client
+            self._forget_readers([name])
+            raise Unavailable(f"cluster {self.cluster}: reading {name} timed out at offset {position} of {end}")
         nxt = out[-1].offset + 1 if len(out) >= max_messages else min(position, end)
         self._readers[(name, partition)].next = nxt if not overshoot and position == nxt else None
         return out, nxt
 
-    def _watermarks(self, name: str, partition: int, topic: str, consumer: Consumer | None = None) -> tuple[int, int]:
+    def _watermarks(self, name: str, partition: int, topic: str, uncommitted: bool = False) -> tuple[int, int]:
         """``(first offset held, last stable offset)`` of a Kafka partition (the high watermark instead,
-        with a read_uncommitted ``consumer``). A partition just created may have no leader yet: asked again."""
+        with ``uncommitted``). A partition just created may have no leader yet: asked again. A client
+        whose answer stays transient past ``STALE_CLIENT_SECONDS`` is replaced: after a broker's kill and
+        restart, librdkafka's metadata cache was seen to say "Unknown partition" for minutes, through
+        every metadata refresh, while a new client read the same partition at once."""
         deadline = time.monotonic() + TIMEOUT_SECONDS
+        replace_at = time.monotonic() + STALE_CLIENT_SECONDS
         while True:
+            consumer = self._uncommitted() if uncommitted else self._meta()
             try:
-                return watermarks(consumer or self._meta(), name, partition)
+                return watermarks(consumer, name, partition)
             except KafkaException as exc:
                 err = kafka_error(exc)
                 code = err.code() if err is not None else None
-                if code in TRANSIENT and time.monotonic() < deadline:
-                    if code in (
-                        KafkaError._UNKNOWN_PARTITION,
-                        KafkaError._UNKNOWN_TOPIC,
-                        KafkaError.UNKNOWN_TOPIC_OR_PART,
-                    ):
-                        if self._kafka_topics().get(name, 0) <= partition:
-                            raise NotFound(f"topic {topic} has no partition {partition}") from None
-                        with self._errors(f"cannot read metadata of {name}"):  # added since the client last looked
-                            self._meta().list_topics(name, timeout=TIMEOUT_SECONDS)
-                    time.sleep(0.05)
-                    continue
-                raise self._translate(exc, f"cannot read offsets of {name}") from None
+                if code not in TRANSIENT or time.monotonic() >= deadline:
+                    raise self._translate(exc, f"cannot read offsets of {name}") from None
+                if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                    if self._kafka_topics().get(name, 0) <= partition:
+                        raise NotFound(f"topic {topic} has no partition {partition}") from None
+                    with self._errors(f"cannot read metadata of {name}"):  # added since the client last looked
+                        consumer.list_topics(name, timeout=TIMEOUT_SECONDS)
+                if time.monotonic() >= replace_at:
+                    self._drop_offsets_client(uncommitted)
+                    replace_at = time.monotonic() + STALE_CLIENT_SECONDS
+                time.sleep(0.05)
+
+    def _drop_offsets_client(self, uncommitted: bool) -> None:
+        """Close the cached client that reads offsets (the next call makes a new one)."""
+        if uncommitted:
+            stale, self._uncommitted_consumer = self._uncommitted_consumer, None
+        else:
+            stale, self._meta_consumer = self._meta_consumer, None
+        if stale is not None:
+            stale.close()
 
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
         return self._watermarks(self._kafka_name(stream, topic), partition, topic)

@@ -118,7 +118,7 @@ class Transactions:
         and so every read_committed reader, below that commit."""
         self.store._ensure_internal()
         name = self.store._topics[kind]
-        high = self.store._watermarks(name, 0, name, self.store._uncommitted())[1]
+        high = self.store._watermarks(name, 0, name, uncommitted=True)[1]
         deadline = time.monotonic() + VISIBLE_WITHIN_SECONDS
         while self.store._watermarks(name, 0, name)[1] < high:
             if time.monotonic() > deadline:
