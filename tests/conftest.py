@@ -10,6 +10,7 @@ import atexit
 import importlib.util
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import uuid
@@ -122,6 +123,12 @@ def spark_cluster(tmp_path_factory):
 
 
 def pytest_configure(config):
+    # A runner may start the suite as a background job of a non-interactive shell, which ignores
+    # SIGINT, and every child would inherit that: the Ctrl-C tests' commands would never see it.
+    # A terminal's Ctrl-C reaches a foreground command with the default disposition; a Python
+    # handler here is reset to that in each child at exec (an ignored signal would stay ignored).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line(
         "markers",
         "backends(*names): run the test on each named cluster backend "
