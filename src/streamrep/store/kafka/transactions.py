@@ -152,6 +152,9 @@ class Transactions:
                 self._producers.pop(txid, None)
                 err = kafka_error(refused)
                 fenced = err is not None and err.code() in FENCED
+            else:
+                if not isinstance(exc, RetryNow):  # a failure, not a lost race: its client may be stale
+                    self._producers.pop(txid, None)  # (see KafkaStore._watermarks); the next gets a new one
             if fenced and err is not None and isinstance(exc, Exception):
                 # Another writer of this id (another process applying this replica partition: Spark gives a
                 # gateway's tasks to any idle Python worker) fenced this cached producer since its last
