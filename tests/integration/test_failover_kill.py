@@ -170,3 +170,48 @@ def test_sigterm_or_ctrl_c_while_waiting_lifts_the_fence_and_says_when(linked, c
     said = float(err.split("interrupted after ")[1].split(" s")[0])
     assert 1 <= said <= elapsed  # the time that passed, not the timeout
     assert info(cli)["failoverState"] is None
+
+
+FAILBACK = ("stream", "replica", "failback", "-path", SF, "-replica", NY)
+
+
+def failover_state(cli, path: str) -> str | None:
+    status, out, err = cli("stream", "info", "-path", path, "-json")
+    assert status == 0, err
+    return json.loads(out)["data"][0]["failoverState"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_or_ctrl_c_while_failing_back_lets_producers_write_to_the_promoted_stream_again(
+    linked, cli, streamrep_home, sig
+):
+    """The switch back refuses producers on the promoted stream while the source catches up; a
+    failback stopped then must not leave them refused on both streams."""
+    api = linked
+    sent = produce(api, f"{SF}:t", ["a", "b"])
+    drain(cli)
+    status, _, err = cli(*FAILOVER, "-timeout", "60")
+    assert status == 0, err
+    sent += produce(api, f"{NY}:t", ["c", "d"])  # no gateway copies them back while the failback waits
+    proc = subprocess.Popen(
+        [str(STREAMREP_EXE), *FAILBACK, "-timeout", "300"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(streamrep_home),
+    )
+    wait_until(lambda: failover_state(cli, NY) == "RETURNING", 60, "the failback never began its switch back")
+    time.sleep(1)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, (out, err)
+    assert err.count("\n") == 1 and "interrupted after " in err and f"producers write to {NY} again" in err, err
+    assert (failover_state(cli, NY), failover_state(cli, SF)) == ("PROMOTED", "FAILING_BACK")
+    sent += produce(api, f"{NY}:t", ["e"])  # taken at once: the promoted stream is no longer refused
+
+    status, _, err = cli("gateway", "run", "-cluster", "sanfrancisco", "-engine", "local", "-once", "true")
+    assert status == 0, err
+    status, out, err = cli(*FAILBACK, "-timeout", "60", "-json")  # the same failback finishes it
+    assert status == 0, err
+    assert (failover_state(cli, NY), failover_state(cli, SF)) == (None, None)
+    assert values(api, SF) == sorted(sent)

@@ -100,7 +100,8 @@ def plan_rows(plan: FailoverPlan | FailbackPlan) -> Rows:
 
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM as Ctrl-C while the block runs: a failover stopped either way lifts its fence."""
+    """SIGTERM as Ctrl-C while the block runs: a failover or failback stopped either way lets
+    producers write again where they wrote before it."""
 
     def interrupt(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
@@ -141,7 +142,9 @@ def replica_failback(
 ) -> Rows:
     if plan:
         return plan_rows(failovers.failback_plan(ctx.admin, path, replica))
-    return [rows.failback_row(failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout))]
+    with sigterm_interrupts():
+        done = failovers.failback(ctx.admin, path, replica, phase=phase, timeout=timeout)
+    return [rows.failback_row(done)]
 
 
 def replica_alert(

@@ -818,6 +818,16 @@ def failback(
     )
 
 
+def _undo_return(admin: StreamAdmin, pair: Pair, record: FailoverRecord, src_record: FailoverRecord | None) -> None:
+    """The switch back did not finish: the promoted stream takes producers again, and the source
+    waits for the next failback (FAILING_BACK) instead of holding producers back (TAKING_BACK)."""
+    admin.set_failover(pair.dst, record.with_changes(state=FailoverState.PROMOTED), only_state=FailoverState.RETURNING)
+    if src_record is not None:
+        admin.set_failover(
+            pair.src, src_record.with_changes(state=FailoverState.FAILING_BACK), only_state=FailoverState.TAKING_BACK
+        )
+
+
 def _reverse(admin: StreamAdmin, pair: Pair) -> None:
     """Failback's first phase: the promoted stream replicates back into the old source."""
     src, dst = pair.src, pair.dst
@@ -856,17 +866,20 @@ def _return(
     if record.state != FailoverState.RETURNING:
         record = record.with_changes(state=FailoverState.RETURNING, since=now_ms())
         admin.set_failover(dst, record, only_state=FailoverState.PROMOTED)
-    _grace(record, grace)
-    count = lambda: pending(admin, str(dst), str(src)).messages  # noqa: E731
-    drained, left = _wait(count, lambda n: n == 0, timeout)
+    started = time.monotonic()
+    try:
+        _grace(record, grace)
+        count = lambda: pending(admin, str(dst), str(src)).messages  # noqa: E731
+        drained, left = _wait(count, lambda n: n == 0, timeout)
+    except KeyboardInterrupt:
+        # Producers are refused on both streams while the source catches up: never left so.
+        _undo_return(admin, pair, record, src_record)
+        raise Interrupted(
+            f"failback of {dst} to {src} interrupted after {time.monotonic() - started:.1f} s, while {src} caught "
+            f"up: producers write to {dst} again; run the same failback again to finish it"
+        ) from None
     if not drained:
-        admin.set_failover(dst, record.with_changes(state=FailoverState.PROMOTED), only_state=FailoverState.RETURNING)
-        if src_record is not None:
-            admin.set_failover(
-                src,
-                src_record.with_changes(state=FailoverState.FAILING_BACK),
-                only_state=FailoverState.TAKING_BACK,
-            )
+        _undo_return(admin, pair, record, src_record)
         raise Unavailable(
             f"{src} still lacks {left} messages of {dst} after {timeout:g} s (live gateways of "
             f"cluster {src.cluster}: {', '.join(_gateways(admin, pair, True) or []) or 'none'}); "
