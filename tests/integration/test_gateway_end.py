@@ -71,6 +71,32 @@ def test_sigterm_stops_a_local_gateway_cleanly(cli, api, streamrep_home):
     assert sorted(all_values(api, NY)) == sorted(sent)
 
 
+def test_sigusr1_prints_where_a_local_gateway_is_and_it_replicates_on(cli, api, streamrep_home):
+    """For an operator facing a gateway that seems stuck: ``kill -USR1`` prints every thread's stack."""
+    setup(cli, api)
+    sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(20)])
+    proc = subprocess.Popen(
+        [str(STREAMREP_EXE), "gateway", "run", "-cluster", "newyork", "-engine", "local", "-id", "gw1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(streamrep_home),
+    )
+    try:
+        wait_until(lambda: len(all_values(api, NY)) == 20, 120, "the gateway to replicate")
+        proc.send_signal(signal.SIGUSR1)
+        sent += produce(api, f"{SF}:t", [f"b{i}" for i in range(20)])
+        wait_until(lambda: len(all_values(api, NY)) == 40, 120, "the gateway to replicate on")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "Current thread" in err and "streamrep/replication/gateway.py" in err, err
+    assert err.splitlines()[-1] == "streamrep: gateway gw1 stopped by SIGTERM; its heartbeat is withdrawn"
+    assert sorted(all_values(api, NY)) == sorted(sent)
+
+
 def test_once_counts_only_applied_messages_and_ends_with_a_cursor_sync(cli, api):
     setup(cli, api)
     produce(api, f"{SF}:t", ["a", "b", "c"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import time
 from collections.abc import Iterator
@@ -72,15 +73,17 @@ def gateway_run(
 @contextmanager
 def stop_on_signals(gateway: Gateway) -> Iterator[None]:
     """SIGTERM and SIGINT (Ctrl-C) end the gateway after its batch in progress: it withdraws its
-    heartbeat at once and the command exits 0, saying so."""
+    heartbeat at once and the command exits 0, saying so. SIGUSR1 prints every thread's stack."""
 
     def stop(signum: int, _frame: Any) -> None:
         gateway.request_stop(f"stopped by {signal.Signals(signum).name}; its heartbeat is withdrawn")
 
     saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where every thread is, to stderr
     try:
         yield
     finally:
+        faulthandler.unregister(signal.SIGUSR1)
         for sig, handler in saved.items():
             signal.signal(sig, handler)
 

@@ -871,13 +871,16 @@ def _return(
         _grace(record, grace)
         count = lambda: pending(admin, str(dst), str(src)).messages  # noqa: E731
         drained, left = _wait(count, lambda n: n == 0, timeout)
-    except KeyboardInterrupt:
-        # Producers are refused on both streams while the source catches up: never left so.
+    except BaseException as stopped:
+        # Producers are refused on both streams while the source catches up: never left so, whether
+        # a signal, Airflow's termination of the task or an unreachable cluster ended the wait.
         _undo_return(admin, pair, record, src_record)
-        raise Interrupted(
-            f"failback of {dst} to {src} interrupted after {time.monotonic() - started:.1f} s, while {src} caught "
-            f"up: producers write to {dst} again; run the same failback again to finish it"
-        ) from None
+        if isinstance(stopped, KeyboardInterrupt):
+            raise Interrupted(
+                f"failback of {dst} to {src} interrupted after {time.monotonic() - started:.1f} s, while {src} "
+                f"caught up: producers write to {dst} again; run the same failback again to finish it"
+            ) from None
+        raise
     if not drained:
         _undo_return(admin, pair, record, src_record)
         raise Unavailable(

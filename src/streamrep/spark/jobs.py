@@ -6,6 +6,7 @@ arguments and call these; tests call them on a shared session. What their tasks 
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import logging
 import os
@@ -345,6 +346,7 @@ def stop_on_signals() -> None:
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where every thread is, to stderr
 
 
 def run(name: str, home: str | None, job) -> int:
