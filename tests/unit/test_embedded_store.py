@@ -2,6 +2,7 @@
 store promises (that is tests/store/test_conformance.py, run on this store too)."""
 
 import sqlite3
+import threading
 
 import pytest
 from hypothesis import given, settings
@@ -108,6 +109,32 @@ def test_new_store_uses_wal(tmp_path):
     con = sqlite3.connect(tmp_path / "c.db")
     assert con.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     con.close()
+
+
+def test_objects_creating_one_new_store_at_once_all_open_it(tmp_path):
+    """Two processes or threads that create the same new store race safely: SQLite refused one of
+    them ("database is locked", without waiting) while another switched the new file to WAL
+    (5 of 300 tries with four threads before the fix)."""
+    for attempt in range(200):
+        path = str(tmp_path / f"s{attempt}.db")
+        stores = [EmbeddedStore("c", path) for _ in range(4)]
+        failures: list[Exception] = []
+
+        def bump(store: EmbeddedStore) -> None:
+            try:
+                store.catalog_update("k", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
+            except Exception as exc:  # noqa: BLE001 - reported by the test thread
+                failures.append(exc)
+
+        threads = [threading.Thread(target=bump, args=(s,)) for s in stores]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert failures == [], f"try {attempt}: {failures[0]}"
+        assert stores[0].catalog_get("k", "c") == {"n": 4}
+        for store in stores:
+            store.close()
 
 
 def test_creates_missing_folders(tmp_path):
