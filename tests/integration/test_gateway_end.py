@@ -49,16 +49,21 @@ def replica_row(cli) -> dict:
     return row
 
 
-def test_sigterm_stops_a_local_gateway_cleanly(cli, api, streamrep_home):
-    setup(cli, api)
-    sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(50)])
-    proc = subprocess.Popen(
+def start_gateway(streamrep_home) -> subprocess.Popen:
+    """``gateway run -engine local -id gw1`` of newyork, the real executable, its output piped."""
+    return subprocess.Popen(
         [str(STREAMREP_EXE), "gateway", "run", "-cluster", "newyork", "-engine", "local", "-id", "gw1"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(streamrep_home),
     )
+
+
+def test_sigterm_stops_a_local_gateway_cleanly(cli, api, streamrep_home):
+    setup(cli, api)
+    sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(50)])
+    proc = start_gateway(streamrep_home)
     try:
         wait_until(lambda: "gw1" in heartbeats(api) and len(all_values(api, NY)) == 50, 120, "the gateway to replicate")
         proc.send_signal(signal.SIGTERM)
@@ -75,13 +80,7 @@ def test_sigusr1_prints_where_a_local_gateway_is_and_it_replicates_on(cli, api, 
     """For an operator facing a gateway that seems stuck: ``kill -USR1`` prints every thread's stack."""
     setup(cli, api)
     sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(20)])
-    proc = subprocess.Popen(
-        [str(STREAMREP_EXE), "gateway", "run", "-cluster", "newyork", "-engine", "local", "-id", "gw1"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(streamrep_home),
-    )
+    proc = start_gateway(streamrep_home)
     try:
         wait_until(lambda: len(all_values(api, NY)) == 20, 120, "the gateway to replicate")
         proc.send_signal(signal.SIGUSR1)

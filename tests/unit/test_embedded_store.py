@@ -3,6 +3,7 @@ store promises (that is tests/store/test_conformance.py, run on this store too).
 
 import sqlite3
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
@@ -116,23 +117,16 @@ def test_objects_creating_one_new_store_at_once_all_open_it(tmp_path):
     them ("database is locked", without waiting) while another switched the new file to WAL
     (5 of 300 tries with four threads before the fix)."""
     for attempt in range(200):
-        path = str(tmp_path / f"s{attempt}.db")
-        stores = [EmbeddedStore("c", path) for _ in range(4)]
-        failures: list[Exception] = []
+        stores = [EmbeddedStore("c", str(tmp_path / f"s{attempt}.db")) for _ in range(4)]
+        together = threading.Barrier(len(stores))  # every first open at the same moment
 
         def bump(store: EmbeddedStore) -> None:
-            try:
-                store.catalog_update("k", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
-            except Exception as exc:  # noqa: BLE001 - reported by the test thread
-                failures.append(exc)
+            together.wait()
+            store.catalog_update("k", "c", lambda doc: {"n": (doc or {"n": 0})["n"] + 1})
 
-        threads = [threading.Thread(target=bump, args=(s,)) for s in stores]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert failures == [], f"try {attempt}: {failures[0]}"
-        assert stores[0].catalog_get("k", "c") == {"n": 4}
+        with ThreadPoolExecutor(len(stores)) as pool:
+            list(pool.map(bump, stores))  # an open refused raises here
+        assert stores[0].catalog_get("k", "c") == {"n": 4}, f"try {attempt}"
         for store in stores:
             store.close()
 
