@@ -36,6 +36,7 @@ from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.status import replica_status
 from streamrep.replication.translate import translate_cursors
+from streamrep.store.kafka.keys import apply_txid
 
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
@@ -393,6 +394,29 @@ def test_paused_flows_nothing_until_resumed(api3):
     api.resume_replica(SF, NY)
     assert drain(gw) == len(sent)
     assert_exactly_once(api, NY, sent)
+
+
+@pytest.mark.backends("kafka")
+def test_a_gateways_first_pass_makes_its_reads_and_applies_ready_before_any_message(api3):
+    """A Kafka consumer's first fetch and a transactional writer's fencing cost tens of milliseconds
+    each: a gateway makes them ready in its first pass, idle or not, so the first batch after a
+    start pays neither, and later batches use the same clients."""
+    api = api3
+    linked_pair(api, t=2)
+    gw = Gateway(api, "newyork", "g1")
+    source, replica = api.clusters.store("sanfrancisco"), api.clusters.store("newyork")
+    txids = {part: apply_txid(replica.internal_prefix, api.entry(NY).uuid, "t", part) for part in (0, 1)}
+    assert gw.run_once() == 0
+    assert not set(txids.values()) & set(replica._transactions._producers), "a one-off pass made clients ready"
+    assert gw.run(stop_after=0.5) is None  # a running gateway's passes, with nothing to move
+    producers = {part: replica._transactions._producers.get(txid) for part, txid in txids.items()}
+    assert all(producers.values()), "no transactional writer made ready"
+    readers = {key[1] for key in source._readers if key[0] == source.native_topic(api.entry(SF).uuid, "t")}
+    assert readers == {0, 1}
+    sent = produce(api, f"{SF}:t", tagged("m", 40))
+    assert drain(gw) == len(sent)
+    assert_exactly_once(api, NY, sent)
+    assert {part: replica._transactions._producers.get(txid) for part, txid in txids.items()} == producers
 
 
 @ON_BOTH

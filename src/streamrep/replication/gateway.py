@@ -150,6 +150,7 @@ class Gateway:
         self._sampler: LagSampler | None = None  # while ``run`` runs: the lag is sampled beside the passes
         self.pacer = Pacer()  # -maxbytespersec and -throttle (replication/throttle.py)
         self._beating = False  # within run_once: a long wait for the limit keeps the heartbeat
+        self._prepared: set[tuple[SourcePartition, str]] = set()  # (unit, replica UUID) made ready (_prepare)
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -432,6 +433,8 @@ class Gateway:
                 # What is there now, not what producers add meanwhile: a pass must end, so that
                 # the gateway heartbeats and sees pauses, removals and new topics.
                 progress = self.progress({unit: flows}, marks)[unit]
+                if self._sampler is not None:  # within ``run``: a one-off drain makes nothing ready ahead
+                    self._prepare(unit, flows, progress.position)
                 if not self._apply_due(unit, flows, progress, marks):
                     continue  # nothing new: no read, no apply
                 source_store = self.catalog.clusters.store(unit.source.cluster)
@@ -459,6 +462,22 @@ class Gateway:
         else:
             self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
         return moved
+
+    def _prepare(self, unit: SourcePartition, flows: Iterable[Flow], position: int) -> None:
+        """Make ready the read of ``unit`` from ``position`` and the apply into each replica partition
+        the first time this gateway serves them, idle or not: on Kafka a consumer's first fetch and a
+        transactional writer's fencing take tens of milliseconds each, which the first messages after
+        a start or a new share would otherwise wait, one partition after another."""
+        fresh = [f for f in flows if (unit, f.replica_uuid) not in self._prepared and f.carries(unit.topic)]
+        if not fresh:
+            return
+        self.catalog.clusters.store(unit.source.cluster).prepare_read(
+            unit.source_uuid, unit.topic, unit.partition, position
+        )
+        for flow in fresh:
+            codec = network.kafka_codec(flow.networkcompression)
+            self.store.prepare_apply(flow.replica_uuid, unit.topic, unit.partition, codec)
+            self._prepared.add((unit, flow.replica_uuid))
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:
         """Record on each flow's replica link that this gateway serves it: UNEXPECTED with the

@@ -243,6 +243,20 @@ class Store(ABC):
                 results.append(err)
         return results
 
+    def prepare_read(self, stream: str, topic: str, partition: int, start: int) -> None:  # noqa: B027
+        """Make ready a reader of one partition at ``start`` before its first ``read_span`` from
+        there (a network store's consumer, connected and fetching), for the same reason as
+        ``prepare_apply``. Optional."""
+
+    def prepare_apply(self, stream: str, topic: str, partition: int, compression: str | None = None) -> None:  # noqa: B027
+        """Make ready what ``apply`` into one partition of ``stream`` needs before its first batch
+        (a network store's transactional writer, fenced and initialised), so that a gateway that
+        has just taken its share applies its first messages as fast as the later ones. Optional:
+        a store with nothing to make ready does nothing.
+
+        :param compression: as ``apply``.
+        """
+
     @abstractmethod
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
         """Delete the marks of ``stream`` that still hold the given values (one that changed

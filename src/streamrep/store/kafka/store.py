@@ -553,6 +553,12 @@ class KafkaStore(Store):
             entry.next = start
         return entry.consumer
 
+    def prepare_read(self, stream: str, topic: str, partition: int, start: int) -> None:
+        self._fresh()
+        name = self._kafka_name(stream, topic)
+        if (name, partition) not in self._readers and len(self._readers) < MAX_READERS:  # never evicts
+            self._reader(name, partition, start)
+
     def _forget_readers(self, names: Sequence[str]) -> None:
         for key in [k for k in self._readers if k[0] in set(names)]:
             self._readers.pop(key).consumer.close()
@@ -834,6 +840,11 @@ class KafkaStore(Store):
         if messages:
             return offsets[0]
         return self._watermarks(name, partition, topic)[1]
+
+    def prepare_apply(self, stream: str, topic: str, partition: int, compression: str | None = None) -> None:
+        self._fresh()
+        if self._transactions.prepare(keys.apply_txid(self._internal, stream, topic, partition), "marks", compression):
+            self._syncs_fold().catch_up()  # what the first apply's prune reads
 
     def _syncs_writes(
         self, stream: str, source: str, runs: list[tuple[int, int, int, int]]

@@ -110,6 +110,15 @@ class Transactions:
             oldest.flush(0)
         return producer
 
+    def prepare(self, txid: str, reads: str, compression: str | None = None) -> bool:
+        """Make ``txid``'s producer ready before its first transaction (as ``producer``), while the
+        cache has room for it: a prepared producer the cache would evict at once is wasted work.
+        Returns whether it was made now."""
+        if txid in self._producers or len(self._producers) >= MAX_TRANSACTIONAL_PRODUCERS:
+            return False
+        self.producer(txid, reads, compression)
+        return True
+
     def await_decided(self, kind: str) -> None:
         """Wait until every record already in internal topic ``kind`` is committed or aborted (its last
         stable offset reaches the high watermark read now). A new writer of an id reads the state after
