@@ -881,7 +881,7 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
     local = threading.local()
     conflicts = Counter()
     replica_store_class = type(api.store(api.path(NY)))
-    real_plan, real_apply = transfer.plan_apply, replica_store_class.apply_many
+    real_plan, real_apply = transfer.plan_apply, replica_store_class.apply_partitions
 
     def gated_plan(*args, **kwargs):
         plan = real_plan(*args, **kwargs)
@@ -890,13 +890,13 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
             planned.wait(timeout=30)
         return plan
 
-    def counting_apply(self, *args, **kwargs):  # the gateway applies through apply_many (fan-out)
+    def counting_apply(self, *args, **kwargs):  # the gateway applies through apply_partitions
         results = real_apply(self, *args, **kwargs)
-        conflicts["n"] += sum(isinstance(result, RetryNow) for result in results)
+        conflicts["n"] += sum(isinstance(result, RetryNow) for partition in results for result in partition)
         return results
 
     monkeypatch.setattr(transfer, "plan_apply", gated_plan)
-    monkeypatch.setattr(replica_store_class, "apply_many", counting_apply)
+    monkeypatch.setattr(replica_store_class, "apply_partitions", counting_apply)
     probe = Gateway(api, "newyork", "probe")
     [(unit, flows)] = probe.assignment().units.items()
     probe.stop()

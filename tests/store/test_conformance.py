@@ -17,7 +17,7 @@ import pytest
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, RetryNow, StreamrepError
 from streamrep.model.message import Message
 from streamrep.model.offsetsyncs import KEEP_RECENT, PRUNE_EVERY, translate_offset
-from streamrep.store.base import ReplicaApply, Store
+from streamrep.store.base import PartitionApplies, ReplicaApply, Store
 
 pytestmark = pytest.mark.backends("embedded", "kafka")
 
@@ -532,6 +532,42 @@ def test_apply_many_checks_each_replica_against_its_own_marks(store, new_stream)
     assert everything(store, b, "t", 0) == []
     assert store.marks(a) == store.marks(c) == {KEY: 2} and store.marks(b) == {KEY: 5}
     assert store.offset_syncs(a, KEY) == [(0, 0, results[0], 2)] and store.offset_syncs(b, KEY) == []
+
+
+def test_apply_partitions_writes_each_apply_alone_and_in_order(store, new_stream):
+    """A gateway's pass: batches of several source partitions, for several replicas, in one call. Each
+    apply commits or is refused alone; two into one replica partition (fan-in from two sources) are
+    applied in the order given, the second checked against what the first wrote."""
+    a, b = new_stream(), new_stream()
+    for stream in (a, b):
+        store.create_topic(stream, "t", 2)
+    store.apply(b, "t", 1, [], {"p|s1|t|1": 7}, {})
+    k0, k1, k2 = "p|s1|t|0", "p|s1|t|1", "p|s2|t|0"
+    results = store.apply_partitions(
+        [
+            PartitionApplies("t", 0, k0, [ReplicaApply(a, msgs("a0"), {k0: 1}, {k0: None}, [(0, 0)])]),
+            PartitionApplies(
+                "t",
+                1,
+                k1,
+                [
+                    ReplicaApply(a, msgs("a1", "a2"), {k1: 2}, {k1: None}, [(0, 0)]),
+                    ReplicaApply(b, msgs("b1"), {k1: 2}, {k1: None}, [(0, 0)]),  # its mark moved: refused
+                ],
+            ),
+            # A second source into a's partition 0, then the first source's next batch there:
+            PartitionApplies("t", 0, k2, [ReplicaApply(a, msgs("c0"), {k2: 1}, {k2: None}, [(0, 0)])]),
+            PartitionApplies("t", 0, k0, [ReplicaApply(a, msgs("a3"), {k0: 2}, {k0: 1}, [(0, 1)])]),
+        ]
+    )
+    assert [len(r) for r in results] == [1, 2, 1, 1]
+    assert all(isinstance(r, int) for r in (results[0][0], results[1][0], results[2][0], results[3][0]))
+    assert isinstance(results[1][1], RetryNow)
+    applied(store, a, "t", 0, ["a0", "c0", "a3"])
+    applied(store, a, "t", 1, ["a1", "a2"])
+    assert everything(store, b, "t", 1) == []
+    assert store.marks(a) == {k0: 2, k1: 2, k2: 1} and store.marks(b) == {k1: 7}
+    assert store.offset_syncs(a, k0) == [(0, 0, results[0][0], 1), (1, 0, results[3][0], 1)]
 
 
 # -- connections -------------------------------------------------------------------------------

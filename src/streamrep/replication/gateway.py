@@ -53,7 +53,8 @@ from streamrep.replication.throttle import Pacer, batch_bytes
 from streamrep.replication.transfer import (
     SourcePartition,
     SourceRead,
-    apply_to_replicas,
+    UnitApply,
+    apply_reads,
     ensure_topics,
     next_position,
     read_source,
@@ -367,22 +368,38 @@ class Gateway:
         span: tuple[int, int] | None,
         known_marks: dict[str, dict[str, int]] | None = None,
     ) -> tuple[dict[Flow, int], dict[Flow, StreamrepError]]:
-        # Never a topic the fan-in rule stops for a replica, whatever the caller planned with.
-        by_replica = {flow.replica_uuid: flow for flow in flows if flow.carries(unit.topic)}
-        codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
-        limits = [(r, f.maxbytespersec) for r, f in by_replica.items() if f.maxbytespersec]
-        throttled = any(f.throttle for f in by_replica.values())
-        nbytes = batch_bytes(batch) if batch and (limits or throttled) else 0
-        if limits and nbytes:
-            self._pause(self.pacer.before(limits, nbytes))  # before the write: the limit bounds what is written
+        return self._apply_reads({unit: (flows, batch, source_start, span)}, known_marks)[unit]
+
+    def _apply_reads(
+        self,
+        reads: Mapping[SourcePartition, tuple[Iterable[Flow], Sequence[Message], int, tuple[int, int] | None]],
+        known_marks: dict[str, dict[str, int]] | None = None,
+    ) -> dict[SourcePartition, tuple[dict[Flow, int], dict[Flow, StreamrepError]]]:
+        """Apply each source partition's read (its flows, batch, oldest offset held and span, as ``_apply``)
+        to its flows' replicas, all at once (``transfer.apply_reads``), paced by the replicas' byte-rate
+        limits before and their ``-throttle`` after."""
+        items: list[tuple[SourcePartition, dict[str, Flow], UnitApply]] = []
+        throttled, nbytes = False, 0
+        for unit, (flows, batch, source_start, span) in reads.items():
+            # Never a topic the fan-in rule stops for a replica, whatever the caller planned with.
+            by_replica = {flow.replica_uuid: flow for flow in flows if flow.carries(unit.topic)}
+            codecs = {uuid: network.kafka_codec(flow.networkcompression) for uuid, flow in by_replica.items()}
+            limits = [(r, f.maxbytespersec) for r, f in by_replica.items() if f.maxbytespersec]
+            paced = any(f.throttle for f in by_replica.values())
+            size = batch_bytes(batch) if batch and (limits or paced) else 0
+            if limits and size:
+                self._pause(self.pacer.before(limits, size))  # before the write: the limit bounds what is written
+            throttled, nbytes = throttled or paced, nbytes + (size if paced else 0)
+            items.append((unit, by_replica, UnitApply(unit, list(by_replica), batch, source_start, span, codecs)))
         began = time.monotonic()
-        written, errors = apply_to_replicas(
-            self.store, list(by_replica), unit, batch, source_start, span, codecs, known_marks
-        )
-        self.applied += sum(written.values())
-        if throttled and batch:
+        results = apply_reads(self.store, [item for _, _, item in items], known_marks)
+        self.applied += sum(sum(written.values()) for written, _ in results)
+        if throttled and nbytes:
             self._pause(self.pacer.after(time.monotonic() - began, nbytes, throttled))
-        return ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: err for r, err in errors.items()})
+        return {
+            unit: ({by_replica[r]: n for r, n in written.items()}, {by_replica[r]: e for r, e in errors.items()})
+            for (unit, by_replica, _), (written, errors) in zip(items, results, strict=True)
+        }
 
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds`` (for a limit or a load), heartbeating meanwhile within ``run_once``:
@@ -426,35 +443,53 @@ class Gateway:
         moved = 0
         errors: dict[Flow, str] = {}
         marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
+
+        def failed(unit: SourcePartition, err: StreamrepError) -> None:
+            if isinstance(err, StoreFull):
+                raise err  # the whole destination is full, not this partition: the gateway stops, saying so
+            errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in assignment.units[unit])
+
+        # What is there now, not what producers add meanwhile: a pass must end, so that the gateway
+        # heartbeats and sees pauses, removals and new topics. Each partition's next batch starts where
+        # its last one ended: each apply moved every flow's stored position to at least there, and it
+        # checks the positions in its own transaction.
+        due: dict[SourcePartition, tuple[int, int]] = {}  # unit -> (position, end)
         for unit, flows in sorted(assignment.units.items()):
-            if self.stopping.is_set():
-                break  # a signal: the batch in progress was the last; the rest waits at the source
             try:
-                # What is there now, not what producers add meanwhile: a pass must end, so that
-                # the gateway heartbeats and sees pauses, removals and new topics.
                 progress = self.progress({unit: flows}, marks)[unit]
                 if self._sampler is not None:  # within ``run``: a one-off drain makes nothing ready ahead
                     self._prepare(unit, flows, progress.position)
-                if not self._apply_due(unit, flows, progress, marks):
-                    continue  # nothing new: no read, no apply
-                source_store = self.catalog.clusters.store(unit.source.cluster)
-                position, end = progress.position, progress.source_end
-                while True:
-                    # From where the last batch ended: each apply moved every flow's stored position
-                    # to at least there, and it checks the positions in its own transaction.
-                    read = read_source(source_store, unit, position, max_messages, end)
-                    _, failed = self._apply(unit, flows, read.messages, read.source_start, read.span, marks)
-                    if failed:  # the other replicas have the batch; the pass reports this unit as failed
-                        raise next(iter(failed.values()))
-                    moved += len(read.messages)
-                    self.keep_alive()
-                    read_from, position = read.span
-                    if position >= end or position == read_from or self.stopping.is_set():
-                        break
-            except StoreFull:
-                raise  # the whole destination is full, not this partition: the gateway stops, saying so
+                if self._apply_due(unit, flows, progress, marks):  # else nothing new: no read, no apply
+                    due[unit] = (progress.position, progress.source_end)
             except StreamrepError as err:
-                errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in flows)
+                failed(unit, err)
+        while due and not self.stopping.is_set():  # a signal: the batches in progress were the last
+            reads: dict[SourcePartition, SourceRead] = {}
+            for unit, (position, end) in due.items():
+                try:
+                    source_store = self.catalog.clusters.store(unit.source.cluster)
+                    reads[unit] = read_source(source_store, unit, position, max_messages, end)
+                except StreamrepError as err:
+                    failed(unit, err)
+            # Every partition's batch at once: a store may overlap their transactions.
+            applied = self._apply_reads(
+                {u: (assignment.units[u], r.messages, r.source_start, r.span) for u, r in reads.items()}, marks
+            )
+            for unit, read in reads.items():
+                _, unit_errors = applied[unit]
+                if unit_errors:  # the other replicas have the batch; the pass reports this unit as failed
+                    failed(unit, next(iter(unit_errors.values())))
+                    del due[unit]
+                    continue
+                moved += len(read.messages)
+                read_from, position = read.span
+                end = due[unit][1]
+                if position >= end or position == read_from:
+                    del due[unit]
+                else:
+                    due[unit] = (position, end)
+            due = {unit: at for unit, at in due.items() if unit in reads}
+            self.keep_alive()
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
         self.errors = errors
         if self._sampler is None:

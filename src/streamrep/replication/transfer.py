@@ -13,7 +13,7 @@ from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import origin_key, position_key, stop_key
 from streamrep.replication.apply import ApplyPlan, own_messages, plan_apply
-from streamrep.store.base import ReplicaApply, Store
+from streamrep.store.base import ApplyResult, PartitionApplies, ReplicaApply, Store
 
 CONFLICT_RETRIES = 20
 
@@ -154,36 +154,59 @@ def apply_to_replicas(
     :param known_marks: replicas' marks the caller read earlier (a gateway's pass), by UUID: the
         first plan uses them instead of a read (on Kafka a round trip; each apply checks its marks
         in its own transaction, so marks that moved meanwhile only cost a retry from a fresh read).
-        Updated in place with what each apply wrote; a replica that failed is dropped from it.
+        Updated in place with what each apply wrote; a replica that failed or lost a race is
+        dropped from it (its next plan reads the store).
     :return: messages written, and the errors, by replica UUID (each replica in one of them).
     """
-    stop = stop_key(unit.source_uuid, unit.topic, unit.partition)
-    pkey = unit.key
-    own_key = origin_key(unit.source_uuid, unit.topic, unit.partition)
-    # The plan of a batch of the source's own messages depends only on these two marks.
-    shareable = own_messages(batch)
-    written: dict[str, int] = {}
-    errors: dict[str, StreamrepError] = {}
-    pending = list(replica_uuids)
-    conflicts: dict[str, RetryNow] = {}  # the last lost race of each replica still pending
-    known = known_marks if known_marks is not None else {}
-    used: dict[str, dict[str, int]] = {}  # the marks each replica's plan was made from
-    for attempt in range(CONFLICT_RETRIES):
+    read = UnitApply(unit, replica_uuids, batch, source_start, span, compression or {})
+    return apply_reads(replica_store, [read], known_marks)[0]
+
+
+class UnitApply(NamedTuple):
+    """One source partition's batch for ``apply_reads``: ``apply_to_replicas``' arguments."""
+
+    unit: SourcePartition
+    replica_uuids: Sequence[str]
+    batch: Sequence[Message]
+    source_start: int = 0
+    span: tuple[int, int] | None = None
+    compression: Mapping[str, str] = {}
+
+
+class _UnitState:
+    """Where one ``UnitApply`` stands in ``apply_reads``: its replicas still to write, and the results."""
+
+    def __init__(self, read: UnitApply):
+        self.read = read
+        self.stop = stop_key(read.unit.source_uuid, read.unit.topic, read.unit.partition)
+        # The plan of a batch of the source's own messages depends only on two marks.
+        self.shareable = own_messages(read.batch)
+        self.pending = list(read.replica_uuids)
+        self.written: dict[str, int] = {}
+        self.errors: dict[str, StreamrepError] = {}
+        self.conflicts: dict[str, RetryNow] = {}  # the last lost race of each replica still pending
+        self.used: dict[str, dict[str, int]] = {}  # the marks each replica's plan was made from
+        self.plans: dict[str, ApplyPlan] = {}
+
+    def applies(self, replica_store: Store, known: dict[str, dict[str, int]], first: bool) -> list[ReplicaApply]:
+        """The pending replicas' applies, planned from their marks (``known`` on the first attempt)."""
+        unit, (_, _, batch, source_start, span, compression) = self.read.unit, self.read
+        own_key = origin_key(unit.source_uuid, unit.topic, unit.partition)
         applies: list[ReplicaApply] = []
-        plans: dict[str, ApplyPlan] = {}
         shared: dict[tuple, ApplyPlan] = {}
-        for replica_uuid in pending:
-            marks = known.pop(replica_uuid, None) if attempt == 0 else None
-            if marks is None or stop in marks:  # a stop is confirmed by a read of the store
+        self.plans = {}
+        for replica_uuid in self.pending:
+            marks = known.get(replica_uuid) if first else None
+            if marks is None or self.stop in marks:  # a stop is confirmed by a read of the store
                 marks = replica_store.marks(replica_uuid)
-            used[replica_uuid] = marks
-            if stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
-                errors[replica_uuid] = FlowStopped(
+            self.used[replica_uuid] = marks
+            if self.stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
+                self.errors[replica_uuid] = FlowStopped(
                     f"replication of {unit.source} {unit.topic}/{unit.partition} into stream uuid {replica_uuid} "
                     "was stopped by a failover"
                 )
                 continue
-            share = (marks.get(pkey), marks.get(own_key)) if shareable else None
+            share = (marks.get(unit.key), marks.get(own_key)) if self.shareable else None
             plan = shared.get(share) if share is not None else None
             if plan is None:
                 try:
@@ -191,45 +214,80 @@ def apply_to_replicas(
                         replica_uuid, unit.source_uuid, unit.topic, unit.partition, batch, marks, source_start, span
                     )
                 except StreamrepError as err:
-                    errors[replica_uuid] = err
+                    self.errors[replica_uuid] = err
                     continue
                 if share is not None:
                     shared[share] = plan
             if plan.empty:
-                written[replica_uuid] = 0
+                self.written[replica_uuid] = 0
                 known[replica_uuid] = marks
                 continue
             expect = {key: marks.get(key) for key in plan.marks}
-            expect[stop] = None  # a failover that stops the flow meanwhile refuses this commit
-            plans[replica_uuid] = plan
+            expect[self.stop] = None  # a failover that stops the flow meanwhile refuses this commit
+            self.plans[replica_uuid] = plan
             applies.append(
-                ReplicaApply(
-                    replica_uuid, plan.messages, plan.marks, expect, plan.syncs, (compression or {}).get(replica_uuid)
-                )
+                ReplicaApply(replica_uuid, plan.messages, plan.marks, expect, plan.syncs, compression.get(replica_uuid))
             )
-        pending = []
-        if applies:
+        self.pending = []
+        return applies
+
+    def applied(
+        self,
+        replica_store: Store,
+        applies: Sequence[ReplicaApply],
+        results: Sequence[ApplyResult],
+        known: dict[str, dict[str, int]],
+        dropped: set[str],
+    ) -> None:
+        """Take the results of ``applies``: a lost race stays pending, to be planned again. ``known``
+        gets what each apply wrote, merged with what the others of its round wrote (every plan of a
+        round was made from one state); a replica in ``dropped`` is left out of it."""
+        for apply, result in zip(applies, results, strict=False):
+            if isinstance(result, RetryNow):
+                self.pending.append(apply.stream)
+                self.conflicts[apply.stream] = result
+                continue
+            if isinstance(result, StreamrepError):
+                self.errors[apply.stream] = result
+                continue
+            plan = self.plans[apply.stream]
+            self.written[apply.stream] = len(plan.messages)
+            if apply.stream not in dropped:
+                known[apply.stream] = {**known.get(apply.stream, self.used[apply.stream]), **plan.marks}
+            _after_apply(replica_store, apply.stream, self.read.unit, plan)
+
+
+def apply_reads(
+    replica_store: Store, reads: Sequence[UnitApply], known_marks: dict[str, dict[str, int]] | None = None
+) -> list[tuple[dict[str, int], dict[str, StreamrepError]]]:
+    """``apply_to_replicas`` for the batches of several source partitions at once (a gateway's pass):
+    each attempt writes every replica still pending through one ``Store.apply_partitions``, so a
+    backend can overlap their transactions. The results are in the order of ``reads``."""
+    known = known_marks if known_marks is not None else {}
+    dropped: set[str] = set()
+    states = [_UnitState(read) for read in reads]
+    for attempt in range(CONFLICT_RETRIES):
+        batches = [(state, state.applies(replica_store, known, attempt == 0)) for state in states if state.pending]
+        batches = [(state, applies) for state, applies in batches if applies]
+        if batches:
             try:
-                results = replica_store.apply_many(unit.topic, unit.partition, applies, source=unit.key)
+                results: list[list[ApplyResult]] = replica_store.apply_partitions(
+                    [PartitionApplies(s.read.unit.topic, s.read.unit.partition, s.read.unit.key, a) for s, a in batches]
+                )
             except (StreamrepError, RetryNow) as err:  # the whole write failed: nothing of it was committed
-                results = [err] * len(applies)
-            for apply, result in zip(applies, results, strict=False):
-                if isinstance(result, RetryNow):
-                    pending.append(apply.stream)
-                    conflicts[apply.stream] = result
-                    continue
-                if isinstance(result, StreamrepError):
-                    errors[apply.stream] = result
-                    continue
-                plan = plans[apply.stream]
-                written[apply.stream] = len(plan.messages)
-                known[apply.stream] = {**used[apply.stream], **plan.marks}
-                _after_apply(replica_store, apply.stream, unit, plan)
-        if not pending:
+                results = [[err] * len(applies) for _, applies in batches]
+            for (state, applies), unit_results in zip(batches, results, strict=True):
+                state.applied(replica_store, applies, unit_results, known, dropped)
+        # A replica that failed or lost a race here: its marks are read again, never guessed.
+        for state in states:
+            dropped.update(state.errors, state.pending)
+        for replica_uuid in dropped:
+            known.pop(replica_uuid, None)
+        if not any(state.pending for state in states):
             break
-    # The retries ran out: the lost race is reported as the user-facing Conflict.
-    errors.update((replica_uuid, Conflict(str(conflicts[replica_uuid]))) for replica_uuid in pending)
-    return written, errors
+    for state in states:  # the retries ran out: the lost race is reported as the user-facing Conflict
+        state.errors.update((uuid, Conflict(str(state.conflicts[uuid]))) for uuid in state.pending)
+    return [(state.written, state.errors) for state in states]
 
 
 def _after_apply(replica_store: Store, replica_uuid: str, unit: SourcePartition, plan: ApplyPlan) -> None:

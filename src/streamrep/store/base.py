@@ -33,6 +33,18 @@ class ReplicaApply(NamedTuple):
     compression: str | None = None  # the Kafka codec of the replica's writes (``model/network.py``)
 
 
+class PartitionApplies(NamedTuple):
+    """One source partition's part of ``Store.apply_partitions``: ``Store.apply_many``'s arguments."""
+
+    topic: str
+    partition: int
+    source: str
+    applies: Sequence[ReplicaApply]
+
+
+ApplyResult = int | StreamrepError | RetryNow  # the first offset assigned, or why the apply wrote nothing
+
+
 class Store(ABC):
     """One cluster's storage: the catalog, topics and partitions, messages, and cursors."""
 
@@ -222,7 +234,7 @@ class Store(ABC):
 
     def apply_many(
         self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
-    ) -> list[int | StreamrepError | RetryNow]:
+    ) -> list[ApplyResult]:
         """``apply`` for several replicas of one source partition (a gateway's fan-out): each is
         all or nothing and checked against its own ``expect``; one whose marks moved gets its
         ``RetryNow`` in the result (one that fails otherwise, its error) and the others are still
@@ -233,7 +245,7 @@ class Store(ABC):
         :param source: the position key of the source partition (``apply``).
         :return: per apply, in order, the first offset assigned or the error.
         """
-        results: list[int | StreamrepError | RetryNow] = []
+        results: list[ApplyResult] = []
         for stream, messages, marks, expect, syncs, compression in applies:
             try:
                 results.append(
@@ -256,6 +268,13 @@ class Store(ABC):
 
         :param compression: as ``apply``.
         """
+
+    def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
+        """``apply_many`` for several source partitions at once (a gateway's pass): every apply is still
+        its own all-or-nothing write, checked against its own ``expect``, with its result in the same
+        place as in ``batches``. This default applies them one partition after another; a backend may
+        overlap their round trips."""
+        return [self.apply_many(b.topic, b.partition, b.applies, b.source) for b in batches]
 
     @abstractmethod
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:

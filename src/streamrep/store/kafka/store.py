@@ -39,7 +39,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar, cast
+from typing import Any, NamedTuple, TypeVar, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -60,7 +60,7 @@ from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.offsetsyncs import prune
 from streamrep.model.replication import mark_partition
-from streamrep.store.base import CatalogDoc, Store
+from streamrep.store.base import ApplyResult, CatalogDoc, PartitionApplies, ReplicaApply, Store
 from streamrep.store.kafka.acls import KafkaAcls
 from streamrep.store.kafka.client import (
     CATALOG_RETRIES,
@@ -811,35 +811,120 @@ class KafkaStore(Store):
         syncs: Sequence[tuple[int, int]] = (),
         compression: str | None = None,
     ) -> int:
-        name = self._kafka_name(stream, topic)
-        with self._transaction(keys.apply_txid(self._internal, stream, topic, partition), "marks", compression) as txn:
-            producer = txn.producer
-            current = self.marks(stream)  # read after this writer fenced every other of the partition
-            for key, expected in expect.items():
-                if current.get(key) != expected:
-                    raise RetryNow(
-                        f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
-                        "another gateway applied this batch"
+        replica = ReplicaApply(stream, messages, marks, expect, syncs, compression)
+        [[result]] = self.apply_partitions([PartitionApplies(topic, partition, source, [replica])])
+        if isinstance(result, int):
+            return result
+        raise result
+
+    def apply_many(
+        self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
+    ) -> list[ApplyResult]:
+        return self.apply_partitions([PartitionApplies(topic, partition, source, applies)])[0]
+
+    def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
+        """Each apply is a transaction of its replica partition's id (``keys.apply_txid``); those that
+        share no id and no mark are open at once (``_apply_together``), the others follow in order."""
+        results: list[list[ApplyResult]] = [[] for _ in batches]
+        tasks = [_ApplyTask(b.topic, b.partition, b.source, a) for b in batches for a in b.applies]
+        for group in _rounds(tasks, lambda t: keys.apply_txid(self._internal, t.apply.stream, t.topic, t.partition)):
+            done = self._apply_together([tasks[i] for i in group])
+            for i, result in zip(group, done, strict=True):
+                tasks[i] = tasks[i]._replace(result=result)
+        flat = iter(tasks)
+        for b, out in zip(batches, results, strict=True):
+            out.extend(cast("ApplyResult", next(flat).result) for _ in b.applies)
+        return results
+
+    def _apply_together(self, tasks: Sequence[_ApplyTask]) -> list[ApplyResult]:
+        """The transactions of ``tasks`` (no two of one id), open at once so that their round trips
+        overlap: all begun (a new producer fences every other writer of its id), the marks read once
+        after that, every check and produce, one flush each, marks and syncs, the commits, and one
+        wait until all are readable. Each still commits or aborts alone."""
+        results: list[ApplyResult | None] = [None] * len(tasks)
+        txns: dict[int, Transaction] = {}  # open
+        committed: dict[int, Transaction] = {}
+        offsets = [[-1] * len(t.apply.messages) for t in tasks]
+        errors: list[list[KafkaError]] = [[] for _ in tasks]
+
+        def each(step: Callable[[int, _ApplyTask, Transaction], object]) -> None:
+            for i in list(txns):
+                try:
+                    step(i, tasks[i], txns[i])
+                except Exception as exc:
+                    failure = self._transactions.fail(txns.pop(i), exc)
+                    if not isinstance(failure, (StreamrepError, RetryNow)):
+                        raise failure from None
+                    results[i] = failure
+
+        try:
+            for i, task in enumerate(tasks):
+                txid = keys.apply_txid(self._internal, task.apply.stream, task.topic, task.partition)
+                try:
+                    txns[i] = self._transactions.begin(txid, "marks", task.apply.compression)
+                except (StreamrepError, RetryNow) as err:
+                    results[i] = err
+            stored: dict[str, dict[str, int]] = {}  # each stream's marks, read once all are begun
+
+            def produce(i: int, task: _ApplyTask, txn: Transaction) -> None:
+                stream, messages, _, expect = task.apply[:4]
+                if stream not in stored:  # read after every writer here fenced the others of its id
+                    stored[stream] = self.marks(stream)
+                current = stored[stream]
+                for key, expected in expect.items():
+                    if current.get(key) != expected:
+                        raise RetryNow(
+                            f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
+                            "another gateway applied this batch"
+                        )
+                if messages:
+                    name = self._kafka_name(stream, task.topic)
+                    self._produce_all(txn.producer, name, task.partition, messages, offsets[i], errors[i])
+
+            def mark(i: int, task: _ApplyTask, txn: Transaction) -> None:
+                stream, messages, marks, _, syncs = task.apply[:5]
+                if messages:  # the offsets are needed for the syncs
+                    name = self._kafka_name(stream, task.topic)
+                    self._flush(txn.producer, f"cannot write to {name}")
+                    if errors[i]:
+                        raise self._translate(errors[i][0], f"cannot write to {name}")
+                for key, value in marks.items():
+                    txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
+                runs = [(s, task.partition, r, n) for s, r, n in _runs(syncs, offsets[i])]
+                for source_offset, sync in self._syncs_writes(stream, task.source, runs).items():
+                    txn.internal(
+                        "syncs",
+                        keys.sync_key(stream, task.source, source_offset),
+                        None if sync is None else keys.sync_value(*sync[1:]),
                     )
-            offsets = [-1] * len(messages)
-            errors: list[KafkaError] = []
-            if messages:
-                self._produce_all(producer, name, partition, messages, offsets, errors)
-                self._flush(producer, f"cannot write to {name}")  # the offsets are needed for the syncs
-                if errors:
-                    raise self._translate(errors[0], f"cannot write to {name}")
-            for key, value in marks.items():
-                txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
-            runs = [(s, partition, r, n) for s, r, n in _runs(syncs, offsets)]
-            for source_offset, sync in self._syncs_writes(stream, source, runs).items():
-                txn.internal(
-                    "syncs",
-                    keys.sync_key(stream, source, source_offset),
-                    None if sync is None else keys.sync_value(*sync[1:]),
-                )
-        if messages:
-            return offsets[0]
-        return self._watermarks(name, partition, topic)[1]
+
+            each(produce)
+            each(mark)
+            each(lambda i, task, txn: txn.producer.flush(TIMEOUT_SECONDS))  # every commit's records sent at once
+
+            def commit(i: int, task: _ApplyTask, txn: Transaction) -> None:
+                self._transactions.commit(txn)
+                committed[i] = txns.pop(i)
+
+            each(commit)
+        except BaseException as exc:  # an interrupt, or a failure of no one transaction: none is left open
+            for txn in txns.values():
+                self._transactions.fail(txn, exc)
+            raise
+        try:
+            self._transactions.visible(list(committed.values()))
+        except (StreamrepError, RetryNow) as err:  # committed, but whether it is readable is unknown
+            for i in committed:
+                results[i] = err
+            return cast("list[ApplyResult]", results)
+        for i in committed:
+            task = tasks[i]
+            if task.apply.messages:
+                results[i] = offsets[i][0]
+            else:
+                name = self._kafka_name(task.apply.stream, task.topic)
+                results[i] = self._watermarks(name, task.partition, task.topic)[1]
+        return cast("list[ApplyResult]", results)
 
     def prepare_apply(self, stream: str, topic: str, partition: int, compression: str | None = None) -> None:
         self._fresh()
@@ -926,3 +1011,30 @@ def _runs(syncs: Sequence[tuple[int, int]], offsets: Sequence[int]) -> Iterator[
             if i == bound or offsets[i] != offsets[i - 1] + 1:
                 yield source_offset + run_start - index, offsets[run_start], i - run_start
                 run_start = i
+
+
+class _ApplyTask(NamedTuple):
+    """One replica's apply within ``KafkaStore.apply_partitions``, and its result once done."""
+
+    topic: str
+    partition: int
+    source: str
+    apply: ReplicaApply
+    result: ApplyResult | None = None
+
+
+def _rounds(tasks: Sequence[_ApplyTask], txid: Callable[[_ApplyTask], str]) -> list[list[int]]:
+    """``tasks``' indexes in rounds whose transactions can be open at once: no two of one transactional
+    id, or writing or expecting one mark of one stream (their checks would not see each other's
+    writes). A task goes in the round after the last one holding any of these, so order is kept."""
+    last: dict[object, int] = {}
+    rounds: list[list[int]] = []
+    for i, task in enumerate(tasks):
+        held = [txid(task), *((task.apply.stream, key) for key in (*task.apply.marks, *task.apply.expect))]
+        at = max((last[h] + 1 for h in held if h in last), default=0)
+        if at == len(rounds):
+            rounds.append([])
+        rounds[at].append(i)
+        for h in held:
+            last[h] = max(last.get(h, at), at)
+    return rounds

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,9 +44,10 @@ VISIBLE_WITHIN_SECONDS = TRANSACTION_TIMEOUT_MS / 1000 + 10.0 + 10.0  # a commit
 class Transaction:
     """The records of one transaction; remembers the last offset written to each internal topic."""
 
-    def __init__(self, topics: Mapping[str, str], producer: Producer):
+    def __init__(self, topics: Mapping[str, str], producer: Producer, txid: str):
         self.topics = topics  # internal topic kind -> its Kafka topic
         self.producer = producer
+        self.txid = txid
         self.last_offsets: dict[str, int] = {}
 
     def internal(self, kind: str, key: str, value: bytes | None) -> None:
@@ -145,43 +146,73 @@ class Transactions:
 
         :param compression: as ``producer``.
         """
+        txn = self.begin(txid, reads, compression)
+        try:
+            yield txn
+            self.commit(txn)
+        except BaseException as exc:
+            failure = self.fail(txn, exc)
+            if failure is exc:
+                raise
+            raise failure from None
+        self.visible([txn])
+
+    def begin(self, txid: str, reads: str, compression: str | None = None) -> Transaction:
+        """Begin a transaction of ``txid`` (as ``transaction``, in steps: several of them may be open at
+        once, one per id); end it with ``commit`` then ``visible``, or ``fail``."""
         producer = self.producer(txid, reads, compression)
-        txn = Transaction(self.store._topics, producer)
+        txn = Transaction(self.store._topics, producer, txid)
         try:
             producer.begin_transaction()
-            yield txn
-            producer.flush(TIMEOUT_SECONDS)  # serves the delivery reports that give the offsets
-            self._commit(producer)
         except BaseException as exc:
-            fenced = False
-            try:
-                producer.abort_transaction(TIMEOUT_SECONDS)
-            except KafkaException as refused:  # fenced, fatal, or a commit still under way: the next transaction
-                # starts a new producer, whose init_transactions waits until this one's transaction has ended
-                self._producers.pop(txid, None)
-                err = kafka_error(refused)
-                fenced = err is not None and err.code() in FENCED
-            else:
-                if not isinstance(exc, RetryNow):  # a failure, not a lost race: its client may be stale
-                    self._producers.pop(txid, None)  # (see KafkaStore._watermarks); the next gets a new one
-            if fenced and err is not None and isinstance(exc, Exception):
-                # Another writer of this id (another process applying this replica partition: Spark gives a
-                # gateway's tasks to any idle Python worker) fenced this cached producer since its last
-                # transaction. librdkafka then fails the produce ("Local: Fatal error"), or a delivery
-                # report during flush, before the commit could say "fenced". ``RetryNow`` makes the caller
-                # retry at once from the stored state, read again by a new producer after it fenced the
-                # other (so exact whether or not anything committed), instead of failing the replica.
-                raise RetryNow(f"cluster {self.store.cluster}: another writer took over ({err.str()}); retry") from None
-            if isinstance(exc, KafkaException):
-                err = kafka_error(exc)
-                if err is not None and err.txn_requires_abort() and err.code() in FENCING_RACE:
-                    raise RetryNow(
-                        f"cluster {self.store.cluster}: another writer took over (transaction aborted: {err.str()}); retry"
-                    ) from None
-                raise self.store._translate(exc, "transaction failed") from None
-            raise
+            raise self.fail(txn, exc) from None
+        return txn
+
+    def commit(self, txn: Transaction) -> None:
+        """Commit ``txn``: its records delivered, then its commit. Not yet readable (``visible``)."""
+        txn.producer.flush(TIMEOUT_SECONDS)  # serves the delivery reports that give the offsets
+        self._commit(txn.producer)
+
+    def fail(self, txn: Transaction, exc: BaseException) -> BaseException:
+        """Abort ``txn``, which ``exc`` ended, and return what to raise for it: ``RetryNow`` if another
+        writer fenced this one, the store's error for a Kafka error, else ``exc`` itself."""
+        producer, txid = txn.producer, txn.txid
+        fenced = False
         try:
-            self._await_visible(txn.last_offsets)
+            producer.abort_transaction(TIMEOUT_SECONDS)
+        except KafkaException as refused:  # fenced, fatal, or a commit still under way: the next transaction
+            # starts a new producer, whose init_transactions waits until this one's transaction has ended
+            self._producers.pop(txid, None)
+            err = kafka_error(refused)
+            fenced = err is not None and err.code() in FENCED
+        else:
+            if not isinstance(exc, RetryNow):  # a failure, not a lost race: its client may be stale
+                self._producers.pop(txid, None)  # (see KafkaStore._watermarks); the next gets a new one
+        if fenced and err is not None and isinstance(exc, Exception):
+            # Another writer of this id (another process applying this replica partition: Spark gives a
+            # gateway's tasks to any idle Python worker) fenced this cached producer since its last
+            # transaction. librdkafka then fails the produce ("Local: Fatal error"), or a delivery
+            # report during flush, before the commit could say "fenced". ``RetryNow`` makes the caller
+            # retry at once from the stored state, read again by a new producer after it fenced the
+            # other (so exact whether or not anything committed), instead of failing the replica.
+            return RetryNow(f"cluster {self.store.cluster}: another writer took over ({err.str()}); retry")
+        if isinstance(exc, KafkaException):
+            err = kafka_error(exc)
+            if err is not None and err.txn_requires_abort() and err.code() in FENCING_RACE:
+                return RetryNow(
+                    f"cluster {self.store.cluster}: another writer took over (transaction aborted: {err.str()}); retry"
+                )
+            return self.store._translate(exc, "transaction failed")
+        return exc
+
+    def visible(self, txns: Sequence[Transaction]) -> None:
+        """Return once the internal records of every committed ``txns`` are readable."""
+        last: dict[str, int] = {}
+        for txn in txns:
+            for name, offset in txn.last_offsets.items():
+                last[name] = max(last.get(name, -1), offset)
+        try:
+            self._await_visible(last)
         except BaseException:
             # Committed, but not yet readable: Kafka writes the commit markers after the commit returns
             # (after a broker restart, only once its coordinator has reloaded the transaction). Until
@@ -189,7 +220,8 @@ class Transactions:
             # producer would read the state from before it and compare-and-set against that (a
             # replayed batch). A new producer's init_transactions waits for the commit to complete,
             # and await_decided for it to be readable.
-            self._producers.pop(txid, None)
+            for txn in txns:
+                self._producers.pop(txn.txid, None)
             raise
 
     def _commit(self, producer: Producer) -> None:
