@@ -825,16 +825,13 @@ class KafkaStore(Store):
     def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
         """Each apply is a transaction of its replica partition's id (``keys.apply_txid``); those that
         share no id and no mark are open at once (``_apply_together``), the others follow in order."""
-        results: list[list[ApplyResult]] = [[] for _ in batches]
         tasks = [_ApplyTask(b.topic, b.partition, b.source, a) for b in batches for a in b.applies]
+        results: list[ApplyResult | None] = [None] * len(tasks)
         for group in _rounds(tasks, lambda t: keys.apply_txid(self._internal, t.apply.stream, t.topic, t.partition)):
-            done = self._apply_together([tasks[i] for i in group])
-            for i, result in zip(group, done, strict=True):
-                tasks[i] = tasks[i]._replace(result=result)
-        flat = iter(tasks)
-        for b, out in zip(batches, results, strict=True):
-            out.extend(cast("ApplyResult", next(flat).result) for _ in b.applies)
-        return results
+            for i, result in zip(group, self._apply_together([tasks[i] for i in group]), strict=True):
+                results[i] = result
+        flat = iter(cast("list[ApplyResult]", results))
+        return [[next(flat) for _ in b.applies] for b in batches]
 
     def _apply_together(self, tasks: Sequence[_ApplyTask]) -> list[ApplyResult]:
         """The transactions of ``tasks`` (no two of one id), open at once so that their round trips
@@ -1014,13 +1011,12 @@ def _runs(syncs: Sequence[tuple[int, int]], offsets: Sequence[int]) -> Iterator[
 
 
 class _ApplyTask(NamedTuple):
-    """One replica's apply within ``KafkaStore.apply_partitions``, and its result once done."""
+    """One replica's apply within ``KafkaStore.apply_partitions``."""
 
     topic: str
     partition: int
     source: str
     apply: ReplicaApply
-    result: ApplyResult | None = None
 
 
 def _rounds(tasks: Sequence[_ApplyTask], txid: Callable[[_ApplyTask], str]) -> list[list[int]]:
