@@ -69,6 +69,7 @@ from streamrep.store.kafka.client import (
     GROUP_ACTIVE,
     INTERNAL_TOPIC_CONFIG,
     MAX_READERS,
+    MAX_TRANSACTIONAL_PRODUCERS,
     NAMESPACE_SETTING,
     STALE_CLIENT_SECONDS,
     TIMEOUT_SECONDS,
@@ -1022,12 +1023,16 @@ class _ApplyTask(NamedTuple):
 def _rounds(tasks: Sequence[_ApplyTask], txid: Callable[[_ApplyTask], str]) -> list[list[int]]:
     """``tasks``' indexes in rounds whose transactions can be open at once: no two of one transactional
     id, or writing or expecting one mark of one stream (their checks would not see each other's
-    writes). A task goes in the round after the last one holding any of these, so order is kept."""
+    writes), and no more than the producers kept (``MAX_TRANSACTIONAL_PRODUCERS``: a round's own are
+    never closed under it). A task goes in a round after the last one holding any of these, so order
+    is kept."""
     last: dict[object, int] = {}
     rounds: list[list[int]] = []
     for i, task in enumerate(tasks):
         held = [txid(task), *((task.apply.stream, key) for key in (*task.apply.marks, *task.apply.expect))]
         at = max((last[h] + 1 for h in held if h in last), default=0)
+        while at < len(rounds) and len(rounds[at]) >= MAX_TRANSACTIONAL_PRODUCERS:
+            at += 1
         if at == len(rounds):
             rounds.append([])
         rounds[at].append(i)
