@@ -107,11 +107,15 @@ def bench_throughput(bootstrap: str, count: int, size: int, repeats: int) -> dic
     }
 
 
-def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100, profile: bool = False) -> dict:
+def bench_latency(
+    bootstrap: str, rate: int, seconds: float, size: int = 100, profile: bool = False, by_time: bool = False
+) -> dict:
     """The gateway process and the baseline loop, each under the same steady produce rate.
 
     :param profile: run the gateway with ``latency_profile``'s timers, and read the source too;
         the breakdown is in the result's ``profile`` (text).
+    :param by_time: also ``<name>_by_time``: p50 and p99 of the messages produced in each half second
+        of the window (where in the window the slow ones are: start-up, or a periodic stall).
     """
     ctx = mp.get_context("spawn")
     result = {"case": f"latency @ {rate}/s", "rate": rate, "seconds": seconds}
@@ -140,7 +144,10 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100, pr
                 target=lambda: source_ages.extend(replica_latencies(bootstrap, src, time.time() + seconds + 1))
             )
             source_reader.start()
-        lat = replica_latencies(bootstrap, dst, time.time() + seconds + 3)
+        pairs: list[tuple[float, float]] = []
+        lat = replica_latencies(bootstrap, dst, time.time() + seconds + 3, pairs=pairs)
+        if by_time:
+            result[f"{name}_by_time"] = by_half_second(pairs, window[0] * 1000)
         producer.join()
         worker.join()
         lat.sort()
@@ -155,11 +162,27 @@ def bench_latency(bootstrap: str, rate: int, seconds: float, size: int = 100, pr
     return result
 
 
-def bench_latency_repeated(bootstrap: str, rate: int, seconds: float, repeats: int, profile: bool) -> dict:
+def by_half_second(pairs: list[tuple[float, float]], start_ms: float) -> list[dict]:
+    """``(latency, read time)`` pairs grouped by the half second of the window in which each message
+    was produced: its count, p50 and p99 (ms)."""
+    slots: dict[int, list[float]] = {}
+    for latency, read_at in pairs:
+        slots.setdefault(int((read_at - latency - start_ms) // 500), []).append(latency)
+    rows = []
+    for slot, values in sorted(slots.items()):
+        values.sort()
+        p99 = values[max(0, int(len(values) * 0.99) - 1)]
+        rows.append({"from_s": slot / 2, "n": len(values), "p50_ms": statistics.median(values), "p99_ms": p99})
+    return rows
+
+
+def bench_latency_repeated(
+    bootstrap: str, rate: int, seconds: float, repeats: int, profile: bool, by_time: bool = False
+) -> dict:
     """``bench_latency`` ``repeats`` times (the baseline and the gateway take turns in each); medians of the runs."""
     runs = []
     for _ in range(repeats):
-        runs.append(bench_latency(bootstrap, rate, seconds, profile=profile))
+        runs.append(bench_latency(bootstrap, rate, seconds, profile=profile, by_time=by_time))
         print(
             f"latency run @ {rate}/s: {json.dumps({k: v for k, v in runs[-1].items() if k != 'profile'})}",
             file=sys.stderr,
@@ -186,6 +209,7 @@ def main() -> int:
     parser.add_argument("--rates", type=int, nargs="+", help="latency case at each of these rates (default: --rate)")
     parser.add_argument("--latency-repeats", type=int, default=1, help="latency runs per rate; medians reported")
     parser.add_argument("--profile", action="store_true", help="time the gateway's parts (latency_profile.py)")
+    parser.add_argument("--by-time", action="store_true", help="latency per half second of each window")
     parser.add_argument("--only", choices=("throughput", "latency"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -202,7 +226,9 @@ def main() -> int:
         if args.only in (None, "latency"):
             for rate in args.rates or [args.rate]:
                 results.append(
-                    bench_latency_repeated(bootstrap, rate, args.seconds, args.latency_repeats, args.profile)
+                    bench_latency_repeated(
+                        bootstrap, rate, args.seconds, args.latency_repeats, args.profile, args.by_time
+                    )
                 )
     except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
         print(f"benchmark error: {type(err).__name__}: {err}", file=sys.stderr)
