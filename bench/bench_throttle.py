@@ -5,9 +5,11 @@ and 10 MB/s, exactly once), and ``-throttle true`` yields to a competing writer 
     .venv/bin/python bench/bench_throttle.py --quick    # shorter windows
     .venv/bin/python bench/bench_throttle.py --json
 
-Embedded clusters ``sf`` -> ``ny`` (one SQLite file each) and the in-process gateway. Every figure is
-the median of ``--repeats`` runs, the runs of the cases interleaved (bench/README.md has the method
-and the numbers). Always exits 0: it reports, it does not gate.
+Embedded clusters ``sf`` -> ``ny`` (one SQLite file each) and the in-process gateway; with ``--kafka``
+also the byte-rate limit between two namespaces of a Kafka broker started here (the competing writer
+is the embedded case's only). Every figure is the median of ``--repeats`` runs, the runs of the cases
+interleaved (bench/README.md has the method and the numbers). Always exits 0: it reports, it does
+not gate.
 """
 
 from __future__ import annotations
@@ -21,7 +23,21 @@ import sys
 import threading
 import time
 
-from benchlib import PARTITIONS, TOPIC, fill, fresh_home, held, interleaved, median
+from benchlib import (
+    PARTITIONS,
+    TOPIC,
+    drop,
+    fill,
+    fresh_home,
+    held,
+    interleaved,
+    kafka_count,
+    kafka_home,
+    kafka_topic,
+    median,
+    start_broker,
+    stop_broker,
+)
 
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.message import Message
@@ -32,14 +48,14 @@ LIMITS = (1_000_000, 10_000_000)  # 1 MB/s and 10 MB/s (decimal, as the option's
 PER_SECOND = 1000  # messages a second at the limit: values of limit / 1000 bytes (1 KB, 10 KB)
 
 
-def rate_run(point: tuple[int, bool], seconds: float) -> tuple[float, bool]:
+def rate_run(point: tuple[int, bool], seconds: float, bootstrap: str | None = None) -> tuple[float, bool]:
     """Drain a backlog of ``limit * seconds`` bytes from sf into its replica on ny with one
     in-process gateway, with the limit or (``limited`` false) without it, as the baseline; the
     bytes a second, and whether the replica holds exactly the source's messages (none lost, none
-    twice)."""
+    twice). ``bootstrap``: on two namespaces of that Kafka broker, else on embedded clusters."""
     limit, limited = point
     size = limit // PER_SECOND
-    home, admin = fresh_home(("sf", "ny"))
+    home, admin = fresh_home(("sf", "ny")) if bootstrap is None else kafka_home(bootstrap)
     try:
         count = int(PER_SECOND * seconds)
         count -= count % PARTITIONS
@@ -59,9 +75,45 @@ def rate_run(point: tuple[int, bool], seconds: float) -> tuple[float, bool]:
                     first, began = step, time.monotonic()
                 moved += step
                 ended = time.monotonic()
-        return (moved - first) * size / (ended - began), held(admin, "/mapr/ny/r") == count == moved
+        if bootstrap is None:
+            replica = held(admin, "/mapr/ny/r")
+        else:  # read_committed, record by record: offsets also count commit markers
+            replica = kafka_count(bootstrap, kafka_topic(admin, "/mapr/ny/r"), count, timeout=60)
+        return (moved - first) * size / (ended - began), replica == count == moved
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        if bootstrap is None:
+            shutil.rmtree(home, ignore_errors=True)
+        else:
+            drop(admin, home)
+
+
+def rate_measures(rates: dict, suffix: str) -> list[dict]:
+    """The ``-maxbytespersec`` measures from ``rate_run``'s runs, by (limit, limited)."""
+    measures = []
+    for limit in LIMITS:
+        runs = rates[(limit, True)]
+        value = median([r for r, _ in runs])
+        unlimited = median([r for r, _ in rates[(limit, False)]])
+        exact = all(ok for _, ok in runs + rates[(limit, False)])
+        measures.append(
+            {
+                "name": f"maxbytespersec_{limit // 1_000_000}MB_rate{suffix}",
+                "unit": "B/s",
+                "value": round(value),
+                "baseline": limit,
+                "ratio": round(value / limit, 3),
+                "goal": "within 10% of the limit, exactly once",
+                "met": abs(value / limit - 1) <= 0.10 and exact,
+                "detail": {
+                    "runs": [round(r) for r, _ in runs],
+                    "exactly_once": exact,
+                    "value_bytes": limit // PER_SECOND,
+                    # the same drain without the limit: below the limit, the machine (not the limit) is the bound
+                    "unlimited": round(unlimited),
+                },
+            }
+        )
+    return measures
 
 
 def compete(home: str, seconds: float, counted: multiprocessing.Queue) -> None:
@@ -126,6 +178,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="4 s windows instead of 10 s")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--kafka", action="store_true", help="also the byte-rate limit on Kafka (a broker started here)"
+    )
     args = parser.parse_args()
     window = 4.0 if args.quick else 10.0
     load_start = os.getloadavg()
@@ -133,29 +188,16 @@ def main() -> int:
 
     points = [(limit, limited) for limit in LIMITS for limited in (False, True)]
     rates = interleaved({p: p for p in points}, lambda p: rate_run(p, window), max(3, args.repeats))
-    for limit in LIMITS:
-        runs = rates[(limit, True)]
-        value = median([r for r, _ in runs])
-        unlimited = median([r for r, _ in rates[(limit, False)]])
-        exact = all(ok for _, ok in runs + rates[(limit, False)])
-        measures.append(
-            {
-                "name": f"maxbytespersec_{limit // 1_000_000}MB_rate",
-                "unit": "B/s",
-                "value": round(value),
-                "baseline": limit,
-                "ratio": round(value / limit, 3),
-                "goal": "within 10% of the limit, exactly once",
-                "met": abs(value / limit - 1) <= 0.10 and exact,
-                "detail": {
-                    "runs": [round(r) for r, _ in runs],
-                    "exactly_once": exact,
-                    "value_bytes": limit // PER_SECOND,
-                    # the same drain without the limit: below the limit, the machine (not the limit) is the bound
-                    "unlimited": round(unlimited),
-                },
-            }
-        )
+    measures += rate_measures(rates, "")
+    if args.kafka:
+        broker = start_broker()
+        try:
+            kafka_rates = interleaved(
+                {p: p for p in points}, lambda p: rate_run(p, window, broker.bootstrap), max(3, args.repeats)
+            )
+        finally:
+            stop_broker(broker)
+        measures += rate_measures(kafka_rates, "_kafka")
     unlimited = median([r for r, _ in rates[(LIMITS[0], False)]]) / (LIMITS[0] // PER_SECOND) * SIZE
     print(f"unlimited at {SIZE} B: {unlimited / 1e6:.1f} MB/s", file=sys.stderr)
 
