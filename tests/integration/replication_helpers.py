@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from streamrep.client import Producer, StreamAdmin
+from streamrep.errors import Unavailable
 from streamrep.model.message import Message
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import Gateway
@@ -250,14 +251,22 @@ class Child:
 
 def wait_progressing(measure: Callable[[], int], goal: int, stall: float, what: str) -> None:
     """Poll ``measure`` until it reaches ``goal``; fail naming ``what`` only when it has not grown for
-    ``stall`` seconds. A slow machine moves slowly but keeps moving; a stuck replication does not."""
-    best, since = measure(), time.monotonic()
-    while best < goal:
-        time.sleep(0.05)
-        now = measure()
+    ``stall`` seconds. A slow machine moves slowly but keeps moving; a stuck replication does not. A
+    measure the cluster cannot answer yet (``Unavailable``: a broker just restarted) is no growth."""
+    best, since, error = -1, time.monotonic(), None
+    while True:
+        try:
+            now = measure()
+        except Unavailable as err:
+            now, error = best, err
         if now > best:
             best, since = now, time.monotonic()
-        assert time.monotonic() - since < stall, f"{what}: stuck at {best} of {goal} for {stall:.0f} s"
+        if best >= goal:
+            return
+        assert time.monotonic() - since < stall, (
+            f"{what}: stuck at {max(best, 0)} of {goal} for {stall:.0f} s (last error: {error})"
+        )
+        time.sleep(0.05)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
