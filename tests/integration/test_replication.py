@@ -30,6 +30,7 @@ from streamrep.client import Consumer, Producer
 from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound, RetryNow
 from streamrep.maprcli import replica_status_row
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState, position_key
+from streamrep.replication import gateway as gateway_module
 from streamrep.replication import pending as pending_module
 from streamrep.replication import setup, transfer
 from streamrep.replication.flows import flows_into
@@ -759,6 +760,39 @@ def test_a_gateway_pass_ends_even_while_producers_stay_ahead(api3, monkeypatch):
     monkeypatch.undo()
     drain(gw)
     assert_exactly_once(api, NY, sent + [v for values in chased for v in values])
+
+
+@ON_BOTH
+def test_a_running_gateways_pass_takes_what_arrives_then_reads_its_assignment_again(api3, monkeypatch):
+    """Within ``run``, a pass goes on with what arrives meanwhile (no new assignment and no marks read per
+    batch), but for ``PASS_SECONDS`` at most: with a producer always ahead, the gateway still reads its
+    assignment again, and so sees pauses, removals and new topics."""
+    api = api3
+    linked_pair(api, t=2)
+    monkeypatch.setattr(gateway_module, "PASS_SECONDS", 0.2)
+    store = api.store(api.path(SF))
+    real_read_span = store.read_span
+    chased: list[str] = []
+
+    def read_and_produce_more(stream, topic, partition, start, max_messages, readable=None):
+        read = real_read_span(stream, topic, partition, start, max_messages, readable)
+        if len(chased) < 2000:  # a producer that writes a message for every read
+            chased.extend(produce(api, f"{SF}:t", [f"chase-{len(chased)}"]))
+        return read
+
+    monkeypatch.setattr(store, "read_span", read_and_produce_more)
+    gw = Gateway(api, "newyork", "g1")
+    assignments, rounds = [], []
+    real_assignment, real_apply_reads = gw.assignment, gw._apply_reads
+    monkeypatch.setattr(gw, "assignment", lambda *a: (assignments.append(1), real_assignment(*a))[1])
+    monkeypatch.setattr(gw, "_apply_reads", lambda *a: (rounds.append(1), real_apply_reads(*a))[1])
+    sent = produce(api, f"{SF}:t", tagged("m", 10))
+    assert gw.run(interval=0.05, stop_after=1.5) is None
+    assert len(rounds) > 2 * len(assignments)  # rounds went on without a new assignment
+    assert len(assignments) >= 3  # and every pass ended, though the producer was never caught up
+    monkeypatch.undo()
+    drain(gw)
+    assert_exactly_once(api, NY, sent + chased)
 
 
 @ON_BOTH

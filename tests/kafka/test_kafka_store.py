@@ -18,6 +18,7 @@ from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, RetryNow,
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
+from streamrep.store.kafka.transactions import Transaction
 
 pytestmark = pytest.mark.kafka
 
@@ -96,16 +97,58 @@ def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
     assert store.offsets(stream, "t", 0)[1] == 8 and store.marks(stream) == {"p|src|t|0": 6}
 
 
+def test_an_apply_guesses_its_replica_offsets_and_checks_them_before_it_commits(store, monkeypatch):
+    """After its own commit, a store knows where its next apply into that partition lands, and writes
+    the marks and syncs with the messages (one flush instead of two). Another writer in between makes
+    the guess wrong: that apply aborts (nothing of it is left), the retry writes exact syncs, and the
+    partition is not guessed again for a while."""
+    stream, source = add_stream(store), "p|src|t|0"
+    store.create_topic(stream, "t", 1)
+    order: list[str] = []
+    real_flush = store._flush
+    monkeypatch.setattr(store, "_flush", lambda producer, what: (order.append("flush"), real_flush(producer, what)))
+    real_internal = Transaction.internal
+    monkeypatch.setattr(
+        Transaction,
+        "internal",
+        lambda txn, kind, key, value: (order.append(kind), real_internal(txn, kind, key, value)),
+    )
+
+    def apply(values: str, at: int) -> int:
+        order.clear()
+        batch = [Message(v.encode()) for v in values]
+        marks = store.marks(stream)
+        return store.apply(
+            stream, "t", 0, batch, {source: at + len(batch)}, {source: marks.get(source)}, source, syncs=[(0, at)]
+        )
+
+    assert apply("abc", 0) == 0
+    assert order.index("flush") < order.index("syncs")  # the first apply waits for the offsets
+    assert apply("de", 3) == 4  # after the first one's marker
+    assert order.index("syncs") < order.index("flush")  # guessed: written with the messages
+    plain = Producer({"bootstrap.servers": store.bootstrap})
+    plain.produce(store.native_topic(stream, "t"), b"local", partition=0)
+    assert plain.flush(10) == 0  # another writer: offset 7
+    with pytest.raises(RetryNow):
+        apply("fg", 5)
+    assert store.offset_syncs(stream, source) == [(0, 0, 0, 3), (3, 0, 4, 2)]  # the guess left nothing
+    assert apply("fg", 5) == 11  # after the local message (7), the aborted apply (8, 9) and its marker
+    assert order.index("flush") < order.index("syncs")  # not guessed again
+    assert store.offset_syncs(stream, source) == [(0, 0, 0, 3), (3, 0, 4, 2), (5, 0, 11, 2)]
+    values = [m.value for m in store.read(stream, "t", 0, 0, 100)]
+    assert values == [b"a", b"b", b"c", b"d", b"e", b"local", b"f", b"g"]
+
+
 class _ProducerAlwaysAhead(KafkaStore):
     """A store whose every read is followed by another message produced to the partition read:
     a topic produced to faster than it is counted (real writes to the real broker)."""
 
     reads = 0
 
-    def read_span(self, stream, topic, partition, start, max_messages):
+    def read_span(self, stream, topic, partition, start, max_messages, readable=None):
         self.reads += 1
         assert self.reads < 100, "the count chased the producer"
-        read = super().read_span(stream, topic, partition, start, max_messages)
+        read = super().read_span(stream, topic, partition, start, max_messages, readable)
         self.append(stream, topic, {partition: [Message(b"late")]})
         return read
 

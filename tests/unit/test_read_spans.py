@@ -90,7 +90,7 @@ class GappedStore(Store):
         messages = self.inner.read(stream, topic, partition, self._inner(key, start), max_messages)
         return [m._replace(offset=self._outer(key, m.offset)) for m in messages]
 
-    def read_span(self, stream, topic, partition, start, max_messages):
+    def read_span(self, stream, topic, partition, start, max_messages, readable=None):
         if self.before_read is not None:
             hook, self.before_read = self.before_read, None
             hook()

@@ -65,6 +65,9 @@ from streamrep.replication.transfer import (
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
 UNAVAILABLE_RETRY_MAX_SECONDS = 5.0  # a gateway retries a cluster that is down at least this often
+# A running gateway's pass keeps moving what arrives in its share for up to this long, then reads its
+# assignment again: pauses, removals, new topics and other gateways' shares take effect within it.
+PASS_SECONDS = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -152,6 +155,7 @@ class Gateway:
         self.pacer = Pacer()  # -maxbytespersec and -throttle (replication/throttle.py)
         self._beating = False  # within run_once: a long wait for the limit keeps the heartbeat
         self._prepared: set[tuple[SourcePartition, str]] = set()  # (unit, replica UUID) made ready (_prepare)
+        self._running = False  # within ``run``, where passes prepare ahead and take what arrives meanwhile
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -443,52 +447,60 @@ class Gateway:
         moved = 0
         errors: dict[Flow, str] = {}
         marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
+        positions: dict[SourcePartition, int] = {}  # each partition's next offset to move, while it is served
 
         def failed(unit: SourcePartition, err: StreamrepError) -> None:
             if isinstance(err, StoreFull):
                 raise err  # the whole destination is full, not this partition: the gateway stops, saying so
             errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in assignment.units[unit])
+            positions.pop(unit, None)
 
         # What is there now, not what producers add meanwhile: a pass must end, so that the gateway
         # heartbeats and sees pauses, removals and new topics. Each partition's next batch starts where
         # its last one ended: each apply moved every flow's stored position to at least there, and it
         # checks the positions in its own transaction.
-        due: dict[SourcePartition, tuple[int, int]] = {}  # unit -> (position, end)
+        due: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}  # unit -> (position, the source's bounds)
         for unit, flows in sorted(assignment.units.items()):
             try:
                 progress = self.progress({unit: flows}, marks)[unit]
-                if self._sampler is not None:  # within ``run``: a one-off drain makes nothing ready ahead
+                if self._running:  # a one-off drain makes nothing ready ahead
                     self._prepare(unit, flows, progress.position)
+                positions[unit] = progress.position
                 if self._apply_due(unit, flows, progress, marks):  # else nothing new: no read, no apply
-                    due[unit] = (progress.position, progress.source_end)
+                    due[unit] = (progress.position, (progress.source_start, progress.source_end))
             except StreamrepError as err:
                 failed(unit, err)
+        # A running gateway takes what arrived meanwhile for a while before it reads its assignment again.
+        until = time.monotonic() + (PASS_SECONDS if self._running else 0.0)
         while due and not self.stopping.is_set():  # a signal: the batches in progress were the last
             reads: dict[SourcePartition, SourceRead] = {}
-            for unit, (position, end) in due.items():
+            for unit, (position, bounds) in due.items():
                 try:
                     source_store = self.catalog.clusters.store(unit.source.cluster)
-                    reads[unit] = read_source(source_store, unit, position, max_messages, end)
+                    reads[unit] = read_source(source_store, unit, position, max_messages, bounds=bounds)
                 except StreamrepError as err:
                     failed(unit, err)
             # Every partition's batch at once: a store may overlap their transactions.
             applied = self._apply_reads(
                 {u: (assignment.units[u], r.messages, r.source_start, r.span) for u, r in reads.items()}, marks
             )
+            still: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
+            stalled: set[SourcePartition] = set()  # read, but not moved on (a read that found nothing): done this pass
             for unit, read in reads.items():
                 _, unit_errors = applied[unit]
                 if unit_errors:  # the other replicas have the batch; the pass reports this unit as failed
                     failed(unit, next(iter(unit_errors.values())))
-                    del due[unit]
                     continue
                 moved += len(read.messages)
-                read_from, position = read.span
-                end = due[unit][1]
-                if position >= end or position == read_from:
-                    del due[unit]
-                else:
-                    due[unit] = (position, end)
-            due = {unit: at for unit, at in due.items() if unit in reads}
+                read_from, positions[unit] = read.span
+                bounds = due[unit][1]
+                if positions[unit] == read_from:
+                    stalled.add(unit)
+                elif positions[unit] < bounds[1]:
+                    still[unit] = (positions[unit], bounds)
+            due = still
+            if time.monotonic() < until:
+                due.update(self._arrived({u: at for u, at in positions.items() if u not in due and u not in stalled}))
             self.keep_alive()
         self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
         self.errors = errors
@@ -497,6 +509,22 @@ class Gateway:
         else:
             self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
         return moved
+
+    def _arrived(self, positions: Mapping[SourcePartition, int]) -> dict[SourcePartition, tuple[int, tuple[int, int]]]:
+        """Those of ``positions``' partitions with messages past their position now, each with its
+        position and the source's bounds: what a running pass moves next without a new assignment.
+        A partition whose bounds cannot be read now waits for the next pass."""
+        result: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
+        for unit, position in positions.items():
+            try:
+                bounds = self.catalog.clusters.store(unit.source.cluster).offsets(
+                    unit.source_uuid, unit.topic, unit.partition
+                )
+            except StreamrepError:
+                continue
+            if bounds[1] > position:
+                result[unit] = (position, bounds)
+        return result
 
     def _prepare(self, unit: SourcePartition, flows: Iterable[Flow], position: int) -> None:
         """Make ready the read of ``unit`` from ``position`` and the apply into each replica partition
@@ -539,6 +567,7 @@ class Gateway:
         self.announce(where or placement("local"))
         outage = Outage(self.id, interval, wait=self.stopping.wait)
         sampler = self._sampler = LagSampler(self.lag, self.id, min(1.0, max(interval, 0.1)))
+        self._running = True
         sampler.start()
         try:
             while deadline is None or time.monotonic() < deadline:
@@ -563,6 +592,7 @@ class Gateway:
         finally:
             sampler.end(timeout=5.0)  # a sample under way is only an observation
             self._sampler = None
+            self._running = False
             self._give_up_heartbeat()
 
     def _give_up_heartbeat(self) -> None:

@@ -76,15 +76,25 @@ class SourceRead(NamedTuple):
 
 
 def read_until(
-    source_store: Store, unit: SourcePartition, start: int, max_messages: int, end: int | None = None
+    source_store: Store,
+    unit: SourcePartition,
+    start: int,
+    max_messages: int,
+    end: int | None = None,
+    readable: int | None = None,
 ) -> tuple[list[Message], int]:
     """``Store.read_span`` of ``unit``, stopping at source offset ``end`` (None: no end): the
-    messages and the offset to read next, never beyond ``end``."""
+    messages and the offset to read next, never beyond ``end``.
+
+    :param readable: as ``Store.read_span``.
+    """
     if end is not None:
         max_messages = min(max_messages, end - start)  # the range holds at most this many messages
     if max_messages <= 0:
         return [], start
-    messages, read_next = source_store.read_span(unit.source_uuid, unit.topic, unit.partition, start, max_messages)
+    messages, read_next = source_store.read_span(
+        unit.source_uuid, unit.topic, unit.partition, start, max_messages, readable
+    )
     if end is not None and read_next > end:
         # The read went past the end (offsets holding no message were within it): every
         # message of [start, end) is still in it.
@@ -95,12 +105,29 @@ def read_until(
 
 
 def read_source(
-    source_store: Store, unit: SourcePartition, start: int, max_messages: int, end: int | None = None
+    source_store: Store,
+    unit: SourcePartition,
+    start: int,
+    max_messages: int,
+    end: int | None = None,
+    bounds: tuple[int, int] | None = None,
 ) -> SourceRead:
     """``read_until``, with the oldest offset the source holds read afterwards: messages that
-    retention removed before the read are then recorded as lost by the apply, not skipped."""
-    messages, read_next = read_until(source_store, unit, start, max_messages, end)
-    source_start = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
+    retention removed before the read are then recorded as lost by the apply, not skipped.
+
+    :param bounds: ``(first, end)`` of the partition as ``Store.offsets`` gave them a moment ago.
+        The read goes no further than that ``end`` and does not ask for it again; and when the batch
+        starts at ``start``, nothing before it was removed, so ``first`` stands for the oldest offset
+        held (asked again otherwise).
+    """
+    readable = None if bounds is None else bounds[1]
+    if readable is not None:
+        end = readable if end is None else min(end, readable)
+    messages, read_next = read_until(source_store, unit, start, max_messages, end, readable)
+    if bounds is not None and messages and messages[0].offset == start:
+        source_start = bounds[0]
+    else:
+        source_start = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
     return SourceRead(messages, (start, read_next), source_start)
 
 

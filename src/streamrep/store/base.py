@@ -125,11 +125,14 @@ class Store(ABC):
         """Up to ``max_messages`` messages from offset ``start`` on, in offset order."""
 
     def read_span(
-        self, stream: str, topic: str, partition: int, start: int, max_messages: int
+        self, stream: str, topic: str, partition: int, start: int, max_messages: int, readable: int | None = None
     ) -> tuple[list[Message], int]:
         """Up to ``max_messages`` messages from offset ``start`` on, and the offset to read next:
         every message of the partition in ``[start, next)`` is in the list (offsets in between
         that hold no message, such as Kafka's transaction markers, are skipped).
+
+        :param readable: the partition's end as ``offsets`` gave it to the caller a moment ago: a
+            network store reads up to there without asking again (None: it asks).
 
         This default is for gap-free offsets: ``next`` follows the last message read, or, with
         none read, is ``start`` clamped to the oldest offset held (never past a message)."""

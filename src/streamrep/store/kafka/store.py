@@ -90,6 +90,9 @@ _STORE_KIND = "store"
 # also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
 _STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _F = TypeVar("_F", bound=Fold)
+# After another writer wrote into a replica partition between two applies of this store (a takeover, or
+# local producers to a multi-master replica), its offsets are not guessed for this long (_apply_together).
+UNGUESSED_SECONDS = 60.0
 
 
 class _Reader:
@@ -145,6 +148,11 @@ class KafkaStore(Store):
         self._uncommitted_consumer: Consumer | None = None  # sees the high watermark, not the LSO
         self._transactions = Transactions(self)
         self._readers: OrderedDict[tuple[str, int], _Reader] = OrderedDict()  # by (Kafka topic, partition)
+        # The offset the next apply into a replica partition gets if nobody else writes there (after its last
+        # commit, whose marker takes one offset), and until when (monotonic) it is not guessed for a partition
+        # where another writer proved it wrong.
+        self._next_offsets: dict[tuple[str, int], int] = {}
+        self._unguessed_until: dict[tuple[str, int], float] = {}
         self._folds: dict[str, Fold] = {}
         self._internal_ready = False
         self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
@@ -568,11 +576,14 @@ class KafkaStore(Store):
         return self.read_span(stream, topic, partition, start, max_messages)[0]
 
     def read_span(
-        self, stream: str, topic: str, partition: int, start: int, max_messages: int
+        self, stream: str, topic: str, partition: int, start: int, max_messages: int, readable: int | None = None
     ) -> tuple[list[Message], int]:
         name = self._kafka_name(stream, topic)
-        first, end = self._watermarks(name, partition, topic)
-        start = max(start, first)
+        if readable is None:
+            first, end = self._watermarks(name, partition, topic)
+            start = max(start, first)
+        else:  # below the oldest offset held, the reader resets to it (auto.offset.reset): a read that starts later
+            end = readable
         if start >= end or max_messages <= 0:
             return [], start
         consumer = self._reader(name, partition, start)
@@ -838,11 +849,17 @@ class KafkaStore(Store):
         """The transactions of ``tasks`` (no two of one id), open at once so that their round trips
         overlap: all begun (a new producer fences every other writer of its id), the marks read once
         after that, every check and produce, one flush each, marks and syncs, the commits, and one
-        wait until all are readable. Each still commits or aborts alone."""
+        wait until all are readable. Each still commits or aborts alone.
+
+        The syncs name the replica offsets the messages got. Where those can be predicted (this store
+        was the partition's last writer), the marks and syncs go with the messages, in one flush, and
+        the offsets are checked before the commit; a wrong guess aborts (``RetryNow``: planned again
+        from the stored state), and that partition is not guessed for ``UNGUESSED_SECONDS``."""
         results: list[ApplyResult | None] = [None] * len(tasks)
         txns: dict[int, Transaction] = {}  # open
         committed: dict[int, Transaction] = {}
         offsets = [[-1] * len(t.apply.messages) for t in tasks]
+        predicted: dict[int, list[int]] = {}  # the replica offsets the marks and syncs were written with
         errors: list[list[KafkaError]] = [[] for _ in tasks]
 
         def each(step: Callable[[int, _ApplyTask, Transaction], object]) -> None:
@@ -877,24 +894,40 @@ class KafkaStore(Store):
                         )
                 if messages:
                     name = self._kafka_name(stream, task.topic)
+                    # Set again only by this commit: a failed apply leaves the next offset unknown.
+                    first = self._next_offsets.pop((name, task.partition), None)
                     self._produce_all(txn.producer, name, task.partition, messages, offsets[i], errors[i])
+                    if first is not None and self._unguessed_until.get((name, task.partition), 0) < time.monotonic():
+                        predicted[i] = list(range(first, first + len(messages)))
+                        write_marks(task, txn, predicted[i])
 
-            def mark(i: int, task: _ApplyTask, txn: Transaction) -> None:
-                stream, messages, marks, _, syncs = task.apply[:5]
-                if messages:  # the offsets are needed for the syncs
-                    name = self._kafka_name(stream, task.topic)
-                    self._flush(txn.producer, f"cannot write to {name}")
-                    if errors[i]:
-                        raise self._translate(errors[i][0], f"cannot write to {name}")
+            def write_marks(task: _ApplyTask, txn: Transaction, replica_offsets: Sequence[int]) -> None:
+                stream, _, marks, _, syncs = task.apply[:5]
                 for key, value in marks.items():
                     txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
-                runs = [(s, task.partition, r, n) for s, r, n in _runs(syncs, offsets[i])]
+                runs = [(s, task.partition, r, n) for s, r, n in _runs(syncs, replica_offsets)]
                 for source_offset, sync in self._syncs_writes(stream, task.source, runs).items():
                     txn.internal(
                         "syncs",
                         keys.sync_key(stream, task.source, source_offset),
                         None if sync is None else keys.sync_value(*sync[1:]),
                     )
+
+            def mark(i: int, task: _ApplyTask, txn: Transaction) -> None:
+                stream, messages = task.apply[:2]
+                if messages:  # the offsets are needed for the syncs
+                    name = self._kafka_name(stream, task.topic)
+                    self._flush(txn.producer, f"cannot write to {name}")
+                    if errors[i]:
+                        raise self._translate(errors[i][0], f"cannot write to {name}")
+                    if i in predicted:
+                        if predicted[i] == offsets[i]:
+                            return  # written with the messages, and right
+                        self._unguessed_until[(name, task.partition)] = time.monotonic() + UNGUESSED_SECONDS
+                        raise RetryNow(
+                            f"cluster {self.cluster}: another writer wrote to {name}/{task.partition}; retry"
+                        )
+                write_marks(task, txn, offsets[i])
 
             each(produce)
             each(mark)
@@ -903,6 +936,10 @@ class KafkaStore(Store):
             def commit(i: int, task: _ApplyTask, txn: Transaction) -> None:
                 self._transactions.commit(txn)
                 committed[i] = txns.pop(i)
+                if task.apply.messages:  # the commit's marker takes the offset after the last message
+                    self._next_offsets[(self._kafka_name(task.apply.stream, task.topic), task.partition)] = (
+                        offsets[i][-1] + 2
+                    )
 
             each(commit)
         except BaseException as exc:  # an interrupt, or a failure of no one transaction: none is left open
