@@ -97,6 +97,23 @@ def test_apply_is_one_transaction_and_its_offsets_have_markers(store):
     assert store.offsets(stream, "t", 0)[1] == 8 and store.marks(stream) == {"p|src|t|0": 6}
 
 
+def test_offsets_many_ends_at_the_last_stable_offset(store):
+    """Records of a transaction still open are not readable yet: every end a reader is given stops before them."""
+    stream = add_stream(store)
+    store.create_topic(stream, "t", 2)
+    store.append(stream, "t", {0: [Message(b"a"), Message(b"b")]})
+    writer = Producer({"bootstrap.servers": store.bootstrap, "transactional.id": f"open-{uuid.uuid4()}"})
+    writer.init_transactions(10)
+    writer.begin_transaction()
+    writer.produce(store.native_topic(stream, "t"), b"pending", partition=0)
+    assert writer.flush(10) == 0
+    try:
+        assert store.offsets_many([(stream, "t", 0), (stream, "t", 1)]) == [(0, 2), (0, 0)]
+        assert store.offsets(stream, "t", 0) == (0, 2)
+    finally:
+        writer.abort_transaction(10)
+
+
 def test_an_apply_guesses_its_replica_offsets_and_checks_them_before_it_commits(store, monkeypatch):
     """After its own commit, a store knows where its next apply into that partition lands, and writes
     the marks and syncs with the messages (one flush instead of two). Another writer in between makes

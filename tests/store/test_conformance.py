@@ -408,6 +408,19 @@ def test_groups_are_those_with_a_cursor_on_the_stream(store, stream, new_stream)
 KEY = "p|src|t|0"
 
 
+def test_offsets_many_answers_each_part_as_offsets_does_and_fails_alone(store, stream):
+    store.create_topic(stream, "t", 2)
+    store.append(stream, "t", {0: msgs("a", "b", "c"), 1: msgs("d")})
+    parts = [(stream, "t", 1), (stream, "t", 0), (stream, "t", 7), (stream, "t", 0)]
+    got = store.offsets_many(parts)
+    assert got[0] == store.offsets(stream, "t", 1) and got[1] == got[3] == store.offsets(stream, "t", 0)
+    assert got[1][1] - got[1][0] >= 3 and got[0][1] > got[0][0]
+    with pytest.raises(StreamrepError) as missing:
+        store.offsets(stream, "t", 7)
+    assert type(got[2]) is type(missing.value)  # the one part that has no partition, alone
+    assert store.offsets_many([]) == []
+
+
 def test_apply_writes_messages_and_marks_together_or_not_at_all(store, stream):
     store.create_topic(stream, "t", 1)
     first = store.apply(stream, "t", 0, msgs("a", "b"), {KEY: 2}, {KEY: None})

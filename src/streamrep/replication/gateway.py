@@ -513,17 +513,22 @@ class Gateway:
     def _arrived(self, positions: Mapping[SourcePartition, int]) -> dict[SourcePartition, tuple[int, tuple[int, int]]]:
         """Those of ``positions``' partitions with messages past their position now, each with its
         position and the source's bounds: what a running pass moves next without a new assignment.
-        A partition whose bounds cannot be read now waits for the next pass."""
+        Each source cluster is asked once for all of its partitions; a partition whose bounds cannot
+        be read now waits for the next pass."""
+        by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
+        for unit in positions:
+            by_cluster[unit.source.cluster].append(unit)
         result: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
-        for unit, position in positions.items():
+        for cluster, units in by_cluster.items():
             try:
-                bounds = self.catalog.clusters.store(unit.source.cluster).offsets(
-                    unit.source_uuid, unit.topic, unit.partition
+                asked = self.catalog.clusters.store(cluster).offsets_many(
+                    [(unit.source_uuid, unit.topic, unit.partition) for unit in units]
                 )
             except StreamrepError:
                 continue
-            if bounds[1] > position:
-                result[unit] = (position, bounds)
+            for unit, bounds in zip(units, asked, strict=True):
+                if not isinstance(bounds, StreamrepError) and bounds[1] > positions[unit]:
+                    result[unit] = (positions[unit], bounds)
         return result
 
     def _prepare(self, unit: SourcePartition, flows: Iterable[Flow], position: int) -> None:

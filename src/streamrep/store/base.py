@@ -145,6 +145,17 @@ class Store(ABC):
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
         """``(start, end)``: the first offset still held and the next offset to be assigned."""
 
+    def offsets_many(self, parts: Sequence[tuple[str, str, int]]) -> list[tuple[int, int] | StreamrepError]:
+        """``offsets`` of each ``(stream, topic, partition)``, in order; a part that cannot be read
+        gets its error, and the others are still answered. A network store asks for all at once."""
+        result: list[tuple[int, int] | StreamrepError] = []
+        for stream, topic, partition in parts:
+            try:
+                result.append(self.offsets(stream, topic, partition))
+            except StreamrepError as err:
+                result.append(err)
+        return result
+
     @abstractmethod
     def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
         """Retention: drop each partition's oldest messages up to the first one at or after

@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple, TypeVar, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewPartitions, NewTopic  # where the stubs declare them (admin re-exports)
 
 import streamrep.store.kafka.keys as keys
@@ -90,6 +90,7 @@ _STORE_KIND = "store"
 # also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
 _STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _F = TypeVar("_F", bound=Fold)
+UNKNOWN_PART = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 # After another writer wrote into a replica partition between two applies of this store (a takeover, or
 # local producers to a multi-master replica), its offsets are not guessed for this long (_apply_together).
 UNGUESSED_SECONDS = 60.0
@@ -653,15 +654,23 @@ class KafkaStore(Store):
                 code = err.code() if err is not None else None
                 if code not in TRANSIENT or time.monotonic() >= deadline:
                     raise self._translate(exc, f"cannot read offsets of {name}") from None
-                if code in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART):
-                    if self._kafka_topics().get(name, 0) <= partition:
-                        raise NotFound(f"topic {topic} has no partition {partition}") from None
+                if code in UNKNOWN_PART:
+                    missing = self._no_partition(name, topic, partition)
+                    if missing is not None:
+                        raise missing from None
                     with self._errors(f"cannot read metadata of {name}"):  # added since the client last looked
                         consumer.list_topics(name, timeout=TIMEOUT_SECONDS)
                 if time.monotonic() >= replace_at:
                     self._drop_offsets_client(uncommitted)
                     replace_at = time.monotonic() + STALE_CLIENT_SECONDS
                 time.sleep(0.05)
+
+    def _no_partition(self, name: str, topic: str, partition: int) -> NotFound | None:
+        """NotFound if Kafka topic ``name`` (``topic``) has no ``partition``; None if it has (a client's
+        stale metadata said otherwise)."""
+        if self._kafka_topics().get(name, 0) <= partition:
+            return NotFound(f"topic {topic} has no partition {partition}")
+        return None
 
     def _drop_offsets_client(self, uncommitted: bool) -> None:
         """Close the cached client that reads offsets (the next call makes a new one)."""
@@ -674,6 +683,48 @@ class KafkaStore(Store):
 
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:
         return self._watermarks(self._kafka_name(stream, topic), partition, topic)
+
+    def offsets_many(self, parts: Sequence[tuple[str, str, int]]) -> list[tuple[int, int] | StreamrepError]:
+        """Two ListOffsets requests for all of ``parts`` at once (the first offsets, and the last stable
+        ones), instead of two per part one after another: 1 ms for 16 partitions against 5.6 ms here."""
+        named: list[TopicPartition | StreamrepError] = []
+        topics: dict[str, str] = {}  # Kafka topic -> the stream's topic (for messages)
+        for stream, topic, partition in parts:
+            try:
+                name = self._kafka_name(stream, topic)
+            except StreamrepError as err:
+                named.append(err)
+                continue
+            topics[name] = topic
+            named.append(TopicPartition(name, partition))
+        wanted = {tp for tp in named if isinstance(tp, TopicPartition)}
+        if not wanted:
+            return cast("list[tuple[int, int] | StreamrepError]", named)
+        with self._errors("cannot read offsets"):
+            asked = [
+                self._admin().list_offsets(
+                    {tp: spec for tp in wanted},
+                    isolation_level=IsolationLevel.READ_COMMITTED,
+                    request_timeout=TIMEOUT_SECONDS,
+                )
+                for spec in (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
+            ]
+        result: list[tuple[int, int] | StreamrepError] = []
+        for tp in named:
+            if not isinstance(tp, TopicPartition):
+                result.append(tp)
+                continue
+            try:
+                first, end = (futures[tp].result().offset for futures in asked)
+            except KafkaException as exc:
+                reason = kafka_error(exc)
+                unknown = reason is not None and reason.code() in UNKNOWN_PART
+                missing = self._no_partition(tp.topic, topics[tp.topic], tp.partition) if unknown else None
+                failure = missing or self._translate(exc, f"cannot read offsets of {tp.topic}")
+                result.append(failure if isinstance(failure, StreamrepError) else Unavailable(str(failure)))
+                continue
+            result.append((first, end))
+        return result
 
     def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
         name = self._kafka_name(stream, topic)

@@ -248,4 +248,4 @@ class Transactions:
                         f"cluster {self.store.cluster}: a committed write to {name} did not become readable "
                         f"within {VISIBLE_WITHIN_SECONDS:.0f} s"
                     )
-                time.sleep(0.002)
+                time.sleep(0.0005)
