@@ -25,6 +25,7 @@ from replication_helpers import (
     origin,
     produce,
     user_view,
+    wait_until,
 )
 
 from streamrep.client import Consumer, Producer
@@ -804,6 +805,47 @@ def test_a_running_gateways_pass_takes_what_arrives_then_reads_its_assignment_ag
     monkeypatch.undo()
     drain(gw)
     assert_exactly_once(api, NY, sent + chased)
+
+
+def test_a_pause_stops_a_busy_running_gateway_within_its_pass_bound(api3, monkeypatch):
+    """A running pass goes on with what arrives for up to ``PASS_SECONDS``; with a producer always
+    ahead of it, a pause still takes effect when that pass ends, at a clean position, and a resume
+    goes on from there exactly once."""
+    api = api3
+    linked_pair(api, t=3)
+    gw = Gateway(api, "newyork", "g1")
+    sent = produce(api, f"{SF}:t", tagged("m", 30))
+    store = api.store(api.path(SF))
+    real_read_span = store.read_span
+    numbers = itertools.count()  # reads come from the lag sampler's thread too
+
+    def read_and_produce_more(stream, topic, partition, start, max_messages, readable=None):
+        read = real_read_span(stream, topic, partition, start, max_messages, readable)
+        if len(sent) < 20000:  # a producer that writes a message for every read: never caught up
+            sent.extend(produce(api, f"{SF}:t", [f"chase-{next(numbers)}"]))
+        return read
+
+    monkeypatch.setattr(store, "read_span", read_and_produce_more)
+    runner = threading.Thread(target=gw.run, kwargs={"interval": 0.05, "stop_after": 30.0})
+    runner.start()
+    try:
+        wait_until(lambda: count(api, NY) > 0, 20, "the running gateway to move messages")
+        api.pause_replica(SF, NY)
+        time.sleep(gateway_module.PASS_SECONDS + 2.0)  # the pass under way ends; the next ones see the pause
+        held = count(api, NY)
+        time.sleep(1.0)
+        assert count(api, NY) == held, "a paused replica went on receiving"
+    finally:
+        gw.stopping.set()
+        runner.join(timeout=30)
+    monkeypatch.undo()
+    assert 0 < held < len(sent) < 20000
+    src, dst = contents(api, SF), contents(api, NY)
+    for (topic, p), held_here in dst.items():  # each replica partition a prefix of its source partition
+        assert [user_view(m) for m in held_here] == [user_view(m) for m in src[(topic, p)][: len(held_here)]]
+    api.resume_replica(SF, NY)
+    assert drain(Gateway(api, "newyork", "g1")) == len(sent) - held  # ``gw`` was told to stop
+    assert_exactly_once(api, NY, sent)
 
 
 @ON_BOTH
