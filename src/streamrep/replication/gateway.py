@@ -470,6 +470,8 @@ class Gateway:
                     due[unit] = (progress.position, (progress.source_start, progress.source_end))
             except StreamrepError as err:
                 failed(unit, err)
+        # Only what the share holds now: the set stays as small as the share.
+        self._prepared = {(unit, replica) for unit, replica in self._prepared if unit in assignment.units}
         # A running gateway takes what arrived meanwhile for a while before it reads its assignment again.
         until = time.monotonic() + (PASS_SECONDS if self._running else 0.0)
         while due and not self.stopping.is_set():  # a signal: the batches in progress were the last

@@ -185,7 +185,7 @@ def apply_to_replicas(
         dropped from it (its next plan reads the store).
     :return: messages written, and the errors, by replica UUID (each replica in one of them).
     """
-    read = UnitApply(unit, replica_uuids, batch, source_start, span, compression or {})
+    read = UnitApply(unit, replica_uuids, batch, source_start, span, compression)
     return apply_reads(replica_store, [read], known_marks)[0]
 
 
@@ -197,7 +197,7 @@ class UnitApply(NamedTuple):
     batch: Sequence[Message]
     source_start: int = 0
     span: tuple[int, int] | None = None
-    compression: Mapping[str, str] = {}
+    compression: Mapping[str, str] | None = None  # by replica UUID; None: each replica the store's default
 
 
 class _UnitState:
@@ -253,7 +253,14 @@ class _UnitState:
             expect[self.stop] = None  # a failover that stops the flow meanwhile refuses this commit
             self.plans[replica_uuid] = plan
             applies.append(
-                ReplicaApply(replica_uuid, plan.messages, plan.marks, expect, plan.syncs, compression.get(replica_uuid))
+                ReplicaApply(
+                    replica_uuid,
+                    plan.messages,
+                    plan.marks,
+                    expect,
+                    plan.syncs,
+                    None if compression is None else compression.get(replica_uuid),
+                )
             )
         self.pending = []
         return applies
