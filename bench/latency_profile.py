@@ -1,7 +1,7 @@
 """Where a replicated message's milliseconds go: a bench-side profiler of the in-process gateway on Kafka.
 
 ``profiled_gateway_loop`` runs ``benchlib.gateway_loop``'s gateway with timers wrapped around the
-parts of a pass (nothing in ``src/`` changes): the heartbeat, the assignment, each partition's
+parts of a pass (nothing in ``plugins/`` changes): the heartbeat, the assignment, each partition's
 progress, read and apply, and inside the apply the transactional producer's init, the flushes, the
 commit and the wait until the commit is readable; then the lag sampler and the idle sleep. It also
 records each replicated message's age (now - its produce timestamp) when its read returned, when its

@@ -96,7 +96,7 @@ class Job:
         pids = tree(self.root)
         commands = [command(p) for p in pids]
         assert any("java" in c and "SparkSubmit" in c for c in commands), commands
-        assert any(f"spark/apps/{self.app}.py" in c for c in commands), commands
+        assert any(f"spark_apps/{self.app}.py" in c for c in commands), commands
         assert any("pyspark.daemon" in c for c in commands), commands
         self.pids = [p for p in pids if p != self.root or "SparkSubmit" in command(p)]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from streamrep.client import Producer
-from streamrep.errors import Unavailable
+from streamrep.errors import Misinstalled
 from streamrep.model.message import Message
 from streamrep.replication.apply import ORIGIN_HEADER
 from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
@@ -742,7 +742,7 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     assert argv[argv.index("--master") + 1] == "local[2]"
     assert "spark.ui.enabled=false" in argv and "spark.python.worker.reuse=true" in argv
     assert argv[-5:] == [
-        str(Path(submit.__file__).resolve().parent / "apps" / "copystream.py"),
+        str(Path(submit.__file__).resolve().parents[3] / "spark_apps" / "copystream.py"),
         "--src",
         "/mapr/a/s",
         "--dst",
@@ -758,7 +758,7 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     assert argv[argv.index("--master") + 1] == "spark://somewhere:7077" and "spark.executor.memory=2g" in argv
 
     path, args, conf = submit.application("gateway", ["--cluster", "c", "--once"])
-    assert path.endswith("streamrep/spark/apps/gateway.py") and args == ["--cluster", "c", "--once"]
+    assert path.endswith("spark_apps/gateway.py") and args == ["--cluster", "c", "--once"]
     assert conf["spark.ui.enabled"] == "false"
 
     apps = tmp_path / "apps"
@@ -766,11 +766,11 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     (apps / "gateway.py").write_text("")
     monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
     assert submit.application("gateway")[0] == str(apps / "gateway.py")
-    with pytest.raises(Unavailable, match="copystream not found"):
+    with pytest.raises(Misinstalled, match=r"Spark app copystream.py not found in .*apps: point STREAMREP_SPARK_APPS"):
         submit.application("copystream")
 
     monkeypatch.setattr(submit.shutil, "which", lambda *a, **k: None)
-    with pytest.raises(Unavailable, match="spark-submit was not found"):
+    with pytest.raises(Misinstalled, match="spark-submit was not found"):
         submit.run_app("gateway", ["--cluster", "c"])
 
 
@@ -779,10 +779,10 @@ def test_a_worker_without_java_gets_one_line_naming_the_fix(tmp_path):
     from streamrep.spark import submit
 
     venv_bin = str(Path(sys.executable).parent)  # spark-submit is here, java is not
-    with pytest.raises(Unavailable, match=r"Spark needs Java on this worker \(no java on PATH\): install a JRE"):
+    with pytest.raises(Misinstalled, match=r"Spark needs Java on this worker \(no java on PATH\): install a JRE"):
         submit.spark_submit_command("copystream", ["--src", "a", "--dst", "b"], env={"PATH": venv_bin})
     bogus = tmp_path / "jdk"
-    with pytest.raises(Unavailable, match=f"JAVA_HOME={bogus} has no bin/java.*set JAVA_HOME"):
+    with pytest.raises(Misinstalled, match=f"JAVA_HOME={bogus} has no bin/java.*set JAVA_HOME"):
         submit.spark_submit_command("gateway", ["--cluster", "c"], env={"PATH": venv_bin, "JAVA_HOME": str(bogus)})
     java = submit.require_java({"PATH": os.environ["PATH"]})  # this machine has one
     assert os.access(java, os.X_OK)
@@ -831,7 +831,7 @@ def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_
     jars.mkdir(parents=True)
     (jars / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
     with pytest.raises(
-        Unavailable,
+        Misinstalled,
         match=r"Python files are 4\.2\.0 but its jars are 4\.3\.0 .*"
         r"pip install --force-reinstall --no-deps pyspark==4\.3\.0",
     ):

@@ -151,6 +151,35 @@ def test_celery_executor_with_a_worker_and_connection_testing(compose_config):
         assert services[name]["environment"]["AIRFLOW__CORE__TEST_CONNECTION"] == "Enabled", name
 
 
+def bind_mounts(service: dict) -> dict[str, Path]:
+    """A service's bind mounts, target to source, in the short form docker-compose 1.29 prints
+    (``/abs/src:/target:rw``) or the long one (``{type: bind, source, target}``)."""
+    mounts = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, dict):
+            if volume.get("type") == "bind":
+                mounts[volume["target"]] = Path(volume["source"])
+        elif volume.startswith(("/", ".")):
+            source, target = volume.split(":")[:2]
+            mounts[target] = Path(source)
+    return mounts
+
+
+def test_the_design_cards_folders_are_mounted_not_baked_in(compose_config):
+    """dags/, plugins/ and spark_apps/ are mounted into every Airflow service, as the official
+    compose file mounts dags/ and plugins/; the Spark worker's executors import the mounted package."""
+    services = compose_config["services"]
+    folders = {"/opt/airflow/dags": "dags", "/opt/airflow/plugins": "plugins", "/opt/airflow/spark_apps": "spark_apps"}
+    for name in AIRFLOW_IMAGE_SERVICES - {"spark-master", "spark-worker"}:
+        mounts = bind_mounts(services[name])
+        for target, folder in folders.items():
+            assert mounts.get(target) in (REPO / folder, Path(".") / folder), f"{name} does not mount ./{folder}"
+    assert bind_mounts(services["spark-worker"]).get("/opt/airflow/plugins") in (REPO / "plugins", Path("plugins"))
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "PYTHONPATH=/opt/airflow/plugins" in dockerfile and "COPY src/" not in dockerfile
+    assert not re.search(r"^COPY\b.*\b(plugins|dags|spark_apps)/", dockerfile, flags=re.MULTILINE)
+
+
 def test_ports_are_published_on_loopback_only(compose_config):
     published = 0
     for name, service in compose_config["services"].items():

@@ -14,7 +14,7 @@ DOC = """
 ### Gateways of a cluster
 
 Starts the gateways that replicate into the replicas on `cluster`, one task per gateway, each a
-Spark application (`streamrep/spark/apps/gateway.py`) that runs a loop of batch passes: its driver
+Spark application (`spark_apps/gateway.py`) that runs a loop of batch passes: its driver
 plans each pass (the gateway's share of the source partitions, from the stored positions) and runs
 it as one Spark job whose tasks read the sources and apply into the replicas. It is not a
 Structured Streaming query and keeps no checkpoint.

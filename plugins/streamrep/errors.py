@@ -44,6 +44,11 @@ class Unavailable(StreamrepError):
     """A cluster cannot be reached right now: worth retrying (a corrupt store is ``CorruptStore``)."""
 
 
+class Misinstalled(StreamrepError):
+    """This machine's installation cannot run a job (no Java, no spark-submit, a missing Spark app,
+    pyspark's files not its jars' release): retrying cannot help until it is fixed."""
+
+
 class CorruptStore(StreamrepError):
     """A cluster's store file is corrupt, or is not a streamrep store it can read: retrying cannot
     help (unlike ``Unavailable``); restore the file, or remove the cluster and add it again."""

@@ -8,8 +8,9 @@ A job never outlives the process that started it: ``tether()`` gives the ``subpr
 options every launch uses (the CLI's and the Airflow operators'), and ``stop_job`` stops a job
 with everything it started. See "the job's lifetime" below for why these mechanisms.
 
-The apps are package data, ``streamrep/spark/apps/<app>.py`` (``STREAMREP_SPARK_APPS`` overrides
-the folder). The master is ``local[2]`` unless ``STREAMREP_SPARK_MASTER`` or ``master`` says
+The apps' one source is the repository's ``spark_apps/`` folder. The wheel carries it as package
+data (``streamrep/spark_apps/``); a folder deployment has it beside the folder that holds the
+package (``plugins/`` and ``spark_apps/``); ``STREAMREP_SPARK_APPS`` overrides both. The master is ``local[2]`` unless ``STREAMREP_SPARK_MASTER`` or ``master`` says
 otherwise (``spark://host:port`` for a standalone cluster). Every Python process Spark starts runs
 this interpreter (the venv that has streamrep and pyarrow) unless ``STREAMREP_SPARK_PYTHON`` names
 the Python of the cluster's workers, and ``spark-submit`` is taken from this venv first.
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamrep.client.identity import LAUNCHER_USER, current_identity, named_user
-from streamrep.errors import InvalidArgument, StreamrepError, Unavailable
+from streamrep.errors import InvalidArgument, Misinstalled, StreamrepError
 from streamrep.replication.copy import CopySummary
 
 
@@ -109,6 +110,8 @@ def spark_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     # anyone, so a cluster that authenticates its own principal is not refused.
     merged[f"spark.executorEnv.{'STREAMREP_USER' if named_user() else LAUNCHER_USER}"] = identity.user
     merged["spark.executorEnv.STREAMREP_GROUPS"] = " ".join(sorted(identity.groups))
+    for key, value in package_path().items():
+        merged[f"spark.executorEnv.{key}"] = value
     merged.update(conf or {})
     return merged
 
@@ -126,27 +129,51 @@ def master_url(master: str | None = None) -> str:
     return check_master(master or os.environ.get("STREAMREP_SPARK_MASTER") or DEFAULT_MASTER)
 
 
-APPS_DIR = Path(__file__).resolve().with_name("apps")  # installed with the package
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # streamrep/
+PACKAGE_ROOT = PACKAGE_DIR.parent  # the folder that holds it: site-packages, or a plugins folder
 
 
-def apps_dir() -> Path:
-    """The folder holding the app scripts: ``STREAMREP_SPARK_APPS``, else the package's own."""
+def apps_dirs() -> list[Path]:
+    """Where the app scripts are looked for, in order: ``STREAMREP_SPARK_APPS`` alone if set;
+    else the wheel's package data, then ``spark_apps/`` beside the package's folder (a folder
+    deployment, and this repository)."""
     override = os.environ.get("STREAMREP_SPARK_APPS")
-    return Path(override) if override else APPS_DIR
+    if override:
+        return [Path(override)]
+    return [PACKAGE_DIR / "spark_apps", PACKAGE_ROOT.parent / "spark_apps"]
 
 
 def app_path(app: str) -> str:
     if app not in APPS:
         raise InvalidArgument(f"unknown Spark app {app!r}: expected one of {', '.join(APPS)}")
-    path = apps_dir() / f"{app}.py"
-    if not path.is_file():
-        fix = (
-            "unset STREAMREP_SPARK_APPS or point it at a folder holding the apps"
-            if os.environ.get("STREAMREP_SPARK_APPS")
-            else "reinstall streamrep (pip install --force-reinstall streamrep)"
-        )
-        raise Unavailable(f"Spark app {app} not found at {path}: {fix}")
-    return str(path)
+    dirs = apps_dirs()
+    for folder in dirs:
+        if (folder / f"{app}.py").is_file():
+            return str(folder / f"{app}.py")
+    fix = (
+        "point STREAMREP_SPARK_APPS at a folder holding copystream.py and gateway.py"
+        if os.environ.get("STREAMREP_SPARK_APPS")
+        else "mount spark_apps/ beside plugins/, set STREAMREP_SPARK_APPS, or pip install --force-reinstall streamrep"
+    )
+    raise Misinstalled(f"Spark app {app}.py not found in {' or '.join(map(str, dirs))}: {fix}")
+
+
+def installed_as_package() -> bool:
+    """Whether the package is where every Python of this interpreter finds it anyway
+    (site-packages), as opposed to a plugins folder Airflow added to ``sys.path`` itself."""
+    import site
+
+    roots = {Path(p).resolve() for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    return PACKAGE_ROOT in roots
+
+
+def package_path(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``PYTHONPATH`` for a driver and executors that must import a package that is not installed
+    (a folder deployment), with what ``env`` already has after it; empty when it is installed."""
+    if installed_as_package():
+        return {}
+    existing = (os.environ if env is None else env).get("PYTHONPATH", "")
+    return {"PYTHONPATH": os.pathsep.join(p for p in [str(PACKAGE_ROOT), existing] if p)}
 
 
 def application(
@@ -179,13 +206,13 @@ def _numthreads(app: str, args: Sequence[str]) -> int | None:
 
 def require_java(env: Mapping[str, str] | None = None) -> str:
     """The ``java`` spark-submit will run (``JAVA_HOME/bin/java``, else ``java`` on PATH), or
-    Unavailable naming the fix: without it spark-submit fails with a shell error, not this line."""
+    Misinstalled naming the fix: without it spark-submit fails with a shell error, not this line."""
     env = os.environ if env is None else env
     java_home = env.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else shutil.which("java", path=env.get("PATH", ""))
     if not java or not os.access(java, os.X_OK):
         where = f"JAVA_HOME={java_home} has no bin/java" if java_home else "no java on PATH"
-        raise Unavailable(
+        raise Misinstalled(
             f"Spark needs Java on this worker ({where}): install a JRE 17 or 21 "
             f"(apt-get install default-jre-headless) or set JAVA_HOME"
         )
@@ -193,7 +220,7 @@ def require_java(env: Mapping[str, str] | None = None) -> str:
 
 
 def require_matching_pyspark(package_dir: str | None = None, version: str | None = None) -> None:
-    """Unavailable when pyspark's Python files are not the release of its jars: the Spark
+    """Misinstalled when pyspark's Python files are not the release of its jars: the Spark
     provider's dependency pyspark-client installs an older copy of the same files over pyspark's,
     and jobs then fail in Spark's Python workers far from the cause."""
     if package_dir is None:
@@ -205,7 +232,7 @@ def require_matching_pyspark(package_dir: str | None = None, version: str | None
         return  # pyspark-client alone (Spark Connect): no local Spark to compare with
     jars = cores[0].stem.rsplit("-", 1)[-1]
     if jars != version:
-        raise Unavailable(
+        raise Misinstalled(
             f"pyspark's Python files are {version} but its jars are {jars} (pyspark-client, which the "
             f"Spark provider requires, overwrote them): pip install --force-reinstall --no-deps "
             f"pyspark=={jars}"
@@ -227,6 +254,7 @@ def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     except ImportError:
         pass
     env.update(python_env())
+    env.update(package_path(env))
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -252,7 +280,7 @@ def spark_submit_command(
     master = check_master(master or run_env.get("STREAMREP_SPARK_MASTER") or DEFAULT_MASTER)
     exe = shutil.which("spark-submit", path=run_env["PATH"])
     if exe is None:
-        raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment")
+        raise Misinstalled("spark-submit was not found on PATH: pip install pyspark in this environment")
     require_java(run_env)
     require_matching_pyspark()
     argv = [exe, "--master", master, "--name", f"streamrep-{app}"]
@@ -448,7 +476,7 @@ def foreground_job(argv: Sequence[str], env: Mapping[str, str], **popen) -> Iter
         try:
             proc = subprocess.Popen(argv, env=env, **{**popen, **tether()})
         except FileNotFoundError:
-            raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment") from None
+            raise Misinstalled("spark-submit was not found on PATH: pip install pyspark in this environment") from None
         with proc:
             try:
                 yield proc
@@ -498,7 +526,7 @@ def start_app(
     try:
         return subprocess.Popen(argv, env=run_env, **{**popen, **tether()})
     except FileNotFoundError:
-        raise Unavailable("spark-submit was not found on PATH; install pyspark in this environment") from None
+        raise Misinstalled("spark-submit was not found on PATH: pip install pyspark in this environment") from None
 
 
 def _failure(app: str, result: AppResult) -> StreamrepError:

@@ -1,5 +1,5 @@
 """The two Spark jobs, as functions over a SparkSession: copystream (one batch job) and the
-gateway (passes planned by the driver, one Spark job each). ``streamrep/spark/apps/*.py`` parse
+gateway (passes planned by the driver, one Spark job each). ``spark_apps/*.py`` parse
 arguments and call these; tests call them on a shared session. What their tasks run is in
 ``streamrep.spark.tasks``; every rule stays in ``streamrep.replication``.
 """

@@ -1,6 +1,6 @@
 """copystream and gateways as thin subclasses of the Spark provider's ``SparkSubmitOperator``.
 
-They run the package's Spark apps (``streamrep/spark/apps/copystream.py`` and ``gateway.py``) on the ``spark_default``
+They run the package's Spark apps (``spark_apps/copystream.py`` and ``gateway.py``) on the ``spark_default``
 connection (e.g. ``AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'``).
 If that connection is not defined they run Spark locally (``STREAMREP_SPARK_MASTER``, else
 ``local[2]``), so the DAGs need no set-up on one machine. What spark-submit needs (the app,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 APP_ERROR_PREFIX = "ERROR: "  # how the spark_apps report an error: one line on stderr
-SUBMIT_ENV_KEYS = ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONUNBUFFERED")
+SUBMIT_ENV_KEYS = ("PATH", "SPARK_HOME", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", "PYTHONUNBUFFERED")
 # Airflow's supervisor sends SIGKILL 5 s after SIGTERM; the job must be stopped before that.
 ON_KILL_GRACE_SECONDS = 3.0
 # The hook's arguments (its constructor's, which the operator's own mirror, defaults included).
@@ -256,7 +256,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
 
 
 class StreamGatewayOperator(StreamrepSparkSubmitOperator):
-    """A gateway of ``cluster`` as a Spark application (``streamrep/spark/apps/gateway.py``): a loop of
+    """A gateway of ``cluster`` as a Spark application (``spark_apps/gateway.py``): a loop of
     passes, each one Spark job, planned in its driver.
 
     It pulls its share of every source stream that flows into the replicas on ``cluster`` and

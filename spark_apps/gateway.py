@@ -1,7 +1,7 @@
 """A gateway on Spark: replicate this gateway's share of every source stream flowing into the
 replicas on ``--cluster``.
 
-    spark-submit streamrep/spark/apps/gateway.py --cluster C [--id G] [--home H] [--once]
+    spark-submit spark_apps/gateway.py --cluster C [--id G] [--home H] [--once]
         [--interval SECONDS] [--max-records N] [--metrics-port P]
 
 ``--once`` replicates what is available now and exits; otherwise passes run (the next one at

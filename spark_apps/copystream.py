@@ -1,6 +1,6 @@
 """copystream on Spark: copy everything a stream holds now into another stream.
 
-    spark-submit streamrep/spark/apps/copystream.py --src /mapr/a/s --dst /mapr/b/s [--home H] [--numthreads N]
+    spark-submit spark_apps/copystream.py --src /mapr/a/s --dst /mapr/b/s [--home H] [--numthreads N]
 
 Prints one JSON line (``CopySummary.to_dict``) on stdout. A user error prints one line on stderr
 and exits 1. The work is ``streamrep.spark.jobs.copystream_job``.
