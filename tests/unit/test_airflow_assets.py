@@ -1,7 +1,9 @@
 """Airflow Assets: the streamrep:// URIs (through Airflow's own Asset, with the provider's
 normalizer), the replica's caught-up event from the up-to-date sensor run for real on embedded
 clusters, and StreamMessageTrigger's run against real stores of both backends: each message fires
-once, and a restarted trigger goes on after the last message fired."""
+once, and a restarted trigger goes on after the last message fired. The same trigger through
+common-messaging's MessageQueueTrigger(scheme="streamrep"): found by common-messaging's own
+lookup, run for real, and one line for each bad argument."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import asyncio
 import threading
 
 import pytest
+from airflow.providers.common.messaging.triggers.msg_queue import MESSAGE_QUEUE_PROVIDERS, MessageQueueTrigger
+from airflow.providers_manager import ProvidersManager
 from airflow.sdk import Asset
 from airflow.sdk.definitions.asset import AssetUniqueKey
 from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
 from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow.triggers.base import BaseEventTrigger
 from airflow_support import DST, SRC, ctx, running_replica
 
 from streamrep.airflow.assets import (
@@ -24,6 +29,7 @@ from streamrep.airflow.assets import (
     topic_asset,
 )
 from streamrep.airflow.provider import get_provider_info
+from streamrep.airflow.queues import StreamrepMessageQueueProvider
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.triggers import StreamMessageTrigger
 from streamrep.client import Producer
@@ -195,7 +201,7 @@ def fired_values(event) -> list[str]:
 class Watch:
     """A trigger's run() driven as the triggerer drives it: next event within a deadline."""
 
-    def __init__(self, trigger: StreamMessageTrigger):
+    def __init__(self, trigger: BaseEventTrigger):
         self.trigger = trigger
         self.loop = asyncio.new_event_loop()
         self.events = trigger.run()
@@ -314,3 +320,81 @@ def test_a_missing_topic_is_waited_for_and_a_denied_reader_fails(admin, monkeypa
             watch.next(timeout=30)
     finally:
         watch.loop.close()
+
+
+# --- MessageQueueTrigger(scheme="streamrep") ----------------------------------------------------
+
+
+def test_common_messagings_lookup_finds_streamrep_for_its_scheme():
+    assert get_provider_info()["queues"] == ["streamrep.airflow.queues.StreamrepMessageQueueProvider"]
+    assert "streamrep.airflow.queues.StreamrepMessageQueueProvider" in ProvidersManager().queue_class_names
+    # common-messaging's own list, built from the providers' "queues" when it is imported
+    matching = [p for p in MESSAGE_QUEUE_PROVIDERS if p.scheme_matches("streamrep")]
+    assert [type(p) for p in matching] == [StreamrepMessageQueueProvider]
+    assert not any(p.scheme_matches("kafka") or p.queue_matches("kafka://broker/clicks") for p in matching)
+
+
+def test_a_message_queue_trigger_is_a_stream_message_trigger_once_serialized():
+    trigger = MessageQueueTrigger(scheme="streamrep", stream=SRC, topic="clicks", group="g", max_messages=7)
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "streamrep.airflow.triggers.StreamMessageTrigger"
+    assert kwargs == StreamMessageTrigger(path=TOPIC, group="g", max_messages=7).serialize()[1]
+    # a topic path, or the topic's asset URI, as stream; the deprecated queue= takes the URI too
+    for other in (
+        MessageQueueTrigger(scheme="streamrep", stream=TOPIC, group="g", max_messages=7),
+        MessageQueueTrigger(scheme="streamrep", stream=asset_uri(TOPIC), group="g", max_messages=7),
+    ):
+        assert other.serialize() == (classpath, kwargs)
+    with pytest.warns(DeprecationWarning):
+        by_queue = MessageQueueTrigger(queue=asset_uri(TOPIC), group="g", max_messages=7)
+    assert by_queue.serialize() == (classpath, kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, cause",
+    [
+        ({"topic": "clicks"}, "stream is required"),
+        ({"path": TOPIC}, "unknown argument 'path'"),
+        ({"stream": SRC, "topics": ["clicks"]}, "unknown argument 'topics' (one topic per trigger"),
+        ({"stream": SRC, "topic": "clicks", "apply_function": "x.y"}, "unknown argument 'apply_function'"),
+        ({"stream": SRC}, "names no topic: give topic="),
+        ({"stream": TOPIC, "topic": "views"}, "names topic 'clicks' and topic= says 'views'"),
+        ({"stream": "/mapr/sanfrancisco//activity", "topic": "clicks"}, "empty path component"),
+        ({"stream": SRC, "topic": "a b"}, "invalid topic name 'a b'"),
+        ({"stream": None, "topic": "clicks"}, "stream must be a stream path"),
+        ({"stream": TOPIC, "poll_interval": 0}, "poll_interval must be a number of seconds above 0"),
+        ({"stream": TOPIC, "max_messages": "10"}, "max_messages must be a whole number"),
+        ({"stream": TOPIC, "from_start": "yes"}, "from_start must be True or False"),
+        ({"stream": TOPIC, "group": " "}, "group must be a consumer group name"),
+        ({"stream": TOPIC, "cluster_conn_ids": ["a"]}, "cluster_conn_ids must map cluster names"),
+    ],
+)
+def test_a_bad_argument_gets_one_line_naming_it(kwargs, cause):
+    with pytest.raises(ValueError) as raised:
+        MessageQueueTrigger(scheme="streamrep", **kwargs).serialize()
+    message = str(raised.value)
+    assert message.startswith('MessageQueueTrigger(scheme="streamrep"): ') and "\n" not in message
+    assert cause in message, message
+
+
+def test_a_message_queue_trigger_fires_the_produced_messages_and_its_rebuilt_form_goes_on(topic):
+    produce(topic, ["old"])  # before the watcher: not fired
+    queue_trigger = MessageQueueTrigger(scheme="streamrep", stream=SRC, topic="clicks", poll_interval=0.05)
+    watch = Watch(queue_trigger)  # MessageQueueTrigger.run(), as common-messaging runs it
+    try:
+        assert watch.next(timeout=1) is None  # opens, commits its start at the end
+        produce(topic, ["queued-1", "queued-2"])
+        event = watch.next_after_none(timeout=30)
+        assert fired_values(event) == ["queued-1", "queued-2"]
+        assert event.payload["path"] == TOPIC and event.payload["group"] == "airflow-asset-watcher"
+        assert watch.next(timeout=1) is None  # nothing fires twice
+    finally:
+        watch.stop()
+    produce(topic, ["while-down"])
+    classpath, kwargs = queue_trigger.serialize()  # what the dag-processor stores for the triggerer
+    assert classpath == "streamrep.airflow.triggers.StreamMessageTrigger"
+    watch = Watch(StreamMessageTrigger(**kwargs))
+    try:
+        assert fired_values(watch.next(timeout=30)) == ["while-down"]  # its place is the same group's
+    finally:
+        watch.stop()

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.common.messaging.triggers.msg_queue import MessageQueueTrigger
 from airflow.sdk import TriggerRule
 from airflow.sdk.exceptions import ParamValidationError
+from airflow.serialization.encoders import encode_asset_like
+from airflow.serialization.serialized_objects import BaseSerialization
 
 from streamrep.airflow.assets import REPLICAS_ALIAS, replica_asset, topic_asset
 from streamrep.airflow.operators import (
@@ -232,8 +235,14 @@ def test_messages_example_is_scheduled_on_a_watched_topic_asset(dagbag):
     assert asset == topic_asset("/mapr/sanfrancisco/activity:clicks", watchers=asset.watchers)
     assert asset.uri == "streamrep://sanfrancisco/activity:clicks"
     (watcher,) = asset.watchers
-    assert isinstance(watcher.trigger, StreamMessageTrigger)
-    assert watcher.trigger.path == "/mapr/sanfrancisco/activity:clicks"
+    # common-messaging's MessageQueueTrigger, found for scheme "streamrep" through the provider info
+    assert isinstance(watcher.trigger, MessageQueueTrigger) and watcher.trigger.scheme == "streamrep"
+    assert isinstance(watcher.trigger.trigger, StreamMessageTrigger)
+    assert watcher.trigger.trigger.path == "/mapr/sanfrancisco/activity:clicks"
+    # what the dag-processor stores, and so what the triggerer runs: a plain StreamMessageTrigger
+    (encoded,) = encode_asset_like(asset)["watchers"]
+    assert encoded["trigger"]["classpath"] == "streamrep.airflow.triggers.StreamMessageTrigger"
+    assert BaseSerialization.deserialize(encoded["trigger"]["kwargs"]["path"]) == "/mapr/sanfrancisco/activity:clicks"
     assert [t.task_id for t in dag.tasks] == ["show_messages"]
 
 

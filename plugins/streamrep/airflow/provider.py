@@ -1,6 +1,7 @@
 """Provider metadata, as Airflow's own providers declare theirs: the integration, its hooks,
 operators, sensors and triggers, the ``streamrep`` connection type with its own form, the
-``streamrep://`` asset scheme and the ``[streamrep]`` config section (the UI plugin comes through
+``streamrep://`` asset scheme, the ``streamrep`` scheme of common-messaging's
+``MessageQueueTrigger`` and the ``[streamrep]`` config section (the UI plugin comes through
 its own entry point, see below). Airflow reads
 it through the entry point (in pyproject.toml)::
 
@@ -25,6 +26,8 @@ HOOK_CLASS_NAME = "streamrep.airflow.hook.StreamrepHook"
 HOOK_NAME = "Streamrep cluster"
 ASSET_SCHEME = "streamrep"
 ASSET_URI_HANDLER = "streamrep.airflow.assets.normalize_uri"
+# common-messaging's MessageQueueTrigger(scheme="streamrep", stream=..., topic=...)
+QUEUE_PROVIDER = "streamrep.airflow.queues.StreamrepMessageQueueProvider"
 INTEGRATION = "streamrep"
 CONFIG_SECTION = "streamrep"
 SPARK_CONN_OPTION = "spark_conn_id"
@@ -107,4 +110,7 @@ def get_provider_info() -> dict[str, Any]:
         # streamrep://<cluster>/<stream path>[:<topic>]: streams (replicas) and topics as Assets,
         # written one way by the handler (streamrep.airflow.assets)
         "asset-uris": [{"schemes": [ASSET_SCHEME], "handler": ASSET_URI_HANDLER}],
+        # MessageQueueTrigger(scheme="streamrep", ...) of common-messaging, which looks its queue
+        # providers up here as the apache-kafka provider's "kafka" (streamrep.airflow.queues)
+        "queues": [QUEUE_PROVIDER],
     }
