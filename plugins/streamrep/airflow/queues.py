@@ -11,7 +11,8 @@ common-messaging finds it (``ProvidersManager().queue_class_names``). The trigge
 so the triggerer runs exactly what ``StreamMessageTrigger(path=...)`` would run.
 
 A bad argument (no stream, an unknown name, a malformed path) raises ValueError with one line
-naming it; Airflow reports it when the DAG is serialized, as an import error of its file.
+naming it; the dag-processor reports it when it serializes the DAG, as an import error of its
+file that ends with that line.
 
 Both common-messaging 2.0.x (where ``queue_matches`` and ``trigger_kwargs`` are abstract) and 2.1.x
 are supported: scheme dispatch is the same in both, and the deprecated ``queue=`` dispatch takes
@@ -84,9 +85,9 @@ def stream_message_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         hint = ""
         if "path" in unknown:
-            hint = f" (the topic is {_EXAMPLE}, or stream='/mapr/<cluster>/<stream>:<topic>')"
+            hint = f' (the topic is {_EXAMPLE}, or stream="/mapr/<cluster>/<stream>:<topic>")'
         elif "topics" in unknown:
-            hint = " (one topic per trigger: topic='<topic>')"
+            hint = ' (one topic per trigger: topic="<topic>")'
         names = ", ".join(repr(n) for n in unknown)
         raise _refuse(f"unknown argument {names}{hint}; it takes {', '.join(ARGUMENTS)}")
     if "stream" not in kwargs:
