@@ -311,3 +311,11 @@ def _stop_group(process: subprocess.Popen) -> None:
             os.killpg(process.pid, 0)
         except ProcessLookupError:
             return
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout (and its sdist beside it), built once per session."""
+    from airflow_venv import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("dist"))

@@ -1,100 +1,53 @@
-"""The built wheel, installed with pip into Airflow environments that are not this repository's.
+"""The built wheel, installed with plain pip into Airflow environments that are not this repository's.
 
-For each supported Airflow release (``scripts/wheel_envs.py``: a venv per lock in
+For each tested cell, an Airflow release on a Python (``scripts/wheel_envs.py``: every interpreter
+the wheel declares on the newest Airflow, and one cell per older Airflow minor; a venv per lock in
 ``tests/wheel/``, made by ``./run test`` before the tests, so nothing is downloaded here), the
-wheel built from this checkout by ``uv build`` is installed with ``pip install --no-index``:
-pip finds every dependency the wheel declares already there, or fails. ``AIRFLOW_HOME`` has an
-empty plugins folder, and its dags folder holds only the short file that docs/airflow.md shows. Then:
+wheel built from this checkout by ``uv build`` is installed with ``pip install --no-index``: pip
+finds every dependency the wheel declares already there, or fails. ``AIRFLOW_HOME`` has an empty
+plugins folder, and its dags folder holds only the short file that docs/airflow.md shows. Then:
 
-* ``airflow providers list`` and ``airflow plugins`` show streamrep;
+* pyspark is whole (its Python files are its jars' release), also after pip reinstalls
+  pyspark-client over it;
+* ``airflow providers list`` and ``airflow plugins`` show streamrep, with no deprecation warning
+  of streamrep's own;
 * an API server with login on serves the page (401 without a token, 200 with one), the
   connection form's fields, and the Test button;
 * ``airflow dags test stream_replica_manual_setup`` copies on Spark with the app from the
   installed package;
 * the Airflow guide's example user test passes with the package's pytest fixtures, in a folder
-  outside the repository.
+  outside the repository;
+* pip refuses, in one line naming the range, a Python or an Airflow below what the wheel declares.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import wheel_envs  # loaded by tests/conftest.py from scripts/wheel_envs.py
-from airflow_production import Airflow, free_ports
+from airflow_production import Airflow
+from airflow_venv import AirflowVenv, documented_files, require_venv
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-AIRFLOW_GUIDE = REPO / "docs" / "airflow.md"
-FILE_MARKER = re.compile(r"<!-- file: (?P<name>[\w/.]+) -->\n```\w*\n(?P<body>.*?)```", re.DOTALL)
 SOURCE, REPLICA = "/mapr/sanfrancisco/activity", "/mapr/newyork/activity"
 
 
-def documented_files() -> dict[str, str]:
-    """The files the Airflow guide (docs/airflow.md) shows whole, each after a ``<!-- file: NAME -->`` line."""
-    text = AIRFLOW_GUIDE.read_text(encoding="utf-8")
-    return {m["name"]: m["body"] for m in FILE_MARKER.finditer(text)}
-
-
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel and sdist of this checkout, built offline with the locked hatchling."""
-    out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run(
-        ["uv", "build", "--no-build-isolation", "--offline", "--quiet", "--out-dir", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    (built,) = out.glob("streamrep-*-py3-none-any.whl")
-    assert list(out.glob("streamrep-*.tar.gz")), "no sdist"
-    return built
-
-
 @dataclass
-class Installed:
-    """One Airflow release's venv with the wheel installed, and an Airflow home for it."""
-
-    release: str
-    venv: Path
-    root: Path
-    env: dict[str, str]
-
-    def run(
-        self, *args: str, timeout: float = 300, cwd: Path | None = None, env: dict[str, str] | None = None
-    ) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(self.venv / "bin" / args[0]), *args[1:]],
-            cwd=cwd or self.root,
-            env=env or self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def ok(self, *args: str, timeout: float = 300) -> str:
-        done = self.run(*args, timeout=timeout)
-        assert done.returncode == 0, (
-            f"{' '.join(args)}: {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
-        )
-        return done.stdout
+class Installed(AirflowVenv):
+    release: str = ""
 
 
-@pytest.fixture(scope="module", params=wheel_envs.AIRFLOW_RELEASES, ids=lambda r: f"airflow-{r}")
+@pytest.fixture(scope="module", params=wheel_envs.CELLS, ids=lambda cell: wheel_envs.cell_name(*cell))
 def installed(request, wheel, tmp_path_factory) -> Installed:
-    release = request.param
-    venv = wheel_envs.env_path(release)
-    if not (venv / ".lock.sha256").is_file():
-        pytest.skip(f"{venv} is missing: ./run test makes it (scripts/wheel_envs.py install)")
+    release, python = request.param
+    venv = wheel_envs.env_path(release, python)
+    require_venv(venv)
     pip = str(venv / "bin" / "pip")
     subprocess.run([pip, "uninstall", "--quiet", "--yes", "streamrep"], capture_output=True, timeout=120)
     done = subprocess.run(
@@ -103,57 +56,45 @@ def installed(request, wheel, tmp_path_factory) -> Installed:
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0, f"pip install of the wheel into Airflow {release}:\n{done.stdout}\n{done.stderr}"
-
-    root = tmp_path_factory.mktemp(f"airflow-{release}")
-    home = root / "airflow-home"
-    (home / "plugins").mkdir(parents=True)
-    (home / "dags").mkdir()
-    (home / "dags" / "streamrep_dags.py").write_text(documented_files()["dags/streamrep_dags.py"])
-    (port,) = free_ports(1)
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("AIRFLOW", "STREAMREP_", "SPARK_", "PYSPARK_", "PYTHON", "VIRTUAL_ENV", "PYTEST"))
-    }
-    env.update(
-        {
-            "PATH": os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]),  # java stays on PATH
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(root / "passwords.json"),
-            "AIRFLOW__API__PORT": str(port),
-            "AIRFLOW__API_AUTH__JWT_SECRET": "wheel-install-test-secret-of-a-decent-length-for-hmac-sha512-keys",
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "STREAMREP_HOME": str(root / "streamrep-home"),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    (root / "passwords.json").write_text(json.dumps({"admin": "admin-password"}))
-    found = Installed(release, venv, root, env)
+    assert done.returncode == 0, f"pip install of the wheel into {request.node.name}:\n{done.stdout}\n{done.stderr}"
+    root = tmp_path_factory.mktemp(wheel_envs.cell_name(release, python))
+    made = AirflowVenv.make(venv, root)
+    found = Installed(made.venv, made.root, made.env, release)
+    (root / "airflow-home" / "dags" / "streamrep_dags.py").write_text(documented_files()["dags/streamrep_dags.py"])
     found.ok("airflow", "db", "migrate")
     return found
 
 
-def test_pip_installed_the_wheel_and_nothing_else_and_pyspark_is_whole(installed, wheel):
-    out = installed.ok(
-        "python",
-        "-c",
-        "import airflow, pyspark, streamrep, streamrep.dags, streamrep.testing; "
-        "print(airflow.__version__, pyspark.__version__, streamrep.__file__)",
-    )
+WHOLE = (
+    "import airflow, pyspark, streamrep, streamrep.dags, streamrep.testing; "
+    "from streamrep.spark.submit import require_matching_pyspark; require_matching_pyspark(); "
+    "print(airflow.__version__, pyspark.__version__, streamrep.__file__)"
+)
+
+
+def test_pip_installed_the_wheel_and_nothing_else_and_pyspark_is_whole(installed):
+    out = installed.ok("python", "-c", WHOLE)
     airflow_version, pyspark_version, location = out.strip().splitlines()[-1].split()  # after any log line
-    assert airflow_version == installed.release and pyspark_version == "4.3.0"
+    assert airflow_version == installed.release and pyspark_version == "4.2.0"
     assert location.startswith(str(installed.venv / "lib")), location  # the installed copy, not the checkout
     assert not any((installed.root / "airflow-home" / "plugins").iterdir())  # no file copied in
+    installed.ok("pip", "check")
+
+
+def test_pyspark_stays_whole_when_pip_reinstalls_pyspark_client_over_it(installed):
+    """pyspark-client writes its Python files over pyspark's; pinned to one release, they are the
+    same files, so the order pip installs them in does not matter."""
+    (client,) = wheel_envs.WHEELHOUSE.glob("pyspark_client-*.whl")
+    installed.ok("pip", "install", "--no-index", "--no-deps", "--force-reinstall", "--quiet", str(client))
+    installed.ok("python", "-c", WHOLE)
 
 
 def test_airflow_lists_the_provider_and_its_plugin(installed):
-    providers = json.loads(installed.ok("airflow", "providers", "list", "-o", "json"))
+    listed = installed.run("airflow", "providers", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    ours_warned = [line for line in listed.stderr.splitlines() if "Warning" in line and "streamrep" in line]
+    assert not ours_warned, ours_warned  # no deprecated Airflow API of streamrep's own
+    providers = json.loads(listed.stdout)
     (ours,) = [p for p in providers if p["package_name"] == "streamrep"]
     assert ours["version"] == "0.1.0"
     plugins = json.loads(installed.ok("airflow", "plugins", "-o", "json"))
@@ -243,7 +184,8 @@ def test_the_manual_setup_dag_copies_on_spark_with_the_packaged_app(installed):
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
-    app = installed.venv / "lib" / "python3.11" / "site-packages" / "streamrep" / "spark" / "apps" / "copystream.py"
+    app = installed.venv / "lib" / f"python{installed.python_version}" / "site-packages" / "streamrep" / "spark_apps"
+    app = app / "copystream.py"
     assert f"spark-submit {app}" in output, output[-6000:]
     topics = json.loads(installed.ok("streamrep", "stream", "topic", "list", "-path", REPLICA, "-json"))
     assert [(t["topic"], t["messages"]) for t in topics["data"]] == [("clicks", 50)]
@@ -263,7 +205,7 @@ def test_the_guides_example_user_test_passes_with_the_packaged_fixtures(installe
     assert re.search(r"\b2 passed\b", done.stdout), done.stdout[-2000:]
 
 
-def test_an_unsupported_python_is_refused_in_one_line_naming_the_range(installed, wheel, tmp_path):
+def test_a_python_below_the_declared_one_is_refused_in_one_line_naming_the_range(installed, wheel, tmp_path):
     done = installed.run(
         "pip",
         "install",
@@ -272,11 +214,21 @@ def test_an_unsupported_python_is_refused_in_one_line_naming_the_range(installed
         "--no-deps",
         "--only-binary=:all:",
         "--python-version",
-        "3.12",
+        "3.10",
         "--target",
         str(tmp_path / "t"),
         str(wheel),
     )
     assert done.returncode != 0
     (line,) = [x for x in done.stderr.splitlines() if "requires a different Python" in x]
-    assert "3.12" in line and ">=3.11" in line and "<3.12" in line
+    assert "3.10" in line and ">=3.11" in line
+
+
+def test_an_airflow_below_the_floor_is_refused_naming_the_requirement(installed, wheel, tmp_path):
+    """An environment held below the floor (here by a constraint, as Airflow's constraint files
+    hold it) is refused, not downgraded or half-installed."""
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("apache-airflow<3.2.2\n")
+    done = installed.run("pip", "install", "--dry-run", "--no-index", "-c", str(constraints), str(wheel))
+    assert done.returncode != 0
+    assert "apache-airflow>=3.2.2" in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]

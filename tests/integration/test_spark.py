@@ -829,13 +829,13 @@ def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_
 
     jars = tmp_path / "pyspark" / "jars"
     jars.mkdir(parents=True)
-    (jars / "spark-core_2.13-4.3.0.jar").write_bytes(b"")
+    (jars / "spark-core_2.13-4.2.0.jar").write_bytes(b"")
     with pytest.raises(
         Misinstalled,
-        match=r"Python files are 4\.2\.0 but its jars are 4\.3\.0 .*"
-        r"pip install --force-reinstall --no-deps pyspark==4\.3\.0",
+        match=r"Python files are 4\.1\.1 but its jars are 4\.2\.0 .*"
+        r"pip install --force-reinstall --no-deps pyspark==4\.2\.0",
     ):
-        submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.2.0")
-    submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.3.0")
+        submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.1.1")
+    submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.2.0")
     submit.require_matching_pyspark()  # this venv's pyspark is whole
-    assert pyspark.__version__ == "4.3.0"
+    assert pyspark.__version__ == "4.2.0"

@@ -104,9 +104,10 @@ def test_airflow_2_is_refused_in_one_line_naming_the_fix():
     with pytest.raises(ImportError) as refused:
         require_airflow("2.10.5")
     message = str(refused.value)
-    assert "\n" not in message and "Airflow 2.10.5" in message and "apache-airflow>=3.2.0,<3.4" in message
+    assert "\n" not in message and "Airflow 2.10.5" in message and "apache-airflow>=3.2.2" in message
     require_airflow("3.3.2")
-    require_airflow("3.2.0")
+    require_airflow("3.2.2")
+    require_airflow("3.4.0")  # no ceiling
 
 
 # -- the pytest fixtures users get ------------------------------------------------------------

@@ -6,7 +6,7 @@ from packaging.version import InvalidVersion, Version
 
 # The range pyproject.toml declares (tests/unit/test_provider_distribution.py keeps them equal);
 # docs/airflow.md, "Supported versions", lists the releases the wheel was tested on.
-SUPPORTED_AIRFLOW = ">=3.2.0,<3.4"
+SUPPORTED_AIRFLOW = ">=3.2.2"
 
 
 def require_airflow(version: str | None = None) -> None:
