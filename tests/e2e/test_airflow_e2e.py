@@ -613,8 +613,9 @@ def test_a_dag_scheduled_on_a_replica_runs_after_its_caught_up_event(world, e2e,
 
 
 def test_a_message_in_the_watched_topic_makes_one_run_of_the_example_dag(world, e2e, airflow_ui):
-    """The AssetWatcher's StreamMessageTrigger runs in standalone's triggerer: a produced message
-    fires once (one asset event, one run), never again."""
+    """The AssetWatcher's MessageQueueTrigger(scheme="streamrep"), a StreamMessageTrigger once the
+    dag-processor has serialized it, runs in standalone's triggerer: a produced message fires once
+    (one asset event, one run), never again."""
     ui, example = airflow_ui, "stream_messages_example"
     _until(f"{example} parsed", lambda: example in {d["dag_id"] for d in ui.get("/api/v2/dags")["dags"]})
     ui.request("PATCH", f"/api/v2/dags/{example}", {"is_paused": False})
