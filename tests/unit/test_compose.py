@@ -232,8 +232,9 @@ def test_dockerfile_pins_agree_with_the_lock():
     assert {"--frozen", "--no-dev"} <= set(sync), sync
     extras = {sync[i + 1] for i, word in enumerate(sync) if word == "--extra"}
     assert extras == {"postgres", "celery"} and extras <= set(project.get("optional-dependencies", {}))
-    # The project itself goes in as a wheel, never editable.
-    assert "uv build --wheel" in text and "-e " not in text and "--editable" not in text
+    # The project itself is not in the image: the stack mounts it (the folder way; the wheel way is
+    # tests/e2e/test_wheel_install.py's).
+    assert "--no-install-project" in sync and "uv build" not in text and "streamrep-" not in text
 
 
 def test_every_variable_has_a_default_documented_in_env_example():
