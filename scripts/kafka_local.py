@@ -3,8 +3,10 @@
 The one copy of the broker logic. ``./run kafka [secure] [stop|status]`` and ``./run``'s install call
 the command line below; the test fixtures in ``tests/conftest.py`` import :func:`start`,
 :func:`stop`, :func:`secure_cluster`, :func:`start_secure` and :func:`stop_secure`. Every JVM is a
-KRaft node with broker and controller in one process, run from the jars that ``kafka/pom.xml`` pins,
-resolved by Maven into ``.cache/kafka/libs``:
+KRaft node with broker and controller in one process, run from the jars of one Apache Kafka release
+(:class:`Release`): ``kafka/pom.xml`` pins the default (:data:`DEFAULT`, every test and ``./run kafka``),
+``kafka/<release>/pom.xml`` the others that ``tests/kafka/test_kafka_releases.py`` runs (:data:`RELEASES`).
+``install`` resolves them all with Maven into ``.cache/kafka/<release>/libs``:
 
 - ``./run kafka``: two single-node PLAINTEXT clusters, ``sanfrancisco`` and ``newyork``;
 - ``./run kafka secure``: the same two names as production runs Kafka: three nodes each (a quorum of
@@ -37,15 +39,9 @@ from streamrep.client.config import read_client_settings
 from streamrep.errors import StreamrepError
 
 REPO = Path(__file__).resolve().parent.parent
-POM = REPO / "kafka" / "pom.xml"
-LOG4J2_CONFIG = REPO / "kafka" / "log4j2.properties"
 SHARED_PROPERTIES = REPO / "kafka" / "server.properties"
 SECURE_PROPERTIES = REPO / "kafka" / "secure.properties"  # overrides of the shared ones for secure clusters
-KAFKA_CACHE = REPO / ".cache" / "kafka"
-LIBS = KAFKA_CACHE / "libs"
-STAMP = KAFKA_CACHE / "pom.sha256"
-UNAVAILABLE = KAFKA_CACHE / "unavailable"  # one line: why the last install got no jars
-MAVEN_LOG = KAFKA_CACHE / "mvn.log"
+KAFKA_CACHE = REPO / ".cache" / "kafka"  # <release>/libs, as each Release's Jars say
 MAVEN_REPO = REPO / ".cache" / "m2"
 MAVEN_TIMEOUT_S = 900
 
@@ -82,7 +78,58 @@ class Jars:
         return self.cache / "mvn.log"
 
 
-KAFKA = Jars("Kafka jars", POM, KAFKA_CACHE, "kafka_2.13-*.jar", "run ./run test or ./run kafka")
+@dataclass(frozen=True)
+class Release:
+    """An Apache Kafka release that brokers run: its pinned pom and the little that differs in starting it.
+
+    :param version: the release (``4.4.0``); its jars resolve into ``.cache/kafka/<version>/libs``
+    :param pom: pins it, with every dependency (``<kafka.version>`` is ``version``)
+    :param log_config: the broker's logging settings: log4j2 since Kafka 4.0, log4j 1 (reload4j) before
+    :param log_property: the JVM property naming ``log_config``, with its value's prefix (log4j 1 takes a URL)
+    """
+
+    version: str
+    pom: Path
+    log_config: Path = REPO / "kafka" / "log4j2.properties"
+    log_property: str = "log4j2.configurationFile="
+
+    @property
+    def jars(self) -> Jars:
+        return Jars(
+            "Kafka jars" if self is DEFAULT else f"Kafka {self.version} jars",
+            self.pom,
+            KAFKA_CACHE / self.version,
+            "kafka_2.13-*.jar",
+            "run ./run test or ./run kafka",
+        )
+
+    @property
+    def libs(self) -> Path:
+        return self.jars.libs
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+
+# The default first: the one every other Kafka test, ./run kafka and the compose stack's image run.
+DEFAULT = Release("4.4.0", REPO / "kafka" / "pom.xml")
+RELEASES = {
+    release.version: release
+    for release in (
+        DEFAULT,
+        Release("4.3.1", REPO / "kafka" / "4.3.1" / "pom.xml"),
+        # The newest 3.x release: log4j 1 through reload4j, as every Kafka before 4.0.
+        Release(
+            "3.9.2",
+            REPO / "kafka" / "3.9.2" / "pom.xml",
+            REPO / "kafka" / "3.9.2" / "log4j.properties",
+            "log4j.configuration=file:",
+        ),
+    )
+}
+KAFKA = DEFAULT.jars
+LIBS = DEFAULT.libs
 # MirrorMaker 2 for bench/bench_replication.py only: resolved by `install mm2` (./run bench), not by ./run test.
 MM2 = Jars(
     "MirrorMaker 2 jars",
@@ -136,9 +183,17 @@ def _record_unavailable(reason: str, jars: Jars = KAFKA) -> str:
     return reason
 
 
+def _tools_missing(what: str) -> str | None:
+    if shutil.which("mvn") is None:
+        return f"{what} not installed: mvn (Apache Maven) is not on PATH"
+    if shutil.which("java") is None:
+        return f"{what} not installed: java (17 or newer) is not on PATH"
+    return None
+
+
 def install(jars: Jars = KAFKA) -> str | None:
-    """Resolve the jars ``jars.pom`` pins (``kafka/pom.xml`` by default) into ``jars.libs``, unless already
-    done for this pom.
+    """Resolve the jars ``jars.pom`` pins (the default release's by default) into ``jars.libs``, unless
+    already done for this pom.
 
     Maven runs only when the jars are missing or the pom changed since they were resolved (the stamp
     holds the pom's SHA-256). A failed resolve leaves no jars, so nothing runs a stale version.
@@ -147,10 +202,9 @@ def install(jars: Jars = KAFKA) -> str | None:
     """
     if jars_missing_reason(jars) is None:
         return None
-    if shutil.which("mvn") is None:
-        return _record_unavailable(f"{jars.what} not installed: mvn (Apache Maven) is not on PATH", jars)
-    if shutil.which("java") is None:
-        return _record_unavailable(f"{jars.what} not installed: java (17 or newer) is not on PATH", jars)
+    missing = _tools_missing(jars.what)
+    if missing:
+        return _record_unavailable(missing, jars)
     partial = jars.cache / "libs.partial"
     shutil.rmtree(partial, ignore_errors=True)
     shutil.rmtree(jars.libs, ignore_errors=True)
@@ -186,6 +240,29 @@ def install(jars: Jars = KAFKA) -> str | None:
     return None
 
 
+def install_releases() -> list[tuple[Release, str]]:
+    """:func:`install` every release of :data:`RELEASES` (Maven runs only for those missing or whose pom
+    changed), and drop ``.cache/kafka``'s layout from before releases.
+
+    :returns: the releases whose jars are not ready, each with its one-line reason, the default's first.
+        Without Maven or Java the reason is the same line for every release.
+    """
+    for old in ("libs", "libs.partial"):
+        shutil.rmtree(KAFKA_CACHE / old, ignore_errors=True)
+    for old in ("pom.sha256", "unavailable", "mvn.log"):
+        (KAFKA_CACHE / old).unlink(missing_ok=True)
+    missing = _tools_missing("Kafka jars")
+    failed = []
+    for release in RELEASES.values():
+        if missing and jars_missing_reason(release.jars) is not None:
+            reason: str | None = _record_unavailable(missing, release.jars)
+        else:
+            reason = install(release.jars)
+        if reason:
+            failed.append((release, reason))
+    return failed
+
+
 def jars_missing_reason(jars: Jars = KAFKA) -> str | None:
     """Why the jars cannot be used (the broker's by default), or ``None`` when they can. Never downloads."""
     if jars.libs.is_dir() and jars.stamp.is_file() and jars.stamp.read_text().strip() == _pom_digest(jars):
@@ -218,6 +295,7 @@ class Broker:
     :param overrides: properties files appended to the generated settings, in order (later keys win)
     :param client_file: librdkafka settings (key=value lines) the readiness check connects with
     :param heap: the JVM's heap option
+    :param release: the Apache Kafka release it runs
     """
 
     name: str
@@ -231,6 +309,7 @@ class Broker:
     overrides: tuple[Path, ...] = ()
     client_file: Path | None = None
     heap: str = JVM_HEAP
+    release: Release = DEFAULT
 
     @property
     def bootstrap(self) -> str:
@@ -303,10 +382,10 @@ def _java(main_class: str, *args: str, broker: Broker) -> list[str]:
         "java",
         broker.heap,
         "-Djava.awt.headless=true",
-        f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
+        f"-D{broker.release.log_property}{broker.release.log_config}",
         f"-Dkafka.logs.dir={broker.log_dir}",
         "-cp",
-        str(LIBS / "*"),
+        str(broker.release.libs / "*"),
         main_class,
         *args,
     ]
@@ -435,7 +514,7 @@ def _last_error_line(broker: Broker) -> str:
 
 
 def _check_java(broker: Broker) -> None:
-    missing = jars_missing_reason()
+    missing = jars_missing_reason(broker.release.jars)
     if missing:
         raise KafkaLocalError(missing)
     if shutil.which("java") is None:
@@ -927,9 +1006,15 @@ def _main(argv: list[str]) -> int:
             if reason:
                 print(f"run: {reason}; the benchmark's MirrorMaker 2 case will not run", file=sys.stderr)
             return 1 if reason else 0
-        reason = install()
-        if reason:
-            print(f"run: {reason}; Kafka tests will be skipped", file=sys.stderr)
+        lines = []
+        for release, reason in install_releases():
+            # the default release's, or every release's (no Maven): "Kafka jars ..."
+            what = (
+                "Kafka tests" if reason.startswith(f"{KAFKA.what} ") else f"the Kafka {release.version} release tests"
+            )
+            lines.append(f"run: {reason}; {what} will be skipped")
+        for line in dict.fromkeys(lines):  # without Maven or Java: one line for every release
+            print(line, file=sys.stderr)
         return 0
     clusters = []
     if command == "secure":

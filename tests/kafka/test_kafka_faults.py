@@ -375,9 +375,16 @@ def test_a_commit_not_yet_readable_is_never_built_upon(api, child_env, monkeypat
 
 @pytest.mark.slow
 def test_gateway_killed_at_random_moments_then_restarted(api, child_env):
+    gateway_killed_then_restarted(api, child_env, BACKLOG)
+
+
+def gateway_killed_then_restarted(api: StreamAdmin, child_env: dict[str, str], backlog: int) -> None:
+    """SF's ``backlog`` replicated to NY by gateway processes killed with SIGKILL at random moments (the
+    first in the middle of the backlog), then finished by the real CLI: every message once, in order.
+    Also run on each Kafka release by ``test_kafka_releases.py``."""
     print(f"STREAMREP_TEST_SEED={SEED}")
     rng = random.Random(SEED)
-    replicate(api, BACKLOG)
+    replicate(api, backlog)
     progress = []
     for kill in range(rng.randint(3, 5)):
         child = Child(GATEWAY_CHILD, ["newyork", "g1", rng.choice([500, 2000, 5000]), 10], child_env)
@@ -390,7 +397,7 @@ def test_gateway_killed_at_random_moments_then_restarted(api, child_env):
         finally:
             child.kill9()
         progress.append(applied(api))
-    assert 0 < progress[0] < BACKLOG, f"the first kill did not interrupt the backlog: {progress} (seed {SEED})"
+    assert 0 < progress[0] < backlog, f"the first kill did not interrupt the backlog: {progress} (seed {SEED})"
 
     # The killed gateway's last round may have left transactions open (their marks interleave with
     # the committed ones' in the marks topic, so the last stable offset stops before those too) until
@@ -399,9 +406,9 @@ def test_gateway_killed_at_random_moments_then_restarted(api, child_env):
     # the real CLI finishes the job, under the same gateway id
     already = applied(api)
     ran = cli(child_env, "gateway", "run", "-cluster", "newyork", "-id", "g1", "-once", "true")
-    assert ran["messages"] == BACKLOG - already
-    assert applied(api) == BACKLOG
-    assert_exact_replica(api, SF, NY, BACKLOG)
+    assert ran["messages"] == backlog - already
+    assert applied(api) == backlog
+    assert_exact_replica(api, SF, NY, backlog)
 
 
 @pytest.mark.slow

@@ -30,6 +30,9 @@ def repo_copy(tmp_path) -> Path:
         "scripts/kafka_local.py",
         "scripts/wheel_envs.py",
         "kafka/pom.xml",
+        "kafka/4.3.1/pom.xml",
+        "kafka/3.9.2/pom.xml",
+        "kafka/3.9.2/log4j.properties",
         "kafka/mm2/pom.xml",
         "kafka/log4j2.properties",
         "tests/conftest.py",
@@ -94,10 +97,15 @@ def test_without_maven_the_install_says_why_in_one_line_and_kafka_tests_skip_wit
     result = run_install(repo_copy, str(no_maven))
 
     assert result.returncode == 0  # the rest of the suite still runs
-    assert result.stderr.splitlines() == [
+    assert result.stderr.splitlines() == [  # one line for every release
         "run: Kafka jars not installed: mvn (Apache Maven) is not on PATH; Kafka tests will be skipped"
     ]
-    assert not (repo_copy / ".cache" / "kafka" / "libs").exists()
+    assert not list((repo_copy / ".cache" / "kafka").glob("*/libs"))
+    for release in ("4.4.0", "4.3.1", "3.9.2"):  # each release's tests skip with the reason
+        assert (
+            "mvn (Apache Maven) is not on PATH"
+            in (repo_copy / ".cache" / "kafka" / release / "unavailable").read_text()
+        )
     report = skip_reasons(repo_copy)
     assert "5 skipped" in report and "mvn (Apache Maven) is not on PATH" in report
 
@@ -108,11 +116,47 @@ def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_j
     assert result.returncode == 0
     assert result.stderr.splitlines() == [
         "run: Kafka jars not installed: Maven could not resolve kafka/pom.xml (is Maven Central reachable?); "
-        "see .cache/kafka/mvn.log; Kafka tests will be skipped"
+        "see .cache/kafka/4.4.0/mvn.log; Kafka tests will be skipped",
+        "run: Kafka 4.3.1 jars not installed: Maven could not resolve kafka/4.3.1/pom.xml (is Maven Central "
+        "reachable?); see .cache/kafka/4.3.1/mvn.log; the Kafka 4.3.1 release tests will be skipped",
+        "run: Kafka 3.9.2 jars not installed: Maven could not resolve kafka/3.9.2/pom.xml (is Maven Central "
+        "reachable?); see .cache/kafka/3.9.2/mvn.log; the Kafka 3.9.2 release tests will be skipped",
     ]
-    assert "[ERROR]" in (repo_copy / ".cache" / "kafka" / "mvn.log").read_text()  # Maven's own words, kept
-    assert not (repo_copy / ".cache" / "kafka" / "libs").exists()
+    assert "[ERROR]" in (repo_copy / ".cache" / "kafka" / "4.4.0" / "mvn.log").read_text()  # Maven's own words
+    assert not list((repo_copy / ".cache" / "kafka").glob("*/libs"))
     assert "Maven could not resolve kafka/pom.xml" in skip_reasons(repo_copy)
+
+
+def test_the_install_resolves_each_release_into_its_own_folder_and_again_only_when_its_pom_changed(repo_copy, tmp_path):
+    # A stand-in mvn (on PATH before the real one) that records which pom it resolved and writes one jar.
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "mvn").write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in -DoutputDirectory=*) out="${a#-DoutputDirectory=}";; esac; done\n'
+        'pom=$(echo "$@" | sed "s/.* -f \\([^ ]*\\) .*/\\1/")\n'
+        f'echo "$pom" >> {calls}\n'
+        'mkdir -p "$out" && touch "$out/kafka_2.13-0.jar"\n'
+    )
+    (bin_dir / "mvn").chmod(0o755)
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    kafka = repo_copy / "kafka"
+
+    assert run_install(repo_copy, path).stderr == ""
+    assert sorted(calls.read_text().split()) == sorted(
+        str(pom) for pom in (kafka / "pom.xml", kafka / "4.3.1" / "pom.xml", kafka / "3.9.2" / "pom.xml")
+    )
+    for release in ("4.4.0", "4.3.1", "3.9.2"):
+        assert (repo_copy / ".cache" / "kafka" / release / "libs" / "kafka_2.13-0.jar").is_file()
+
+    calls.unlink()
+    assert run_install(repo_copy, path).stderr == ""
+    assert not calls.exists()  # nothing missing, no pom changed: no Maven
+
+    (kafka / "4.3.1" / "pom.xml").write_text((kafka / "4.3.1" / "pom.xml").read_text() + "<!-- changed -->\n")
+    assert run_install(repo_copy, path).stderr == ""
+    assert calls.read_text().split() == [str(kafka / "4.3.1" / "pom.xml")]
 
 
 def test_mirrormaker_jars_have_their_own_install_that_fails_in_one_line(repo_copy, tmp_path):

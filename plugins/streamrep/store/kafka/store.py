@@ -61,6 +61,7 @@ from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.offsetsyncs import prune
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import ApplyResult, CatalogDoc, PartitionApplies, ReplicaApply, Store
+from streamrep.store.kafka import versions
 from streamrep.store.kafka.acls import KafkaAcls
 from streamrep.store.kafka.client import (
     CATALOG_RETRIES,
@@ -139,6 +140,7 @@ class KafkaStore(Store):
         self.acls = KafkaAcls(self, self._admin, self._own)
         self._topics = {name: internal + name for name in ("catalog", "marks", "syncs")}
         self._lock = threading.RLock()
+        self._broker_checked = False  # versions.check_cluster, at the first client this object makes
         self._reset()
 
     def _reset(self) -> None:
@@ -167,6 +169,9 @@ class KafkaStore(Store):
     def _fresh(self) -> None:
         if self._pid != os.getpid():  # librdkafka handles do not survive a fork
             self._reset()
+        if not self._broker_checked:  # before the first client: a broker too old is refused in one line
+            versions.check_cluster(self.bootstrap, self._client)
+            self._broker_checked = True
 
     # -- clients -------------------------------------------------------------------
     @contextmanager
