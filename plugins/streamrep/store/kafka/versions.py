@@ -105,8 +105,9 @@ class UnsupportedBroker(Misinstalled):
 
 
 def _serves(table: ApiTable, key: int, version: int) -> bool:
-    low, high = table.get(key, (0, -1))
-    return low <= version <= high
+    # The highest version decides: clients speak the newest both sides know, and Kafka 4.0 dropped the
+    # oldest versions of many APIs (ListOffsets v0, for one) without taking anything away.
+    return key in table and table[key][1] >= version
 
 
 def broker_release(table: ApiTable) -> str:
