@@ -113,12 +113,13 @@ class Release:
 
 
 # The default first: the one every other Kafka test, ./run kafka and the compose stack's image run.
-DEFAULT = Release("4.4.0", REPO / "kafka" / "pom.xml")
+DEFAULT = Release("4.3.1", REPO / "kafka" / "pom.xml")
 RELEASES = {
     release.version: release
     for release in (
         DEFAULT,
-        Release("4.3.1", REPO / "kafka" / "4.3.1" / "pom.xml"),
+        # Not the default yet: see docs/platform.md, "Kafka releases".
+        Release("4.4.0", REPO / "kafka" / "4.4.0" / "pom.xml"),
         # The newest 3.x release: log4j 1 through reload4j, as every Kafka before 4.0.
         Release(
             "3.9.2",

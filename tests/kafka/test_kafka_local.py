@@ -30,7 +30,7 @@ def repo_copy(tmp_path) -> Path:
         "scripts/kafka_local.py",
         "scripts/wheel_envs.py",
         "kafka/pom.xml",
-        "kafka/4.3.1/pom.xml",
+        "kafka/4.4.0/pom.xml",
         "kafka/3.9.2/pom.xml",
         "kafka/3.9.2/log4j.properties",
         "kafka/mm2/pom.xml",
@@ -101,7 +101,7 @@ def test_without_maven_the_install_says_why_in_one_line_and_kafka_tests_skip_wit
         "run: Kafka jars not installed: mvn (Apache Maven) is not on PATH; Kafka tests will be skipped"
     ]
     assert not list((repo_copy / ".cache" / "kafka").glob("*/libs"))
-    for release in ("4.4.0", "4.3.1", "3.9.2"):  # each release's tests skip with the reason
+    for release in ("4.3.1", "4.4.0", "3.9.2"):  # each release's tests skip with the reason
         assert (
             "mvn (Apache Maven) is not on PATH"
             in (repo_copy / ".cache" / "kafka" / release / "unavailable").read_text()
@@ -116,13 +116,13 @@ def test_when_maven_cannot_reach_a_repository_the_install_says_so_and_keeps_no_j
     assert result.returncode == 0
     assert result.stderr.splitlines() == [
         "run: Kafka jars not installed: Maven could not resolve kafka/pom.xml (is Maven Central reachable?); "
-        "see .cache/kafka/4.4.0/mvn.log; Kafka tests will be skipped",
-        "run: Kafka 4.3.1 jars not installed: Maven could not resolve kafka/4.3.1/pom.xml (is Maven Central "
-        "reachable?); see .cache/kafka/4.3.1/mvn.log; the Kafka 4.3.1 release tests will be skipped",
+        "see .cache/kafka/4.3.1/mvn.log; Kafka tests will be skipped",
+        "run: Kafka 4.4.0 jars not installed: Maven could not resolve kafka/4.4.0/pom.xml (is Maven Central "
+        "reachable?); see .cache/kafka/4.4.0/mvn.log; the Kafka 4.4.0 release tests will be skipped",
         "run: Kafka 3.9.2 jars not installed: Maven could not resolve kafka/3.9.2/pom.xml (is Maven Central "
         "reachable?); see .cache/kafka/3.9.2/mvn.log; the Kafka 3.9.2 release tests will be skipped",
     ]
-    assert "[ERROR]" in (repo_copy / ".cache" / "kafka" / "4.4.0" / "mvn.log").read_text()  # Maven's own words
+    assert "[ERROR]" in (repo_copy / ".cache" / "kafka" / "4.3.1" / "mvn.log").read_text()  # Maven's own words
     assert not list((repo_copy / ".cache" / "kafka").glob("*/libs"))
     assert "Maven could not resolve kafka/pom.xml" in skip_reasons(repo_copy)
 
@@ -145,18 +145,18 @@ def test_the_install_resolves_each_release_into_its_own_folder_and_again_only_wh
 
     assert run_install(repo_copy, path).stderr == ""
     assert sorted(calls.read_text().split()) == sorted(
-        str(pom) for pom in (kafka / "pom.xml", kafka / "4.3.1" / "pom.xml", kafka / "3.9.2" / "pom.xml")
+        str(pom) for pom in (kafka / "pom.xml", kafka / "4.4.0" / "pom.xml", kafka / "3.9.2" / "pom.xml")
     )
-    for release in ("4.4.0", "4.3.1", "3.9.2"):
+    for release in ("4.3.1", "4.4.0", "3.9.2"):
         assert (repo_copy / ".cache" / "kafka" / release / "libs" / "kafka_2.13-0.jar").is_file()
 
     calls.unlink()
     assert run_install(repo_copy, path).stderr == ""
     assert not calls.exists()  # nothing missing, no pom changed: no Maven
 
-    (kafka / "4.3.1" / "pom.xml").write_text((kafka / "4.3.1" / "pom.xml").read_text() + "<!-- changed -->\n")
+    (kafka / "4.4.0" / "pom.xml").write_text((kafka / "4.4.0" / "pom.xml").read_text() + "<!-- changed -->\n")
     assert run_install(repo_copy, path).stderr == ""
-    assert calls.read_text().split() == [str(kafka / "4.3.1" / "pom.xml")]
+    assert calls.read_text().split() == [str(kafka / "4.4.0" / "pom.xml")]
 
 
 def test_mirrormaker_jars_have_their_own_install_that_fails_in_one_line(repo_copy, tmp_path):

@@ -1,7 +1,7 @@
 """The Kafka releases users run besides the default (issue 28): the Store conformance suite, a replication
 with gateways killed at random moments, and cursor translation, on each release of
-``kafka_local.RELEASES`` other than the default (4.3.1, and 3.9.2, the newest 3.x). The default release
-(4.4.0) runs all of them already, as every Kafka test does, in their own modules.
+``kafka_local.RELEASES`` other than the default (4.4.0, and 3.9.2, the newest 3.x). The default release
+(4.3.1) runs all of them already, as every Kafka test does, in their own modules.
 
 One plain single-node broker per release, started when the first test of that release begins and
 stopped after its last (pytest runs a module's tests grouped by the module-scoped ``kafka_broker``
@@ -39,7 +39,8 @@ pytestmark = [pytest.mark.backends("kafka"), pytest.mark.kafka]
 
 ALICE = Identity(user="alice", groups=frozenset({"eng"}))
 RELEASES = [version for version in kafka_local.RELEASES if kafka_local.RELEASES[version] is not kafka_local.DEFAULT]
-KILL_BACKLOG = 50_000  # the fault module's own run (200,000, on the default release) is the long one
+# As the fault module's own run: with 50,000 a quiet machine's gateway finished before the first kill.
+KILL_BACKLOG = faults.BACKLOG
 
 # The conformance suite, collected in this module: each runs on every release below.
 globals().update({name: test for name, test in vars(conformance).items() if name.startswith("test_")})
@@ -137,7 +138,12 @@ def test_the_broker_is_the_release_and_the_store_accepts_it(kafka_broker, reques
 
 
 @pytest.mark.slow
-def test_gateway_killed_at_random_moments_then_restarted(api, child_env):
+def test_gateway_killed_at_random_moments_then_restarted(api, child_env, request):
+    if request.node.callspec.params["kafka_broker"] == "4.4.0":
+        # Seen in 2 of 3 runs on 4.4.0 (200,000 messages), never on 4.3.1 or 3.9.2: after a gateway is
+        # killed inside its transactions, a read_committed reader of the marks stops 2 offsets below the
+        # last stable offset and times out (docs/platform.md, "Kafka releases"). Why 4.4.0 is not the default.
+        request.applymarker(pytest.mark.xfail(reason="Kafka 4.4.0: read_committed reader stuck below the LSO"))
     faults.gateway_killed_then_restarted(api, child_env, KILL_BACKLOG)
 
 
