@@ -76,6 +76,7 @@ from streamrep.store.kafka.client import (
     TIMEOUT_SECONDS,
     TRANSIENT,
     USER_ERRORS,
+    eof_offset,
     fetched,
     internal_prefix,
     kafka_error,
@@ -219,6 +220,8 @@ class KafkaStore(Store):
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
+                # See client.eof_offset: the end of what a read_committed reader can be given.
+                "enable.partition.eof": True,
                 **extra,
             }
         )
@@ -606,6 +609,7 @@ class KafkaStore(Store):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        position = max(position, eof_offset(msg))  # past aborted records
                         continue
                     raise self._translate(err, f"cannot read {name}")
                 offset = msg.offset()
