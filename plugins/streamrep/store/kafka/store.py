@@ -46,6 +46,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewPartitions, NewTopic  # where the stubs declare them (admin re-exports)
 
 import streamrep.store.kafka.keys as keys
+import streamrep.store.kafka.versions as versions
 from streamrep.errors import (
     AlreadyExists,
     Conflict,
@@ -61,7 +62,6 @@ from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.offsetsyncs import prune
 from streamrep.model.replication import mark_partition
 from streamrep.store.base import ApplyResult, CatalogDoc, PartitionApplies, ReplicaApply, Store
-from streamrep.store.kafka import versions
 from streamrep.store.kafka.acls import KafkaAcls
 from streamrep.store.kafka.client import (
     CATALOG_RETRIES,

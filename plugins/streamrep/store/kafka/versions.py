@@ -205,7 +205,7 @@ def probe(client: Mapping[str, Any], timeout: float = 10.0) -> tuple[str | None,
     :returns: the broker's address and its API table; an empty table when no broker answered (unreachable,
         refused, or librdkafka's lines not understood)
     """
-    from confluent_kafka import KafkaError
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     handler = _Lines()
@@ -216,7 +216,11 @@ def probe(client: Mapping[str, Any], timeout: float = 10.0) -> tuple[str | None,
     failed: list[KafkaError] = []
     settings: dict[str, Any] = {k: v for k, v in client.items() if k not in ("logger", "debug", "error_cb")}
     settings.update({"debug": "feature", "logger": log, "error_cb": failed.append})
-    admin = AdminClient(settings)
+    try:
+        admin = AdminClient(settings)
+    except KafkaException:  # settings librdkafka refuses: the store's own client names them in one line
+        log.removeHandler(handler)
+        return None, {}
     try:
         # Any request makes the client connect, and ApiVersions comes first on a connection.
         future = admin.describe_cluster(request_timeout=timeout)
