@@ -18,8 +18,6 @@ from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, RetryNow,
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
 from streamrep.store.kafka import KafkaStore
-from streamrep.store.kafka.client import INTERNAL_TOPIC_CONFIG
-from streamrep.store.kafka.folds import Fold
 from streamrep.store.kafka.transactions import Transaction
 
 pytestmark = pytest.mark.kafka
@@ -292,81 +290,3 @@ def test_a_writer_fenced_between_its_transactions_is_told_to_retry_then_writes(k
     assert reader.marks(stream) == {key: 4}
     for s in (first, second, reader):
         s.close()
-
-
-def aborted_below_an_open_transaction(kafka_broker: str, topic: str) -> Producer:
-    """Partition 0 of ``topic`` as a gateway killed inside two transactions leaves it once a new writer
-    took over one of them (issue 28): one committed record, then writer A's two records (one batch),
-    writer B's open record, A's abort marker. Returns B's producer, whose transaction is still open: the
-    last stable offset is B's record, A's abort marker lies above it. librdkafka drops A's batch with
-    nothing queued, so a read_committed consumer's position stays at A's first record."""
-
-    def writer(txid: str, timeout_ms: int = 60000) -> Producer:
-        producer = Producer(
-            {
-                "bootstrap.servers": kafka_broker,
-                "transactional.id": f"{topic}.{txid}",
-                "transaction.timeout.ms": timeout_ms,
-                "linger.ms": 50,
-            }
-        )
-        producer.init_transactions(15)
-        return producer
-
-    committed = writer("committed")
-    committed.begin_transaction()
-    committed.produce(topic, key=b"committed", value=b"1", partition=0)
-    committed.commit_transaction(15)  # offset 0, its commit marker 1
-    a = writer("a")
-    a.begin_transaction()
-    for key in (b"a1", b"a2"):
-        a.produce(topic, key=key, value=b"1", partition=0)
-    a.flush(15)  # 2-3, never committed: as if killed
-    b = writer("b")  # B's transaction outlives the reads below (Kafka aborts it after 60 s)
-    b.begin_transaction()
-    b.produce(topic, key=b"b", value=b"1", partition=0)
-    b.flush(15)  # 4, open
-    writer("a")  # a new writer of A's id aborts A: its abort marker is 5, above B's open record
-    return b
-
-
-def fold_reaches_the_last_stable_offset_past_aborted_records(kafka_broker: str) -> None:
-    """A fold's ``catch_up`` reaches the last stable offset when the records just below it are of an
-    aborted transaction whose abort marker is not readable yet, and folds the committed record only.
-    Before the fix it stopped 2 offsets below and timed out (issue 28; also in ``test_kafka_releases.py``)."""
-    store = store_for(kafka_broker, f"t{uuid.uuid4().hex[:10]}")
-    name = f"issue28-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": kafka_broker})
-    admin.create_topics([NewTopic(name, 1, 1, config=INTERNAL_TOPIC_CONFIG)])[name].result(15)
-    folded: list[str] = []
-
-    class Keys(Fold):
-        def apply(self, key: str, value: bytes | None) -> None:
-            folded.append(key)
-
-    b = aborted_below_an_open_transaction(kafka_broker, name)
-    fold = Keys(store, name)
-    try:
-        assert store._watermarks(name, 0, name) == (0, 4)  # B's open record holds the last stable offset
-        started = time.monotonic()
-        fold.catch_up()
-        assert fold.position == 4
-        assert folded == ["committed"]
-        assert time.monotonic() - started < 10  # stuck, it waited TIMEOUT_SECONDS (15 s)
-        # The read path too: from the start, and from the aborted records (where a position stayed).
-        stream = add_stream(store)
-        store.create_topic(stream, "t", 1)
-        b.abort_transaction(15)
-        b = aborted_below_an_open_transaction(kafka_broker, store._kafka_name(stream, "t"))
-        started = time.monotonic()
-        assert [m.key for m in store.read(stream, "t", 0, 0, 100)] == [b"committed"]
-        assert store.read(stream, "t", 0, 2, 100) == []
-        assert time.monotonic() - started < 10  # stuck, it waited TIMEOUT_SECONDS (15 s)
-    finally:
-        b.abort_transaction(15)
-        fold.close()
-        store.close()
-
-
-def test_a_fold_reaches_the_last_stable_offset_past_aborted_records(kafka_broker):
-    fold_reaches_the_last_stable_offset_past_aborted_records(kafka_broker)

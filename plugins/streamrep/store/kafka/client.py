@@ -98,31 +98,6 @@ def fetched(consumer: Consumer, limit: int, wait: float = FETCH_WAIT_SECONDS) ->
     return [first, *consumer.consume(limit - 1, timeout=0)] if limit > 1 else [first]
 
 
-def eof_offset(event: Message) -> int:
-    """The offset a ``_PARTITION_EOF`` event reports: every committed record below it was delivered.
-
-    A read_committed reader cannot rely on ``Consumer.position`` alone to pass what it is never given.
-    librdkafka moves the application's position past a commit or abort marker (an internal control
-    message), but a batch of an aborted transaction is dropped whole, with nothing queued, so the
-    position moves past it only when the abort marker after it is read. That marker can lie above the
-    last stable offset: a gateway killed inside two transactions leaves A's records, then B's, and
-    when a new writer of A's id aborts A, A's abort marker lands after B's open records. Until B is
-    aborted too (Kafka's transaction timeout, or the next writer of B's id) the position stays at
-    A's first record, below the last stable offset (issue 28: 36 of 38, where A's batch held two
-    records; docs/platform.md, "Kafka releases").
-
-    librdkafka emits the event (``enable.partition.eof``) when its fetch offset reaches the last
-    stable offset of that fetch with nothing more to give. The fetch offset passes only batches it
-    parsed: each record and marker is queued before the event on the same queue, in offset order, and
-    only batches of transactions the broker listed as aborted are dropped. So when the application
-    takes the event, every committed record below its offset was already taken: moving to it skips
-    aborted records and markers only. Events from before a seek are discarded by librdkafka (their
-    version is outdated)."""
-    offset = event.offset()
-    assert offset is not None  # a partition EOF event names the partition's end
-    return offset
-
-
 def watermarks(consumer: Consumer, name: str, partition: int) -> tuple[int, int]:
     """``(low watermark, last stable offset)``: a read_committed consumer's high mark is the LSO."""
     low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), timeout=TIMEOUT_SECONDS, cached=False)

@@ -21,7 +21,7 @@ import streamrep.store.kafka.keys as keys
 from streamrep.errors import Unavailable
 from streamrep.model.catalog import STREAM_KIND
 from streamrep.store.base import CatalogDoc
-from streamrep.store.kafka.client import TIMEOUT_SECONDS, eof_offset, fetched
+from streamrep.store.kafka.client import TIMEOUT_SECONDS, fetched
 from streamrep.store.kafka.parts import StoreCore
 
 
@@ -59,7 +59,6 @@ class Fold:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        self.position = max(self.position, eof_offset(msg))  # past aborted records
                         continue
                     raise store._translate(err, f"cannot read {self.name}")
                 key, offset = msg.key(), msg.offset()

@@ -76,7 +76,6 @@ from streamrep.store.kafka.client import (
     TIMEOUT_SECONDS,
     TRANSIENT,
     USER_ERRORS,
-    eof_offset,
     fetched,
     internal_prefix,
     kafka_error,
@@ -220,8 +219,6 @@ class KafkaStore(Store):
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 20,
-                # See client.eof_offset: the end of what a read_committed reader can be given.
-                "enable.partition.eof": True,
                 **extra,
             }
         )
@@ -609,7 +606,6 @@ class KafkaStore(Store):
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        position = max(position, eof_offset(msg))  # past aborted records
                         continue
                     raise self._translate(err, f"cannot read {name}")
                 offset = msg.offset()
