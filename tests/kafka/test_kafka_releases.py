@@ -138,12 +138,7 @@ def test_the_broker_is_the_release_and_the_store_accepts_it(kafka_broker, reques
 
 
 @pytest.mark.slow
-def test_gateway_killed_at_random_moments_then_restarted(api, child_env, request):
-    if request.node.callspec.params["kafka_broker"] == "4.4.0":
-        # Seen in 2 of 3 runs on 4.4.0 (200,000 messages), never on 4.3.1 or 3.9.2: after a gateway is
-        # killed inside its transactions, a read_committed reader of the marks stops 2 offsets below the
-        # last stable offset and times out (docs/platform.md, "Kafka releases"). Why 4.4.0 is not the default.
-        request.applymarker(pytest.mark.xfail(reason="Kafka 4.4.0: read_committed reader stuck below the LSO"))
+def test_gateway_killed_at_random_moments_then_restarted(api, child_env):
     faults.gateway_killed_then_restarted(api, child_env, KILL_BACKLOG)
 
 
