@@ -1,6 +1,6 @@
 """The built wheel, installed with plain pip into Airflow environments that are not this repository's.
 
-For each tested cell, an Airflow release on a Python (``scripts/wheel_envs.py``: every interpreter
+For each tested cell (the checks that start servers run at the matrix's corners), an Airflow release on a Python (``scripts/wheel_envs.py``: every interpreter
 the wheel declares on the newest Airflow, and one cell per older Airflow minor; a venv per lock in
 ``tests/wheel/``, made by ``./run test`` before the tests, so nothing is downloaded here), the
 wheel built from this checkout by ``uv build`` is installed with ``pip install --no-index``: pip
@@ -43,7 +43,21 @@ class Installed(AirflowVenv):
     release: str = ""
 
 
-@pytest.fixture(scope="module", params=wheel_envs.CELLS, ids=lambda cell: wheel_envs.cell_name(*cell))
+def cell_id(cell: tuple[str, str]) -> str:
+    return wheel_envs.cell_name(*cell)
+
+
+# Every cell runs the checks that take seconds: the wheel installs whole, and Airflow lists it. The
+# checks that start an API server or Spark (minutes each) run at the matrix's two corners, the
+# newest Airflow on the newest Python and the oldest Airflow on the oldest, and pip's refusals,
+# which no cell changes, on the newest only.
+NEWEST_CELL = (wheel_envs.NEWEST, wheel_envs.PYTHONS[-1])
+OLDEST_CELL = min(wheel_envs.CELLS)
+at_the_corners = pytest.mark.parametrize("installed", [NEWEST_CELL, OLDEST_CELL], indirect=True, ids=cell_id)
+on_the_newest = pytest.mark.parametrize("installed", [NEWEST_CELL], indirect=True, ids=cell_id)
+
+
+@pytest.fixture(scope="module", params=wheel_envs.CELLS, ids=cell_id)
 def installed(request, wheel, tmp_path_factory) -> Installed:
     release, python = request.param
     venv = wheel_envs.env_path(release, python)
@@ -121,6 +135,7 @@ def api_server(installed) -> Airflow:
         server.stop_all()
 
 
+@at_the_corners
 def test_the_page_answers_only_behind_login(api_server):
     api_server.token = None
     status, _ = api_server.request("GET", "/streamrep/replication", auth=False)
@@ -130,6 +145,7 @@ def test_the_page_answers_only_behind_login(api_server):
     assert status == 200 and "Stream replication" in page
 
 
+@at_the_corners
 def test_the_connection_form_has_its_fields_and_the_test_button_works(api_server, installed):
     api_server.login("admin", "admin-password")
     hooks = api_server.get("/ui/connections/hook_meta")  # what the UI builds the form from
@@ -159,6 +175,7 @@ def test_the_connection_form_has_its_fields_and_the_test_button_works(api_server
     assert "embedded:" in answer["message"]  # names the forms a cluster URL takes
 
 
+@at_the_corners
 def test_the_manual_setup_dag_copies_on_spark_with_the_packaged_app(installed):
     for cluster in ("sanfrancisco", "newyork"):
         installed.ok("streamrep", "cluster", "add", "-name", cluster)
@@ -194,6 +211,7 @@ def test_the_manual_setup_dag_copies_on_spark_with_the_packaged_app(installed):
     assert row["replicaPath"] == REPLICA and row["paused"] is False
 
 
+@at_the_corners
 def test_the_guides_example_user_test_passes_with_the_packaged_fixtures(installed):
     user_repo = installed.root / "user-dag-repo"
     (user_repo / "tests").mkdir(parents=True)
@@ -205,6 +223,7 @@ def test_the_guides_example_user_test_passes_with_the_packaged_fixtures(installe
     assert re.search(r"\b2 passed\b", done.stdout), done.stdout[-2000:]
 
 
+@on_the_newest
 def test_a_python_below_the_declared_one_is_refused_in_one_line_naming_the_range(installed, wheel, tmp_path):
     done = installed.run(
         "pip",
@@ -224,6 +243,7 @@ def test_a_python_below_the_declared_one_is_refused_in_one_line_naming_the_range
     assert "3.10" in line and ">=3.11" in line
 
 
+@on_the_newest
 def test_an_airflow_below_the_floor_is_refused_naming_the_requirement(installed, wheel, tmp_path):
     """An environment held below the floor (here by a constraint, as Airflow's constraint files
     hold it) is refused, not downgraded or half-installed."""
