@@ -606,10 +606,10 @@ def test_chain_keeps_the_origin(api3):
     source_with_topics(api, SF, t=2)
     api.create_stream(NY, ttl=0)
     api.create_stream(TK, ttl=0)
+    api.create_topic(NY, "tb", 1)  # before NY is a replica: a one-way replica's topics are its gateways'
     link(api, SF, NY)
     link(api, NY, TK)
     from_a = produce(api, f"{SF}:t", tagged("a", 30))
-    api.create_topic(NY, "tb", 1)
     from_b = produce(api, f"{NY}:tb", tagged("b", 5))
     g_ny, g_tk = Gateway(api, "newyork", "g1"), Gateway(api, "tokyo", "g1")
     g_tk.run_once()  # nothing of A yet at B
@@ -1230,8 +1230,8 @@ def test_cursor_translation_with_interleaved_messages(cli, api3):
     api = api3
     source_with_topics(api, SF, t=2)
     api.create_stream(NY, ttl=0)
+    api.create_topic(NY, "t", 2)  # before NY is a replica: a one-way replica's topics are its gateways'
     link(api, SF, NY)
-    api.create_topic(NY, "t", 2)
     gw = Gateway(api, "newyork", "g1")
     src_values: list[str] = []
     for r in range(4):

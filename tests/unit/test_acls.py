@@ -13,7 +13,18 @@ from hypothesis import strategies as st
 
 from streamrep.errors import InvalidArgument
 from streamrep.model.ace import And, Group, Not, Or, Public, User
-from streamrep.model.acls import EVERYONE, TOPIC_OPERATIONS, Grant, Principals, installation_grants, stream_grants
+from streamrep.model.acls import (
+    EVERYONE,
+    TOPIC_OPERATIONS,
+    Grant,
+    Principals,
+    entry_grants,
+    installation_grants,
+    stream_grants,
+)
+from streamrep.model.catalog import StreamEntry
+from streamrep.model.failover import REFUSING, FailoverRecord, FailoverState
+from streamrep.model.replication import ReplicaLink, UpstreamLink
 from streamrep.model.stream import PERMISSIONS, StreamMeta
 
 GROUPS = {"eng": frozenset({"alice", "carol"}), "sales": frozenset({"bob"})}
@@ -85,6 +96,47 @@ def test_a_one_way_replica_grants_no_write_to_anyone_but_the_gateway():
     grants = stream_grants(meta, PREFIX, PRINCIPALS, writable=False, replica=True)
     assert {g.principal for g in grants if g.operation == "WRITE"} == {"gateway"}
     assert_exact(meta, writable=False)
+
+
+def entry(meta: StreamMeta, **links) -> StreamEntry:
+    return StreamEntry("u-ny", "/s", "alice", 0, meta, **links)
+
+
+def rights(grants: set[Grant], user: str) -> set[str]:
+    operations = {op for ops in TOPIC_OPERATIONS.values() for op in ops}
+    return {op for op in operations if kafka_allows(grants, user, op)}
+
+
+def test_a_one_way_replica_lets_topicperm_and_adminperm_only_describe_its_topics():
+    meta = StreamMeta.for_creator("alice").edited(topicperm="u:bob", produceperm="u:carol", consumeperm="u:dave")
+    one_way = entry(meta, upstreams=(UpstreamLink("/mapr/sf/s", uuid="u-sf"),))
+    grants = entry_grants(one_way, PREFIX, PRINCIPALS)
+    assert rights(grants, "bob") == {"DESCRIBE", "DESCRIBE_CONFIGS"}  # topicperm
+    assert rights(grants, "alice") == {"READ", "DESCRIBE", "DESCRIBE_CONFIGS"}  # adminperm and the others
+    assert rights(grants, "carol") == set()  # produceperm: nothing to write
+    assert rights(grants, "dave") == {"READ", "DESCRIBE"}
+    gateway = {g.operation for g in grants if g.principal == "gateway"}
+    assert gateway >= {"WRITE", "CREATE", "ALTER", "DELETE"} and "ALTER_CONFIGS" not in gateway
+    # a multi-master replica (it replicates back to its upstream) keeps every right: its users write it
+    both = entry(
+        meta, upstreams=(UpstreamLink("/mapr/sf/s", uuid="u-sf"),), replicas=(ReplicaLink("/mapr/sf/s", uuid="u-sf"),)
+    )
+    grants = entry_grants(both, PREFIX, PRINCIPALS)
+    assert rights(grants, "bob") >= {"CREATE", "DELETE", "ALTER", "ALTER_CONFIGS"}
+    assert "WRITE" in rights(grants, "carol")
+
+
+@pytest.mark.parametrize("state", sorted(FailoverState, key=lambda s: s.value))
+def test_a_stream_whose_failover_record_refuses_producers_grants_no_write_but_the_gateways(state):
+    meta = StreamMeta.for_creator("alice").edited(produceperm="p")
+    record = FailoverRecord(state, "/mapr/ny/s", "u-ny")
+    source = entry(meta, replicas=(ReplicaLink("/mapr/ny/s", uuid="u-ny"),), failover=record)
+    grants = entry_grants(source, PREFIX, PRINCIPALS)
+    writers = {g.principal for g in grants if g.operation == "WRITE" and g.allow}
+    assert writers == (set() if state in REFUSING else {EVERYONE})
+    assert rights(grants, "alice") >= {"CREATE", "DELETE", "ALTER"}  # the fence takes WRITE only
+    unfenced = entry_grants(source.with_changes(failover=None), PREFIX, PRINCIPALS)
+    assert {g.principal for g in unfenced if g.operation == "WRITE"} == {EVERYONE}
 
 
 def test_the_gateway_is_never_denied_what_replication_needs():

@@ -312,6 +312,10 @@ def test_refusals_are_one_line_errors(linked, bob):
         (lambda: failover(bob, SF, NY), PermissionDenied, "adminperm"),
         (lambda: failback(admin, SF, "/mapr/newyork/other"), NotFound, "nothing to fail back"),
         (lambda: failback(admin, SF, NY, phase="sideways"), InvalidArgument, "phase"),
+        # a one-way replica's topics are its gateways' (on Kafka the broker refuses them too)
+        (lambda: admin.create_topic(NY, "mine"), PermissionDenied, f"cannot create a topic of stream {NY}"),
+        (lambda: admin.edit_topic(NY, "t", 3), PermissionDenied, "it is a read-only replica of"),
+        (lambda: admin.delete_topic(NY, "t"), PermissionDenied, "it is a read-only replica of"),
     ]
     for call, kind, text in cases:
         with pytest.raises(kind) as raised:
@@ -320,6 +324,13 @@ def test_refusals_are_one_line_errors(linked, bob):
     linked_only = failback(admin, SF, NY)  # never failed over: done, and it says so
     assert linked_only.already_done is True and "nothing to fail back" in linked_only.result
     drain(admin, "newyork")
+    # B3: a fenced source keeps its replica link until the failover is finished or aborted
+    admin.set_failover(SF, FailoverRecord(FailoverState.FENCED, NY, admin.entry(NY).uuid, 0))
+    with pytest.raises(Conflict) as fenced:
+        admin.remove_replica(SF, NY)
+    assert "before removing the replica" in str(fenced.value) and "\n" not in str(fenced.value)
+    failover(admin, SF, NY, abort=True)
+    assert [r.path for r in admin.entry(SF).replicas] == [NY] and admin.entry(NY).upstreams
     failover(admin, SF, NY, timeout=5, grace=0)
     with pytest.raises(Conflict) as backwards:
         failover(admin, NY, SF)
@@ -327,6 +338,7 @@ def test_refusals_are_one_line_errors(linked, bob):
     with pytest.raises(Conflict) as early:
         failback(admin, SF, NY, phase="return")
     assert "phase reverse" in str(early.value)
+    admin.create_topic(NY, "mine")  # promoted: no longer a replica, its topics are its users'
 
 
 # -- the round trip, with producers and consumers running ----------------------------------------

@@ -27,11 +27,11 @@ from streamrep.client.results import (
     TopicSummary,
     UpstreamRow,
 )
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied, StreamrepError
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied, StreamrepError
 from streamrep.model import network
 from streamrep.model import replication as rules
 from streamrep.model.ace import Identity, parse_ace, validate_ace
-from streamrep.model.acls import Principals
+from streamrep.model.acls import Principals, one_way_replica
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath, validate_cluster_name, validate_topic_name
@@ -267,6 +267,7 @@ class StreamAdmin:
         sp = self.path(path)
         entry = self.entry(sp)
         self.require(entry, sp, "topicperm")
+        self._require_own_topics(sp, entry, "create")
         count = validate_partition_count(partitions if partitions is not None else entry.meta.defaultpartitions)
         self.catalog.check_new_topic(sp, entry, validate_topic_name(topic))
         try:
@@ -280,6 +281,7 @@ class StreamAdmin:
         sp = self.path(path)
         entry = self.entry(sp)
         self.require(entry, sp, "topicperm")
+        self._require_own_topics(sp, entry, "add partitions to")
         try:
             self.store(sp).add_partitions(entry.uuid, validate_topic_name(topic), validate_partition_count(partitions))
         except NotFound:
@@ -291,10 +293,22 @@ class StreamAdmin:
         sp = self.path(path)
         entry = self.entry(sp)
         self.require(entry, sp, "topicperm")
+        self._require_own_topics(sp, entry, "delete")
         try:
             self.store(sp).delete_topic(entry.uuid, validate_topic_name(topic))
         except NotFound:
             raise NotFound(f"topic {sp}:{topic} does not exist") from None
+
+    @staticmethod
+    def _require_own_topics(sp: StreamPath, entry: StreamEntry, action: str) -> None:
+        """A one-way replica's topics follow its source's, made by its gateways: nobody else may
+        change them (on Kafka the broker refuses it too: ``model/acls.py``)."""
+        if one_way_replica(entry):
+            upstreams = ", ".join(u.path for u in entry.upstreams)
+            raise PermissionDenied(
+                f"cannot {action} a topic of stream {sp}: it is a read-only replica of {upstreams}, "
+                "whose topics only its gateways create and change (change them on the source)"
+            )
 
     def list_topics(self, path: str) -> list[TopicSummary]:
         """``stream topic list``: each topic with its partition count and message count; needs
@@ -456,12 +470,20 @@ class StreamAdmin:
     def replica_links(self, path: str) -> list[ReplicaLink]:
         return self.catalog.replica_links(path)
 
-    def _change_replica(self, path: str, replica: str, change: Callable[[ReplicaLink], ReplicaLink | None]) -> None:
+    def _change_replica(
+        self,
+        path: str,
+        replica: str,
+        change: Callable[[ReplicaLink], ReplicaLink | None],
+        check: Callable[[StreamPath, StreamEntry, StreamPath], None] | None = None,
+    ) -> None:
         src, dst = self.path(path), self.path(replica)
 
         def apply(entry: StreamEntry) -> StreamEntry:
             self.require(entry, src, "adminperm")
             link = rules.require_link(entry.replicas, dst, src, "replica")
+            if check is not None:
+                check(src, entry, dst)  # inside the update: no failover starts in between
             new = change(link)
             replicas = tuple(new if r is link else r for r in entry.replicas if new is not None or r is not link)
             return entry.with_changes(replicas=replicas)
@@ -493,8 +515,19 @@ class StreamAdmin:
             pass  # a replica that is gone has no autosetup to finish
 
     def remove_replica(self, path: str, replica: str) -> None:
-        """``stream replica remove``: stop replicating to ``replica`` for good."""
-        self._change_replica(path, replica, lambda link: None)
+        """``stream replica remove``: stop replicating to ``replica`` for good. Refused while a
+        failover to it has fenced the source: ``-abort`` restores both halves of the link, and
+        would find only the replica's."""
+        self._change_replica(path, replica, lambda link: None, check=self._not_fenced_for)
+
+    @staticmethod
+    def _not_fenced_for(src: StreamPath, entry: StreamEntry, dst: StreamPath) -> None:
+        record = entry.failover
+        if record is not None and record.state == FailoverState.FENCED and record.peer == str(dst):
+            raise Conflict(
+                f"stream {src} is {record.describe()}: finish the failover ('stream replica failover -path "
+                f"{src} -replica {dst}') or undo it (-abort true) before removing the replica"
+            )
 
     # -- upstreams (kept on the replica) -------------------------------------------
     def add_upstream(self, path: str, upstream: str) -> UpstreamLink:
@@ -619,6 +652,17 @@ class StreamAdmin:
         without an ACE document is administered by everyone, as before cluster ACEs existed,
         until ``cluster ace set`` gives it one."""
         self._check_cluster_ace(self.cluster_ace(cluster), cluster)
+
+    def require_gateway(self, cluster: str) -> None:
+        """PermissionDenied unless the caller may run a gateway of ``cluster``: its cluster admin,
+        or the gateway principal the cluster's settings name (``streamrep.gateway.principal``), when
+        the cluster authenticates the caller as that principal. The gateway principal administers
+        nothing: the broker's ACLs give it only what replication writes (docs/kafka.md), and
+        streamrep's own checks refuse it every ACE, gateway list and stream change."""
+        info = self.clusters.get(cluster)
+        if info.principal is not None and info.principal == Principals.from_settings(info.settings).gateway:
+            return
+        self.require_cluster_admin(cluster)
 
     def _check_cluster_ace(self, ace: ClusterAce | None, cluster: str) -> None:
         if ace is not None and not parse_ace(ace.adminperm).allows(self.caller(cluster)):

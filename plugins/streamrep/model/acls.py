@@ -18,6 +18,11 @@ wider than the ACE:
 
 The ``gateway`` principal is the service that replicates: it gets what replication needs and is
 never denied by a user-facing ACE (a DENY would stop replication, not a user).
+
+A stream's document decides which rights write (``entry_grants``): a one-way replica is read-only
+for everyone but the gateway (topicperm and adminperm only describe it, produceperm does not write),
+and a stream whose failover record refuses producers (``model/failover.py`` REFUSING) grants no
+produceperm WRITE, so the broker holds the fence against every client, not only streamrep's.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from dataclasses import dataclass
 
 from streamrep.errors import InvalidArgument
 from streamrep.model.ace import Ace, And, Group, Identity, Not, Or, Role, User, parse_ace
+from streamrep.model.catalog import StreamEntry
+from streamrep.model.failover import REFUSING
 from streamrep.model.stream import PERMISSIONS, StreamMeta
 
 GROUP_SETTING_PREFIX = "streamrep.group."
@@ -35,6 +42,7 @@ DEFAULT_GATEWAY = "gateway"
 EVERYONE = "*"
 
 TOPIC_ADMIN = ("CREATE", "DELETE", "ALTER", "DESCRIBE", "DESCRIBE_CONFIGS", "ALTER_CONFIGS")
+TOPIC_DESCRIBE = ("DESCRIBE", "DESCRIBE_CONFIGS")  # topicperm and adminperm on a one-way replica
 # The Kafka operations on a stream's topics that each right implies.
 TOPIC_OPERATIONS: Mapping[str, tuple[str, ...]] = {
     "produceperm": ("WRITE", "DESCRIBE"),
@@ -44,8 +52,10 @@ TOPIC_OPERATIONS: Mapping[str, tuple[str, ...]] = {
     "adminperm": TOPIC_ADMIN,
 }
 GATEWAY_SOURCE = ("READ", "DESCRIBE", "DESCRIBE_CONFIGS")  # a stream with replicas: the gateway reads it
-GATEWAY_REPLICA = ("WRITE", "READ", "DESCRIBE", "CREATE", "ALTER", "DESCRIBE_CONFIGS")  # it writes a replica, adds
-# its topics, and places consumer groups' cursors there (a commit needs the topic's READ)
+# The gateway writes a replica, adds its topics and partitions, places consumer groups' cursors there (a commit
+# needs the topic's READ), and deletes the records the replica's ttl expires (Kafka's DeleteRecords asks for
+# DELETE, which also lets it delete a topic: Kafka has no narrower right; the gateway never deletes one).
+GATEWAY_REPLICA = ("WRITE", "READ", "DESCRIBE", "CREATE", "ALTER", "DESCRIBE_CONFIGS", "DELETE")
 
 
 @dataclass(frozen=True, order=True)
@@ -144,6 +154,7 @@ def stream_grants(
     principals: Principals,
     *,
     writable: bool = True,
+    read_only: bool = False,
     replicated: bool = False,
     replica: bool = False,
     what: str = "",
@@ -152,7 +163,9 @@ def stream_grants(
 
     :param meta: the stream's ACEs
     :param topic_prefix: the Kafka topic prefix every topic of the stream has
-    :param writable: whether produceperm grants WRITE (False for a one-way replica: only the gateway writes)
+    :param writable: whether produceperm grants WRITE (False on a fenced stream, or a read-only one)
+    :param read_only: a one-way replica: topicperm and adminperm only describe its topics, and
+        produceperm does not write (only the gateway creates, changes, deletes and writes them)
     :param replicated: the stream has replicas, so the gateway reads it
     :param replica: the stream has upstreams, so the gateway writes it
     :param what: names the stream in errors
@@ -167,8 +180,10 @@ def stream_grants(
     users = _universe(aces.values(), principals, what)
     by_operation: dict[str, list[Ace]] = {}
     for perm, operations in TOPIC_OPERATIONS.items():
-        if perm == "produceperm" and not writable:
+        if perm == "produceperm" and (read_only or not writable):
             continue
+        if read_only and operations == TOPIC_ADMIN:
+            operations = TOPIC_DESCRIBE
         for operation in operations:
             by_operation.setdefault(operation, []).append(aces[perm])
     grants = {
@@ -179,6 +194,34 @@ def stream_grants(
     gateway_ops = (GATEWAY_SOURCE if replicated else ()) + (GATEWAY_REPLICA if replica else ())
     grants |= {Grant("topic", topic_prefix, True, principals.gateway, op) for op in gateway_ops}
     return grants
+
+
+def one_way_replica(entry: StreamEntry) -> bool:
+    """A replica whose upstreams are not also its replicas: only the gateway writes it. A stream
+    that replicates back to one of its upstreams is a master (multi-master) and keeps its rights."""
+    if not entry.upstreams:
+        return False
+    back = {r.uuid or r.path for r in entry.replicas}
+    return not any((u.uuid or u.path) in back for u in entry.upstreams)
+
+
+def fenced(entry: StreamEntry) -> bool:
+    """A stream whose failover record refuses producers (FENCED, FAILED_OVER, and the failback steps)."""
+    return entry.failover is not None and entry.failover.state in REFUSING
+
+
+def entry_grants(entry: StreamEntry, topic_prefix: str, principals: Principals, what: str = "") -> set[Grant]:
+    """The grants a stream's catalog document calls for: its ACEs, its links and its failover state."""
+    return stream_grants(
+        entry.meta,
+        topic_prefix,
+        principals,
+        writable=not fenced(entry),
+        read_only=one_way_replica(entry),
+        replicated=bool(entry.replicas),
+        replica=bool(entry.upstreams),
+        what=what,
+    )
 
 
 def installation_grants(internal_prefix: str, group_prefix: str, principals: Principals) -> set[Grant]:

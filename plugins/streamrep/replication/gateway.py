@@ -130,7 +130,7 @@ class Gateway:
     def __init__(
         self, admin: StreamAdmin, cluster: str, gateway_id: str | None = None, expiry: float = HEARTBEAT_EXPIRY_SECONDS
     ):
-        admin.require_cluster_admin(cluster)  # a gateway acts with its cluster's authority
+        admin.require_gateway(cluster)  # its cluster admin, or the cluster's authenticated gateway principal
         self.admin = admin
         # From here on the gateway acts with that authority: on the unchecked catalog.
         self.catalog = admin.catalog

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
 )
 
 from streamrep.errors import InvalidArgument, PermissionDenied, RetryNow, StreamrepError
-from streamrep.model.acls import Grant, Principals, installation_grants, stream_grants
+from streamrep.model.acls import Grant, Principals, entry_grants, installation_grants, one_way_replica
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.naming import naming_for
 from streamrep.store.kafka.client import TIMEOUT_SECONDS
@@ -80,13 +80,7 @@ class _NoAuthorizer(Exception):
     """The broker keeps no ACLs."""
 
 
-def one_way_replica(entry: StreamEntry) -> bool:
-    """A replica whose upstreams are not also its replicas: only the gateway writes it. A stream
-    that replicates back to one of its upstreams is a master (multi-master) and keeps produceperm."""
-    if not entry.upstreams:
-        return False
-    back = {r.uuid or r.path for r in entry.replicas}
-    return not any((u.uuid or u.path) in back for u in entry.upstreams)
+__all__ = ["KafkaAcls", "one_way_replica"]
 
 
 class KafkaAcls:
@@ -137,15 +131,7 @@ class KafkaAcls:
         entry = StreamEntry.from_dict(dict(doc))
         prefix = naming_for(entry.naming, entry.path, self._store.namespace).kafka_topic("")
         what = f"stream {entry.path} on cluster {self._store.cluster}"
-        return prefix, stream_grants(
-            entry.meta,
-            prefix,
-            self.principals,
-            writable=not one_way_replica(entry),
-            replicated=bool(entry.replicas),
-            replica=bool(entry.upstreams),
-            what=what,
-        )
+        return prefix, entry_grants(entry, prefix, self.principals, what)
 
     def sync_stream(self, old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> None:
         """Make the ACL entries under the stream's topic prefix those its new document calls for.
