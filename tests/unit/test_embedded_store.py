@@ -192,6 +192,46 @@ def test_unknown_store_format_is_a_corrupt_store(tmp_path):
     assert_one_line_unavailable(err, "unknown store format", "streamrep-embedded-99")
 
 
+@pytest.mark.parametrize(
+    ("table", "row", "fragments"),
+    [
+        (
+            "catalog",
+            ("stream", "/s", "{not json"),
+            ["row kind='stream' key='/s' of table catalog", "no catalog document"],
+        ),
+        ("catalog", ("stream", "/s", "[1, 2]"), ["row kind='stream' key='/s' of table catalog", "not a JSON object"]),
+        ("catalog", ("stream", "/s", "[" * 100_000), ["row kind='stream' key='/s' of table catalog"]),
+        ("marks", (S, "p|x|t|0", "five"), ["row 'p|x|t|0' of table marks holds 'five', not integers"]),
+        (
+            "offset_syncs",
+            (S, "src", 0, 0, "one", 1),
+            ["row '0' of table offset_syncs holds 0, 0, 'one', 1, not integers"],
+        ),
+    ],
+)
+def test_a_corrupt_row_is_a_corrupt_store_naming_its_table_and_row(store, table, row, fragments):
+    """A row the file's owner (or a damaged disk) left malformed: one line naming it, never a traceback."""
+    assert store.catalog_list("stream") == {}  # the file and its tables made
+    con = sqlite3.connect(store.path)
+    con.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+    con.commit()
+    con.close()
+    read = {
+        "catalog": lambda: store.catalog_list("stream"),
+        "marks": lambda: store.marks(S),
+        "offset_syncs": lambda: store.offset_syncs(S, "src"),
+    }[table]
+    with pytest.raises(CorruptStore) as err:
+        read()
+    assert_one_line_unavailable(err, "cluster sanfrancisco", "restore the file", *fragments)
+    if table == "catalog":
+        with pytest.raises(CorruptStore):
+            store.catalog_get("stream", "/s")
+        with pytest.raises(CorruptStore):
+            store.catalog_update("stream", "/s", lambda doc: {"uuid": S, "path": "/s"})
+
+
 def test_unwritable_directory_is_unavailable(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

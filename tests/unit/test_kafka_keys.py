@@ -56,3 +56,38 @@ def test_the_formats_in_clusters_stay_as_they_are():
     assert keys.mark_value(7) == b"7" and keys.sync_value(1, 2, 3) == b"[1, 2, 3]"
     assert keys.apply_txid("_streamrep.ns.", "u-1", "t", 0) == "_streamrep.ns.apply.c2630d0fef0eef2b09c0"
     assert keys.catalog_txid("_streamrep.", "stream", "/a/b") == "_streamrep.catalog.c7cbb888a2c8a35c4085"
+
+
+# -- records streamrep did not write (issue 29): refused in a line naming why, for the fold to skip --
+@pytest.mark.parametrize(
+    ("parse", "record_key", "why"),
+    [
+        (keys.parse_catalog_key, "no-separator", "is no catalog key"),
+        (keys.parse_mark_key, "", "is no marks key"),
+        (keys.parse_sync_key, "s\x1fsrc", "is no offset syncs key"),
+        (keys.parse_sync_key, "s\x1fsrc\x1f 7", "source offset is not an integer"),
+        (keys.parse_sync_key, "s\x1fsrc\x1f1_000", "source offset is not an integer"),
+    ],
+)
+def test_a_key_not_in_the_format_is_refused(parse, record_key, why):
+    with pytest.raises(ValueError, match=why):
+        parse(record_key)
+
+
+@pytest.mark.parametrize("value", [b"five", b" 7 ", b"+7", b"1_000", "\u0663".encode(), b"", b"\xff"])
+def test_a_mark_value_is_ascii_digits_only(value):
+    with pytest.raises(ValueError, match="mark's value is not an integer"):
+        keys.parse_mark_value(value)
+
+
+@pytest.mark.parametrize("value", [b"[0, 0]", b'[0, "0", 1]', b"[0, true, 1]", b"[0, -1, 1]", b"{}", b"[0, 0, 1.5]"])
+def test_an_offset_sync_value_is_three_counts(value):
+    with pytest.raises(ValueError, match="is not \\[replica partition, replica offset, run length\\]"):
+        keys.parse_sync_value(value)
+
+
+def test_a_records_format_is_its_header_or_1():
+    assert keys.record_format(None) == keys.record_format([("other", b"9")]) == 1 == keys.FORMAT
+    assert keys.record_format([(keys.FORMAT_HEADER, b"2")]) == 2
+    with pytest.raises(ValueError, match="format header is not an integer"):
+        keys.record_format([(keys.FORMAT_HEADER, b"two")])

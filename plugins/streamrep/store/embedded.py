@@ -381,20 +381,45 @@ class EmbeddedStore(Store):
             raise _unreadable(err, f"cluster {self.cluster}: store {self.path} cannot be read: {err}") from None
 
     # -- catalog -------------------------------------------------------------------
+    def _document(self, kind: str, key: str, text: Any) -> CatalogDoc:
+        """Catalog row ``kind``/``key``'s document; CorruptStore naming the row if it holds none.
+        Only the file's owner can write a row, so a bad one is damage to the file: refused, never skipped."""
+        try:
+            doc = json.loads(text)
+            if isinstance(doc, dict):
+                return doc
+            why = "not a JSON object"
+        except (ValueError, TypeError, RecursionError) as err:
+            why = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise CorruptStore(
+            f"cluster {self.cluster}: store {self.path}: row kind={kind[:80]!r} key={key[:80]!r} of table catalog "
+            f"holds no catalog document ({why}); restore the file from a backup"
+        )
+
+    def _integers(self, table: str, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """``rows`` of ``table`` whose columns after the first are integers; CorruptStore naming a row otherwise."""
+        for row in rows:
+            if not all(type(v) is int for v in row[1:]):
+                raise CorruptStore(
+                    f"cluster {self.cluster}: store {self.path}: row {str(row[0])[:80]!r} of table {table} holds "
+                    f"{', '.join(repr(v)[:40] for v in row[1:])}, not integers; restore the file from a backup"
+                )
+        return rows
+
     def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
         rows = self._query("SELECT doc FROM catalog WHERE kind=? AND key=?", (kind, key))
-        return json.loads(rows[0][0]) if rows else None
+        return self._document(kind, key, rows[0][0]) if rows else None
 
     def catalog_list(self, kind: str) -> dict[str, CatalogDoc]:
         rows = self._query("SELECT key, doc FROM catalog WHERE kind=? ORDER BY key", (kind,))
-        return {key: json.loads(doc) for key, doc in rows}
+        return {key: self._document(kind, key, doc) for key, doc in rows}
 
     def catalog_update(
         self, kind: str, key: str, change: Callable[[CatalogDoc | None], CatalogDoc | None]
     ) -> CatalogDoc | None:
         with self._write() as con:
             row = con.execute("SELECT doc FROM catalog WHERE kind=? AND key=?", (kind, key)).fetchone()
-            new = change(json.loads(row[0]) if row else None)
+            new = change(self._document(kind, key, row[0]) if row else None)
             if new is None:
                 con.execute("DELETE FROM catalog WHERE kind=? AND key=?", (kind, key))
             else:
@@ -623,7 +648,7 @@ class EmbeddedStore(Store):
 
     # -- replication marks ---------------------------------------------------------
     def marks(self, stream: str) -> dict[str, int]:
-        return dict(self._query("SELECT key, value FROM marks WHERE stream=?", (stream,)))
+        return dict(self._integers("marks", self._query("SELECT key, value FROM marks WHERE stream=?", (stream,))))
 
     def apply(
         self,
@@ -733,11 +758,12 @@ class EmbeddedStore(Store):
             )
 
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
-        return self._query(
-            "SELECT source_offset, partition, replica_offset, count FROM offset_syncs WHERE stream=? AND source=? "
-            "ORDER BY source_offset",
+        rows = self._query(
+            "SELECT source_offset, source_offset, partition, replica_offset, count FROM offset_syncs "
+            "WHERE stream=? AND source=? ORDER BY source_offset",
             (stream, source),
         )
+        return [row[1:] for row in self._integers("offset_syncs", rows)]
 
     # -- cursors -------------------------------------------------------------------
     def commit_cursors(self, group: str, stream: str, topic: str, cursors: Mapping[int, int]) -> None:

@@ -10,6 +10,12 @@ Invariants:
 - ``marks``: ``<stream uuid>␟<mark>`` -> the mark's integer value in ASCII.
 - ``syncs``: ``<stream uuid>␟<source position key>␟<source offset>`` -> JSON
   ``[replica partition, replica offset, run length]``.
+- A record's format is its ``streamrep.format`` header (``FORMAT_HEADER``); without one it is format 1,
+  the format above, which every streamrep so far writes. A later format that changes a value's
+  encoding or meaning writes a higher number, and keeps the key's format (what a record names), so an
+  older reader can tell which document, stream or source it cannot read (``folds``).
+- The parsers are strict, and raise ``ValueError`` naming what is wrong: the records are written by
+  streamrep, but anyone allowed to write the topic can write anything there (``folds`` skips it).
 - A transactional id names what it writes: ``<internal prefix><kind>.<digest>``, the digest being
   the SHA-1 of the separator-joined parts (ids are kept by the coordinator, so they stay short).
   Writers of the same thing share an id, which is what fences one with the other: changing this
@@ -20,8 +26,36 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Sequence
 
 SEPARATOR = "\x1f"
+FORMAT = 1  # the newest record format this streamrep reads and writes
+FORMAT_HEADER = "streamrep.format"
+_INTEGER = re.compile(r"-?[0-9]+")  # int() would also take spaces, "+", "_" and non-ASCII digits
+
+
+def record_format(headers: Sequence[tuple[str, bytes | None]] | None) -> int:
+    """The format of a record with ``headers`` (none: format 1)."""
+    for name, value in headers or ():
+        if name == FORMAT_HEADER:
+            return _integer(value or b"", "format header")
+    return 1
+
+
+def _integer(text: bytes | str, what: str) -> int:
+    if isinstance(text, bytes):
+        text = text.decode("ascii", "replace")
+    if not _INTEGER.fullmatch(text):
+        raise ValueError(f"the {what} is not an integer: {text[:40]!r}")
+    return int(text)
+
+
+def _split(record_key: str, fields: int, what: str) -> list[str]:
+    parts = record_key.split(SEPARATOR, fields - 1)
+    if len(parts) != fields:
+        raise ValueError(f"the key {record_key[:80]!r} is no {what} key ({fields} fields)")
+    return parts
 
 
 def _join(*fields: str) -> str:
@@ -39,7 +73,7 @@ def catalog_key(kind: str, key: str) -> str:
 
 def parse_catalog_key(record_key: str) -> tuple[str, str]:
     """``(kind, key)`` of a catalog record key."""
-    kind, key = record_key.split(SEPARATOR, 1)
+    kind, key = _split(record_key, 2, "catalog")
     return kind, key
 
 
@@ -51,7 +85,7 @@ def mark_key(stream: str, mark: str) -> str:
 
 def parse_mark_key(record_key: str) -> tuple[str, str]:
     """``(stream, mark)`` of a marks record key."""
-    stream, mark = record_key.split(SEPARATOR, 1)
+    stream, mark = _split(record_key, 2, "marks")
     return stream, mark
 
 
@@ -60,7 +94,7 @@ def mark_value(value: int) -> bytes:
 
 
 def parse_mark_value(value: bytes) -> int:
-    return int(value)
+    return _integer(value, "mark's value")
 
 
 # -- offset syncs ------------------------------------------------------------------------------
@@ -71,8 +105,8 @@ def sync_key(stream: str, source: str, source_offset: int) -> str:
 
 def parse_sync_key(record_key: str) -> tuple[str, str, int]:
     """``(stream, source, source offset)`` of a syncs record key."""
-    stream, source, offset = record_key.split(SEPARATOR, 2)
-    return stream, source, int(offset)
+    stream, source, offset = _split(record_key, 3, "offset syncs")
+    return stream, source, _integer(offset, "source offset")
 
 
 def sync_value(partition: int, replica_offset: int, count: int) -> bytes:
@@ -80,8 +114,13 @@ def sync_value(partition: int, replica_offset: int, count: int) -> bytes:
 
 
 def parse_sync_value(value: bytes) -> tuple[int, int, int]:
-    partition, replica_offset, count = json.loads(value)
-    return int(partition), int(replica_offset), int(count)
+    fields = json.loads(value)
+    if not (
+        isinstance(fields, list) and len(fields) == 3 and all(type(f) is int and f >= 0 for f in fields)
+    ):  # type(): a bool is no offset
+        raise ValueError("an offset sync is not [replica partition, replica offset, run length]")
+    partition, replica_offset, count = fields
+    return partition, replica_offset, count
 
 
 # -- transactional ids -------------------------------------------------------------------------

@@ -5,7 +5,8 @@ the store interface, over confluent-kafka.
   (``model/naming.py``), so existing topics can be adopted as they are.
 - **Catalog, marks, offset syncs** live in the cluster, in three single-partition compacted topics
   ``_streamrep[.<namespace>].catalog|marks|syncs``. Every store object folds them into memory and
-  catches up to the last stable offset before it answers, reading committed data only.
+  catches up to the last stable offset before it answers, reading committed data only. A record
+  there that streamrep cannot read is skipped, or held back if of a newer format (``folds``).
 - **Compare-and-set by fencing.** Every write that must not be lost to a concurrent writer uses a
   Kafka transaction whose transactional id names the thing written: one per catalog document, and
   one per replica partition for the transactional apply (the marks of a partition are written only
@@ -314,6 +315,8 @@ class KafkaStore(Store):
 
     def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
         doc = self._catalog().get((kind, key))
+        # Read before every change of it (catalog_update): a newer streamrep's document is never written over.
+        self._fold("catalog", CatalogFold).refuse_newer("catalog document", kind, key)
         return json.loads(json.dumps(doc)) if doc is not None else None
 
     def catalog_list(self, kind: str) -> dict[str, CatalogDoc]:
@@ -865,6 +868,7 @@ class KafkaStore(Store):
     def marks(self, stream: str) -> dict[str, int]:
         fold = self._marks_fold()
         fold.catch_up()
+        fold.refuse_newer("the replication marks of stream", stream)  # an apply from stale marks would repeat
         return dict(fold.state.get(stream, {}))
 
     def apply(
@@ -1029,10 +1033,12 @@ class KafkaStore(Store):
         and when a prune is due, what ``prune`` changes. Called after the apply's fence, so the
         caught-up fold holds every earlier apply's syncs of ``source``."""
         writes: dict[int, tuple[int, int, int, int] | None] = {run[0]: run for run in runs}
+        fold = self._syncs_fold()
+        fold.refuse_newer("the offset syncs of stream", stream, "from", source)
         if not runs or not self.prune_due(stream, source, len(runs)):
             return writes
-        fold = self._syncs_fold()
         fold.catch_up()
+        fold.refuse_newer("the offset syncs of stream", stream, "from", source)
         before = {offset: (offset, *value) for offset, value in fold.state.get(stream, {}).get(source, {}).items()}
         kept = {sync[0]: sync for sync in prune([*before.values(), *runs])}
         writes = {offset: sync for offset, sync in kept.items() if before.get(offset) != sync}
@@ -1062,6 +1068,7 @@ class KafkaStore(Store):
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
         fold = self._syncs_fold()
         fold.catch_up()
+        fold.refuse_newer("the offset syncs of stream", stream, "from", source)
         runs = fold.state.get(stream, {}).get(source, {})
         return [(offset, *runs[offset]) for offset in sorted(runs)]
 
