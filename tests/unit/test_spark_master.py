@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -136,25 +137,70 @@ def test_airflow_without_spark_default_runs_on_streamrep_spark_master(monkeypatc
 
 
 # -- a job whose Popen another thread holds (the provider's hook): Tether ---------------------------
-def test_a_tethered_job_reports_its_pid_and_stops_with_everything_it_started(tmp_path):
-    """What the Airflow operators' on_kill relies on: the job, started with the Tether's Popen
-    options by someone else's Popen, reports its pid; ``stop`` ends it and the processes it
-    started (a child that ignores SIGTERM is killed after the grace), leaving the exit status to
-    whoever holds the Popen."""
+LEADER_IGNORES_TERM = "trap '' TERM; sleep 60 & wait"  # a shell that ignores SIGTERM, with a child that does too
+CHILD_IGNORES_TERM = "(trap '' TERM; exec sleep 60) & wait"  # the shell goes at SIGTERM; its child does not
+
+
+def _started(script, popen_options):
+    """The job running ``script``, once its ``sleep`` runs, and its tree: pid to start time (so
+    that a pid given to a later process is not taken for one of the job's)."""
     import subprocess
     import time
+    from pathlib import Path
 
-    tether = submit.Tether()
-    script = "trap '' TERM; sleep 60 & wait"  # a shell that ignores SIGTERM, with a child
-    try:
-        proc = subprocess.Popen(["bash", "-c", script], **tether.popen_options())
-        deadline = time.monotonic() + 10
-        while len(submit.job_processes(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    proc = subprocess.Popen(["bash", "-c", script], **popen_options)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
         tree = submit.job_processes(proc.pid)
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() if submit._running(pid) else b"" for pid in tree]
+        if any(command.startswith(b"sleep\0") for command in commands):
+            break
+        time.sleep(0.05)
+    stats = {pid: submit._stat(pid) for pid in tree}
+    return proc, {pid: stat[1] for pid, stat in stats.items() if stat}
+
+
+def _lived_on(tree):
+    """The processes of ``tree`` still running (pid, command line, state): none, once stopped."""
+    return [submit.describe_process(pid) for pid, start in tree.items() if submit._running(pid, start)]
+
+
+def test_a_tethered_job_reports_its_pid_and_stops_with_everything_it_started():
+    """What the Airflow operators' on_kill relies on: the job, started with the Tether's Popen
+    options by someone else's Popen, reports its pid; ``stop`` ends it and the processes it
+    started (a child that ignores SIGTERM is killed after the grace), and returns only when they
+    have all ended, leaving the exit status to whoever holds the Popen."""
+    tether = submit.Tether()
+    try:
+        proc, tree = _started(LEADER_IGNORES_TERM, tether.popen_options())
         assert tether.pids() == [proc.pid] and tether.running() == [proc.pid] and len(tree) == 2
         assert tether.stop(grace=0.5) == [proc.pid]
+        lived_on = _lived_on(tree)  # before anyone reaps the job
+        assert not lived_on, f"stop returned while these still ran: {lived_on}"
+        assert tether.running() == []
         assert proc.wait(10) != 0
-        assert tether.running() == [] and not any(submit._running(pid) for pid in tree)
     finally:
+        tether.close()
+
+
+@pytest.mark.parametrize("stopper", ["Tether.stop", "stop_job"])
+def test_a_child_that_outlives_its_stopped_job_is_killed_too(stopper):
+    """The job's own process ends at SIGTERM, a child of it ignores SIGTERM: after the grace the
+    child is killed too, and the stop returns once it has ended."""
+    tether, tree = submit.Tether(), {}
+    try:
+        options = tether.popen_options() if stopper == "Tether.stop" else submit.tether()
+        proc, tree = _started(CHILD_IGNORES_TERM, options)
+        assert len(tree) == 2
+        if stopper == "Tether.stop":
+            assert tether.stop(grace=0.5) == [proc.pid]
+        else:
+            assert submit.stop_job(proc, grace=0.5) == -15  # SIGTERM: the job's own exit status
+        lived_on = _lived_on(tree)
+        assert not lived_on, f"stop returned while these still ran: {lived_on}"
+        assert proc.wait(10) == -15
+    finally:
+        for pid, start in tree.items():  # without the fix the child would sleep on for a minute
+            if submit._running(pid, start):
+                os.kill(pid, 9)
         tether.close()

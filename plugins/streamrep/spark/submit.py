@@ -358,22 +358,11 @@ class Tether:
         return [pid for pid in self.pids() if _running(pid)]
 
     def stop(self, grace: float = STOP_GRACE_SECONDS) -> list[int]:
-        """Stop every running job: SIGTERM to its session's group, then SIGKILL to every process
-        of it still there after ``grace`` seconds. Returns the jobs it stopped. (Their exit
-        status is their launcher's to collect.)"""
+        """Stop every running job with everything it started (``stop_tree``): it returns when
+        they are all gone, within ``grace`` + ``KILL_WAIT_SECONDS``. Returns the jobs it stopped.
+        (Their exit status is their launcher's to collect.)"""
         jobs = self.running()
-        trees = {pid: job_processes(pid) for pid in jobs}  # before a JVM goes and its children are reparented
-        for pid in jobs:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        while any(_running(pid) for pid in jobs) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in jobs:
-            if _running(pid):
-                _signal([*trees[pid], *job_processes(pid)[1:]], signal.SIGKILL)
+        stop_tree(jobs, grace)
         return jobs
 
     def close(self) -> None:
@@ -388,35 +377,60 @@ class Tether:
         self._read = self._write = -1
 
 
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie has ended: only its launcher's wait is left)."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """``pid``'s state letter and start time (clock ticks after boot), or None when it is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _running(pid: int, start: int | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie has ended: only its launcher's wait is left); with
+    ``start``, whether the process that started then does (not a later one given its pid)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] != "Z" and start in (None, stat[1])
+
+
+def describe_process(pid: int) -> str:
+    """``pid``, its command line and state, for a message about a process that should be gone."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        command = ""
+    stat = _stat(pid)
+    return f"pid {pid} ({command or '?'}, state {stat[0] if stat else 'gone'})"
 
 
 def _parents() -> dict[int, list[int]]:
+    """Each process's children, from /proc (plain reads: a stop polls this)."""
     children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{name}/stat", "rb") as stat:
+                ppid = int(stat.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        children.setdefault(ppid, []).append(int(stat.parent.name))
+        children.setdefault(ppid, []).append(int(name))
     return children
 
 
-def job_processes(pid: int) -> list[int]:
-    """``pid`` and every live process below it: the JVM, the Python driver, pyspark's daemons
-    and workers (read from /proc)."""
-    children = _parents()
-    found, todo = [pid], [pid]
+def _below(pids: Sequence[int], children: Mapping[int, list[int]]) -> list[int]:
+    found, todo = list(pids), list(pids)
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
             todo.append(child)
     return found
+
+
+def job_processes(pid: int) -> list[int]:
+    """``pid`` and every process below it: the JVM, the Python driver, pyspark's daemons
+    and workers (read from /proc)."""
+    return _below([pid], _parents())
 
 
 def _signal(pids: Sequence[int], sig: int) -> None:
@@ -429,20 +443,60 @@ def _signal(pids: Sequence[int], sig: int) -> None:
                 pass
 
 
+KILL_WAIT_SECONDS = 2.0  # for SIGKILLed processes to exit: it takes CPU time, scarce on a loaded machine
+
+
+def _live(tree: Mapping[int, int]) -> dict[int, int]:
+    """The processes of ``tree`` (pid: start time) still running, with every process started
+    below them since: a process started late is part of the job too."""
+    live = {pid: start for pid, start in tree.items() if _running(pid, start)}
+    for pid in _below(list(live), _parents()):
+        if pid not in live and (stat := _stat(pid)) is not None and stat[0] != "Z":
+            live[pid] = stat[1]
+    return live
+
+
+def _wait_gone(tree: Mapping[int, int], deadline: float) -> dict[int, int]:
+    """Wait until no process of ``tree`` runs, or ``deadline``; the ones still running."""
+    live = _live(tree)
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        live = _live(live)
+    return live
+
+
+def stop_tree(jobs: Sequence[int], grace: float = STOP_GRACE_SECONDS) -> None:
+    """Stop tethered ``jobs`` (session leaders) and everything they started: SIGTERM to each
+    job's session group (the JVM, and the driver, which stops its query and withdraws its
+    heartbeat); SIGKILL to every process of their trees still running after ``grace`` seconds,
+    the jobs' own and those a job left behind (a child that ignores SIGTERM, pyspark's daemons);
+    then returns once every one has ended (a zombie has: only its parent's wait is left).
+    Returns within ``grace`` + ``KILL_WAIT_SECONDS``, or raises StreamrepError naming the
+    processes still running then."""
+    # Taken before a job goes and its children are reparented; by start time, so that a pid
+    # given to a later process is neither waited for nor killed.
+    tree = {pid: stat[1] for pid in _below(list(jobs), _parents()) if (stat := _stat(pid))}
+    for pid in jobs:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    live = _wait_gone(tree, time.monotonic() + grace)
+    if live:
+        _signal(list(live), signal.SIGKILL)
+        # SIGKILL is delivered when the process next runs: until then it still runs.
+        live = _wait_gone(live, time.monotonic() + KILL_WAIT_SECONDS)
+    if live:
+        raise StreamrepError(
+            f"stopping a Spark job: {', '.join(map(describe_process, live))} still running "
+            f"{KILL_WAIT_SECONDS:g} s after SIGKILL"
+        )
+
+
 def stop_job(proc: subprocess.Popen, grace: float = STOP_GRACE_SECONDS) -> int:
-    """Stop a tethered job and all it started: SIGTERM to its session's group (the JVM, and the
-    driver, which stops its query and withdraws its heartbeat), then SIGKILL to every process of
-    the job still there after ``grace`` seconds. Returns the job's exit status."""
-    tree = job_processes(proc.pid)  # before the JVM goes and its children are reparented
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        return proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        pass
-    _signal([*tree, *job_processes(proc.pid)[1:]], signal.SIGKILL)
+    """Stop a tethered job and all it started (``stop_tree``), and reap it. Returns the job's
+    exit status."""
+    stop_tree([proc.pid], grace)
     return proc.wait()
 
 
