@@ -28,7 +28,7 @@ pytestmark = pytest.mark.kafka
 ALICE = Identity(user="alice", groups=frozenset({"eng"}))
 STREAMREP_EXE = os.path.join(os.path.dirname(sys.executable), "streamrep")
 FIRST, SECOND = "/mapr/kc/first", "/mapr/kc/second"
-NEWER = [(keys.FORMAT_HEADER, b"2")]
+NEWER = [("streamrep.format", b"2")]  # the header a later format writes (keys.FORMAT_HEADER)
 
 
 def _admin(home, bootstrap: str, namespace: str) -> StreamAdmin:
@@ -87,7 +87,7 @@ def _bad_catalog_records(path: str) -> list[tuple]:
         (doc, b"[" * 900_000),  # huge, and nested too deep to parse
         (keys.catalog_key("cluster", "ace"), {"adminperm": 7}),
         (keys.catalog_key("gateways", "elsewhere"), {"gateways": "g1"}),
-        (doc, b"{}", [(keys.FORMAT_HEADER, b"two")]),
+        (doc, b"{}", [("streamrep.format", b"two")]),
     ]
 
 
