@@ -204,3 +204,26 @@ def test_bad_network_options_from_the_executable(streamrep_home, topic, shell, o
     code, out, _ = shell(f'"$S" stream replica list -path {SF} -json')
     assert code == 0 and b'"total": 0' in out  # nothing registered
     assert shell(f'"$S" stream info -path {new}')[0] == 1  # and nothing created
+
+
+def test_produce_into_a_one_way_replica_is_refused_in_one_line_and_writes_nothing(streamrep_home, topic, shell):
+    """Issue 29 B4: alice holds produceperm on the replica, but only its gateways write a one-way
+    replica; once it replicates back to its source (multi-master) its users write it again."""
+    ny = "/mapr/newyork/activity"
+    api = topic
+    api.clusters.add("newyork")
+    api.create_stream(ny)
+    api.create_topic(ny, "clicks")
+    api.add_replica(SF, ny)
+    api.add_upstream(ny, SF)
+    api.clusters.close()
+    code, out, err = shell(f'"$S" produce -path {ny}:clicks', stdin=b"local\n")
+    assert code == 1 and out == b""
+    one_line(err, f"stream {ny} is a one-way replica of {SF}: only its gateways write it")
+    entry = api.entry(ny)
+    assert api.store(api.path(ny)).offsets(entry.uuid, "clicks", 0) == (0, 0)
+    api.add_replica(ny, SF)
+    api.add_upstream(SF, ny)
+    api.clusters.close()
+    code, out, err = shell(f'"$S" produce -path {ny}:clicks', stdin=b"local\n")
+    assert code == 0, err

@@ -90,6 +90,58 @@ def test_consume_timeout_must_be_finite_and_bounded(cli, stream, value):
     assert result.status == 2 and "-timeout" in result.line
 
 
+@pytest.mark.parametrize("value", ["0", "0.0", "-1", "nan", "-inf"])
+def test_gateway_interval_must_be_more_than_0(cli, stream, value):
+    result = cli("gateway", "run", "-cluster", "newyork", "-engine", "local", "-once", "-interval", value)
+    assert result.status == 2 and result.line.startswith("option -interval "), result.line
+
+
+@pytest.mark.parametrize("value", ["１", "٣", " 3", "3 ", "\t3", "3\n", "1_0", "+3", ""])
+def test_numbers_are_ascii_digits_with_nothing_around_them(cli, stream, value):
+    other = "/mapr/sanfrancisco/other"
+    result = cli("stream", "create", "-path", other, "-defaultpartitions", value)
+    assert result.status == 2 and result.line.startswith("option -defaultpartitions takes a whole number, not ")
+    assert cli("stream", "info", "-path", other).status == 1  # nothing was created
+    result = cli("consume", "-path", TOPIC, "-timeout", value)
+    assert result.status == 2 and result.line.startswith("option -timeout takes a number of seconds, not ")
+    if value:  # a number to Python: the line says what is wrong with it
+        assert result.line.endswith(" (ASCII digits only, nothing around them)")
+
+
+def test_every_number_option_of_the_grammar_takes_only_ascii_digits():
+    from streamrep.cli.main import COMMANDS
+    from streamrep.errors import InvalidArgument
+
+    numbers = [(cmd, opt) for cmd in COMMANDS for opt in cmd.options if opt.kind in (int, float)]
+    assert len(numbers) >= 10
+    for cmd, opt in numbers:
+        for bad in ("１", "٣", " 3", "3 ", "1_0"):
+            with pytest.raises(InvalidArgument, match="ASCII digits"):
+                opt.convert(bad)
+        assert opt.convert("3") == 3, (cmd.words, opt.name)
+
+
+@pytest.mark.parametrize("perm", ["produceperm", "consumeperm"])
+def test_an_empty_produceperm_or_consumeperm_is_refused_on_create_and_edit(cli, stream, perm):
+    other = "/mapr/sanfrancisco/other"
+    created = cli("stream", "create", "-path", other, f"-{perm}", "")
+    assert created.status == 1 and created.line.startswith(f"an empty {perm} would let no one ")
+    assert cli("stream", "info", "-path", other).status == 1  # nothing was created
+    edited = cli("stream", "edit", "-path", SF, f"-{perm}", "  ")
+    assert edited.status == 1 and edited.line.startswith(f"an empty {perm} would let no one ")
+    assert getattr(stream.entry(SF).meta, perm) == "u:alice"
+    assert cli("stream", "edit", "-path", SF, f"-{perm}", "u:alice | u:bob").status == 0
+
+
+def test_cluster_add_refuses_an_embedded_file_in_a_missing_folder(cli, home, tmp_path):
+    target = tmp_path / "nonexistent" / "dir" / "x.db"
+    result = cli("cluster", "add", "-name", "tokyo", "-url", f"embedded:{target}")
+    assert result.status == 1 and result.line.startswith(f"cannot add cluster tokyo: folder {target.parent} does not")
+    assert not (tmp_path / "nonexistent").exists()
+    target.parent.mkdir(parents=True)
+    assert cli("cluster", "add", "-name", "tokyo", "-url", f"embedded:{target}").status == 0
+
+
 def test_whole_numbers_beyond_64_bits_are_refused(cli, stream):
     result = cli("stream", "topic", "create", "-path", SF, "-topic", "t", "-partitions", "9" * 30)
     assert result.status == 2 and "-partitions" in result.line and "9223372036854775807" in result.line
@@ -267,6 +319,7 @@ def test_registry_urls_that_are_notembedded_files(cli, home, tmp_path, monkeypat
 
 def test_relative_embedded_path_is_stored_absolute(cli, home, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "rel").mkdir()  # an embedded cluster's folder must exist (issue 29)
     result = cli("cluster", "add", "-name", "rel", "-url", "embedded:rel/x.db", "-json")
     assert result.status == 0, result.err
     assert result.json()["data"][0]["url"] == f"embedded:{tmp_path / 'rel' / 'x.db'}"

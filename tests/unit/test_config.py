@@ -112,9 +112,17 @@ def test_bad_url(empty_home, url):
 
 def test_explicit_embedded_url(empty_home, tmp_path):
     path = tmp_path / "data" / "mine.db"
+    path.parent.mkdir()
     info = empty_home.add("mine", url=f"embedded:{path}")
     assert empty_home.get("mine") == info
     assert path.exists()
+
+
+def test_an_explicit_embedded_url_in_a_missing_folder_is_refused_and_makes_no_folder(empty_home, tmp_path):
+    path = tmp_path / "nonexistent" / "dir" / "x.db"
+    with pytest.raises(InvalidArgument, match=f"^cannot add cluster x: folder {path.parent} does not exist"):
+        empty_home.add("x", url=f"embedded:{path}")
+    assert not (tmp_path / "nonexistent").exists() and empty_home.list() == []
 
 
 @pytest.mark.parametrize("content", ["{not json", "[]", '{"clusters": []}', ""])

@@ -240,7 +240,7 @@ def test_copy_needs_copyperm_on_the_source(source, home):
 @ON_BOTH
 def test_gateways_publish_into_a_replica_nobody_may_produce_to(agreed, bob):
     admin = agreed
-    admin.edit_stream(NY, produceperm="")
+    admin.edit_stream(NY, produceperm="u:nobody")
     admin.edit_stream(SF, copyperm="u:alice | u:bob")
     with pytest.raises(
         PermissionDenied, match=f"user bob needs copyperm, or produceperm, consumeperm and topicperm, on stream {NY}"

@@ -97,7 +97,15 @@ def test_canonical_ace_is_stored():
 
 
 def test_empty_ace_means_nobody_and_is_kept():
-    assert StreamMeta.for_creator("alice").edited(produceperm="").produceperm == ""
+    assert StreamMeta.for_creator("alice").edited(topicperm="").topicperm == ""
+
+
+@pytest.mark.parametrize("perm", ["produceperm", "consumeperm"])
+def test_an_empty_produceperm_or_consumeperm_is_refused_but_one_stored_so_stays_editable(perm):
+    with pytest.raises(InvalidArgument, match=f"^an empty {perm} would let no one "):
+        StreamMeta.for_creator("alice").edited(**{perm: " "})
+    stored = StreamMeta.from_dict({**StreamMeta.for_creator("alice").to_dict(), perm: ""})
+    assert stored.edited(ttl=5).ttl == 5
 
 
 def test_dict_round_trip():

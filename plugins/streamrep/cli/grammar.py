@@ -7,6 +7,7 @@ as ``-json`` does. A value that is itself one of the command's option names is a
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,13 @@ FALSE_WORDS = {"false", "no", "0", "off"}
 GLOBAL_FLAGS = ("json", "help")
 # Whole numbers are stored as SQLite integers: 64-bit signed.
 MAX_INT = 2**63 - 1
+# Numbers as a shell script writes them: ASCII digits, nothing around them. Python's int() and float()
+# would also take ' 3', '1_000' and full-width or Arabic-Indic digits, which no one means to type.
+WHOLE_NUMBER = re.compile(r"-?[0-9]+", re.ASCII)
+DECIMAL_NUMBER = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+NON_FINITE = {"nan", "-nan", "inf", "-inf", "infinity", "-infinity"}
+# Float options whose 0 is no bound but a loop that never waits: a gateway's seconds between polls.
+POSITIVE = frozenset({"interval"})
 
 
 def parse_bool(name: str, text: str) -> bool:
@@ -30,28 +38,42 @@ def parse_bool(name: str, text: str) -> bool:
     raise InvalidArgument(f"option -{name} takes true/false/yes/no/1/0, not {text!r}")
 
 
-def parse_int(name: str, text: str, maximum: float | None = None) -> int:
+def _lookalike(text: str, kind: Callable[[str], Any]) -> str:
+    """What to add when ``text`` is a number only to Python (padded, other digits, underscores)."""
     try:
-        value = int(text.strip())
+        kind(text)
     except ValueError:
-        raise InvalidArgument(f"option -{name} takes a whole number, not {text!r}") from None
+        return ""
+    return " (ASCII digits only, nothing around them)"
+
+
+def parse_int(name: str, text: str, maximum: float | None = None) -> int:
+    """A whole number in ASCII digits (``-`` allowed), with nothing around it."""
+    if WHOLE_NUMBER.fullmatch(text) is None:
+        raise InvalidArgument(f"option -{name} takes a whole number, not {text[:40]!r}{_lookalike(text, int)}")
+    value = int(text)
     bound = MAX_INT if maximum is None else maximum
     if not -MAX_INT <= value <= bound:
-        raise InvalidArgument(f"option -{name} must be from {-MAX_INT} to {bound}, not {text.strip()[:40]}")
+        raise InvalidArgument(f"option -{name} must be from {-MAX_INT} to {bound}, not {text[:40]}")
     return value
 
 
 def parse_float(name: str, text: str, maximum: float | None = None) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise InvalidArgument(f"option -{name} takes a number of seconds, not {text!r}") from None
+    """A finite, non-negative number of seconds in ASCII digits, with nothing around it; more than 0
+    for the options in :data:`POSITIVE`."""
+    if text.lower() in NON_FINITE:
+        raise InvalidArgument(f"option -{name} takes a finite number of seconds, not {text!r}")
+    if DECIMAL_NUMBER.fullmatch(text) is None:
+        raise InvalidArgument(f"option -{name} takes a number of seconds, not {text[:40]!r}{_lookalike(text, float)}")
+    value = float(text)
     if not math.isfinite(value):
-        raise InvalidArgument(f"option -{name} takes a finite number of seconds, not {text.strip()!r}")
+        raise InvalidArgument(f"option -{name} takes a finite number of seconds, not {text[:40]!r}")
     if value < 0:
         raise InvalidArgument(f"option -{name} must not be negative")
+    if name in POSITIVE and value == 0:
+        raise InvalidArgument(f"option -{name} must be more than 0 seconds")
     if maximum is not None and value > maximum:
-        raise InvalidArgument(f"option -{name} must be at most {maximum:g} seconds, not {text.strip()[:40]}")
+        raise InvalidArgument(f"option -{name} must be at most {maximum:g} seconds, not {text[:40]}")
     return value
 
 

@@ -169,6 +169,7 @@ class Clusters:
         cluster added becomes the default. A store already registered under another name (by
         any path to it, or by its store id) is refused."""
         validate_cluster_name(name)
+        given = bool(url)  # the default file's folder under home is made; a given one's must exist
         url = url or f"{EMBEDDED_SCHEME}{os.path.join(self.home, 'clusters', name + '.db')}"
         if url.startswith(KAFKA_SCHEME):
             url = KAFKA_SCHEME + kafka_bootstrap(url)
@@ -178,6 +179,12 @@ class Clusters:
             raise InvalidArgument(f"invalid cluster url {url!r}: expected embedded:<file path> or kafka://host:port")
         else:
             url = EMBEDDED_SCHEME + os.path.abspath(os.path.expanduser(url[len(EMBEDDED_SCHEME) :]))
+            folder = os.path.dirname(url[len(EMBEDDED_SCHEME) :])
+            if given and not os.path.isdir(folder):  # a typo must not make folders anywhere (as root: anywhere)
+                raise InvalidArgument(
+                    f"cannot add cluster {name}: folder {folder} does not exist (an embedded cluster is a file in "
+                    "a folder you made)"
+                )
         info = ClusterInfo(name, url, dict(settings or {}))
         with self._editing() as data:
             if name in data["clusters"]:

@@ -20,8 +20,9 @@ from typing import SupportsFloat
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.catalog import now_ms
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
+from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
+from streamrep.model.acls import one_way_replica
 from streamrep.model.failover import FailoverRecord, check_writable
 from streamrep.model.message import Headers, Message
 from streamrep.model.partitioner import partition_for_key
@@ -109,6 +110,12 @@ class Producer:
             self._open.clear()
             entry = self.admin.entry(sp)
             self.admin.require(entry, sp, "produceperm")
+            if one_way_replica(entry):  # only its gateways write it (on Kafka, the broker refuses anyone else)
+                upstreams = ", ".join(u.path for u in entry.upstreams)
+                raise Conflict(
+                    f"stream {sp} is a one-way replica of {upstreams}: only its gateways write it; "
+                    "produce to the source"
+                )
             cached = (entry, self.admin.store(sp).topics(entry.uuid))
             self._streams[sp] = cached
         return cached

@@ -44,7 +44,12 @@ class StreamMeta:
         if unknown:
             raise InvalidArgument(f"unknown stream setting(s): {', '.join(unknown)}")
         clean = {k: v for k, v in changes.items() if v is not None}
-        return replace(self, **clean).validated()
+        meta = replace(self, **clean).validated()
+        for perm, act in (("produceperm", "produce to"), ("consumeperm", "consume from")):
+            # Set empty here, not merely kept empty: a stream stored so before this rule can still be edited.
+            if perm in clean and not getattr(meta, perm):
+                raise InvalidArgument(f"an empty {perm} would let no one {act} the stream (u:alice names one user)")
+        return meta
 
     def validated(self) -> StreamMeta:
         if (
