@@ -107,6 +107,8 @@ class StreamAdmin:
 
     def require(self, entry: StreamEntry, sp: StreamPath, *perms: str) -> None:
         """PermissionDenied unless the caller satisfies every ACE in ``perms``."""
+        if "adminperm" in perms:
+            self._refuse_gateway_principal(sp.cluster, f"changing stream {sp}")
         for perm in perms:
             if not self.may(entry.meta, perm, sp.cluster):
                 ace = getattr(entry.meta, perm)
@@ -169,6 +171,7 @@ class StreamAdmin:
             the stream as that autosetup's until it finishes; see ``replication.setup``).
         """
         sp = self.path(path)
+        self._refuse_gateway_principal(sp.cluster, f"creating stream {sp}")
         creator = self.caller(sp.cluster).user
         if copymetafrom is not None:
             meta = self.entry(copymetafrom).meta.edited(**settings)
@@ -659,12 +662,27 @@ class StreamAdmin:
         the cluster authenticates the caller as that principal. The gateway principal administers
         nothing: the broker's ACLs give it only what replication writes (docs/kafka.md), and
         streamrep's own checks refuse it every ACE, gateway list and stream change."""
+        if not self._is_gateway_principal(cluster):
+            self.require_cluster_admin(cluster)
+
+    def _is_gateway_principal(self, cluster: str) -> bool:
+        """Whether the cluster authenticates the caller as the gateway principal its settings name."""
         info = self.clusters.get(cluster)
-        if info.principal is not None and info.principal == Principals.from_settings(info.settings).gateway:
-            return
-        self.require_cluster_admin(cluster)
+        return (
+            info.principal is not None and self.caller(cluster).user == Principals.from_settings(info.settings).gateway
+        )
+
+    def _refuse_gateway_principal(self, cluster: str, what: str) -> None:
+        """The gateway principal administers nothing, whatever an ACE says: a stolen service
+        credential must not hand out rights (its Kafka ACLs let it write only what replication needs)."""
+        if self._is_gateway_principal(cluster):
+            raise PermissionDenied(
+                f"user {self.caller(cluster).user} is the gateway principal of cluster {cluster}, which "
+                f"administers nothing: {what} needs an administrator"
+            )
 
     def _check_cluster_ace(self, ace: ClusterAce | None, cluster: str) -> None:
+        self._refuse_gateway_principal(cluster, f"administering cluster {cluster}")
         if ace is not None and not parse_ace(ace.adminperm).allows(self.caller(cluster)):
             raise PermissionDenied(
                 f"user {self.caller(cluster).user} does not have adminperm on cluster {cluster} (adminperm is {ace.adminperm!r})"

@@ -21,8 +21,8 @@ never denied by a user-facing ACE (a DENY would stop replication, not a user).
 
 A stream's document decides which rights write (``entry_grants``): a one-way replica is read-only
 for everyone but the gateway (topicperm and adminperm only describe it, produceperm does not write),
-and a stream whose failover record refuses producers (``model/failover.py`` REFUSING) grants no
-produceperm WRITE, so the broker holds the fence against every client, not only streamrep's.
+and a stream whose failover record refuses producers (``model/failover.py`` REFUSING) grants
+produceperm nothing, so the broker holds the fence against every client, not only streamrep's.
 """
 
 from __future__ import annotations
