@@ -44,6 +44,16 @@ class Unavailable(StreamrepError):
     """A cluster cannot be reached right now: worth retrying (a corrupt store is ``CorruptStore``)."""
 
 
+class AuthenticationFailed(StreamrepError):
+    """A cluster refused the client's credentials (a wrong password or user, a SASL mechanism its
+    brokers do not offer): retrying cannot help until the cluster's settings are fixed."""
+
+
+class TlsHandshakeFailed(AuthenticationFailed):
+    """The client and a cluster's brokers could not set up TLS (a certificate the client does not
+    trust, a hostname the certificate does not name, TLS on one side only)."""
+
+
 class Misinstalled(StreamrepError):
     """This machine's installation cannot run a job (no Java, no spark-submit, a missing Spark app,
     pyspark's files not its jars' release): retrying cannot help until it is fixed."""

@@ -32,7 +32,9 @@ from confluent_kafka.admin import (
 )
 from kafka_local import PRINCIPALS, KafkaLocalError, SecureCluster
 
+from streamrep.client import Clusters, StreamAdmin
 from streamrep.client.config import read_client_settings
+from streamrep.errors import AuthenticationFailed, PermissionDenied, TlsHandshakeFailed, Unavailable
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60  # bound of every wait below; none is expected to come near it
@@ -335,3 +337,99 @@ def test_secure_status_and_stop_when_down_report_each_of_the_six_brokers(repo_co
     assert stop.returncode == 0 and stop.stdout.splitlines() == [f"{broker}: was not running" for broker in brokers]
     usage = run_script(repo_copy, "secure", "restart")
     assert usage.returncode == 2 and usage.stderr == "usage: ./run kafka [secure] [start|stop|status]\n"
+
+
+def wrong_settings(sf: SecureCluster, ny: SecureCluster) -> list[tuple[str, str, dict, type, str]]:
+    """``(case, url, settings, error class, start of the line after the cluster's name)``: each wrong
+    secured setting of alice's, and what streamrep must say about it."""
+    alice = {k: v for k, v in sf.settings("alice").items() if k != "bootstrap.servers"}
+    url = f"kafka://{sf.bootstrap}"
+    authentication = (AuthenticationFailed, "authentication failed: ")
+    tls = (TlsHandshakeFailed, "TLS handshake failed: ")
+    cases = [
+        ("a wrong password", url, {**alice, "sasl.password": "not-alice's"}, *authentication),
+        ("an unknown user", url, {**alice, "sasl.username": "mallory"}, *authentication),
+        ("a mechanism the brokers do not offer", url, {**alice, "sasl.mechanism": "SCRAM-SHA-256"}, *authentication),
+        ("PLAIN, which the brokers do not offer", url, {**alice, "sasl.mechanism": "PLAIN"}, *authentication),
+        ("another cluster's CA", url, {**alice, "ssl.ca.location": str(ny.ca_file)}, *tls),
+        ("no CA (the system's)", url, {k: v for k, v in alice.items() if k != "ssl.ca.location"}, *tls),
+        ("no TLS", url, {**alice, "security.protocol": "SASL_PLAINTEXT"}, *tls),
+        ("neither TLS nor SASL", url, {"security.protocol": "PLAINTEXT"}, *tls),
+    ]
+    # A name of this machine the brokers' certificate does not hold (it names 127.0.0.1 and localhost).
+    name = socket.gethostname()
+    if name != "localhost" and socket.gethostbyname(name) == "127.0.0.1":
+        cases.append(("a hostname the certificate does not name", f"kafka://{name}:{sf.brokers[0].port}", alice, *tls))
+    return cases
+
+
+def test_wrong_secured_settings_are_refused_naming_the_cause_within_15_s(secure_kafka, tmp_path):
+    sf, ny = secure_kafka["sanfrancisco"], secure_kafka["newyork"]
+    # The right settings first, in this process: a later wrong one on the same brokers is asked again.
+    Clusters(str(tmp_path / "right")).add("sf", url=f"kafka://{sf.bootstrap}", settings=sf.settings("admin"))
+    took = {}
+    for case, url, settings, kind, line in wrong_settings(sf, ny):
+        clusters = Clusters(str(tmp_path / case.replace(" ", "-")))
+        began = time.monotonic()
+        with pytest.raises(kind) as refused:
+            clusters.add("sf", url=url, settings=settings)
+        took[case] = time.monotonic() - began
+        message = str(refused.value)
+        assert "\n" not in message and "unreachable" not in message, (case, message)
+        assert message.startswith(line) or message.startswith(f"cluster sf: {line}"), (case, message)
+        assert took[case] < 15, (case, took[case])
+        assert clusters.list() == [], case
+    print(" ".join(f"{case}: {seconds:.1f} s;" for case, seconds in took.items()))
+
+    # A closed port is the one that is unreachable.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match=f"^cluster sf: Kafka at 127.0.0.1:{port} is unreachable") as down:
+        Clusters(str(tmp_path / "down")).add("sf", url=f"kafka://127.0.0.1:{port}", settings=sf.settings("alice"))
+    assert "\n" not in str(down.value)
+    print(f"unreachable: {time.monotonic() - began:.1f} s")
+
+
+def test_the_cli_says_authentication_failed_in_one_line_and_exits_1(sf, tmp_path):
+    settings = tmp_path / "alice.properties"
+    settings.write_text(sf.properties_file("alice").read_text().replace("sasl.password=", "sasl.password=x"))
+    env = {k: v for k, v in os.environ.items() if k != "STREAMREP_USER"}
+    began = time.monotonic()
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "streamrep"), "cluster", "add", "-name", "sf"]
+        + ["-url", f"kafka://{sf.bootstrap}", "-configfile", str(settings)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env={**env, "STREAMREP_HOME": str(tmp_path / "home")},
+    )
+    assert time.monotonic() - began < 15
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.startswith("streamrep: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "authentication failed: SASL authentication error: " in result.stderr
+    assert "as User:alice" in result.stderr
+
+
+def test_a_missing_acl_names_the_principal_the_operation_and_the_resource(secure_kafka, tmp_path):
+    """alice may administer streamrep's cluster (its ACE), but Kafka lets only the administrator and the
+    gateway write the catalog: the broker's refusal names what alice lacks, not a failed transaction."""
+    sf = secure_kafka["sanfrancisco"]
+    namespace = f"t{uuid.uuid4().hex[:10]}"
+
+    def api(principal: str) -> StreamAdmin:
+        clusters = Clusters(str(tmp_path / principal))
+        settings = {k: v for k, v in sf.settings(principal).items() if k != "bootstrap.servers"}
+        clusters.add("sf", url=f"kafka://{sf.bootstrap}", settings={**settings, "streamrep.namespace": namespace})
+        return StreamAdmin(clusters)
+
+    api("admin").set_cluster_ace("u:admin | u:alice", "sf")
+    began = time.monotonic()
+    with pytest.raises(PermissionDenied) as refused:
+        api("alice").create_stream("/mapr/sf/orders")
+    assert time.monotonic() - began < 15
+    assert str(refused.value) == (
+        f"cluster sf: principal User:alice lacks WRITE on transactional ids _streamrep.{namespace}.* "
+        "(cannot start a transaction)"
+    )

@@ -2,16 +2,34 @@
 
 Shared by the store, its transactions and its folds. Every call to Kafka is bounded by
 ``TIMEOUT_SECONDS``, so a cluster that is down fails in one line instead of hanging.
+
+A client whose credentials or TLS the brokers refuse sees only timeouts on its requests: librdkafka
+tells the cause through its error callback (``_AUTHENTICATION``, ``_SSL``) and log lines, which the
+version probe (``versions.check_cluster``) reads before the store's first client; :func:`refusal`
+names it, and :func:`translate` turns every Kafka error into the one line that names its cause:
+authentication, TLS, a missing ACL (``principal X lacks <operation> on <resource>``) or a cluster
+that does not answer.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from streamrep.errors import InvalidArgument, LimitExceeded, PermissionDenied
+from streamrep.errors import (
+    AuthenticationFailed,
+    InvalidArgument,
+    LimitExceeded,
+    PermissionDenied,
+    RetryNow,
+    StreamrepError,
+    TlsHandshakeFailed,
+    Unavailable,
+)
 from streamrep.model.naming import INTERNAL_PREFIX
 
 NAMESPACE_SETTING = "streamrep.namespace"
@@ -59,6 +77,7 @@ USER_ERRORS = {
     KafkaError.GROUP_AUTHORIZATION_FAILED: PermissionDenied,
     KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: PermissionDenied,
 }
+UNREACHABLE = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
 FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 # Abortable commit errors of a writer being fenced: Kafka's coordinator (4.x, transaction version 1)
 # answers EndTxn with UNKNOWN_SERVER_ERROR when it arrives while a new writer's InitProducerId is
@@ -117,3 +136,154 @@ def installation_of(name: str) -> str | None:
     if name.startswith(head) and name.endswith(tail) and len(name) > len(head + tail):
         return name[len(head) : -len(tail)]
     return None
+
+
+# ---------------------------------------------------------------- naming the cause of a failure
+
+_SECURITY: dict[int, tuple[type[AuthenticationFailed], str]] = {
+    KafkaError._AUTHENTICATION: (AuthenticationFailed, "authentication failed"),
+    KafkaError._SSL: (TlsHandshakeFailed, "TLS handshake failed"),
+}
+# librdkafka's lines: "<proto>://<host:port>/<id>: <reason> (after 12ms in state AUTH_REQ[, ...])"
+_BROKER = re.compile(r"^(?:[a-z_]+://)?([^/\s]+)/\S*: ")
+_AFTER = re.compile(r" \(after \d+ms in state \w+[^)]*\)$")
+_OPENSSL = re.compile(r"^(?:SSL handshake failed: )?(?:\S+:\d+:\S+ )?(?:error:[0-9A-F]+:[^:]*::)?")
+# A plaintext client on a TLS listener: the broker closes the connection before it answers ApiVersions.
+_CLOSED_EARLY = re.compile(
+    r"\]: (?:[a-z_]+://)?([^/\s]+)/\S*: Disconnected: connection closed by peer.*APIVERSION_QUERY"
+)
+
+
+def principal(settings: Mapping[str, Any]) -> str:
+    """The Kafka principal a client with ``settings`` authenticates as, as the broker names it."""
+    user = settings.get("sasl.username")
+    if user:
+        return f"User:{user}"
+    if str(settings.get("security.protocol", "")).upper() == "SSL" and settings.get("ssl.certificate.location"):
+        return f"the principal of certificate {settings['ssl.certificate.location']}"
+    return "User:ANONYMOUS"
+
+
+class Refusal(KafkaException, AuthenticationFailed):
+    """The brokers refused the client's credentials (``_AUTHENTICATION``), as the version probe saw it
+    before the store's first client. A KafkaException, so the store's ``_translate`` names the cluster;
+    a StreamrepError, so where no ``_errors`` wraps the first client it is still one line."""
+
+    def __str__(self) -> str:
+        err = kafka_error(self)
+        kind = _SECURITY.get(err.code()) if err is not None else None
+        return f"{kind[1] if kind else 'refused'}: {err.str() if err is not None else ''}"
+
+
+class TlsRefusal(Refusal, TlsHandshakeFailed):
+    """The brokers' TLS handshake failed (``_SSL``), as the version probe saw it."""
+
+
+def _security_reason(err: KafkaError, settings: Mapping[str, Any]) -> str:
+    """librdkafka's account of a refused connection as one short line naming the broker and principal."""
+    text = err.str()
+    found = _BROKER.match(text)
+    broker = found.group(1) if found else None
+    reason = _AFTER.sub("", text[found.end() :] if found else text)
+    if err.code() == KafkaError._SSL:
+        reason = _OPENSSL.sub("", reason)
+    where = f"Kafka at {broker}" if broker else "Kafka"
+    return f"{reason} ({where}, as {principal(settings)})"
+
+
+def refusal(errors: Sequence[KafkaError], lines: Sequence[str], settings: Mapping[str, Any]) -> Refusal | None:
+    """The brokers' refusal of a client's security, from what librdkafka reported while it connected
+    (its error callback's ``errors``, its log ``lines``), or None: no refusal seen (reached, or not
+    reached at all, which the client's own requests then report).
+
+    :param settings: the client's settings (its principal and security.protocol, for the line)
+    """
+    for err in errors:
+        if err.code() in _SECURITY:
+            refused = TlsRefusal if err.code() == KafkaError._SSL else Refusal
+            return refused(KafkaError(err.code(), _security_reason(err, settings)))
+    protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors):
+        closed = [found.group(1) for found in map(_CLOSED_EARLY.search, lines) if found]
+        if closed:
+            return TlsRefusal(
+                KafkaError(
+                    KafkaError._SSL,
+                    f"Kafka at {closed[0]} closed the connection before answering: its listener may expect TLS "
+                    f"(security.protocol is {protocol}) (as {principal(settings)})",
+                )
+            )
+    return None
+
+
+# What a call refused for a missing ACL was doing (the start of its ``what``) -> the operation Kafka checked.
+_OPERATIONS = (
+    ("cannot create", "CREATE"),
+    ("cannot write", "WRITE"),
+    ("cannot delete", "DELETE"),
+    ("cannot add partitions", "ALTER"),
+    ("cannot set the ACLs", "ALTER"),
+    ("cannot start a transaction", "WRITE"),
+    ("transaction failed", "WRITE"),
+    ("cannot commit cursors", "READ"),
+    ("cannot read offsets", "DESCRIBE"),
+    ("cannot read metadata", "DESCRIBE"),
+    ("cannot read topics", "DESCRIBE"),
+    ("cannot read consumer group", "DESCRIBE"),
+    ("cannot read cursors", "DESCRIBE"),
+    ("cannot list", "DESCRIBE"),
+    ("cannot describe", "DESCRIBE"),
+    ("cannot read", "READ"),
+)
+_NAMED = re.compile(r"(?:topics?|to|of|group) (\S+)$")
+
+
+def lacking(code: int, what: str, settings: Mapping[str, Any], internal_prefix: str) -> str | None:
+    """``principal X lacks <operation> on <resource>`` for an authorization error ``code`` of a call doing
+    ``what``, or None for any other code."""
+    operation = next((op for start, op in _OPERATIONS if what.startswith(start)), "access")
+    found = _NAMED.search(what)
+    name = found.group(1) if found else None
+    if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        resource = f"topic {name}" if name and not what.startswith("cannot set the ACLs") else "the topic"
+    elif code == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        resource = f"group {name}" if name and "group" in what else "the consumer group"
+    elif code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        operation, resource = "WRITE", f"transactional ids {internal_prefix}*"
+    elif code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+        resource = "the cluster"
+    else:
+        return None
+    return f"principal {principal(settings)} lacks {operation} on {resource}"
+
+
+def translate(
+    exc: Any, what: str, *, cluster: str, bootstrap: str, settings: Mapping[str, Any], internal_prefix: str
+) -> StreamrepError | RetryNow:
+    """A Kafka error as streamrep's one line naming its cause: a fenced transactional writer (only a
+    transaction can be fenced) is ``RetryNow``, for the transaction's caller to read again and retry.
+
+    :param exc: the KafkaException, KafkaError or delivery error
+    :param what: what the call was doing (``cannot write to <topic>``)
+    :param settings: the cluster's client settings (the principal the line names)
+    :param internal_prefix: the installation's internal prefix (its transactional ids)
+    """
+    err = kafka_error(exc)
+    if err is None:
+        return Unavailable(f"cluster {cluster}: {what}: {exc}")
+    code = err.code()
+    if code in FENCED:
+        return RetryNow(f"cluster {cluster}: another writer took over ({what}: {err.str()}); retry")
+    if code in _SECURITY:
+        kind, label = _SECURITY[code]
+        reason = err.str() if isinstance(exc, Refusal) else _security_reason(err, settings)
+        return kind(f"cluster {cluster}: {label}: {reason}")
+    missing = lacking(code, what, settings, internal_prefix)
+    if missing is not None:
+        return PermissionDenied(f"cluster {cluster}: {missing} ({what})")
+    user_error = USER_ERRORS.get(code)
+    if user_error is not None:
+        return user_error(f"cluster {cluster}: {what}: {err.str()}")
+    if code in UNREACHABLE:
+        return Unavailable(f"cluster {cluster}: Kafka at {bootstrap} is unreachable ({what}: {err.str()})")
+    return Unavailable(f"cluster {cluster}: {what}: {err.str()}")

@@ -67,7 +67,6 @@ from streamrep.store.kafka.acls import KafkaAcls
 from streamrep.store.kafka.client import (
     CATALOG_RETRIES,
     CLIENT_LOG,
-    FENCED,
     GROUP_ACTIVE,
     INTERNAL_TOPIC_CONFIG,
     MAX_READERS,
@@ -76,10 +75,10 @@ from streamrep.store.kafka.client import (
     STALE_CLIENT_SECONDS,
     TIMEOUT_SECONDS,
     TRANSIENT,
-    USER_ERRORS,
     fetched,
     internal_prefix,
     kafka_error,
+    translate,
     watermarks,
 )
 from streamrep.store.kafka.folds import CatalogFold, Fold, MarksFold, SyncsFold
@@ -184,21 +183,15 @@ class KafkaStore(Store):
             raise self._translate(exc, what) from None
 
     def _translate(self, exc: Any, what: str) -> StreamrepError | RetryNow:
-        """A Kafka error as streamrep's: a fenced transactional writer (only a transaction can be
-        fenced) is ``RetryNow``, for the transaction's caller to read again and retry."""
-        err = kafka_error(exc)
-        if err is None:
-            return Unavailable(f"cluster {self.cluster}: {what}: {exc}")
-        if err.code() in FENCED:
-            return RetryNow(f"cluster {self.cluster}: another writer took over ({what}: {err.str()}); retry")
-        kind = USER_ERRORS.get(err.code())
-        if kind is not None:
-            return kind(f"cluster {self.cluster}: {what}: {err.str()}")
-        if err.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
-            return Unavailable(
-                f"cluster {self.cluster}: Kafka at {self.bootstrap} is unreachable ({what}: {err.str()})"
-            )
-        return Unavailable(f"cluster {self.cluster}: {what}: {err.str()}")
+        """A Kafka error as streamrep's one line naming its cause (``client.translate``)."""
+        return translate(
+            exc,
+            what,
+            cluster=self.cluster,
+            bootstrap=self.bootstrap,
+            settings=self._settings,
+            internal_prefix=self._internal,
+        )
 
     def _admin(self) -> AdminClient:
         self._fresh()

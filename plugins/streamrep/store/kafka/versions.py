@@ -19,7 +19,9 @@ confluent-kafka has no call that returns ApiVersions, so :func:`probe` reads lib
 of them (its ``feature`` debug lines, ``ApiKey <name> (<key>) Versions <min>..<max>``) from a short-lived
 admin client with the cluster's settings, so it speaks whatever security the cluster asks for. A probe
 that gets no answer (the cluster unreachable, or lines it cannot read) decides nothing: the store's own
-calls then fail as they would have.
+calls then fail as they would have. A probe refused for its credentials or TLS (librdkafka's error
+callback says ``_AUTHENTICATION`` or ``_SSL``) is refused at once in one line naming the cause
+(``client.refusal``): the store's own requests would only time out.
 """
 
 from __future__ import annotations
@@ -196,15 +198,11 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def probe(client: Mapping[str, Any], timeout: float = 10.0) -> tuple[str | None, dict[int, tuple[int, int]]]:
-    """Ask one broker of a cluster for its ApiVersions, with the cluster's client settings.
-
-    :param client: confluent-kafka settings, ``bootstrap.servers`` included (``logger`` and ``debug``
-        are replaced)
-    :param timeout: the bound of the whole probe
-    :returns: the broker's address and its API table; an empty table when no broker answered (unreachable,
-        refused, or librdkafka's lines not understood)
-    """
+def _ask(
+    client: Mapping[str, Any], timeout: float
+) -> tuple[str | None, dict[int, tuple[int, int]], list[Any], list[str]]:
+    """:func:`probe`, with what librdkafka reported while connecting: its error callback's errors and
+    its log lines (both empty when librdkafka refused the settings themselves)."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -220,43 +218,77 @@ def probe(client: Mapping[str, Any], timeout: float = 10.0) -> tuple[str | None,
         admin = AdminClient(settings)
     except KafkaException:  # settings librdkafka refuses: the store's own client names them in one line
         log.removeHandler(handler)
-        return None, {}
+        return None, {}, [], []
     try:
         # Any request makes the client connect, and ApiVersions comes first on a connection.
         future = admin.describe_cluster(request_timeout=timeout)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and not future.done() and not failed and not _table_told(handler.lines):
+        # SASL authenticates after ApiVersions: with it, the answer to the request (or a refusal) is awaited.
+        sasl = str(client.get("security.protocol", "")).upper().startswith("SASL")
+        while time.monotonic() < deadline and not future.done() and not failed:
+            if not sasl and _table_told(handler.lines):
+                break
             admin.poll(0.005)
         admin.poll(0)  # the lines logged before the answer
-        return parse_api_lines(handler.lines)
+        broker, table = parse_api_lines(handler.lines)
+        return broker, table, failed, handler.lines
     finally:
         log.removeHandler(handler)
         del admin
 
 
-_checked: dict[str, UnsupportedBroker | None] = {}  # bootstrap -> its refusal, or None: it passed
+def probe(client: Mapping[str, Any], timeout: float = 10.0) -> tuple[str | None, dict[int, tuple[int, int]]]:
+    """Ask one broker of a cluster for its ApiVersions, with the cluster's client settings.
+
+    :param client: confluent-kafka settings, ``bootstrap.servers`` included (``logger`` and ``debug``
+        are replaced)
+    :param timeout: the bound of the whole probe
+    :returns: the broker's address and its API table; an empty table when no broker answered (unreachable,
+        refused, or librdkafka's lines not understood)
+    """
+    broker, table, _, _ = _ask(client, timeout)
+    return broker, table
+
+
+# (bootstrap, the client's settings) -> the broker's refusal, or None: it passed. The settings are part of
+# the key: one process may reach the same brokers with other credentials, which must be probed again.
+_checked: dict[tuple[str, tuple[tuple[str, str], ...]], UnsupportedBroker | None] = {}
 _checked_lock = threading.Lock()
 
 
+def _settings_key(client: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in client.items() if k not in ("logger", "debug", "error_cb")))
+
+
 def check_cluster(bootstrap: str, client: Mapping[str, Any]) -> None:
-    """:func:`check` the broker a cluster's client reaches first, once per process and bootstrap address.
+    """:func:`check` the broker a cluster's client reaches first, once per process, bootstrap address and
+    settings; and refuse settings whose credentials or TLS the brokers refuse, at once: the client's own
+    requests would only time out.
 
     :raises UnsupportedBroker: as :func:`check`
+    :raises client.Refusal: the brokers refused the client's authentication or TLS handshake (never
+        remembered: the cluster may be fixed)
     """
+    from streamrep.store.kafka.client import refusal
+
+    key = (bootstrap, _settings_key(client))
     with _checked_lock:
-        if bootstrap in _checked:
-            refused = _checked[bootstrap]
+        if key in _checked:
+            refused = _checked[key]
             if refused is not None:
                 raise UnsupportedBroker(str(refused))
             return
-    broker, table = probe(client)
+    broker, table, failed, lines = _ask(client, 10.0)
+    security = refusal(failed, lines, client)
+    if security is not None:
+        raise security
     if not table:
         return  # no answer: nothing decided, asked again by the next store object
     try:
         check(broker or bootstrap, table)
     except UnsupportedBroker as err:
         with _checked_lock:
-            _checked[bootstrap] = err
+            _checked[key] = err
         raise
     with _checked_lock:
-        _checked[bootstrap] = None
+        _checked[key] = None
