@@ -197,6 +197,9 @@ def test_a_newer_formats_record_holds_back_only_what_it_names(installation, tmp_
         store.apply(first, "t", 0, [], {"p|src|t|0": 1}, {"p|src|t|0": None})
     store.apply(second, "t", 0, [], {"p|src|t|0": 1}, {"p|src|t|0": None})
     assert store.marks(second) == {"p|src|t|0": 1}
+    with pytest.raises(ValueError, match="its uuid is int"):  # what a fold would skip is never written
+        store.catalog_update("stream", "/third", lambda _: {"uuid": 5, "path": "/third"})
+    assert store.catalog_get("stream", "/third") is None
     fresh.clusters.close()
     assert any(f"offset {at}: written by a newer streamrep (format 2" in w for w in _warned(caplog, prefix + "catalog"))
 

@@ -57,7 +57,7 @@ from streamrep.errors import (
     StreamrepError,
     Unavailable,
 )
-from streamrep.model.catalog import STREAM_KIND
+from streamrep.model.catalog import STREAM_KIND, check_document
 from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.offsetsyncs import prune
@@ -326,11 +326,12 @@ class KafkaStore(Store):
                     # Read after this writer fenced the others. The change's own refusal (a Conflict
                     # among them) is a user error, never retried; only a fenced writer (RetryNow) is.
                     new = change(self.catalog_get(kind, key))
+                    payload = None if new is None else json.dumps(new).encode("utf-8")
+                    if payload is not None:  # what the folds would skip is refused here, never lost unseen
+                        check_document(kind, key, json.loads(payload))
                     if kind == STREAM_KIND:  # the broker's ACLs follow the stream's ACEs, set before the commit
                         self.acls.sync_stream(self.catalog_get(kind, key), new)
-                    txn.internal(
-                        "catalog", keys.catalog_key(kind, key), None if new is None else json.dumps(new).encode("utf-8")
-                    )
+                    txn.internal("catalog", keys.catalog_key(kind, key), payload)
                 return new
             except RetryNow:
                 continue
