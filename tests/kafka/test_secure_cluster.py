@@ -34,7 +34,7 @@ from kafka_local import PRINCIPALS, KafkaLocalError, SecureCluster
 
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.client.config import read_client_settings
-from streamrep.errors import AuthenticationFailed, PermissionDenied, TlsHandshakeFailed, Unavailable
+from streamrep.errors import AuthenticationFailed, PermissionDenied, TlsHandshakeFailed
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 60  # bound of every wait below; none is expected to come near it
@@ -380,16 +380,7 @@ def test_wrong_secured_settings_are_refused_naming_the_cause_within_15_s(secure_
         assert took[case] < 15, (case, took[case])
         assert clusters.list() == [], case
     print(" ".join(f"{case}: {seconds:.1f} s;" for case, seconds in took.items()))
-
-    # A closed port is the one that is unreachable.
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        port = closed.getsockname()[1]
-    began = time.monotonic()
-    with pytest.raises(Unavailable, match=f"^cluster sf: Kafka at 127.0.0.1:{port} is unreachable") as down:
-        Clusters(str(tmp_path / "down")).add("sf", url=f"kafka://127.0.0.1:{port}", settings=sf.settings("alice"))
-    assert "\n" not in str(down.value)
-    print(f"unreachable: {time.monotonic() - began:.1f} s")
+    # A closed port stays 'unreachable', after the store's call bound (15 s): test_kafka_store covers it.
 
 
 def test_the_cli_says_authentication_failed_in_one_line_and_exits_1(sf, tmp_path):
