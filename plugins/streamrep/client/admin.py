@@ -62,6 +62,7 @@ class StreamAdmin:
         # rather than it being the OS user: a cluster that authenticates someone else refuses it.
         self._named = identity is not None or named_user() is not None
         self._callers: dict[str, Identity] = {}
+        self._gateway_callers: dict[str, bool] = {}  # cluster -> whether the caller is its gateway principal
         # The unchecked catalog the engine uses, bound to who is calling (``store`` refuses an
         # identity that a cluster does not authenticate, as every call here does).
         self.catalog = Catalog(self.clusters, guard=self.caller)
@@ -667,10 +668,12 @@ class StreamAdmin:
 
     def _is_gateway_principal(self, cluster: str) -> bool:
         """Whether the cluster authenticates the caller as the gateway principal its settings name."""
-        info = self.clusters.get(cluster)
-        return (
-            info.principal is not None and self.caller(cluster).user == Principals.from_settings(info.settings).gateway
-        )
+        known = self._gateway_callers.get(cluster)
+        if known is None:
+            info = self.clusters.get(cluster)
+            gateway = Principals.from_settings(info.settings).gateway
+            known = self._gateway_callers[cluster] = info.principal is not None and self.caller(cluster).user == gateway
+        return known
 
     def _refuse_gateway_principal(self, cluster: str, what: str) -> None:
         """The gateway principal administers nothing, whatever an ACE says: a stolen service
