@@ -230,11 +230,12 @@ def test_autosetup_primary_secondary_through_the_cli(cli, api3):
     assert_exactly_once(api, NY, before + after)
     assert_same_partitions(api, SF, NY)
 
-    # not multi-master: what is produced to the replica stays there
-    local = produce(api, f"{NY}:events", tagged("ny", 5))
+    # not multi-master: the replica refuses producers (only its gateways write it), and nothing flows back
+    with pytest.raises(Conflict, match="is a one-way replica of"):
+        produce(api, f"{NY}:events", tagged("ny", 5))
     assert drain(Gateway(api, "sanfrancisco", "g1")) == 0
     assert_exactly_once(api, SF, before + after)
-    assert_exactly_once(api, NY, before + after + local)
+    assert_exactly_once(api, NY, before + after)
 
     # the replica exists now: autosetup refuses, with one line, and changes nothing
     one_line_error(
@@ -607,10 +608,10 @@ def test_chain_keeps_the_origin(api3):
     api.create_stream(NY, ttl=0)
     api.create_stream(TK, ttl=0)
     api.create_topic(NY, "tb", 1)  # before NY is a replica: a one-way replica's topics are its gateways'
+    from_b = produce(api, f"{NY}:tb", tagged("b", 5))  # and its producers too
     link(api, SF, NY)
     link(api, NY, TK)
     from_a = produce(api, f"{SF}:t", tagged("a", 30))
-    from_b = produce(api, f"{NY}:tb", tagged("b", 5))
     g_ny, g_tk = Gateway(api, "newyork", "g1"), Gateway(api, "tokyo", "g1")
     g_tk.run_once()  # nothing of A yet at B
     drain(g_ny, g_tk)
@@ -1232,6 +1233,9 @@ def test_cursor_translation_with_interleaved_messages(cli, api3):
     api.create_stream(NY, ttl=0)
     api.create_topic(NY, "t", 2)  # before NY is a replica: a one-way replica's topics are its gateways'
     link(api, SF, NY)
+    # Multi-master, so that NY takes its own producers (a one-way replica refuses them); no gateway
+    # of sanfrancisco runs, so nothing flows back.
+    link(api, NY, SF)
     gw = Gateway(api, "newyork", "g1")
     src_values: list[str] = []
     for r in range(4):

@@ -486,6 +486,9 @@ def test_offset_syncs_record_runs_of_source_offsets(store, stream):
     assert store.offset_syncs(stream, source) == [(100, 0, first, 2), (200, 0, first + 2, 3)]
     assert store.offset_syncs(stream, "p|other|t|0") == []
     assert store.offset_syncs(str(uuid.uuid4()), source) == []
+    # Several at once, in order (a gateway's check of what its replicas hold: one read for all).
+    parts = [(stream, "p|other|t|0"), (stream, source), (str(uuid.uuid4()), source)]
+    assert store.offset_syncs_many(parts) == [[], [(100, 0, first, 2), (200, 0, first + 2, 3)], []]
 
 
 def test_offset_syncs_stay_bounded_and_translate_exactly_where_recent(store, open_store, stream):

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StoreFull, StreamrepError, Unavailable
 from streamrep.model import network
+from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
+from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, stop_key, validate_gateway_name
 from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
@@ -51,11 +53,13 @@ from streamrep.replication.service import (
 )
 from streamrep.replication.throttle import Pacer, batch_bytes
 from streamrep.replication.transfer import (
+    HeldCheck,
     SourcePartition,
     SourceRead,
     UnitApply,
     apply_reads,
     ensure_topics,
+    lost_data,
     next_position,
     read_source,
 )
@@ -147,6 +151,9 @@ class Gateway:
         self.applied = 0  # messages written to replicas (read ones skipped by loop prevention are not)
         self.served: set[Flow] = set()  # the flows of its last share
         self.errors: dict[Flow, str] = {}  # the flows its last pass could not serve, and why
+        # The flows whose replica lost applied messages (or holds planted ones), found by the last
+        # assignment: their partitions are left out until the replica is set up again.
+        self.lost: dict[Flow, str] = {}
         self.unreadable: list[Blocked] = []  # upstreams whose stream could not be read, last pass
         # Set (by a signal handler, another thread) to end ``run`` after the batch in progress.
         self.stopping = threading.Event()
@@ -156,6 +163,7 @@ class Gateway:
         self._beating = False  # within run_once: a long wait for the limit keeps the heartbeat
         self._prepared: set[tuple[SourcePartition, str]] = set()  # (unit, replica UUID) made ready (_prepare)
         self._running = False  # within ``run``, where passes prepare ahead and take what arrives meanwhile
+        self.check_seconds = 0.0  # what the last check of the replicas' partitions took (``_check_held``)
 
     # -- liveness ------------------------------------------------------------------
     def announce(self, where: dict) -> None:
@@ -286,6 +294,7 @@ class Gateway:
                     for flow in result.units[unit]:
                         holders[flow.replica_uuid].add(holder)
         result.units = {u: f for u, f in result.units.items() if u in mine}
+        self.lost = self._check_held(result.units)
         # Each holder of a replica's partitions takes an equal part of its byte-rate limit (throttle.py);
         # a drain (whole) may apply partitions it does not hold, so it counts itself a holder.
         self.pacer.share({r: 1 / len(h | {self.id}) for r, h in holders.items()})
@@ -296,6 +305,48 @@ class Gateway:
         # Every pass of both engines starts here, idle or not: the cursors of this share follow.
         self.cursor_sync.maybe_sync(self.catalog, self.store, result.units)
         return result
+
+    def _check_held(self, units: dict[SourcePartition, list[Flow]]) -> dict[Flow, str]:
+        """Leave out of ``units`` every replica partition that no longer holds what was applied to it,
+        or holds planted messages (``transfer.lost_data``), so nothing is applied over the hole, and
+        put its link in UNEXPECTED with the error. Returns the errors, by flow."""
+        pairs = [(unit, flow) for unit, flows in sorted(units.items()) for flow in flows]
+        entries: dict[StreamPath, StreamEntry] = {}
+
+        def entry(path: StreamPath) -> StreamEntry:
+            if path not in entries:
+                entries[path] = self.catalog.entry(path)
+            return entries[path]
+
+        began = time.perf_counter()
+        try:
+            lines = lost_data(
+                self.store,
+                [HeldCheck(unit, flow.replica, flow.replica_uuid) for unit, flow in pairs],
+                lambda unit: self.catalog.clusters.store(unit.source.cluster),
+                entry,
+            )
+        except Unavailable:
+            raise
+        except StreamrepError as err:  # a replica removed meanwhile: the next pass sees it
+            log.warning("gateway %s: cannot check what the replicas hold: %s", self.id, err)
+            return {}
+        self.check_seconds = time.perf_counter() - began
+        found: dict[Flow, list[str]] = defaultdict(list)
+        for (unit, flow), line in zip(pairs, lines, strict=True):
+            if line is not None:
+                found[flow].append(line)
+                units[unit] = [f for f in units[unit] if f != flow]  # a list shared by a topic's partitions
+        for unit in [u for u, flows in units.items() if not flows]:
+            del units[unit]
+        lost = {
+            flow: lines[0] + (f" (and {len(lines) - 1} more partitions)" if len(lines) > 1 else "")
+            for flow, lines in found.items()
+        }
+        for flow, error in lost.items():
+            log.warning("gateway %s: %s", self.id, error)
+            self._record_state(flow, ReplicaState.UNEXPECTED, "; ".join(e for e in (flow.conflict, error) if e))
+        return lost
 
     def progress(
         self, units: Mapping[SourcePartition, Sequence[Flow]], marks: dict[str, dict[str, int]] | None = None
@@ -445,7 +496,7 @@ class Gateway:
 
     def _run_pass(self, assignment: Assignment, max_messages: int) -> int:
         moved = 0
-        errors: dict[Flow, str] = {}
+        errors: dict[Flow, str] = dict(self.lost)
         marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
         positions: dict[SourcePartition, int] = {}  # each partition's next offset to move, while it is served
 
@@ -504,7 +555,7 @@ class Gateway:
             if time.monotonic() < until:
                 due.update(self._arrived({u: at for u, at in positions.items() if u not in due and u not in stalled}))
             self.keep_alive()
-        self.record_states({f for flows in assignment.units.values() for f in flows}, errors)
+        self.record_states({f for flows in assignment.units.values() for f in flows} | set(self.lost), errors)
         self.errors = errors
         if self._sampler is None:
             self.lag.after_pass(moved)
@@ -553,7 +604,7 @@ class Gateway:
         """Record on each flow's replica link that this gateway serves it: UNEXPECTED with the
         error for the flows in ``errors``, REPLICATING for the others."""
         for flow in flows:
-            error = "; ".join(e for e in (flow.conflict, errors.get(flow)) if e) or None
+            error = "; ".join(e for e in (flow.conflict, errors.get(flow, self.lost.get(flow))) if e) or None
             self._record_state(flow, ReplicaState.UNEXPECTED if error else ReplicaState.REPLICATING, error)
 
     def picked_up(self, flows: Iterable[Flow]) -> None:

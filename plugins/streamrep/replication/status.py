@@ -16,6 +16,7 @@ from streamrep.model.replication import ReplicaState, parse_loss_key, position_k
 from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thresholds
 from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
 from streamrep.replication.service import gateway_outage, live_gateways_of
+from streamrep.replication.transfer import HeldCheck, SourcePartition, lost_data
 
 __all__ = [
     "PRECISE_PENDING_MAX",
@@ -144,9 +145,27 @@ def replica_health(
     no gateway is live for the flow (None when one is)."""
     try:
         lost = loss_error(lost_ranges(admin, src, src_entry, dst, dst_entry))
-        return lost, gateway_outage(admin, src.cluster, dst.cluster)
+        held = held_error(admin, src, src_entry, dst, dst_entry)
+        return "; ".join(e for e in (held, lost) if e) or None, gateway_outage(admin, src.cluster, dst.cluster)
     except StreamrepError as err:
         return str(err), None
+
+
+def held_error(
+    admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
+) -> str | None:
+    """The replica's partitions that no longer hold what was applied to them from ``src``, or hold
+    planted messages (``transfer.lost_data``), in one line; None when there are none."""
+    source_store = admin.store(src)
+    checks = [
+        HeldCheck(SourcePartition(src_entry.uuid, topic, partition, src), dst, dst_entry.uuid)
+        for topic, count in sorted(source_store.topics(src_entry.uuid).items())
+        for partition in range(count)
+    ]
+    lines = [line for line in lost_data(admin.store(dst), checks, lambda _: source_store, lambda _: dst_entry) if line]
+    if not lines:
+        return None
+    return lines[0] + (f" (and {len(lines) - 1} more partitions)" if len(lines) > 1 else "")
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,27 @@ the in-process gateway and the Spark writers all use."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from streamrep.errors import AlreadyExists, Conflict, RetryNow, StreamrepError
+from streamrep.errors import AlreadyExists, Conflict, NotFound, RetryNow, StreamrepError
+from streamrep.model.acls import one_way_replica
+from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import origin_key, position_key, stop_key
+from streamrep.model.replication import (
+    applied_offsets,
+    lost_data_line,
+    missing_applied,
+    origin_key,
+    planted_line,
+    position_key,
+    source_offset_of,
+    stop_key,
+)
 from streamrep.replication.apply import ApplyPlan, own_messages, plan_apply
 from streamrep.store.base import ApplyResult, PartitionApplies, ReplicaApply, Store
 
@@ -52,11 +65,15 @@ def ensure_topics(
     source_topics = source_store.topics(source_uuid)
     replica_topics = replica_store.topics(replica_uuid)
     wanted = (set(only) if only is not None else set(source_topics)) - set(exclude)
+    marks: dict[str, int] | None = None
     for topic, count in source_topics.items():
         if topic not in wanted:
             continue
         have = replica_topics.get(topic)
         if have is None:
+            marks = replica_store.marks(replica_uuid) if marks is None else marks
+            if any(position_key(source_uuid, topic, p) in marks for p in range(count)):
+                continue  # applied to once, then deleted: not re-created empty (``lost_data`` reports it)
             try:
                 replica_store.create_topic(replica_uuid, topic, count)
             except AlreadyExists:
@@ -64,6 +81,126 @@ def ensure_topics(
         elif have < count:
             replica_store.add_partitions(replica_uuid, topic, count)
     return source_topics
+
+
+class HeldCheck(NamedTuple):
+    """One replica of one source partition, for ``lost_data``."""
+
+    unit: SourcePartition
+    replica: StreamPath
+    replica_uuid: str
+
+
+def lost_data(
+    replica_store: Store,
+    checks: Sequence[HeldCheck],
+    source_store: Callable[[SourcePartition], Store],
+    replica_entry: Callable[[StreamPath], StreamEntry],
+) -> list[str | None]:
+    """For each check, the one-line error of a replica partition that no longer holds what its
+    offset syncs say was applied to it (its topic deleted, records deleted, or re-created), or of
+    a one-way replica's partition that held messages before its first apply (a planted topic);
+    None when it holds what it should, or cannot be read now.
+
+    Cheap enough for every pass: one ``offset_syncs_many`` and one ``offsets_many`` on the
+    replica's store for all checks. Only a partition whose start is above its oldest applied
+    message costs more: the source's first offset (batched per source), since messages the source's
+    retention removed may be gone from the replica too; and, if the replica's own ttl may explain
+    the rest, one source read for the newest missing message's timestamp. Only a one-way replica's
+    partition holding messages before its first apply is read (one message)."""
+    if not checks:
+        return []
+    syncs = replica_store.offset_syncs_many([(c.replica_uuid, c.unit.key) for c in checks])
+    asked = replica_store.offsets_many([(c.replica_uuid, c.unit.topic, c.unit.partition) for c in checks])
+    result: list[str | None] = [None] * len(checks)
+    moved: dict[int, tuple[list[tuple[int, int, int, int]], tuple[int, int]]] = {}  # start above applied
+    for i, (check, found, bounds) in enumerate(zip(checks, syncs, asked, strict=True)):
+        if isinstance(bounds, StreamrepError) and not isinstance(bounds, NotFound):
+            continue  # cannot tell now: the next pass asks again
+        held = None if isinstance(bounds, StreamrepError) else bounds
+        found = [sync for sync in found if sync[1] == check.unit.partition]
+        applied = applied_offsets(found)
+        if applied is None:
+            result[i] = _planted(replica_store, check, held, replica_entry)
+        elif held is not None and held[1] >= applied[1] and held[0] > applied[0]:
+            moved[i] = found, held  # retention, or records deleted: decided below, with the source's start
+        else:
+            missing = missing_applied(found, held, 0)
+            if missing is not None:
+                result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
+    starts = _source_starts([checks[i].unit for i in moved], source_store)
+    for i, (found, held) in moved.items():
+        check = checks[i]
+        start = starts.get(check.unit)
+        if start is None:
+            continue
+        missing = missing_applied(found, held, start)
+        if missing is not None and not _expired(check, missing, found, source_store, replica_entry):
+            result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
+    return result
+
+
+def _planted(
+    replica_store: Store,
+    check: HeldCheck,
+    held: tuple[int, int] | None,
+    replica_entry: Callable[[StreamPath], StreamEntry],
+) -> str | None:
+    """``lost_data``'s error for a partition nothing was applied to yet that holds a message, on a
+    replica that only its one upstream writes (a multi-master replica's own producers write it)."""
+    if held is None or held[1] <= held[0]:
+        return None
+    entry = replica_entry(check.replica)
+    if not one_way_replica(entry) or len(entry.upstreams) != 1:
+        return None
+    messages, _ = replica_store.read_span(
+        check.replica_uuid, check.unit.topic, check.unit.partition, held[0], 1, held[1]
+    )
+    if not messages:
+        return None  # offsets holding no message (Kafka: an aborted transaction's)
+    return planted_line(check.replica, check.unit.topic, check.unit.partition, held, str(check.unit.source))
+
+
+def _source_starts(units: Sequence[SourcePartition], source_store: Callable[[SourcePartition], Store]) -> dict:
+    """Each unit's first offset at its source, asked once per source cluster; a unit whose source
+    cannot be read now is left out."""
+    by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
+    for unit in units:
+        by_cluster[unit.source.cluster].append(unit)
+    starts: dict[SourcePartition, int] = {}
+    for group in by_cluster.values():
+        try:
+            asked = source_store(group[0]).offsets_many([(u.source_uuid, u.topic, u.partition) for u in group])
+        except StreamrepError:
+            continue
+        starts.update((u, bounds[0]) for u, bounds in zip(group, asked, strict=True) if isinstance(bounds, tuple))
+    return starts
+
+
+def _expired(
+    check: HeldCheck,
+    missing: tuple[int, int],
+    syncs: Sequence[tuple[int, int, int, int]],
+    source_store: Callable[[SourcePartition], Store],
+    replica_entry: Callable[[StreamPath], StreamEntry],
+) -> bool:
+    """Whether the replica's own retention explains the ``missing`` replica offsets: it has a ttl,
+    and the newest of them is older than it (its timestamp read at the source, which still holds
+    it), or its source offset is no longer known exactly (pruned syncs: not accused)."""
+    ttl = replica_entry(check.replica).meta.ttl
+    if not ttl or ttl <= 0:
+        return False
+    newest = source_offset_of(syncs, missing[1] - 1)
+    if newest is None:
+        return True
+    unit = check.unit
+    try:
+        found = source_store(unit).read(unit.source_uuid, unit.topic, unit.partition, newest, 1)
+    except StreamrepError:
+        return True  # cannot tell now: not accused
+    if not found or found[0].offset != newest:
+        return True  # gone at the source too
+    return found[0].timestamp < time.time() * 1000 - ttl * 1000
 
 
 class SourceRead(NamedTuple):

@@ -301,6 +301,11 @@ class Store(ABC):
         source order, as ``model.offsetsyncs`` defines them (a run length of 0 is a blur mark).
         Bounded: pruned by the apply (``prune_due``)."""
 
+    def offset_syncs_many(self, parts: Sequence[tuple[str, str]]) -> list[list[tuple[int, int, int, int]]]:
+        """``offset_syncs`` of each ``(stream, source)``, in order: a network store reads them once
+        for all (a gateway's pass checks every replica partition of its share)."""
+        return [self.offset_syncs(stream, source) for stream, source in parts]
+
     def prune_due(self, stream: str, source: str, runs: int) -> bool:
         """Whether an apply writing ``runs`` new syncs of ``stream`` from ``source`` prunes them in
         its transaction: this store object's first apply of them, then every ``PRUNE_EVERY`` runs.

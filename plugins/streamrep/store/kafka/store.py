@@ -1060,11 +1060,17 @@ class KafkaStore(Store):
         return dropped
 
     def offset_syncs(self, stream: str, source: str) -> list[tuple[int, int, int, int]]:
+        return self.offset_syncs_many([(stream, source)])[0]
+
+    def offset_syncs_many(self, parts: Sequence[tuple[str, str]]) -> list[list[tuple[int, int, int, int]]]:
         fold = self._syncs_fold()
-        fold.catch_up()
-        fold.refuse_newer("the offset syncs of stream", stream, "from", source)
-        runs = fold.state.get(stream, {}).get(source, {})
-        return [(offset, *runs[offset]) for offset in sorted(runs)]
+        fold.catch_up()  # once for all: a round trip
+        result = []
+        for stream, source in parts:
+            fold.refuse_newer("the offset syncs of stream", stream, "from", source)
+            runs = fold.state.get(stream, {}).get(source, {})
+            result.append([(offset, *runs[offset]) for offset in sorted(runs)])
+        return result
 
     def close(self) -> None:
         if self._pid == os.getpid():

@@ -1,0 +1,160 @@
+"""A replica that lost data says so (issue 29, B2): a replica topic deleted, truncated (records
+deleted) or planted before the source created it puts the link in REPLICA_STATE_UNEXPECTED with one
+line naming the topic and the offsets missing, never ``isUptodate``; and the gateway neither
+re-creates a deleted replica topic nor fills a re-created one with the new messages only.
+
+The replica's topics are changed behind streamrep's back, through the store (on Kafka: what a plain
+AdminClient does), as an admin of the replica's cluster could."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import test_replication
+from replication_helpers import count, drain, produce
+from test_replication import NY, SF, linked_pair, source_with_topics, status, tagged
+
+from streamrep.model.message import Message
+from streamrep.model.replication import ReplicaState
+from streamrep.replication.gateway import Gateway
+
+api3 = test_replication.api3  # the fixture: three clusters on the test's backend
+ON_BOTH = pytest.mark.backends("embedded", "kafka")
+UNEXPECTED = ReplicaState.UNEXPECTED
+
+
+def replica_store(api):
+    return api.store(api.path(NY)), api.entry(NY).uuid
+
+
+def replicated_ten(api) -> Gateway:
+    """SF:t (one partition) replicated to NY: 10 messages at offsets 0-9 applied."""
+    linked_pair(api, t=1)
+    gw = Gateway(api, "newyork", "g1")
+    produce(api, f"{SF}:t", tagged("old", 10))
+    drain(gw)
+    assert count(api, NY) == 10
+    return gw
+
+
+def run_gateway(gw: Gateway) -> str:
+    """A drain, as ``gateway run -once``: it reports the replicas it could not serve."""
+    with pytest.raises(Exception) as failed:
+        gw.drain()
+    return str(failed.value)
+
+
+def assert_reported(api, *expected: str) -> str:
+    """``replica list`` (as the CLI shows it) says UNEXPECTED, not up to date, with one line
+    holding ``expected``."""
+    row = status(api, SF, NY)
+    assert row.state is UNEXPECTED and not row.is_uptodate, (row.state, row.errors)
+    assert "\n" not in row.errors and all(part in row.errors for part in expected), row.errors
+    return row.errors
+
+
+@ON_BOTH
+def test_a_deleted_replica_topic_is_reported_and_not_created_again(api3):
+    api = api3
+    gw = replicated_ten(api)
+    store, uuid = replica_store(api)
+    store.delete_topic(uuid, "t")
+    produce(api, f"{SF}:t", tagged("new", 5))
+    assert "replica /mapr/newyork/activity topic t partition 0 lost applied messages" in run_gateway(gw)
+    assert "t" not in store.topics(uuid)  # not re-created with the 5 new messages only
+    line = assert_reported(api, "topic t partition 0", "offsets 0-9", "the topic is gone")
+    assert line.endswith("remove the replica and set it up again")
+    # A topic someone creates again in its place is not filled either.
+    store.create_topic(uuid, "t", 1)
+    run_gateway(gw)
+    assert count(api, NY) == 0
+    assert_reported(api, "topic t partition 0", "offsets 0-9")
+
+
+@ON_BOTH
+def test_a_truncated_replica_topic_is_reported(api3, backend):
+    api = api3
+    gw = replicated_ten(api)
+    store, uuid = replica_store(api)
+    if backend == "kafka":  # records deleted with a plain AdminClient
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": api.clusters.get("newyork").url.removeprefix("kafka://")})
+        [future] = admin.delete_records([TopicPartition(store.native_topic(uuid, "t"), 0, 4)]).values()
+        future.result(30)
+        missing = "offsets 0-3 (source offsets 0-3) are missing, it holds offsets 4-"
+    else:  # the embedded store's records removed up to the end, as retention would with a ttl
+        store.purge_before(uuid, "t", int(time.time() * 1000) + 60_000)
+        missing = "offsets 0-9 (source offsets 0-9) are missing, it holds no message (next offset 10)"
+    produce(api, f"{SF}:t", tagged("new", 5))
+    assert missing in run_gateway(gw)
+    assert_reported(api, "topic t partition 0", missing)
+
+
+@ON_BOTH
+def test_a_topic_planted_in_the_replica_before_the_source_has_it_is_reported(api3):
+    api = api3
+    source_with_topics(api, SF, other=1)
+    api.create_stream(NY, copymetafrom=SF)
+    api.add_replica(SF, NY)
+    api.add_upstream(NY, SF)
+    store, uuid = replica_store(api)
+    store.create_topic(uuid, "t", 1)
+    store.append(uuid, "t", {0: [Message(b"planted")]})
+    api.create_topic(SF, "t", 1)
+    produce(api, f"{SF}:t", tagged("src", 3))
+    gw = Gateway(api, "newyork", "g1")
+    assert "holds messages that were not replicated from /mapr/sanfrancisco/activity" in run_gateway(gw)
+    assert count(api, NY) == 1  # the planted message alone: nothing applied after it
+    assert_reported(api, "topic t partition 0", "offsets 0-0", "a topic planted in the replica")
+
+
+def test_replica_list_through_the_cli_shows_the_state_and_the_line(api3, cli):
+    api = api3
+    gw = replicated_ten(api)
+    store, uuid = replica_store(api)
+    store.delete_topic(uuid, "t")
+    run_gateway(gw)
+    code, out, err = cli("stream", "replica", "list", "-path", SF, "-json")
+    assert code == 0, err
+    [row] = json.loads(out)["data"]
+    assert row["replicaState"] == UNEXPECTED.value and row["isUptodate"] is False
+    assert "topic t partition 0 lost applied messages: offsets 0-9" in row["errors"]
+
+
+@ON_BOTH
+def test_a_replica_holding_what_was_applied_is_not_accused(api3):
+    """Retention at the source (a loss the replica records) and messages the replica's own
+    retention removed after the source's are no loss of the replica's."""
+    api = api3
+    gw = replicated_ten(api)
+    store, uuid = replica_store(api)
+    produce(api, f"{SF}:t", tagged("more", 5))
+    drain(gw)
+    row = status(api, SF, NY)
+    assert row.state is ReplicaState.REPLICATING and row.is_uptodate, row.errors
+
+
+def test_messages_the_replicas_own_ttl_removed_are_no_loss_but_a_truncation_is(api3):
+    """A replica with a shorter ttl than its source's drops old messages the source keeps: its own
+    retention, not a loss (those messages are older than its ttl). Records deleted that its ttl
+    would have kept are."""
+    api = api3
+    linked_pair(api, t=1)  # the source keeps its messages for ever
+    api.edit_stream(NY, ttl=3600)
+    produce(api, f"{SF}:t", tagged("old", 10), timestamp=int(time.time() * 1000) - 2 * 3600 * 1000)
+    produce(api, f"{SF}:t", tagged("new", 5))
+    gw = Gateway(api, "newyork", "g1")
+    drain(gw)
+    store, uuid = replica_store(api)
+    store.retain(uuid, "t", force=True)
+    assert (
+        store.offsets(uuid, "t", 0) == (10, 15) and api.store(api.path(SF)).offsets(api.entry(SF).uuid, "t", 0)[0] == 0
+    )
+    row = status(api, SF, NY)
+    assert row.state is ReplicaState.REPLICATING and row.is_uptodate, row.errors
+    store.purge_before(uuid, "t", int(time.time() * 1000) + 60_000)
+    assert_reported(api, "topic t partition 0 lost applied messages", "it holds no message (next offset 15)")
