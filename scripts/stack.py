@@ -509,9 +509,16 @@ class Airflow:
 
     def wait_run(self, dag_id: str, run_id: str, timeout: float = DAG_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
-        while (state := self.state(dag_id, run_id)) not in ("success", "failed"):
+        state, unanswered = "queued", None
+        while state not in ("success", "failed"):
             if time.monotonic() > deadline:
-                raise StackError(f"DAG run {dag_id} {run_id} still {state} after {timeout:.0f} s")
+                raise StackError(f"DAG run {dag_id} {run_id} still {state} after {timeout:.0f} s{unanswered or ''}")
+            try:
+                state, unanswered = self.state(dag_id, run_id), None
+            except StackError as err:  # an API server slow to answer one poll (a loaded host): ask again
+                if "does not answer" not in str(err):
+                    raise
+                unanswered = f"; the last poll: {err}"
             time.sleep(3)
         if state != "success":
             failed = self._call(
