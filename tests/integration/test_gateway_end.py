@@ -171,6 +171,9 @@ def fill(where: Path) -> None:
 
 def test_a_full_disk_is_one_line_and_a_dying_gateway_gives_up_its_heartbeat(cli, api, small_disk, streamrep_home):
     setup(cli, api, ny_url=f"embedded:{small_disk / 'newyork.db'}")
+    local = "/mapr/newyork/local"  # a stream of the replica's cluster that its own producers write
+    api.create_stream(local)
+    api.create_topic(local, "t", 1)
     sent = produce(api, f"{SF}:t", [f"m{i:05d}-" + "x" * 500 for i in range(4000)])  # ~2 MB: more than is free
     with open(small_disk / "filler", "wb") as f:  # leave about 400 KB free
         f.write(b"\0" * (2 * 1024 * 1024 - 600 * 1024))
@@ -178,7 +181,9 @@ def test_a_full_disk_is_one_line_and_a_dying_gateway_gives_up_its_heartbeat(cli,
     assert code == 1, (out, err)
     assert err.count("\n") == 1 and "disk holding store" in err and "is full" in err and "Traceback" not in err
     fill(small_disk)  # not a byte left
-    code, _, err = cli("produce", "-path", f"{NY}:t", stdin=("x" * 500 + "\n") * 5000)  # a producer on the full cluster
+    code, _, err = cli(
+        "produce", "-path", f"{local}:t", stdin=("x" * 500 + "\n") * 5000
+    )  # a producer on the full cluster
     assert code == 1 and err.count("\n") == 1 and "is full" in err
     # a continuous gateway dies of it: it says why, gives up its heartbeat, and its replica shows the error
     code, _, err = cli("gateway", "run", "-cluster", "newyork", "-engine", "local", "-id", "gw1", timeout=120)

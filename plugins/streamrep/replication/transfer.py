@@ -153,6 +153,9 @@ def _planted(
     entry = replica_entry(check.replica)
     if not one_way_replica(entry) or len(entry.upstreams) != 1:
         return None
+    topic_marks = check.unit.key.rsplit("|", 1)[0] + "|"  # any partition of the same source topic
+    if any(key.startswith(topic_marks) for key in replica_store.marks(check.replica_uuid)):
+        return None  # its topic was applied to (then promoted and failed back): the stream's own writes
     messages, _ = replica_store.read_span(
         check.replica_uuid, check.unit.topic, check.unit.partition, held[0], 1, held[1]
     )
