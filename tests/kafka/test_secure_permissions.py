@@ -160,20 +160,9 @@ def test_an_edit_moves_the_brokers_acls_with_the_ace(world):
     assert world.consume("bob", "/mapr/sanfrancisco/edited", "t", "g2") == [b"from-bob", b"from-carol"]
     prefix = world.kafka_topic("/mapr/sanfrancisco/edited", "")
     api.delete_stream("/mapr/sanfrancisco/edited")
-    admin = AdminClient(world.kafka["sanfrancisco"].settings("admin"))
-    left = admin.describe_acls(
-        AclBindingFilter(
-            ResourceType.TOPIC,
-            prefix,
-            ResourcePatternType.PREFIXED,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        ),
-        request_timeout=15,
-    ).result()
-    assert left == []  # a deleted stream leaves no grant behind for a stream created at its path later
+    assert (
+        topic_acls(world, "sanfrancisco", prefix) == []
+    )  # a deleted stream leaves no grant behind for a stream created at its path later
 
 
 def test_a_one_way_replica_is_written_by_the_gateway_alone(world):
@@ -286,21 +275,18 @@ def acl_table() -> dict[tuple[str, str], dict[str, set[str]]]:
     return table
 
 
+def topic_acls(world: World, cluster: str, prefix: str) -> list:
+    """The broker's own ACL entries on topics ``prefix*`` (describe_acls, as the super user)."""
+    admin = AdminClient(world.kafka[cluster].settings("admin"))  # held: a dropped client ends its requests
+    pattern = AclBindingFilter(
+        ResourceType.TOPIC, prefix, ResourcePatternType.PREFIXED, None, None, AclOperation.ANY, AclPermissionType.ANY
+    )
+    return admin.describe_acls(pattern, request_timeout=15).result()
+
+
 def broker_rights(world: World, cluster: str, prefix: str) -> dict[str, set[str]]:
     """Each table column's operations on topics ``prefix*``, from the broker's own describe_acls."""
-    admin = AdminClient(world.kafka[cluster].settings("admin"))  # held: a dropped client ends its requests
-    bindings = admin.describe_acls(
-        AclBindingFilter(
-            ResourceType.TOPIC,
-            prefix,
-            ResourcePatternType.PREFIXED,
-            None,
-            None,
-            AclOperation.ANY,
-            AclPermissionType.ANY,
-        ),
-        request_timeout=15,
-    ).result()
+    bindings = topic_acls(world, cluster, prefix)
     rights = {}
     for column, user in TABLE_USERS.items():
         mine = [b for b in bindings if b.principal in (f"User:{user}", "User:*")]
