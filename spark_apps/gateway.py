@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from streamrep.model.replication import gateway_interval
 from streamrep.spark.jobs import fail, run, stop_on_signals
 from streamrep.spark.submit import DEFAULT_INTERVAL
 
@@ -32,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-records", type=int, help="source messages per pass at most")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics from the driver on this port")
     args = parser.parse_args(argv)
+    interval = gateway_interval(args.interval)
     stop_on_signals()
 
     def job(spark, admin):
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             args.id,
             args.home,
             args.once,
-            args.interval,
+            interval,
             args.max_records,
             metrics_port=args.metrics_port,
         )

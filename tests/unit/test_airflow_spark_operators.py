@@ -151,7 +151,27 @@ def test_gateway_permission_and_name_fail_before_spark(source, monkeypatch):
     source.set_cluster_ace("u:alice", "newyork")
     with pytest.raises(AirflowFailException, match="^streamrep: invalid gateway name 'a/b'"):
         StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="a/b", once=True).execute(ctx())
+    for interval in (0, "0", -1, "nan", 3601, "soon"):  # 0 would poll the clusters in a busy loop
+        with pytest.raises(AirflowFailException, match="^streamrep: interval must be a number of seconds above 0"):
+            StreamGatewayOperator(task_id="gateway", cluster="newyork", interval=interval).execute(ctx())
     monkeypatch.setenv("STREAMREP_USER", "bob")
     monkeypatch.setenv("STREAMREP_GROUPS", "")
     with pytest.raises(AirflowFailException, match="^streamrep: user bob .*newyork"):
         StreamGatewayOperator(task_id="gateway", cluster="newyork", once=True).execute(ctx())
+
+
+def test_the_gateway_app_refuses_an_interval_of_zero_in_one_line_before_spark():
+    """Issue 29, item 9: the app as spark-submit runs it (no Spark is started for a bad argument)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    app = Path(__file__).resolve().parents[2] / "spark_apps" / "gateway.py"
+    done = subprocess.run(
+        [sys.executable, str(app), "--cluster", "newyork", "--interval", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.strip() == "ERROR: interval must be a number of seconds above 0 and at most 3600, not 0.0"

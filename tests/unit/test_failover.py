@@ -12,6 +12,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from integration.replication_helpers import clean_env
+from integration.round_trips import App, own_admin, round_trips, with_bystanders
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
 from streamrep.client.consumer import Consumer
@@ -342,114 +344,6 @@ def test_refusals_are_one_line_errors(linked, bob):
 
 
 # -- the round trip, with producers and consumers running ----------------------------------------
-def own_admin(admin) -> StreamAdmin:
-    """A thread's own admin (its own store connections), as the same user."""
-    return StreamAdmin(Clusters(admin.clusters.home), admin.identity)
-
-
-class App:
-    """Producers and a consumer group running in threads, as an application would: producers go
-    where a refusal sends them (or retry while a step is under way); the consumer, told the same
-    by the stream's record, reads to the end of the stream it leaves, commits, and resumes with
-    the same group on the stream that takes over (from the cursors the procedure placed there)."""
-
-    def __init__(self, admin, producers: int = 2, batch: int = 5):
-        self.admin = admin
-        self.stop = threading.Event()
-        self.acked: list[str] = []
-        self.consumed: list[str] = []
-        self.written_to: Counter = Counter()
-        self.errors: list[BaseException] = []
-        self.lock = threading.Lock()
-        self.threads = [
-            threading.Thread(target=self._guard, args=(self.produce, i, batch), daemon=True) for i in range(producers)
-        ]
-        self.threads.append(threading.Thread(target=self._guard, args=(self.consume,), daemon=True))
-
-    def _guard(self, body, *args):
-        try:
-            body(*args)
-        except BaseException as err:  # noqa: BLE001 - reported by finish()
-            self.errors.append(err)
-
-    def produce(self, index: int, batch: int) -> None:
-        admin, path, seq = own_admin(self.admin), SF, 0
-        while not self.stop.is_set():
-            keys = [f"p{index}-{seq + j:05d}" for j in range(batch)]
-            while True:
-                producer = Producer(admin)  # a refused flush keeps its buffer: start afresh
-                try:
-                    for key in keys:
-                        producer.send(f"{path}:t", f"v-{key}", key=key)
-                    producer.flush()
-                    break
-                except WritesRefused as refused:
-                    if refused.target is not None:
-                        path = refused.target
-                    else:
-                        time.sleep(0.05)
-            with self.lock:
-                self.acked += keys
-                self.written_to[path] += len(keys)
-            seq += batch
-            time.sleep(0.01)
-
-    def consume(self) -> None:
-        admin, path = own_admin(self.admin), SF
-        consumer = Consumer(f"{path}:t", group="app", from_start=True, admin=admin)
-        while True:
-            record = admin.entry(path).failover
-            if record is not None and record.state != "PROMOTED":  # this stream is giving up its role
-                idle = 0
-                while idle < 3:  # writes are refused: read to the end, then commit
-                    batch = consumer.poll(1000, timeout=0.1)
-                    idle = 0 if batch else idle + 1
-                    self._got(batch)
-                    consumer.commit()
-                path = self._wait_for_successor(admin, path, record.peer)
-                consumer = Consumer(f"{path}:t", group="app", from_start=True, admin=admin)
-                continue
-            batch = consumer.poll(1000, timeout=0.1)
-            self._got(batch)
-            if batch:
-                consumer.commit()
-            elif self.stop.is_set() and not consumer.lag() or self.stop.is_set() and self.stop_consuming.is_set():
-                return
-
-    stop_consuming = threading.Event()
-
-    def _wait_for_successor(self, admin, path: str, peer: str) -> str:
-        """The stream to read next: the peer, once it holds the role (promoted, or failed back)."""
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            mine, theirs = admin.entry(path).failover, admin.entry(peer).failover
-            if theirs is not None and theirs.state == "PROMOTED" and mine is not None and mine.state == "FAILED_OVER":
-                return peer
-            if theirs is None and mine is not None and mine.state == "RETURNING" or theirs is None and mine is None:
-                return peer
-            time.sleep(0.05)
-        raise AssertionError(f"{peer} never took over from {path}")
-
-    def _got(self, batch) -> None:
-        with self.lock:
-            self.consumed += [m.key.decode() for m in batch]
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def finish(self, timeout: float = 120) -> None:
-        self.stop.set()
-        for t in self.threads[:-1]:
-            t.join(timeout)
-        deadline = time.monotonic() + timeout
-        while set(self.consumed) < set(self.acked) and time.monotonic() < deadline and not self.errors:
-            time.sleep(0.1)
-        self.stop_consuming.set()
-        self.threads[-1].join(timeout)
-        assert not self.errors, self.errors
-
-
 @ON_BOTH
 def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_nothing(linked):
     admin = linked
@@ -478,6 +372,76 @@ def test_round_trip_with_producers_and_consumers_running_loses_and_duplicates_no
     consumed = Counter(app.consumed)
     assert set(consumed) == set(acked), (len(set(acked) - set(consumed)), len(set(consumed) - set(acked)))
     assert [k for k, n in consumed.items() if n > 1] == []  # the group read each message once
+
+
+# -- live gateways through link changes (issue 29, item 6) ----------------------------------------
+NY2 = "/mapr/newyork/second"
+
+
+@ON_BOTH
+def test_a_replica_removed_while_a_pass_is_planned_is_left_out_and_the_others_are_served(linked):
+    """The link into NY goes away between the moment a pass reads the flows and the moment it sets
+    up NY's topics (the stream is really deleted then): the pass leaves NY out and serves NY2."""
+    admin = linked
+    admin.create_stream(NY2, copymetafrom=SF)
+    admin.add_replica(SF, NY2)
+    admin.add_upstream(NY2, SF)
+    produce(admin, SF, ["a", "b", "c"])
+    gateway = Gateway(own_admin(admin), "newyork", "gw1")
+    read_flows = gateway.active_flows
+
+    def flows_then_ny_deleted():
+        flows = read_flows()
+        gateway.active_flows = read_flows  # once
+        admin.remove_upstream(NY, SF)
+        admin.remove_replica(SF, NY)
+        admin.delete_stream(NY)
+        return flows
+
+    gateway.active_flows = flows_then_ny_deleted
+    assert gateway.run_once(whole=True) == 3  # no error: NY was left out, NY2 got the batch
+    assert held(admin, NY2) == Counter(["a", "b", "c"])
+    (row,) = replica_status(admin, SF)  # while the gateway is live
+    assert (row.replica_path, row.state, row.errors) == (NY2, "REPLICA_STATE_REPLICATING", None)
+    gateway.stop()
+
+
+@pytest.mark.backends("kafka")
+def test_a_failback_whose_cached_writer_a_gateway_fenced_finishes_in_one_run(linked):
+    """The failback's writes into a replica partition share its transactional id with the gateway's
+    apply writer there. A second round trip's ``reverse`` caches writers for sanfrancisco's partitions
+    (clearing the first round trip's stop marks); the sanfrancisco gateway, another process with its
+    own writers, then applies into the same partitions and fences them. ``return`` still finishes."""
+    admin = linked
+    produce(admin, SF, ["a"])
+    drain(admin, "newyork")
+    failover(admin, SF, NY, timeout=30, grace=0)
+    failback(admin, SF, NY, timeout=30, grace=0)  # leaves stop marks on sanfrancisco for the next one
+    drain(admin, "newyork")
+    failover(admin, SF, NY, timeout=30, grace=0)
+    produce(admin, NY, ["b", "c"])
+    failback(admin, SF, NY, phase="reverse", timeout=30, grace=0)
+    gateway = Gateway(own_admin(admin), "sanfrancisco", "gw-sf")  # its own producers: it fences the cached ones
+    while gateway.run_once(whole=True):
+        pass
+    gateway.stop()
+    failback(admin, SF, NY, phase="return", timeout=30, grace=0)
+    assert admin.entry(NY).failover is None and admin.entry(SF).failover is None
+    assert held(admin, SF) == Counter(["a", "b", "c"])
+
+
+@ON_BOTH
+@pytest.mark.slow
+def test_ten_round_trips_with_live_gateway_services_and_producers_count_every_message(linked, tmp_path):
+    """Issue 29, item 6: ten failovers and failbacks in a row, each one call that succeeds, while both
+    clusters' gateway services (real ``gateway run`` processes) and the application run; bystander
+    pairs in both directions keep replicating; every message is counted (``round_trips``)."""
+    with_bystanders(linked)
+    done = round_trips(linked, clean_env(linked.clusters.home), tmp_path, cycles=10)
+    print(
+        f"\nten round trips: {sum(done.acked.values())} messages ({dict(done.written_to)}), "
+        f"copied back {sum(done.copied_back)}, {min(done.seconds):.1f}-{max(done.seconds):.1f} s each"
+    )
 
 
 def test_cli_failover_and_failback(linked, monkeypatch):

@@ -26,7 +26,7 @@ from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.provider import spark_conn_id
-from streamrep.model.replication import validate_gateway_name
+from streamrep.model.replication import gateway_interval, validate_gateway_name
 from streamrep.replication.copy import copy_ended, plan_copy, summary
 from streamrep.replication.flows import flows_into
 from streamrep.spark.jobs import USER_ERROR_EXIT
@@ -311,6 +311,8 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
         hook.admin.require_cluster_admin(self.cluster)
         if self.gateway_id:
             validate_gateway_name(self.gateway_id)
+        if self.interval is not None:
+            gateway_interval(self.interval)
         flows, blocked = flows_into(hook.admin, self.cluster)  # resolves the source clusters too
         self.log.info(
             "gateway %s of %s: %d replication flows into this cluster (%d paused), %d blocked",

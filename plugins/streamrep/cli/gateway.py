@@ -13,10 +13,10 @@ from streamrep.cli import rows
 from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
 from streamrep.errors import StreamrepError
+from streamrep.model.replication import MAX_GATEWAY_INTERVAL
 from streamrep.replication import service
 from streamrep.replication.gateway import Gateway
 
-MAX_GATEWAY_INTERVAL = 3_600.0
 MAX_STOP_TIMEOUT = 3_600.0
 DEFAULT_STOP_TIMEOUT = 60.0
 

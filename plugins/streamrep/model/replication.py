@@ -533,6 +533,23 @@ def validate_gateway_name(name: object) -> str:
     return name
 
 
+MAX_GATEWAY_INTERVAL = 3_600.0  # an idle gateway's wait between passes, at most
+
+
+def gateway_interval(value: object) -> float:
+    """An idle gateway's wait between passes, in seconds: above 0 (0 would poll the clusters in a
+    busy loop) and at most ``MAX_GATEWAY_INTERVAL``."""
+    try:
+        seconds = float(value) if not isinstance(value, bool) else float("nan")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 < seconds <= MAX_GATEWAY_INTERVAL:  # NaN fails it too
+        raise InvalidArgument(
+            f"interval must be a number of seconds above 0 and at most {MAX_GATEWAY_INTERVAL:g}, not {value!r}"
+        )
+    return seconds
+
+
 def validate_gateways(text_or_list: str | Iterable[str]) -> list[str]:
     """Parse a gateway list (``"g1 g2:7660"`` or a list); order kept, duplicates refused."""
     names = text_or_list.replace(",", " ").split() if isinstance(text_or_list, str) else list(text_or_list)

@@ -42,6 +42,7 @@ Every step finds its work done or does it, so each command is safe to retry.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ from streamrep.replication.cursors import adopt_cursors, sync_partitions
 from streamrep.replication.pending import partition_pending, pending
 from streamrep.replication.service import live_gateways_of
 from streamrep.replication.setup import ensure_replica, ensure_upstream
-from streamrep.replication.transfer import ensure_topics
+from streamrep.replication.transfer import CONFLICT_RETRIES, ensure_topics
 
 # Longer than a producer's view of a failover record may be stale, plus an append in flight.
 FENCE_GRACE_SECONDS = 2 * FAILOVER_CHECK_SECONDS + 0.5
@@ -475,13 +476,32 @@ def stop_flow(
         for partition in range(count):
             key = stop_key(source_uuid, topic, partition)
             if key not in marks:
-                try:
-                    store.apply(dst_uuid, topic, partition, [], {key: now_ms()}, {key: None})
-                except RetryNow as retry:
-                    if key not in store.marks(dst_uuid):  # not a retry of ours: something else moved
-                        raise Conflict(str(retry)) from None
+                marks = _write_stop(store, dst, dst_uuid, topic, partition, key)
             stopped += 1
     return stopped
+
+
+def _write_stop(store: Any, dst: StreamPath, dst_uuid: str, topic: str, partition: int, key: str) -> dict[str, int]:
+    """Commit the stop mark ``key`` into one replica partition; returns the replica's marks after.
+
+    The apply shares its transactional id with the running gateway's writer of that partition, so
+    each may fence the other (a gateway's next apply fences the producer this process cached): a
+    stop's plan never changes, so a refused one is tried again, after a short random wait that
+    lets the gateway's apply finish, until the mark is there."""
+    refused: RetryNow | None = None
+    for attempt in range(CONFLICT_RETRIES):
+        try:
+            store.apply(dst_uuid, topic, partition, [], {key: now_ms()}, {key: None})
+        except RetryNow as retry:
+            refused = retry
+        marks = store.marks(dst_uuid)
+        if key in marks:
+            return marks
+        time.sleep(random.uniform(0, 0.05 * (attempt + 1)))
+    raise Conflict(
+        f"the failover's stop mark on {dst} {topic}/{partition} was refused {CONFLICT_RETRIES} times "
+        f"({refused}); run the same command again to finish it"
+    )
 
 
 def clear_stops(admin: StreamAdmin, dst: StreamPath, dst_uuid: str, source_uuid: str) -> int:
@@ -895,6 +915,10 @@ def _return(
     if rules.find_link(pair.dst_entry.replicas, src) is not None:
         stop_flow(admin, dst, pair.dst_entry.uuid, True, src, src_entry.uuid)
         cursors = place_cursors(admin, dst, pair.dst_entry.uuid, src, src_entry.uuid)
+        # Its consumers' cursors become the sync's to move forward at the next failover, as the
+        # source's do at a failover (``_demote_source``): else they count as commits of a group
+        # active there, and a second failover would leave the group where it read last time.
+        adopt_cursors(admin.store(dst), pair.dst_entry.uuid, src_entry.uuid)
         admin.remove_replica(str(dst), str(src))
     else:
         cursors = []  # an earlier try got past this

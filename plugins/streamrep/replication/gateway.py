@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import StoreFull, StreamrepError, Unavailable
+from streamrep.errors import RetryNow, StoreFull, StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import ReplicaState, stop_key, validate_gateway_name
+from streamrep.model.replication import ReplicaState, agreement, stop_key, validate_gateway_name
 from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
     HEARTBEAT_INTERVAL_SECONDS,
@@ -263,14 +263,25 @@ class Gateway:
         beats = self.heartbeats()
         result = Assignment()
         units_by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
-        for source_uuid, source_flows in by_source.items():
-            source = source_flows[0].source
-            source_store = self.catalog.clusters.store(source.cluster)
+        for source_uuid, all_flows in by_source.items():
+            source = all_flows[0].source
             topics: dict[str, int] = {}
-            for flow in source_flows:
-                topics = ensure_topics(
-                    source_store, source_uuid, self.store, flow.replica_uuid, exclude=flow.stopped_topics
-                )
+            source_flows = []
+            for flow in all_flows:
+                try:
+                    topics = ensure_topics(
+                        self.catalog.clusters.store(source.cluster),
+                        source_uuid,
+                        self.store,
+                        flow.replica_uuid,
+                        exclude=flow.stopped_topics,
+                    )
+                except Unavailable:
+                    raise
+                except StreamrepError as err:
+                    self._drop(flow, err)
+                    continue
+                source_flows.append(flow)
             for topic, count in topics.items():
                 carrying = [flow for flow in source_flows if flow.carries(topic)]
                 if not carrying:
@@ -283,7 +294,14 @@ class Gateway:
         self.unlisted_by = set()
         holders: dict[str, set[str]] = defaultdict(set)  # replica UUID -> the gateways holding its partitions
         for source_cluster, units in units_by_cluster.items():
-            listed = self.catalog.gateways(source_cluster).get(self.cluster)
+            try:
+                listed = self.catalog.gateways(source_cluster).get(self.cluster)
+            except Unavailable:
+                raise
+            except StreamrepError as err:  # that cluster was removed meanwhile
+                for flow in {f for unit in units for f in result.units[unit]}:
+                    self._drop(flow, err)
+                continue
             if listed is not None and self.id not in listed:
                 self.unlisted_by.add(source_cluster)
                 continue  # that source cluster does not send to this gateway
@@ -305,6 +323,33 @@ class Gateway:
         # Every pass of both engines starts here, idle or not: the cursors of this share follow.
         self.cursor_sync.maybe_sync(self.catalog, self.store, result.units)
         return result
+
+    def _drop(self, flow: Flow, err: StreamrepError) -> None:
+        """Leave ``flow`` out of this pass: its link changed or went away while the pass was being
+        planned (a failover moving the upstream, a replica or cluster removed), or its replica
+        cannot be set up. Only a link that still holds is put in error; the gateway serves the rest."""
+        if self.still_agreed(flow):
+            log.warning("gateway %s: %s -> %s left out of this pass: %s", self.id, flow.source, flow.replica, err)
+            self._record_state(flow, ReplicaState.UNEXPECTED, str(err))
+        else:
+            log.info(
+                "gateway %s: the link %s -> %s changed during the pass: %s", self.id, flow.source, flow.replica, err
+            )
+
+    def still_agreed(self, flow: Flow) -> bool:
+        """Whether ``flow``'s link still holds, as read now: both streams still name each other, by
+        the same UUIDs, and it is not paused. A read that fails counts as no."""
+        try:
+            source_entry, replica_entry = self.catalog.entry(flow.source), self.catalog.entry(flow.replica)
+        except StreamrepError:
+            return False
+        found = agreement(flow.source, source_entry, flow.replica, replica_entry)
+        return (
+            found.agreed
+            and found.link is not None
+            and not found.link.paused
+            and (source_entry.uuid, replica_entry.uuid) == (flow.source_uuid, flow.replica_uuid)
+        )
 
     def _check_held(self, units: dict[SourcePartition, list[Flow]]) -> dict[Flow, str]:
         """Leave out of ``units`` every replica partition that no longer holds what was applied to it,
@@ -347,6 +392,31 @@ class Gateway:
             log.warning("gateway %s: %s", self.id, error)
             self._record_state(flow, ReplicaState.UNEXPECTED, "; ".join(e for e in (flow.conflict, error) if e))
         return lost
+
+    def read_marks(self, units: dict[SourcePartition, list[Flow]]) -> dict[str, dict[str, int]]:
+        """Each replica's marks, read once for a pass, by replica UUID. A replica whose marks cannot
+        be read (removed meanwhile) leaves the pass: its flows are taken out of ``units``."""
+        marks: dict[str, dict[str, int]] = {}
+        unreadable: dict[str, StreamrepError] = {}
+        for flows in units.values():
+            for flow in flows:
+                if flow.replica_uuid in marks or flow.replica_uuid in unreadable:
+                    continue
+                try:
+                    marks[flow.replica_uuid] = self.store.marks(flow.replica_uuid)
+                except Unavailable:
+                    raise
+                except StreamrepError as err:
+                    unreadable[flow.replica_uuid] = err
+        if unreadable:
+            dropped = {f for flows in units.values() for f in flows if f.replica_uuid in unreadable}
+            for unit in list(units):
+                units[unit] = [f for f in units[unit] if f not in dropped]
+                if not units[unit]:
+                    del units[unit]
+            for flow in dropped:
+                self._drop(flow, unreadable[flow.replica_uuid])
+        return marks
 
     def progress(
         self, units: Mapping[SourcePartition, Sequence[Flow]], marks: dict[str, dict[str, int]] | None = None
@@ -497,14 +567,22 @@ class Gateway:
     def _run_pass(self, assignment: Assignment, max_messages: int) -> int:
         moved = 0
         errors: dict[Flow, str] = dict(self.lost)
-        marks: dict[str, dict[str, int]] = {}  # each replica's marks, read once per pass
+        marks = self.read_marks(assignment.units)  # each replica's marks, read once per pass
         positions: dict[SourcePartition, int] = {}  # each partition's next offset to move, while it is served
 
-        def failed(unit: SourcePartition, err: StreamrepError) -> None:
+        def failed(unit: SourcePartition, err: StreamrepError, flows: Iterable[Flow] | None = None) -> bool:
+            """Record ``err`` for ``flows`` (all of the unit's by default) and leave them out of the rest
+            of the pass. Returns whether the unit still has flows to serve."""
             if isinstance(err, StoreFull):
                 raise err  # the whole destination is full, not this partition: the gateway stops, saying so
-            errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in assignment.units[unit])
+            failing = set(assignment.units[unit] if flows is None else flows)
+            errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in failing)
+            # A new list: the old one is shared by the topic's other partitions.
+            assignment.units[unit] = [f for f in assignment.units[unit] if f not in failing]
+            if assignment.units[unit]:
+                return True
             positions.pop(unit, None)
+            return False
 
         # What is there now, not what producers add meanwhile: a pass must end, so that the gateway
         # heartbeats and sees pauses, removals and new topics. Each partition's next batch starts where
@@ -541,8 +619,10 @@ class Gateway:
             stalled: set[SourcePartition] = set()  # read, but not moved on (a read that found nothing): done this pass
             for unit, read in reads.items():
                 _, unit_errors = applied[unit]
-                if unit_errors:  # the other replicas have the batch; the pass reports this unit as failed
-                    failed(unit, next(iter(unit_errors.values())))
+                for flow, flow_error in unit_errors.items():  # the other replicas have the batch and go on
+                    if not failed(unit, flow_error, [flow]):
+                        break
+                if unit not in positions:
                     continue
                 moved += len(read.messages)
                 read_from, positions[unit] = read.span
@@ -555,13 +635,30 @@ class Gateway:
             if time.monotonic() < until:
                 due.update(self._arrived({u: at for u, at in positions.items() if u not in due and u not in stalled}))
             self.keep_alive()
-        self.record_states({f for flows in assignment.units.values() for f in flows} | set(self.lost), errors)
+        self.record_states(self._still_served(assignment, errors), errors)
         self.errors = errors
         if self._sampler is None:
             self.lag.after_pass(moved)
         else:
             self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
         return moved
+
+    def _still_served(self, assignment: Assignment, errors: Mapping[Flow, str]) -> set[Flow]:
+        """The flows whose state this pass records: those it served, and those that failed while their
+        link still holds (one that changed meanwhile, by a failover or a removal, is not this
+        gateway's to report on: its error was the change)."""
+        served = {f for flows in assignment.units.values() for f in flows} | set(self.lost)
+        failing = {flow for flow in errors if flow not in self.lost}
+        changed = {flow for flow in failing if not self.still_agreed(flow)}
+        for flow in changed:
+            log.info(
+                "gateway %s: the link %s -> %s changed during the pass: %s",
+                self.id,
+                flow.source,
+                flow.replica,
+                errors[flow],
+            )
+        return (served | failing) - changed
 
     def _arrived(self, positions: Mapping[SourcePartition, int]) -> dict[SourcePartition, tuple[int, tuple[int, int]]]:
         """Those of ``positions``' partitions with messages past their position now, each with its
@@ -597,7 +694,15 @@ class Gateway:
         )
         for flow in fresh:
             codec = network.kafka_codec(flow.networkcompression)
-            self.store.prepare_apply(flow.replica_uuid, unit.topic, unit.partition, codec)
+            try:
+                self.store.prepare_apply(flow.replica_uuid, unit.topic, unit.partition, codec)
+            except Unavailable:
+                raise
+            except (StreamrepError, RetryNow) as err:  # optional: the apply itself meets it, for this flow only
+                log.info(
+                    "gateway %s: could not prepare %s %s/%s: %s", self.id, flow.replica, unit.topic, unit.partition, err
+                )
+                continue
             self._prepared.add((unit, flow.replica_uuid))
 
     def record_states(self, flows: Iterable[Flow], errors: Mapping[Flow, str]) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from streamrep.errors import AlreadyExists, Conflict, NotFound, RetryNow, StreamrepError
+from streamrep.errors import AlreadyExists, Conflict, NotFound, RetryNow, StreamrepError, Unavailable
 from streamrep.model.acls import one_way_replica
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import Message
@@ -365,7 +365,13 @@ class _UnitState:
         for replica_uuid in self.pending:
             marks = known.get(replica_uuid) if first else None
             if marks is None or self.stop in marks:  # a stop is confirmed by a read of the store
-                marks = replica_store.marks(replica_uuid)
+                try:
+                    marks = replica_store.marks(replica_uuid)
+                except Unavailable:
+                    raise
+                except StreamrepError as err:  # this replica only (removed meanwhile, say): the others go on
+                    self.errors[replica_uuid] = err
+                    continue
             self.used[replica_uuid] = marks
             if self.stop in marks:  # a failover stopped this flow: an error, so no caller loops on the same read
                 self.errors[replica_uuid] = FlowStopped(

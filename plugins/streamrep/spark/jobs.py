@@ -239,8 +239,9 @@ class _Passes:
         gateway = self.gateway
         gateway.heartbeat()
         units = gateway.assignment(whole=self.once).units
+        marks = gateway.read_marks(units)
         gateway.picked_up({f for flows in units.values() for f in flows})
-        progress = gateway.progress(units)
+        progress = gateway.progress(units, marks)
         if self.once and self.target is None:
             self.target = {offset_key(u): p.source_end for u, p in progress.items()}
         now = time.monotonic()

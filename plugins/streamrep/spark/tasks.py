@@ -249,7 +249,8 @@ def record_pass(gateway: Gateway, total: ApplyCommit, by_source: Mapping[str, Se
         for f in flows
         if flow_key(f.source_uuid, f.replica_uuid) in total.errors
     }
-    gateway.record_states(flows, errors)
+    changed = {f for f in errors if not gateway.still_agreed(f)}  # a failover or a removal: its error was the change
+    gateway.record_states([f for f in flows if f not in changed], errors)
 
 
 def copy_task(
