@@ -525,7 +525,23 @@ class Airflow:
                 "GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances?state=failed"
             )["task_instances"]
             tasks = ", ".join(t["task_id"] for t in failed) or "?"
-            raise StackError(f"DAG run {dag_id} {run_id} failed (tasks: {tasks}): see the run in Airflow's UI")
+            why = "".join(f"; {t['task_id']}: {self.task_error(dag_id, run_id, t)}" for t in failed[:1])
+            raise StackError(f"DAG run {dag_id} {run_id} failed (tasks: {tasks}){why}: see the run in Airflow's UI")
+
+    def task_error(self, dag_id: str, run_id: str, task: dict) -> str:
+        """The last error line of a failed task's log (``?`` when it cannot be read): a run whose
+        stack is gone by the time anyone looks still says why it failed."""
+        path = (
+            f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id)}/taskInstances/{task['task_id']}"
+            f"/logs/{task.get('try_number') or 1}?full_content=true"
+        )
+        try:
+            content = self._call("GET", path).get("content") or []
+        except StackError:
+            return "?"
+        lines = [item.get("event", "") if isinstance(item, dict) else str(item) for item in content]
+        errors = [line for line in lines if "streamrep:" in line or "Error" in line or "error" in line]
+        return (errors or lines or ["?"])[-1].strip()[:300]
 
 
 @dataclass

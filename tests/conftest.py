@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import atexit
+import faulthandler
 import importlib.util
 import os
 import shutil
@@ -146,7 +147,19 @@ def spark_cluster(tmp_path_factory):
         spark_local.stop(cluster, timeout=10)
 
 
+def pytest_sessionstart(session):
+    """A test worker that dies of a signal (a fault in a C library) leaves its threads' stacks in a
+    file that the controller prints (``pytest_terminal_summary``): pytest's own faulthandler writes
+    to the worker's stderr, which xdist does not show. xdist names the test; this says where it was."""
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is not None and os.environ.get(CRASH_DIR):
+        log = open(Path(os.environ[CRASH_DIR]) / f"{workerinput['workerid']}-{os.getpid()}.log", "w")  # noqa: SIM115
+        faulthandler.enable(file=log, all_threads=True)
+
+
 def pytest_configure(config):
+    if getattr(config, "workerinput", None) is None:  # the controller, before it starts the workers
+        os.environ[CRASH_DIR] = tempfile.mkdtemp(prefix="streamrep-crash-")  # they inherit it
     # A runner may start the suite as a background job of a non-interactive shell, which ignores
     # SIGINT, and every child would inherit that: the Ctrl-C tests' commands would never see it.
     # A terminal's Ctrl-C reaches a foreground command with the default disposition; a Python
@@ -165,10 +178,33 @@ def pytest_configure(config):
     )
 
 
+CRASH_DIR = "STREAMREP_TEST_CRASH_DIR"
+
+
+def pytest_terminal_summary(terminalreporter):
+    crash_dir = os.environ.get(CRASH_DIR)
+    if hasattr(terminalreporter.config, "workerinput") or not crash_dir or not os.path.isdir(crash_dir):
+        return
+    for log in sorted(Path(crash_dir).glob("*.log")):
+        text = log.read_text(errors="replace").strip()
+        if text:
+            terminalreporter.write_sep("=", f"worker {log.stem} died; its threads then")
+            terminalreporter.write_line(text[-6000:])
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and os.environ.get(CRASH_DIR):
+        shutil.rmtree(os.environ.pop(CRASH_DIR), ignore_errors=True)
+
+
 SECURE_FILES = "test_secure_"  # the modules that use the secure_kafka fixture
-# The modules that take longest (about 40, 8-14, 6 and 5 minutes for the first four on CI), longest
-# first. pytest-xdist hands modules out in collection order, so these start at once and the short
-# ones fill in at the end: the run no longer ends with one worker on a long module and one idle.
+# The heaviest modules, one after the other on one worker (a lane of their own): the six secured
+# brokers with their fault tests, then the compose stack (twelve containers). Beside each other
+# they took 23 and 24 minutes of a CI run at a load average of 50-90; alone about 15 and 8.
+HEAVY_LANE = (SECURE_FILES, "test_stack.py")
+# The modules that take longest, longest first (the heavy lane's first). pytest-xdist hands modules
+# out in collection order, so these start at once and the short ones fill in at the end: the run
+# no longer ends with one worker on a long module and the other idle.
 LONGEST_FIRST = (
     "tests/kafka/test_secure_",
     "tests/e2e/test_stack.py",
@@ -194,20 +230,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: -p no:xdist runs without it
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's loadfile, except that every ``test_secure_*`` module goes to one worker: each
-    worker that used the session's ``secure_kafka`` fixture would start six brokers of its own."""
+    """pytest-xdist's loadfile, except that the ``HEAVY_LANE`` modules are one unit of work, run by one
+    worker in collection order: each worker that used the session's ``secure_kafka`` fixture would
+    start six brokers of its own, and the stack must not run beside them."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     config.option.loadscopereorder = False  # keep LONGEST_FIRST's order, not the most tests first
 
-    class SecureOnOneWorker(LoadFileScheduling):
+    class HeavyLane(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
-            return "secure Kafka modules" if os.path.basename(scope).startswith(SECURE_FILES) else scope
+            return "the heavy lane" if os.path.basename(scope).startswith(HEAVY_LANE) else scope
 
-    return SecureOnOneWorker(config, log)
+    return HeavyLane(config, log)
 
 
 def pytest_generate_tests(metafunc):

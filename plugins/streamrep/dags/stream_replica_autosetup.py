@@ -79,7 +79,7 @@ with DAG(
     # the replica's network options, for both links of multi-master (as stream replica autosetup)
     network = {name: f"{{{{ params.{name} }}}}" for name in NETWORK_FIELDS}
     chain(
-        AutosetupCheckOperator(task_id="check", path=source, replica=replica, retries=0, **network),
+        AutosetupCheckOperator(task_id="check", path=source, replica=replica, **network),
         StreamCreateOperator(task_id="create_replica", path=replica, copymetafrom=source),
         ReplicaAddOperator(
             task_id="add_replica_paused", path=source, replica=replica, paused=True, synchronous=synchronous, **network

@@ -128,6 +128,7 @@ def lost_data(
             missing = missing_applied(found, held, 0)
             if missing is not None:
                 result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
+    _drop_unmarked_commits(replica_store, checks, syncs, result)
     starts = _source_starts([checks[i].unit for i in moved], source_store)
     for i, (found, held) in moved.items():
         check = checks[i]
@@ -138,6 +139,33 @@ def lost_data(
         if missing is not None and not _expired(check, missing, found, source_store, replica_entry):
             result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
     return result
+
+
+def _drop_unmarked_commits(
+    replica_store: Store,
+    checks: Sequence[HeldCheck],
+    syncs: Sequence[Sequence[tuple[int, int, int, int]]],
+    result: list[str | None],
+) -> None:
+    """Clear the errors of partitions whose log already holds every applied message: an apply's
+    offset syncs can be readable before its commit marker reaches the data partition (Kafka writes
+    the markers one partition at a time), and until then the partition's readable end is below
+    what the syncs say was applied. Nothing was lost there."""
+    ends = {
+        i: applied[1]
+        for i, line in enumerate(result)
+        if line is not None
+        if (applied := applied_offsets([s for s in syncs[i] if s[1] == checks[i].unit.partition]))
+    }
+    if not ends:
+        return
+    order = sorted(ends)
+    written = replica_store.written_ends(
+        [(checks[i].replica_uuid, checks[i].unit.topic, checks[i].unit.partition) for i in order]
+    )
+    for i, end in zip(order, written, strict=True):
+        if not isinstance(end, StreamrepError) and end >= ends[i]:
+            result[i] = None
 
 
 def _planted(

@@ -156,6 +156,13 @@ class Store(ABC):
                 result.append(err)
         return result
 
+    def written_ends(self, parts: Sequence[tuple[str, str, int]]) -> list[int | StreamrepError]:
+        """The end of what each partition's log holds, committed or not, in order. Where a commit is
+        visible everywhere at once (this default) that is ``offsets``' end. On Kafka a committed
+        transaction's records become readable in each partition when its marker arrives there,
+        which may be after its offset syncs are readable in another: this end already counts them."""
+        return [found if isinstance(found, StreamrepError) else found[1] for found in self.offsets_many(parts)]
+
     @abstractmethod
     def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
         """Retention: drop each partition's oldest messages up to the first one at or after

@@ -689,8 +689,25 @@ class KafkaStore(Store):
     def offsets_many(self, parts: Sequence[tuple[str, str, int]]) -> list[tuple[int, int] | StreamrepError]:
         """Two ListOffsets requests for all of ``parts`` at once (the first offsets, and the last stable
         ones), instead of two per part one after another: 1 ms for 16 partitions against 5.6 ms here."""
+        named, topics = self._named_parts(parts)
+        specs = (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        found = self._list_offsets(named, topics, specs, IsolationLevel.READ_COMMITTED)
+        return [f if isinstance(f, StreamrepError) else (f[0], f[1]) for f in found]
+
+    def written_ends(self, parts: Sequence[tuple[str, str, int]]) -> list[int | StreamrepError]:
+        """Each partition's high watermark: the end of its log, committed or not."""
+        named, topics = self._named_parts(parts)
+        specs = (OffsetSpec.latest(),)  # type: ignore[no-untyped-call]
+        found = self._list_offsets(named, topics, specs, IsolationLevel.READ_UNCOMMITTED)
+        return [f if isinstance(f, StreamrepError) else f[0] for f in found]
+
+    def _named_parts(
+        self, parts: Sequence[tuple[str, str, int]]
+    ) -> tuple[list[TopicPartition | StreamrepError], dict[str, str]]:
+        """Each ``(stream, topic, partition)`` as a Kafka TopicPartition (or the error naming it), and
+        each Kafka topic's name in its stream (for messages)."""
         named: list[TopicPartition | StreamrepError] = []
-        topics: dict[str, str] = {}  # Kafka topic -> the stream's topic (for messages)
+        topics: dict[str, str] = {}
         for stream, topic, partition in parts:
             try:
                 name = self._kafka_name(stream, topic)
@@ -699,33 +716,40 @@ class KafkaStore(Store):
                 continue
             topics[name] = topic
             named.append(TopicPartition(name, partition))
+        return named, topics
+
+    def _list_offsets(
+        self,
+        named: Sequence[TopicPartition | StreamrepError],
+        topics: Mapping[str, str],
+        specs: Sequence[OffsetSpec],
+        isolation: IsolationLevel,
+    ) -> list[tuple[int, ...] | StreamrepError]:
+        """One ListOffsets request per spec for every partition of ``named`` at once: each one's
+        offsets in the order of ``specs``, or its error (an error in ``named`` is passed through)."""
         wanted = {tp for tp in named if isinstance(tp, TopicPartition)}
         if not wanted:
-            return cast("list[tuple[int, int] | StreamrepError]", named)
+            return cast("list[tuple[int, ...] | StreamrepError]", list(named))
         with self._errors("cannot read offsets"):
             asked = [
                 self._admin().list_offsets(
-                    {tp: spec for tp in wanted},
-                    isolation_level=IsolationLevel.READ_COMMITTED,
-                    request_timeout=TIMEOUT_SECONDS,
+                    {tp: spec for tp in wanted}, isolation_level=isolation, request_timeout=TIMEOUT_SECONDS
                 )
-                for spec in (OffsetSpec.earliest(), OffsetSpec.latest())  # type: ignore[no-untyped-call]
+                for spec in specs
             ]
-        result: list[tuple[int, int] | StreamrepError] = []
+        result: list[tuple[int, ...] | StreamrepError] = []
         for tp in named:
             if not isinstance(tp, TopicPartition):
                 result.append(tp)
                 continue
             try:
-                first, end = (futures[tp].result().offset for futures in asked)
+                result.append(tuple(futures[tp].result().offset for futures in asked))
             except KafkaException as exc:
                 reason = kafka_error(exc)
                 unknown = reason is not None and reason.code() in UNKNOWN_PART
                 missing = self._no_partition(tp.topic, topics[tp.topic], tp.partition) if unknown else None
                 failure = missing or self._translate(exc, f"cannot read offsets of {tp.topic}")
                 result.append(failure if isinstance(failure, StreamrepError) else Unavailable(str(failure)))
-                continue
-            result.append((first, end))
         return result
 
     def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
