@@ -235,19 +235,30 @@ _OPERATIONS = (
     ("cannot describe", "DESCRIBE"),
     ("cannot read", "READ"),
 )
-_NAMED = re.compile(r"(?:topics?|to|of|group) (\S+)$")
+_GROUP_NAMED = re.compile(r"\bgroup (\S+)")
+_TOPIC_NAMED = re.compile(r"\btopics? (\S+)")
+_TO_OR_OF_NAMED = re.compile(r"\b(?:to|of) (\S+)$")  # "cannot write to <topic>", "cannot read offsets of <topic>"
+
+
+def _named(what: str, kind: str) -> str | None:
+    """The ``kind`` (``topic`` or ``group``) that ``what`` names, if it names one."""
+    if kind == "group":
+        found = _GROUP_NAMED.search(what)
+    else:
+        found = _TOPIC_NAMED.search(what) or (None if _GROUP_NAMED.search(what) else _TO_OR_OF_NAMED.search(what))
+    return found.group(1) if found else None
 
 
 def lacking(code: int, what: str, settings: Mapping[str, Any], internal_prefix: str) -> str | None:
     """``principal X lacks <operation> on <resource>`` for an authorization error ``code`` of a call doing
     ``what``, or None for any other code."""
     operation = next((op for start, op in _OPERATIONS if what.startswith(start)), "access")
-    found = _NAMED.search(what)
-    name = found.group(1) if found else None
     if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        resource = f"topic {name}" if name and not what.startswith("cannot set the ACLs") else "the topic"
+        name = None if what.startswith("cannot set the ACLs") else _named(what, "topic")
+        resource = f"topic {name}" if name else "the topic"
     elif code == KafkaError.GROUP_AUTHORIZATION_FAILED:
-        resource = f"group {name}" if name and "group" in what else "the consumer group"
+        name = _named(what, "group")
+        resource = f"group {name}" if name else "the consumer group"
     elif code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
         operation, resource = "WRITE", f"transactional ids {internal_prefix}*"
     elif code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:

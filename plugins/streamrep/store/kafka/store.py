@@ -823,7 +823,7 @@ class KafkaStore(Store):
                 raise Conflict(
                     f"cluster {self.cluster}: group {group} is active (it has members); its cursors were not changed"
                 ) from None
-            raise self._translate(exc, f"cannot commit cursors of group {group}") from None
+            raise self._translate(exc, f"cannot commit cursors of group {group} on topic {name}") from None
 
     def _namespaced_groups(self) -> list[str]:
         """This namespace's consumer group ids, without the namespace; never streamrep's own readers."""
