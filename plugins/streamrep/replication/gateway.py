@@ -332,9 +332,10 @@ class Gateway:
             log.warning("gateway %s: %s -> %s left out of this pass: %s", self.id, flow.source, flow.replica, err)
             self._record_state(flow, ReplicaState.UNEXPECTED, str(err))
         else:
-            log.info(
-                "gateway %s: the link %s -> %s changed during the pass: %s", self.id, flow.source, flow.replica, err
-            )
+            self._changed(flow, err)
+
+    def _changed(self, flow: Flow, err: object) -> None:
+        log.info("gateway %s: the link %s -> %s changed during the pass: %s", self.id, flow.source, flow.replica, err)
 
     def still_agreed(self, flow: Flow) -> bool:
         """Whether ``flow``'s link still holds, as read now: both streams still name each other, by
@@ -651,13 +652,7 @@ class Gateway:
         failing = {flow for flow in errors if flow not in self.lost}
         changed = {flow for flow in failing if not self.still_agreed(flow)}
         for flow in changed:
-            log.info(
-                "gateway %s: the link %s -> %s changed during the pass: %s",
-                self.id,
-                flow.source,
-                flow.replica,
-                errors[flow],
-            )
+            self._changed(flow, errors[flow])
         return (served | failing) - changed
 
     def _arrived(self, positions: Mapping[SourcePartition, int]) -> dict[SourcePartition, tuple[int, tuple[int, int]]]:
