@@ -94,37 +94,13 @@ def secure_kafka(tmp_path_factory) -> dict:
         name: kafka_local.secure_cluster(name, ports[6 * i : 6 * i + 6], home / name)
         for i, name in enumerate(("sanfrancisco", "newyork"))
     }
-    _secure_started.append(clusters)
     try:
         for cluster in clusters.values():
             kafka_local.start_secure(cluster, die_with_parent=True)
         yield clusters
     finally:
-        _stop_secure_clusters()
-
-
-_secure_started: list[dict] = []  # the secure_kafka clusters of this process, until stopped
-
-
-def _stop_secure_clusters() -> None:
-    while _secure_started:
-        for cluster in _secure_started.pop().values():
+        for cluster in clusters.values():
             kafka_local.stop_secure(cluster, timeout=10)
-
-
-def _is_secure(item: pytest.Item | None) -> bool:
-    return item is not None and os.path.basename(item.nodeid.split("::")[0]).startswith(SECURE_FILES)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
-    """Stop the six secured brokers once the last ``test_secure_*`` test of this process is done,
-    not at session end: idle, they took a quarter of a core and 2 GB from the rest of the suite.
-    The scheduler runs every secure module on one worker, one after another, so none follows."""
-    result = yield
-    if _is_secure(item) and not _is_secure(nextitem):
-        _stop_secure_clusters()
-    return result
 
 
 @pytest.fixture(scope="session")
