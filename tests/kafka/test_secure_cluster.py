@@ -363,7 +363,7 @@ def wrong_settings(sf: SecureCluster, ny: SecureCluster) -> list[tuple[str, str,
     return cases
 
 
-def test_wrong_secured_settings_are_refused_naming_the_cause_within_15_s(secure_kafka, tmp_path):
+def test_wrong_secured_settings_are_refused_naming_the_cause_not_after_a_timeout(secure_kafka, tmp_path):
     sf, ny = secure_kafka["sanfrancisco"], secure_kafka["newyork"]
     # The right settings first, in this process: a later wrong one on the same brokers is asked again.
     Clusters(str(tmp_path / "right")).add("sf", url=f"kafka://{sf.bootstrap}", settings=sf.settings("admin"))
@@ -377,8 +377,9 @@ def test_wrong_secured_settings_are_refused_naming_the_cause_within_15_s(secure_
         message = str(refused.value)
         assert "\n" not in message and "unreachable" not in message, (case, message)
         assert message.startswith(line) or message.startswith(f"cluster sf: {line}"), (case, message)
-        assert took[case] < 15, (case, took[case])
         assert clusters.list() == [], case
+    # How long each took is printed, not asserted (0.0-0.4 s quiet; a loaded CI machine took longer): a
+    # wrong setting that waited for the client's 15 s bound would say "unreachable", refused above.
     print(" ".join(f"{case}: {seconds:.1f} s;" for case, seconds in took.items()))
     # A closed port stays 'unreachable', after the store's call bound (15 s): test_kafka_store covers it.
 
@@ -396,7 +397,7 @@ def test_the_cli_says_authentication_failed_in_one_line_and_exits_1(sf, tmp_path
         timeout=WAIT_S,
         env={**env, "STREAMREP_HOME": str(tmp_path / "home")},
     )
-    assert time.monotonic() - began < 15
+    print(f"cluster add with a wrong password: {time.monotonic() - began:.1f} s")  # the time is not asserted
     assert result.returncode == 1, result.stderr
     assert result.stderr.startswith("streamrep: error: ") and result.stderr.count("\n") == 1, result.stderr
     assert "authentication failed: SASL authentication error: " in result.stderr
@@ -419,7 +420,7 @@ def test_a_missing_acl_names_the_principal_the_operation_and_the_resource(secure
     began = time.monotonic()
     with pytest.raises(PermissionDenied) as refused:
         api("alice").create_stream("/mapr/sf/orders")
-    assert time.monotonic() - began < 15
+    print(f"refused in {time.monotonic() - began:.1f} s")  # by the broker's answer, not a timeout: not asserted
     assert str(refused.value) == (
         f"cluster sf: principal User:alice lacks WRITE on transactional ids _streamrep.{namespace}.* "
         "(cannot start a transaction)"
