@@ -114,6 +114,7 @@ def lost_data(
     asked = replica_store.offsets_many([(c.replica_uuid, c.unit.topic, c.unit.partition) for c in checks])
     result: list[str | None] = [None] * len(checks)
     moved: dict[int, tuple[list[tuple[int, int, int, int]], tuple[int, int]]] = {}  # start above applied
+    short: dict[int, int] = {}  # a partition said to lack applied messages -> the applied end
     for i, (check, found, bounds) in enumerate(zip(checks, syncs, asked, strict=True)):
         if isinstance(bounds, StreamrepError) and not isinstance(bounds, NotFound):
             continue  # cannot tell now: the next pass asks again
@@ -128,7 +129,8 @@ def lost_data(
             missing = missing_applied(found, held, 0)
             if missing is not None:
                 result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
-    _drop_unmarked_commits(replica_store, checks, syncs, result)
+                short[i] = applied[1]
+    _drop_unmarked_commits(replica_store, checks, short, result)
     starts = _source_starts([checks[i].unit for i in moved], source_store)
     for i, (found, held) in moved.items():
         check = checks[i]
@@ -142,21 +144,12 @@ def lost_data(
 
 
 def _drop_unmarked_commits(
-    replica_store: Store,
-    checks: Sequence[HeldCheck],
-    syncs: Sequence[Sequence[tuple[int, int, int, int]]],
-    result: list[str | None],
+    replica_store: Store, checks: Sequence[HeldCheck], ends: Mapping[int, int], result: list[str | None]
 ) -> None:
-    """Clear the errors of partitions whose log already holds every applied message: an apply's
-    offset syncs can be readable before its commit marker reaches the data partition (Kafka writes
-    the markers one partition at a time), and until then the partition's readable end is below
-    what the syncs say was applied. Nothing was lost there."""
-    ends = {
-        i: applied[1]
-        for i, line in enumerate(result)
-        if line is not None
-        if (applied := applied_offsets([s for s in syncs[i] if s[1] == checks[i].unit.partition]))
-    }
+    """Clear the errors of partitions whose log already holds every applied message (``ends``: by
+    check, the applied end): an apply's offset syncs can be readable before its commit marker reaches
+    the data partition (Kafka writes the markers one partition at a time), and until then the
+    partition's readable end is below what the syncs say was applied. Nothing was lost there."""
     if not ends:
         return
     order = sorted(ends)
