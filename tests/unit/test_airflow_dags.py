@@ -154,7 +154,8 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
     # as in the core's autosetup: resume_replica finishes the autosetup (clears the replica's
     # mark), so it comes last and a rerun after any earlier failure is still accepted
     tasks = dag.task_dict
-    assert isinstance(tasks["check"], AutosetupCheckOperator) and tasks["check"].retries == 0
+    # a cluster that is down is retried; a user's error fails at once (AirflowFailException)
+    assert isinstance(tasks["check"], AutosetupCheckOperator) and tasks["check"].retries >= 1
     for reverse in ("add_reverse_replica", "add_reverse_upstream", "resume_reverse_replica"):
         assert tasks[reverse].only_if == "{{ params.multimaster }}"
     assert (tasks["add_reverse_replica"].path, tasks["add_reverse_replica"].replica) == (
