@@ -22,6 +22,7 @@ import base64
 import ctypes
 import hashlib
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -435,25 +436,37 @@ def running_pid(broker: Broker) -> int | None:
     """The pid of ``broker``'s JVM when it is running, else ``None``.
 
     A pid counts only while its command line names this broker's properties file, so a pid reused
-    by another process after a reboot is never signalled.
+    by another process after a reboot is never signalled, or while it is exiting (a killed broker
+    holds its ports until it is gone).
     """
     pid = _read_pid(broker)
     if pid is None or not _alive(pid):
         return None
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return None
-    return pid if str(broker.properties_file).encode() in cmdline else None
+    if not raw:  # a process that is exiting has released its command line, not yet its ports
+        return pid
+    return pid if str(broker.properties_file).encode() in raw.split(b"\0") else None
 
 
 def _alive(pid: int) -> bool:
-    """True while ``pid`` runs; an exited process its parent has not reaped yet (a zombie) is not alive."""
+    """True while any thread of ``pid`` runs; an exited process its parent has not reaped yet (a zombie)
+    is not alive. A killed JVM's main thread shows as a zombie while its other threads still exit, and
+    its sockets (the broker's ports) stay open until the last one has."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        threads = [t.name for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:
         return False
-    return state != "Z"
+    for tid in threads:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # that thread has gone
+        if state != "Z":
+            return True
+    return False
 
 
 def _port_open(port: int) -> bool:

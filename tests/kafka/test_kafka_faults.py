@@ -134,11 +134,11 @@ def client_settings(api: StreamAdmin, stream: str) -> dict:
     return {**own, "bootstrap.servers": bootstrap_of(api, stream)}
 
 
-def numbered(i: int) -> dict:
+def numbered(i: int, partitions: int = PARTITIONS) -> dict:
     """Message ``i`` of a test's sequence, as ``Producer.produce`` arguments: value ``m-<i>``, partition
-    ``i % PARTITIONS``, keys on odd ones, headers on partition 0's (so both of the apply's paths run),
+    ``i % partitions``, keys on odd ones, headers on partition 0's (so both of the apply's paths run),
     distinct timestamps."""
-    partition = i % PARTITIONS
+    partition = i % partitions
     return {
         "value": b"m-%d" % i,
         "key": b"k%d" % (i % 13) if i % 2 else None,
@@ -148,17 +148,17 @@ def numbered(i: int) -> dict:
     }
 
 
-def produce_backlog(api: StreamAdmin, stream: str, count: int) -> None:
-    """``count`` messages (:func:`numbered`) straight into the source's Kafka topic with a plain
-    idempotent producer."""
+def produce_backlog(api: StreamAdmin, stream: str, count: int, partitions: int = PARTITIONS, start: int = 0) -> None:
+    """``count`` messages (:func:`numbered`, from ``start`` on) straight into the source's Kafka topic
+    with a plain idempotent producer."""
     producer = Producer(
         {**client_settings(api, stream), "enable.idempotence": True, "linger.ms": 20, "batch.size": 1 << 20}
     )
     name = kafka_topic(api, stream, "t")
-    for i in range(count):
+    for i in range(start, start + count):
         while True:
             try:
-                producer.produce(name, **numbered(i))
+                producer.produce(name, **numbered(i, partitions))
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -213,10 +213,13 @@ def committed(
         consumer.close()
 
 
-def assert_exact_replica(api: StreamAdmin, source: str, replica: str, expected: int) -> None:
+def assert_exact_replica(
+    api: StreamAdmin, source: str, replica: str, expected: int, partitions: int = PARTITIONS
+) -> None:
     """The replica holds each source message once, in source order per partition, as sent."""
     source_uuid = api.entry(source).uuid
-    src, dst = committed(api, source), committed(api, replica)
+    src = committed(api, source, partitions=partitions)
+    dst = committed(api, replica, partitions=partitions)
     assert sum(len(r) for r in src.values()) == expected
     for partition, records in src.items():
         sent = [(m.value(), m.key(), m.headers() or [], m.timestamp()[1]) for m in records]
@@ -234,21 +237,21 @@ def assert_exact_replica(api: StreamAdmin, source: str, replica: str, expected: 
         assert got == sent, f"partition {partition}: a message changed (STREAMREP_TEST_SEED={SEED})"
 
 
-def applied(api: StreamAdmin) -> int:
+def applied(api: StreamAdmin, partitions: int = PARTITIONS) -> int:
     """Source messages the replica's stored positions say were applied (they commit with the messages)."""
     source_uuid = api.entry(SF).uuid
     marks = api.store(api.path(NY)).marks(api.entry(NY).uuid)
-    return sum(marks.get(position_key(source_uuid, "t", p), 0) for p in range(PARTITIONS))
+    return sum(marks.get(position_key(source_uuid, "t", p), 0) for p in range(partitions))
 
 
-def replicate(api: StreamAdmin, backlog: int) -> StreamAdmin:
-    """SF (PARTITIONS partitions, ``backlog`` messages) replicating to NY, agreed on both sides."""
+def replicate(api: StreamAdmin, backlog: int, partitions: int = PARTITIONS) -> StreamAdmin:
+    """SF (``partitions`` partitions, ``backlog`` messages) replicating to NY, agreed on both sides."""
     api.create_stream(SF, ttl=0)
-    api.create_topic(SF, "t", PARTITIONS)
+    api.create_topic(SF, "t", partitions)
     api.create_stream(NY, copymetafrom=SF)
     api.add_replica(SF, NY)
     api.add_upstream(NY, SF)
-    produce_backlog(api, SF, backlog)
+    produce_backlog(api, SF, backlog, partitions)
     return api
 
 
@@ -258,16 +261,6 @@ def cli(env: dict[str, str], *argv: str) -> dict:
     )
     [row] = json_rows((result.returncode, result.stdout, result.stderr))
     return row
-
-
-@pytest.fixture
-def api(home) -> StreamAdmin:
-    return StreamAdmin(home, ALICE)
-
-
-@pytest.fixture
-def child_env(home) -> dict[str, str]:
-    return clean_env(home.home)
 
 
 def test_stream_topics_keep_old_messages(api):
@@ -482,33 +475,6 @@ def test_copystream_killed_then_rerun(api, child_env):
     copied = cli(child_env, "copystream", "-src", SF, "-dst", NY)
     assert copied["messages"] == BACKLOG - already
     assert_exact_replica(api, SF, NY, BACKLOG)
-
-
-@pytest.fixture
-def own_broker(tmp_path):
-    """A broker of this test's own (it is stopped and started again), on free loopback ports."""
-    missing = kafka_local.jars_missing_reason()
-    if missing:
-        pytest.skip(missing)
-    port, controller_port = kafka_local.free_ports(2)
-    broker = kafka_local.Broker("faults", port, controller_port, tmp_path / "broker")
-    try:
-        kafka_local.start(broker, die_with_parent=True)
-        yield broker
-    finally:
-        kafka_local.stop(broker, timeout=10)
-
-
-@pytest.fixture
-def on_own_broker(empty_home, own_broker) -> StreamAdmin:
-    """``sanfrancisco`` and ``newyork``: two namespaces on ``own_broker``."""
-    for name in ("sanfrancisco", "newyork"):
-        empty_home.add(
-            name,
-            url=f"kafka://{own_broker.bootstrap}",
-            settings={"streamrep.namespace": f"t{uuid.uuid4().hex[:10]}-{name}"},
-        )
-    return StreamAdmin(empty_home, ALICE)
 
 
 @pytest.mark.slow

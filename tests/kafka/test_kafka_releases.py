@@ -73,16 +73,6 @@ def _on_release(kafka_broker: str) -> None:
 
 
 @pytest.fixture
-def api(home) -> StreamAdmin:
-    return StreamAdmin(home, ALICE)
-
-
-@pytest.fixture
-def child_env(home) -> dict[str, str]:
-    return clean_env(home.home)
-
-
-@pytest.fixture
 def cli(empty_home):
     """The real ``streamrep`` executable over ``empty_home``, as tests/integration's ``cli``."""
 
