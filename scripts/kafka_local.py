@@ -22,7 +22,6 @@ import base64
 import ctypes
 import hashlib
 import os
-import random
 import secrets
 import shutil
 import signal
