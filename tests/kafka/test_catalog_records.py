@@ -28,7 +28,7 @@ pytestmark = pytest.mark.kafka
 ALICE = Identity(user="alice", groups=frozenset({"eng"}))
 STREAMREP_EXE = os.path.join(os.path.dirname(sys.executable), "streamrep")
 FIRST, SECOND = "/mapr/kc/first", "/mapr/kc/second"
-NEWER = [("streamrep.format", b"2")]  # the header a later format writes (keys.FORMAT_HEADER)
+NEWER = [("streamrep.format", b"%d" % (keys.FORMAT + 1))]  # the header a later format writes
 
 
 def _admin(home, bootstrap: str, namespace: str) -> StreamAdmin:
@@ -179,7 +179,7 @@ def test_a_newer_formats_record_holds_back_only_what_it_names(installation, tmp_
     _write(kafka_broker, prefix + "marks", [(keys.mark_key(first, "p|src|t|0"), b"\x00\x07", NEWER)])
 
     fresh = _admin(tmp_path / "home", kafka_broker, ns)
-    refused = rf"cluster kc: catalog document stream /first was written by a newer streamrep \(format 2, {prefix}catalog offset {at}\); upgrade streamrep"
+    refused = rf"cluster kc: catalog document stream /first was written by a newer streamrep \(format 3, {prefix}catalog offset {at}\); upgrade streamrep"
     with pytest.raises(CorruptStore, match=refused):
         fresh.stream_info(FIRST)
     with pytest.raises((CorruptStore, Conflict)):  # its Kafka topic is still there: Conflict comes first
@@ -201,7 +201,7 @@ def test_a_newer_formats_record_holds_back_only_what_it_names(installation, tmp_
         store.catalog_update("stream", "/third", lambda _: {"uuid": 5, "path": "/third"})
     assert store.catalog_get("stream", "/third") is None
     fresh.clusters.close()
-    assert any(f"offset {at}: written by a newer streamrep (format 2" in w for w in _warned(caplog, prefix + "catalog"))
+    assert any(f"offset {at}: written by a newer streamrep (format 3" in w for w in _warned(caplog, prefix + "catalog"))
 
 
 def test_the_cli_warns_once_in_one_line_and_works(installation, tmp_path, kafka_broker):

@@ -128,7 +128,7 @@ def test_an_apply_guesses_its_replica_offsets_and_checks_them_before_it_commits(
     monkeypatch.setattr(
         Transaction,
         "internal",
-        lambda txn, kind, key, value: (order.append(kind), real_internal(txn, kind, key, value)),
+        lambda txn, kind, key, value, *fmt: (order.append(kind), real_internal(txn, kind, key, value, *fmt)),
     )
 
     def apply(values: str, at: int) -> int:

@@ -104,9 +104,9 @@ def test_a_gateway_killed_inside_a_wide_transaction(api, child_env):
     started again under the same id fences it and finishes the backlog."""
     print(f"STREAMREP_TEST_SEED={SEED}")
     rng = random.Random(SEED + 10)
-    backlog = 64_000
+    backlog = 32_000
     replicate(api, backlog, WIDE)
-    g1 = Child(FREEZE_ON_SIGNAL_CHILD, ["newyork", "g1", rng.choice([200, 500]), 10], child_env)
+    g1 = Child(FREEZE_ON_SIGNAL_CHILD, ["newyork", "g1", rng.choice([100, 200]), 10], child_env)
     try:
         g1.wait_ready()
         wait_until(lambda: applied(api, WIDE) > 0, 120, "g1 to apply something")
@@ -131,7 +131,7 @@ def test_a_frozen_gateway_whose_share_moved_cannot_commit(api, child_env):
     shares dealt anew, and the replica ends exact."""
     print(f"STREAMREP_TEST_SEED={SEED}")
     rng = random.Random(SEED + 11)
-    backlog = 96_000
+    backlog = 64_000
     replicate(api, backlog, WIDE)
     api.set_gateways("newyork", "g1 g2", cluster="sanfrancisco")
     expiry = 1.0
@@ -164,7 +164,7 @@ def test_shares_change_while_two_gateways_apply(api, child_env):
     so every share is dealt again several times while transactions are open."""
     print(f"STREAMREP_TEST_SEED={SEED}")
     rng = random.Random(SEED + 12)
-    backlog, live = 32_000, 32_000
+    backlog, live = 16_000, 16_000
     replicate(api, backlog, WIDE)
     api.set_gateways("newyork", "g1 g2 g3", cluster="sanfrancisco")
     expiry = 1.0
@@ -204,11 +204,11 @@ def test_the_broker_restarts_while_a_takeover_fences(on_own_broker, own_broker, 
     env = clean_env(empty_home.home)
     print(f"STREAMREP_TEST_SEED={SEED}")
     rng = random.Random(SEED + 13)
-    backlog = 64_000
+    backlog = 32_000
     replicate(api, backlog, WIDE)
     api.set_gateways("newyork", "g1 g2", cluster="sanfrancisco")
     expiry = 1.0
-    g1 = Child(FREEZE_ON_SIGNAL_CHILD, ["newyork", "g1", rng.choice([200, 500]), expiry], env)
+    g1 = Child(FREEZE_ON_SIGNAL_CHILD, ["newyork", "g1", rng.choice([100, 200]), expiry], env)
     g2 = None
     try:
         g1.wait_ready()

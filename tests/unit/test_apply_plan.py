@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamrep.errors import Conflict
+from streamrep.model.lanes import APPLY_LANES, apply_lane
 from streamrep.model.message import Message
 from streamrep.model.replication import origin_key, position_key
 from streamrep.replication.apply import ORIGIN_HEADER, plan_apply
@@ -331,6 +332,32 @@ def test_deal_shares_are_disjoint_cover_everything_and_balanced(parts, gateways)
     sizes = [len(s) for s in shares.values()]
     assert max(sizes) - min(sizes) <= 1
     assert deal(list(reversed(sorted(parts))), list(gateways)) == shares  # order of input does not matter
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    parts=st.sets(st.tuples(st.sampled_from("abc"), st.integers(0, 40)), max_size=80),
+    gateways=st.sets(st.sampled_from([f"g{i}" for i in range(6)]), min_size=1),
+)
+def test_deal_by_lane_keeps_each_lane_on_one_gateway(parts, gateways):
+    """Every partition of one apply lane goes to one gateway (two would fence each other's
+    transactions in turn); the lanes are spread as evenly as whole lanes allow."""
+    lane = lambda p: (p[0], apply_lane(p[0], p[1]))  # noqa: E731 - SourcePartition.lane_group's shape
+    shares = deal(list(parts), list(gateways), lane)
+    assert Counter(p for share in shares.values() for p in share) == Counter(parts)
+    holders: dict = {}
+    for gateway, share in shares.items():
+        assert share == sorted(share)
+        for p in share:
+            assert holders.setdefault(lane(p), gateway) == gateway, f"lane {lane(p)} dealt to two gateways"
+    counts = Counter(holders.values())
+    assert max(counts.values(), default=0) - min((counts[g] for g in gateways), default=0) <= 1
+
+
+def test_the_lanes_of_a_topic_are_consecutive_and_wrap():
+    lanes = [apply_lane("t", p) for p in range(APPLY_LANES * 2)]
+    assert sorted(lanes[:APPLY_LANES]) == list(range(APPLY_LANES))  # a topic of 16 partitions: one per lane
+    assert lanes[APPLY_LANES:] == lanes[:APPLY_LANES]  # partition p and p + 16 share a lane
 
 
 def test_live_gateways_and_expiry():

@@ -54,7 +54,10 @@ def test_the_formats_in_clusters_stay_as_they_are():
     assert keys.mark_key("u-1", "p|u-2|t|0") == "u-1\x1fp|u-2|t|0"
     assert keys.sync_key("u-1", "p|u-2|t|0", 42) == "u-1\x1fp|u-2|t|0\x1f42"
     assert keys.mark_value(7) == b"7" and keys.sync_value(1, 2, 3) == b"[1, 2, 3]"
-    assert keys.apply_txid("_streamrep.ns.", "u-1", "t", 0) == "_streamrep.ns.apply.c2630d0fef0eef2b09c0"
+    # a replica partition's writers before lanes: fenced once per replica stream (KafkaStore._to_lanes)
+    assert keys.partition_txid("_streamrep.ns.", "u-1", "t", 0) == "_streamrep.ns.apply.c2630d0fef0eef2b09c0"
+    assert keys.apply_txid("_streamrep.ns.", "u-1", "t", 0) == "_streamrep.ns.apply.357564f2c9cafda634b6"
+    assert keys.lanes_txid("_streamrep.ns.", "u-1") == "_streamrep.ns.lanes.3e71f65032cc1376c5b8"
     assert keys.catalog_txid("_streamrep.", "stream", "/a/b") == "_streamrep.catalog.c7cbb888a2c8a35c4085"
 
 
@@ -87,7 +90,8 @@ def test_an_offset_sync_value_is_three_counts(value):
 
 
 def test_a_records_format_is_its_header_or_1():
-    assert keys.record_format(None) == keys.record_format([("other", b"9")]) == 1 == keys.FORMAT
+    assert keys.record_format(None) == keys.record_format([("other", b"9")]) == 1
+    assert keys.FORMAT == keys.LANES_FORMAT == 2  # format 2 is the lanes mark alone
     assert keys.record_format([(keys.FORMAT_HEADER, b"2")]) == 2
     with pytest.raises(ValueError, match="format header is not an integer"):
         keys.record_format([(keys.FORMAT_HEADER, b"two")])

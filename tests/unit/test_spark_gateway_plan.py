@@ -51,6 +51,24 @@ def test_a_pass_keeps_each_partition_in_the_worker_that_applied_it_and_deals_the
     assert slot_share(plan, holders, 1, 0, "h:3") == plan  # one task applies everything
 
 
+def test_a_task_takes_whole_apply_lanes():
+    """Partitions of one lane (0 and 16 of a topic) share a transactional id: two tasks applying them
+    at once would fence each other, so one task takes both, held or not."""
+    units = {SourcePartition("u1", "t", p, SRC): FLOWS for p in (0, 1, 16, 17)}
+    plan = plan_share(units, {u: Progress(0, 9, 0) for u in units})
+    for holders in ({}, {offset_key(SourcePartition("u1", "t", 16, SRC)): "h:2"}):
+        taken = {
+            slot: {p.unit.partition for p in slot_share(plan, holders, 2, slot, f"h:{slot + 1}")} for slot in (0, 1)
+        }
+        assert sorted(taken[0] | taken[1]) == [0, 1, 16, 17] and not taken[0] & taken[1]
+        assert all({0, 16} <= t or not {0, 16} & t for t in taken.values()), taken
+        assert all({1, 17} <= t or not {1, 17} & t for t in taken.values()), taken
+    assert {
+        p.unit.partition
+        for p in slot_share(plan, {offset_key(SourcePartition("u1", "t", 16, SRC)): "h:2"}, 2, 1, "h:2")
+    } >= {0, 16}
+
+
 def test_holders_follow_the_workers_forget_the_unapplied_and_stay_balanced():
     a, b, c, d = (offset_key(SourcePartition("u1", "t", p, SRC)) for p in range(4))
     held = next_holders({}, [a, b, c, d], {a: "w1", b: "w1", c: "w2", d: "w2"}, 2)

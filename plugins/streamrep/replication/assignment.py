@@ -2,15 +2,15 @@
 
 Every gateway computes the same answer from the same inputs: the source partitions its
 cluster must pull, and the gateways whose heartbeat is fresh. Partitions are dealt to the
-live gateways round-robin in a stable order, so each gateway knows its share without any
-coordinator, and a gateway whose heartbeat expires has its partitions dealt to the others
+live gateways round-robin in a stable order, whole apply lanes at a time (``model.lanes``), so each
+gateway knows its share without any coordinator, and a gateway whose heartbeat expires has its partitions dealt to the others
 (they resume from the stored positions; the transactional apply makes any brief overlap harmless).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
@@ -32,15 +32,22 @@ def eligible(heartbeats: Mapping[str, float], listed: Sequence[str] | None) -> d
     return {g: beat for g, beat in heartbeats.items() if listed is None or g in listed}
 
 
-def deal(partitions: Iterable[P], gateways: Sequence[str]) -> dict[str, list[P]]:
-    """Deal ``partitions`` (in sorted order) to ``gateways`` (in sorted order) round-robin."""
+def deal(
+    partitions: Iterable[P], gateways: Sequence[str], group: Callable[[P], Any] | None = None
+) -> dict[str, list[P]]:
+    """Deal ``partitions`` to ``gateways`` (in sorted order) round-robin, in sorted order; with
+    ``group``, whole groups of them (the partitions of one apply lane: ``lane_group``), in the sorted
+    order of their keys. Each share is sorted."""
     ordered = sorted(gateways)
     shares: dict[str, list[P]] = {g: [] for g in ordered}
     if not ordered:
         return shares
-    for i, partition in enumerate(sorted(partitions)):
-        shares[ordered[i % len(ordered)]].append(partition)
-    return shares
+    groups: dict[Any, list[P]] = {}
+    for partition in sorted(partitions):
+        groups.setdefault(partition if group is None else group(partition), []).append(partition)
+    for i, key in enumerate(sorted(groups)):
+        shares[ordered[i % len(ordered)]].extend(groups[key])
+    return {g: sorted(share) for g, share in shares.items()}
 
 
 def share_of(
@@ -49,9 +56,10 @@ def share_of(
     heartbeats: Mapping[str, float],
     now: float,
     expiry: float = HEARTBEAT_EXPIRY_SECONDS,
+    group: Callable[[P], Any] | None = None,
 ) -> list[P]:
     """The partitions ``gateway`` should replicate now. A gateway always counts itself live."""
-    return shares_seen_by(gateway, partitions, heartbeats, now, expiry)[gateway]
+    return shares_seen_by(gateway, partitions, heartbeats, now, expiry, group)[gateway]
 
 
 def shares_seen_by(
@@ -60,7 +68,8 @@ def shares_seen_by(
     heartbeats: Mapping[str, float],
     now: float,
     expiry: float = HEARTBEAT_EXPIRY_SECONDS,
+    group: Callable[[P], Any] | None = None,
 ) -> dict[str, list[P]]:
     """Every live gateway's share as ``gateway`` computes it (``share_of``: it counts itself live)."""
     live = set(live_gateways(heartbeats, now, expiry)) | {gateway}
-    return deal(partitions, sorted(live))
+    return deal(partitions, sorted(live), group)

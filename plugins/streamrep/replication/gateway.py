@@ -305,7 +305,9 @@ class Gateway:
             if listed is not None and self.id not in listed:
                 self.unlisted_by.add(source_cluster)
                 continue  # that source cluster does not send to this gateway
-            dealt = shares_seen_by(self.id, units, eligible(beats, listed), now, self.expiry)
+            dealt = shares_seen_by(
+                self.id, units, eligible(beats, listed), now, self.expiry, SourcePartition.lane_group
+            )
             mine.update(units if whole else dealt[self.id])
             for holder, held in dealt.items():
                 for unit in held:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from streamrep.errors import AlreadyExists, Conflict, NotFound, RetryNow, StreamrepError, Unavailable
 from streamrep.model.acls import one_way_replica
 from streamrep.model.catalog import StreamEntry
+from streamrep.model.lanes import apply_lane
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import (
@@ -50,6 +51,11 @@ class SourcePartition:
     @property
     def key(self) -> str:
         return position_key(self.source_uuid, self.topic, self.partition)
+
+    def lane_group(self) -> tuple[str, int]:
+        """Its source stream and apply lane (``model.lanes``): the partitions one gateway, or one
+        Spark task, applies together, so that no two processes write one lane at once."""
+        return self.source_uuid, apply_lane(self.topic, self.partition)
 
 
 def ensure_topics(

@@ -155,17 +155,22 @@ def slot_share(
     plan: Sequence[GatewayPartition], holders: Mapping[str, str], slices: int, slot: int, worker: str
 ) -> list[GatewayPartition]:
     """The source partitions of ``plan`` that the task of ``slot`` (of ``slices``) applies when it
-    runs in ``worker``: those this worker applied last (``holders``: offset key -> worker id), and
-    of those no worker holds, every ``slices``-th from ``slot`` on. A partition held by a worker
-    that runs no task of this pass is left to the next pass (the driver forgets its holder); so a
-    single task (``slices`` 1) applies the whole plan."""
+    runs in ``worker``, whole apply lanes at a time (``SourcePartition.lane_group``), so that no two
+    tasks write one lane's transactional id at once: the lanes this worker applied last (``holders``:
+    offset key -> worker id, of any partition of the lane), and of those no worker holds, every
+    ``slices``-th from ``slot`` on. A lane held by a worker that runs no task of this pass is left to
+    the next pass (the driver forgets its holder); so a single task (``slices`` 1) applies the whole plan."""
     if slices <= 1:
         return list(plan)
-    return [
-        p
-        for i, p in enumerate(plan)
-        if holders.get(offset_key(p.unit)) == worker or (offset_key(p.unit) not in holders and i % slices == slot)
-    ]
+    lanes: dict[tuple[str, int], list[GatewayPartition]] = {}
+    for p in plan:
+        lanes.setdefault(p.unit.lane_group(), []).append(p)
+    taken: list[GatewayPartition] = []
+    for i, lane in enumerate(lanes.values()):
+        holder = next((holders[k] for p in lane if (k := offset_key(p.unit)) in holders), None)
+        if holder == worker or (holder is None and i % slices == slot):
+            taken.extend(lane)
+    return taken
 
 
 def next_holders(

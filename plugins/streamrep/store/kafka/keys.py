@@ -19,7 +19,11 @@ Invariants:
 - A transactional id names what it writes: ``<internal prefix><kind>.<digest>``, the digest being
   the SHA-1 of the separator-joined parts (ids are kept by the coordinator, so they stay short).
   Writers of the same thing share an id, which is what fences one with the other: changing this
-  format would let an old and a new writer of one partition run side by side.
+  format would let an old and a new writer of one partition run side by side. It changed once: a
+  replica partition's writers shared an id per partition (``partition_txid``), and share one per
+  lane now (``apply_txid``). The move is fenced per replica stream (``LANES_MARK``).
+- Format 2 is the ``LANES_MARK`` record alone: a streamrep that reads format 1 only refuses the
+  replica's marks, and so never applies to it again under its per-partition ids.
 """
 
 from __future__ import annotations
@@ -29,8 +33,16 @@ import json
 import re
 from collections.abc import Sequence
 
+from streamrep.model.lanes import apply_lane
+
 SEPARATOR = "\x1f"
-FORMAT = 1  # the newest record format this streamrep reads and writes
+FORMAT = 2  # the newest record format this streamrep reads and writes
+LANES_FORMAT = 2  # the format of ``LANES_MARK``
+# The mark (never a model mark: those have fields) that says a replica stream's writers use lane ids:
+# LANES_MARKED once it is written, LANES_FENCED once every per-partition id was fenced after that.
+LANES_MARK = "lanes"
+LANES_MARKED = 1
+LANES_FENCED = 2
 FORMAT_HEADER = "streamrep.format"
 _INTEGER = re.compile(r"-?[0-9]+")  # int() would also take spaces, "+", "_" and non-ASCII digits
 
@@ -135,6 +147,17 @@ def catalog_txid(internal_prefix: str, kind: str, key: str) -> str:
     return transactional_id(internal_prefix, "catalog", kind, key)
 
 
-def apply_txid(internal_prefix: str, stream: str, topic: str, partition: int) -> str:
-    """The id of every writer of one replica partition: its messages and its marks."""
+def partition_txid(internal_prefix: str, stream: str, topic: str, partition: int) -> str:
+    """The id every writer of one replica partition had before lanes: fenced, never written under."""
     return transactional_id(internal_prefix, "apply", stream, topic, str(partition))
+
+
+def lanes_txid(internal_prefix: str, stream: str) -> str:
+    """The id of the writers of a replica stream's ``LANES_MARK``."""
+    return transactional_id(internal_prefix, "lanes", stream)
+
+
+def apply_txid(internal_prefix: str, stream: str, topic: str, partition: int) -> str:
+    """The id of every writer of one replica partition, its messages and its marks: one per lane of
+    the replica stream (``model.lanes``), shared by the partitions of that lane."""
+    return transactional_id(internal_prefix, "apply", stream, "lane", str(apply_lane(topic, partition)))

@@ -38,7 +38,8 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, NamedTuple, TypeVar, cast
 
@@ -84,7 +85,7 @@ from streamrep.store.kafka.client import (
 from streamrep.store.kafka.folds import CatalogFold, Fold, MarksFold, SyncsFold
 from streamrep.store.kafka.installations import Installations
 from streamrep.store.kafka.serialized import serialized, unheld
-from streamrep.store.kafka.transactions import Transaction, Transactions
+from streamrep.store.kafka.transactions import TRANSACTION_TIMEOUT_MS, Transaction, Transactions
 
 _STORE_KIND = "store"
 # A stream's ttl is enforced by ``retain()`` on message timestamps; Kafka's default retention (7 days,
@@ -93,8 +94,9 @@ _STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
 _F = TypeVar("_F", bound=Fold)
 UNKNOWN_PART = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 # After another writer wrote into a replica partition between two applies of this store (a takeover, or
-# local producers to a multi-master replica), its offsets are not guessed for this long (_apply_together).
+# local producers to a multi-master replica), its offsets are not guessed for this long (_apply_round).
 UNGUESSED_SECONDS = 60.0
+FENCE_THREADS = 32  # producers initialised at once to fence a replica's pre-lane ids (``_to_lanes``)
 
 
 class _Reader:
@@ -157,6 +159,7 @@ class KafkaStore(Store):
         self._next_offsets: dict[tuple[str, int], int] = {}
         self._unguessed_until: dict[tuple[str, int], float] = {}
         self._folds: dict[str, Fold] = {}
+        self._laned: set[str] = set()  # replica streams whose writers are known to use lane ids (``_to_lanes``)
         self._internal_ready = False
         self._namings: dict[str, TopicNaming] = {}  # stream uuid -> naming, kept after a stream is deleted
         self._installations = Installations(self)  # what other installations on the brokers hold
@@ -890,7 +893,49 @@ class KafkaStore(Store):
         fold = self._marks_fold()
         fold.catch_up()
         fold.refuse_newer("the replication marks of stream", stream)  # an apply from stale marks would repeat
-        return dict(fold.state.get(stream, {}))
+        return {key: value for key, value in fold.state.get(stream, {}).items() if key != keys.LANES_MARK}
+
+    def _to_lanes(self, streams: Iterable[str]) -> None:
+        """Make sure every writer of each replica stream writes under lane ids (``keys.apply_txid``),
+        once per stream ever. A streamrep from before lanes writes a partition under an id of its
+        own, which a lane's id does not fence. So ``keys.LANES_MARK`` (format 2) is written first: such
+        a streamrep refuses the stream's marks from then on, so it starts no apply there. Then every
+        partition's old id is fenced, so that none of its transactions still open can commit. The
+        mark says when that is done; a writer that finds it only marked (the last one died in
+        between) fences again."""
+        for stream in sorted(set(streams) - self._laned):
+            fold = self._marks_fold()
+            fold.catch_up()
+            state = fold.state.get(stream, {}).get(keys.LANES_MARK)
+            if state != keys.LANES_FENCED:
+                if state is None:
+                    self._write_lanes_mark(stream, keys.LANES_MARKED)
+                self._fence_partition_writers(stream)
+                self._write_lanes_mark(stream, keys.LANES_FENCED)
+            self._laned.add(stream)
+
+    def _write_lanes_mark(self, stream: str, value: int) -> None:
+        with self._transaction(keys.lanes_txid(self._internal, stream), "marks") as txn:
+            txn.internal("marks", keys.mark_key(stream, keys.LANES_MARK), keys.mark_value(value), keys.LANES_FORMAT)
+
+    def _fence_partition_writers(self, stream: str) -> None:
+        """Fence every writer of ``stream``'s partitions under their pre-lane ids (``keys.partition_txid``):
+        a producer of each id is initialised, which aborts its open transaction, and closed."""
+        ids = [
+            keys.partition_txid(self._internal, stream, topic, partition)
+            for topic, count in self.topics(stream).items()
+            for partition in range(count)
+        ]
+
+        def fence(txid: str) -> None:
+            producer = Producer(
+                {**self._client, "transactional.id": txid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+            )
+            with self._errors(f"cannot fence the writers of stream {stream}"):
+                producer.init_transactions(TIMEOUT_SECONDS)
+
+        with ThreadPoolExecutor(FENCE_THREADS) as pool:
+            list(pool.map(fence, ids))
 
     def apply(
         self,
@@ -916,113 +961,156 @@ class KafkaStore(Store):
         return self.apply_partitions([PartitionApplies(topic, partition, source, applies)])[0]
 
     def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
-        """Each apply is a transaction of its replica partition's id (``keys.apply_txid``); those that
-        share no id and no mark are open at once (``_apply_together``), the others follow in order."""
+        """Each apply goes in the transaction of its replica partition's lane (``keys.apply_txid``):
+        one transaction per lane and round, holding every partition of that lane the round applies.
+        Applies that write one replica partition, or write or expect one mark, go in successive
+        rounds (``_rounds``), so each sees the one before it."""
         tasks = [_ApplyTask(b.topic, b.partition, b.source, a) for b in batches for a in b.applies]
+        self._to_lanes(t.apply.stream for t in tasks)
         results: list[ApplyResult | None] = [None] * len(tasks)
-        for group in _rounds(tasks, lambda t: keys.apply_txid(self._internal, t.apply.stream, t.topic, t.partition)):
-            for i, result in zip(group, self._apply_together([tasks[i] for i in group]), strict=True):
+        for group in _rounds(tasks, self._apply_txid):
+            for i, result in zip(group, self._apply_round([tasks[i] for i in group]), strict=True):
                 results[i] = result
         flat = iter(cast("list[ApplyResult]", results))
         return [[next(flat) for _ in b.applies] for b in batches]
 
-    def _apply_together(self, tasks: Sequence[_ApplyTask]) -> list[ApplyResult]:
-        """The transactions of ``tasks`` (no two of one id), open at once so that their round trips
-        overlap: all begun (a new producer fences every other writer of its id), the marks read once
-        after that, every check and produce, one flush each, marks and syncs, the commits, and one
-        wait until all are readable. Each still commits or aborts alone.
+    def _apply_txid(self, task: _ApplyTask) -> str:
+        return keys.apply_txid(self._internal, task.apply.stream, task.topic, task.partition)
+
+    def _apply_round(self, tasks: Sequence[_ApplyTask]) -> list[ApplyResult]:
+        """One round of applies: a transaction per lane, all open at once so that their round trips
+        overlap. Each is begun (a new producer fences every other writer of its id), the marks read
+        once after that, every apply checked and produced, one flush per transaction, marks and
+        syncs, the commits, and one wait until all are readable. A transaction commits or aborts
+        whole: an apply that fails in it (its records refused) gets its error, and the others of its
+        transaction ``RetryNow``, so the caller applies them again without it. An apply whose expected
+        marks moved is left out before it writes anything.
 
         The syncs name the replica offsets the messages got. Where those can be predicted (this store
         was the partition's last writer), the marks and syncs go with the messages, in one flush, and
         the offsets are checked before the commit; a wrong guess aborts (``RetryNow``: planned again
         from the stored state), and that partition is not guessed for ``UNGUESSED_SECONDS``."""
         results: list[ApplyResult | None] = [None] * len(tasks)
-        txns: dict[int, Transaction] = {}  # open
-        committed: dict[int, Transaction] = {}
+        lanes: dict[str, list[int]] = {}  # txid -> its tasks still in its transaction
+        for i, task in enumerate(tasks):
+            lanes.setdefault(self._apply_txid(task), []).append(i)
+        txns: dict[str, Transaction] = {}  # open
+        committed: dict[str, Transaction] = {}
         offsets = [[-1] * len(t.apply.messages) for t in tasks]
         predicted: dict[int, list[int]] = {}  # the replica offsets the marks and syncs were written with
         errors: list[list[KafkaError]] = [[] for _ in tasks]
+        stored: dict[str, dict[str, int]] = {}  # each stream's marks, read once all are begun
 
-        def each(step: Callable[[int, _ApplyTask, Transaction], object]) -> None:
-            for i in list(txns):
-                try:
-                    step(i, tasks[i], txns[i])
-                except Exception as exc:
-                    failure = self._transactions.fail(txns.pop(i), exc)
-                    if not isinstance(failure, (StreamrepError, RetryNow)):
-                        raise failure from None
+        def abort(txid: str, exc: BaseException, culprit: int | None = None) -> None:
+            """End lane ``txid``'s transaction, which ``exc`` failed (raised by ``culprit``'s apply,
+            or by the transaction as a whole)."""
+            failure = self._transactions.fail(txns.pop(txid), exc)
+            if not isinstance(failure, (StreamrepError, RetryNow)):
+                raise failure from None
+            alone = culprit is not None and not isinstance(failure, RetryNow)  # its own records were refused
+            for i in lanes[txid]:
+                if alone and i != culprit:
+                    results[i] = RetryNow(f"cluster {self.cluster}: aborted with another apply ({failure}); retry")
+                else:
                     results[i] = failure
 
-        try:
-            for i, task in enumerate(tasks):
-                txid = keys.apply_txid(self._internal, task.apply.stream, task.topic, task.partition)
+        def each(step: Callable[[int, _ApplyTask, Transaction], object]) -> None:
+            """Run ``step`` for every apply of every open transaction."""
+            for txid in list(txns):
+                for i in list(lanes[txid]):
+                    try:
+                        step(i, tasks[i], txns[txid])
+                    except Exception as exc:
+                        abort(txid, exc, i)
+                        break
+
+        def each_transaction(step: Callable[[str, Transaction], object]) -> None:
+            for txid in list(txns):
                 try:
-                    txns[i] = self._transactions.begin(txid, "marks", task.apply.compression)
-                except (StreamrepError, RetryNow) as err:
-                    results[i] = err
-            stored: dict[str, dict[str, int]] = {}  # each stream's marks, read once all are begun
+                    step(txid, txns[txid])
+                except Exception as exc:
+                    abort(txid, exc)
 
-            def produce(i: int, task: _ApplyTask, txn: Transaction) -> None:
-                stream, messages, _, expect = task.apply[:4]
-                if stream not in stored:  # read after every writer here fenced the others of its id
-                    stored[stream] = self.marks(stream)
-                current = stored[stream]
-                for key, expected in expect.items():
-                    if current.get(key) != expected:
-                        raise RetryNow(
-                            f"replication mark {key} of stream {stream} moved ({expected} -> {current.get(key)}); "
-                            "another gateway applied this batch"
-                        )
-                if messages:
-                    name = self._kafka_name(stream, task.topic)
-                    # Set again only by this commit: a failed apply leaves the next offset unknown.
-                    first = self._next_offsets.pop((name, task.partition), None)
-                    self._produce_all(txn.producer, name, task.partition, messages, offsets[i], errors[i])
-                    if first is not None and self._unguessed_until.get((name, task.partition), 0) < time.monotonic():
-                        predicted[i] = list(range(first, first + len(messages)))
-                        write_marks(task, txn, predicted[i])
+        def check(i: int, task: _ApplyTask, txn: Transaction) -> None:
+            """Leave the apply out of its transaction, before it writes anything, if its marks moved."""
+            stream, expect = task.apply.stream, task.apply.expect
+            if stream not in stored:  # read after every writer here fenced the others of its id
+                stored[stream] = self.marks(stream)
+            moved = [key for key, expected in expect.items() if stored[stream].get(key) != expected]
+            if moved:
+                key = moved[0]
+                results[i] = RetryNow(
+                    f"replication mark {key} of stream {stream} moved ({expect[key]} -> {stored[stream].get(key)}); "
+                    "another gateway applied this batch"
+                )
+                lanes[txn.txid].remove(i)
 
-            def write_marks(task: _ApplyTask, txn: Transaction, replica_offsets: Sequence[int]) -> None:
-                stream, _, marks, _, syncs = task.apply[:5]
-                for key, value in marks.items():
-                    txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
-                runs = [(s, task.partition, r, n) for s, r, n in _runs(syncs, replica_offsets)]
-                for source_offset, sync in self._syncs_writes(stream, task.source, runs).items():
-                    txn.internal(
-                        "syncs",
-                        keys.sync_key(stream, task.source, source_offset),
-                        None if sync is None else keys.sync_value(*sync[1:]),
-                    )
+        def produce(i: int, task: _ApplyTask, txn: Transaction) -> None:
+            stream, messages = task.apply.stream, task.apply.messages
+            if messages:
+                name = self._kafka_name(stream, task.topic)
+                # Set again only by this commit: a failed apply leaves the next offset unknown.
+                first = self._next_offsets.pop((name, task.partition), None)
+                self._produce_all(txn.producer, name, task.partition, messages, offsets[i], errors[i])
+                if first is not None and self._unguessed_until.get((name, task.partition), 0) < time.monotonic():
+                    predicted[i] = list(range(first, first + len(messages)))
+                    write_marks(task, txn, predicted[i])
 
-            def mark(i: int, task: _ApplyTask, txn: Transaction) -> None:
-                stream, messages = task.apply[:2]
-                if messages:  # the offsets are needed for the syncs
-                    name = self._kafka_name(stream, task.topic)
-                    self._flush(txn.producer, f"cannot write to {name}")
-                    if errors[i]:
-                        raise self._translate(errors[i][0], f"cannot write to {name}")
-                    if i in predicted:
-                        if predicted[i] == offsets[i]:
-                            return  # written with the messages, and right
-                        self._unguessed_until[(name, task.partition)] = time.monotonic() + UNGUESSED_SECONDS
-                        raise RetryNow(
-                            f"cluster {self.cluster}: another writer wrote to {name}/{task.partition}; retry"
-                        )
-                write_marks(task, txn, offsets[i])
+        def write_marks(task: _ApplyTask, txn: Transaction, replica_offsets: Sequence[int]) -> None:
+            stream, _, marks, _, syncs = task.apply[:5]
+            for key, value in marks.items():
+                txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
+            runs = [(s, task.partition, r, n) for s, r, n in _runs(syncs, replica_offsets)]
+            for source_offset, sync in self._syncs_writes(stream, task.source, runs).items():
+                txn.internal(
+                    "syncs",
+                    keys.sync_key(stream, task.source, source_offset),
+                    None if sync is None else keys.sync_value(*sync[1:]),
+                )
 
-            each(produce)
-            each(mark)
-            each(lambda i, task, txn: txn.producer.flush(TIMEOUT_SECONDS))  # every commit's records sent at once
+        def flush(txid: str, txn: Transaction) -> None:
+            """Deliver the messages: the offsets they got are needed for the syncs."""
+            written = [tasks[i] for i in lanes[txid] if tasks[i].apply.messages]
+            if written:
+                names = sorted({self._kafka_name(t.apply.stream, t.topic) for t in written})
+                self._flush(txn.producer, f"cannot write to {', '.join(names)}")
 
-            def commit(i: int, task: _ApplyTask, txn: Transaction) -> None:
-                self._transactions.commit(txn)
-                committed[i] = txns.pop(i)
+        def mark(i: int, task: _ApplyTask, txn: Transaction) -> None:
+            if task.apply.messages:
+                name = self._kafka_name(task.apply.stream, task.topic)
+                if errors[i]:
+                    raise self._translate(errors[i][0], f"cannot write to {name}")
+                if i in predicted:
+                    if predicted[i] == offsets[i]:
+                        return  # written with the messages, and right
+                    self._unguessed_until[(name, task.partition)] = time.monotonic() + UNGUESSED_SECONDS
+                    raise RetryNow(f"cluster {self.cluster}: another writer wrote to {name}/{task.partition}; retry")
+            write_marks(task, txn, offsets[i])
+
+        def commit(txid: str, txn: Transaction) -> None:
+            if not lanes[txid]:  # every apply of it left out: nothing to commit
+                raise RetryNow("no apply left in the transaction")
+            self._transactions.commit(txn)
+            committed[txid] = txns.pop(txid)
+            for i in lanes[txid]:
+                task = tasks[i]
                 if task.apply.messages:  # the commit's marker takes the offset after the last message
-                    self._next_offsets[(self._kafka_name(task.apply.stream, task.topic), task.partition)] = (
-                        offsets[i][-1] + 2
-                    )
+                    name = self._kafka_name(task.apply.stream, task.topic)
+                    self._next_offsets[(name, task.partition)] = offsets[i][-1] + 2
 
-            each(commit)
+        try:
+            for txid, members in lanes.items():
+                try:
+                    txns[txid] = self._transactions.begin(txid, "marks", tasks[members[0]].apply.compression)
+                except (StreamrepError, RetryNow) as err:
+                    for i in members:
+                        results[i] = err
+            each(check)
+            each(produce)
+            each_transaction(flush)
+            each(mark)
+            each_transaction(lambda txid, txn: txn.producer.flush(TIMEOUT_SECONDS))  # every commit's records at once
+            each_transaction(commit)
         except BaseException as exc:  # an interrupt, or a failure of no one transaction: none is left open
             for txn in txns.values():
                 self._transactions.fail(txn, exc)
@@ -1030,16 +1118,18 @@ class KafkaStore(Store):
         try:
             self._transactions.visible(list(committed.values()))
         except (StreamrepError, RetryNow) as err:  # committed, but whether it is readable is unknown
-            for i in committed:
-                results[i] = err
+            for txid in committed:
+                for i in lanes[txid]:
+                    results[i] = err
             return cast("list[ApplyResult]", results)
-        for i in committed:
-            task = tasks[i]
-            if task.apply.messages:
-                results[i] = offsets[i][0]
-            else:
-                name = self._kafka_name(task.apply.stream, task.topic)
-                results[i] = self._watermarks(name, task.partition, task.topic)[1]
+        for txid in committed:
+            for i in lanes[txid]:
+                task = tasks[i]
+                if task.apply.messages:
+                    results[i] = offsets[i][0]
+                else:
+                    name = self._kafka_name(task.apply.stream, task.topic)
+                    results[i] = self._watermarks(name, task.partition, task.topic)[1]
         return cast("list[ApplyResult]", results)
 
     def prepare_apply(self, stream: str, topic: str, partition: int, compression: str | None = None) -> None:
@@ -1067,6 +1157,7 @@ class KafkaStore(Store):
         return writes
 
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:
+        self._to_lanes([stream])
         by_partition: dict[tuple[str, int], dict[str, int]] = {}
         for key, value in marks.items():
             by_partition.setdefault(mark_partition(key), {})[key] = value
@@ -1148,21 +1239,28 @@ class _ApplyTask(NamedTuple):
 
 
 def _rounds(tasks: Sequence[_ApplyTask], txid: Callable[[_ApplyTask], str]) -> list[list[int]]:
-    """``tasks``' indexes in rounds whose transactions can be open at once: no two of one transactional
-    id, or writing or expecting one mark of one stream (their checks would not see each other's
-    writes), and no more than the producers kept (``MAX_TRANSACTIONAL_PRODUCERS``: a round's own are
-    never closed under it). A task goes in a round after the last one holding any of these, so order
-    is kept."""
+    """``tasks``' indexes in rounds: no two in a round write one replica partition, or write or expect
+    one mark of one stream (their checks would not see each other's writes), and a round has no more
+    transactional ids than the producers kept (``MAX_TRANSACTIONAL_PRODUCERS``: a round's own are never
+    closed under it). A task goes in a round after the last one holding any of these, so order is kept."""
     last: dict[object, int] = {}
     rounds: list[list[int]] = []
+    ids: list[set[str]] = []  # each round's transactional ids
     for i, task in enumerate(tasks):
-        held = [txid(task), *((task.apply.stream, key) for key in (*task.apply.marks, *task.apply.expect))]
+        stream = task.apply.stream
+        held = [
+            (stream, task.topic, task.partition),
+            *((stream, key) for key in (*task.apply.marks, *task.apply.expect)),
+        ]
         at = max((last[h] + 1 for h in held if h in last), default=0)
-        while at < len(rounds) and len(rounds[at]) >= MAX_TRANSACTIONAL_PRODUCERS:
+        lane = txid(task)
+        while at < len(rounds) and lane not in ids[at] and len(ids[at]) >= MAX_TRANSACTIONAL_PRODUCERS:
             at += 1
         if at == len(rounds):
             rounds.append([])
+            ids.append(set())
         rounds[at].append(i)
+        ids[at].add(lane)
         for h in held:
             last[h] = max(last.get(h, at), at)
     return rounds

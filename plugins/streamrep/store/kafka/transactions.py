@@ -24,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+import streamrep.store.kafka.keys as keys
 from streamrep.errors import RetryNow, Unavailable
 from streamrep.store.kafka.client import (
     FENCED,
@@ -50,15 +51,18 @@ class Transaction:
         self.txid = txid
         self.last_offsets: dict[str, int] = {}
 
-    def internal(self, kind: str, key: str, value: bytes | None) -> None:
-        """Write one record (``keys``' format; None: a tombstone) to internal topic ``kind``."""
+    def internal(self, kind: str, key: str, value: bytes | None, record_format: int = 1) -> None:
+        """Write one record (``keys``' format ``record_format``; None: a tombstone) to internal topic ``kind``."""
         name = self.topics[kind]
+        headers: list[tuple[str, str | bytes | None]] | None = None
+        if record_format > 1:
+            headers = [(keys.FORMAT_HEADER, str(record_format).encode("ascii"))]
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is None:
                 self.last_offsets[name] = max(self.last_offsets.get(name, -1), msg.offset())
 
-        self.producer.produce(name, key=key.encode("utf-8"), value=value, on_delivery=delivered)
+        self.producer.produce(name, key=key.encode("utf-8"), value=value, headers=headers, on_delivery=delivered)
 
 
 class Transactions:
