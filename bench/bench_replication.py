@@ -46,6 +46,7 @@ import mirrormaker
 from benchlib import (
     IDENTITY,
     PARTITIONS,
+    PARTITIONS_ENV,
     TOPIC,
     AfterExit,
     Conn,
@@ -1009,6 +1010,47 @@ def _stop(*_) -> None:
     raise Stopped()
 
 
+def per_partition_count(counts: list[int], as_json: bool) -> int:
+    """This benchmark's arguments (without --partitions) once per partition count, each in a process of its
+    own with ``PARTITIONS_ENV`` set; their measures merged, named ``<name>_p<count>`` beside the default count."""
+    bad = [c for c in counts if c < 1]
+    if bad:
+        print(f"--partitions: {bad[0]} is not a partition count (1 or more)", file=sys.stderr)
+        return 2
+    argv, skip = [], False
+    for arg in sys.argv[1:]:  # the arguments of each count's run: all but --partitions and its values
+        if arg == "--partitions":
+            skip = True
+        elif skip and arg.lstrip("-").isdigit():
+            continue
+        else:
+            skip = False
+            argv.append(arg)
+    merged: list[dict] = []
+    loads: list[list[float]] = []
+    for count in counts:
+        log(f"--- {count} partitions")
+        done = subprocess.run(
+            [sys.executable, __file__, *[a for a in argv if a != "--json"], "--json"],
+            env={**os.environ, PARTITIONS_ENV: str(count)},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if done.returncode != 0:
+            print(f"the run at {count} partitions failed with exit status {done.returncode}", file=sys.stderr)
+            return done.returncode
+        result = json.loads(done.stdout)
+        loads += [result["load_average_start"], result["load_average_end"]]
+        for entry in result["measures"]:
+            if count != PARTITIONS:
+                entry["name"] = f"{entry['name']}_p{count}"
+            entry["partitions"] = count
+            merged.append(entry)
+    result = {"measures": merged, "partitions": counts, "load_averages": loads}
+    print(json.dumps(result, indent=2) if as_json else table(result))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="every measure on a tenth of the data (minutes)")
@@ -1021,7 +1063,16 @@ def main() -> int:
     )
     parser.add_argument("--only", nargs="+", choices=CASES, help="run only these cases")
     parser.add_argument("--repeats", type=int, default=3, help="runs per figure (the median is kept; >= 3)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        nargs="+",
+        help=f"partitions of every measure's streams (default {PARTITIONS}): each count runs in a process of "
+        "its own, and a count other than the default suffixes its measures' names with _p<count>",
+    )
     args = parser.parse_args()
+    if args.partitions and PARTITIONS_ENV not in os.environ:
+        return per_partition_count(args.partitions, args.json)
     # A SIGTERM ends the run through the finally blocks: Spark jobs and the broker are stopped.
     signal.signal(signal.SIGTERM, _stop)
     scale = 10 if args.quick else 1

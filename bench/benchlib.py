@@ -36,7 +36,10 @@ from streamrep.store.kafka.client import fetched
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 10_000
-PARTITIONS = 4
+# Partitions of every stream a measure makes; bench_replication.py --partitions runs one process per count
+# with it set (so that the producers and gateways it spawns see the same count).
+PARTITIONS_ENV = "STREAMREP_BENCH_PARTITIONS"
+PARTITIONS = int(os.environ.get(PARTITIONS_ENV, "4"))
 TOPIC = "t"
 IDENTITY = Identity(user="bench")
 

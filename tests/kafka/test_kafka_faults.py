@@ -194,20 +194,21 @@ def committed(
         }
     )
     try:
-        held: dict[int, list] = {}
-        for partition in range(partitions):
-            low, high = stable_watermarks(consumer, TopicPartition(name, partition))
-            consumer.assign([TopicPartition(name, partition, low)])
-            records = held[partition] = []
-            position = low
-            while position < high:
-                for msg in consumer.consume(10000, timeout=1):
-                    if msg.error() is not None and msg.error().retriable():
-                        continue  # a connection to a just-restarted broker; the client asks again
-                    assert msg.error() is None, f"{name} [{partition}]: {msg.error()}"
-                    records.append(msg)
-                with_markers = consumer.position([TopicPartition(name, partition)])[0].offset
-                position = max(position, with_markers)
+        bounds = {p: stable_watermarks(consumer, TopicPartition(name, p)) for p in range(partitions)}
+        held: dict[int, list] = {p: [] for p in range(partitions)}
+        consumer.assign(
+            [TopicPartition(name, p, low) for p, (low, _) in bounds.items()]
+        )  # all at once: fetched together
+        left = {p for p, (low, high) in bounds.items() if low < high}
+        while left:
+            for msg in consumer.consume(10000, timeout=0.1):  # short: the last records may be all aborted
+                if msg.error() is not None and msg.error().retriable():
+                    continue  # a connection to a just-restarted broker; the client asks again
+                assert msg.error() is None, f"{name} [{msg.partition()}]: {msg.error()}"
+                held[msg.partition()].append(msg)
+            for p in list(left):  # the position passes transaction markers too
+                if consumer.position([TopicPartition(name, p)])[0].offset >= bounds[p][1]:
+                    left.discard(p)
         return held
     finally:
         consumer.close()
