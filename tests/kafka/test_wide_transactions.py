@@ -36,6 +36,8 @@ from test_kafka_faults import (  # tests/kafka is on sys.path, as for every modu
 
 from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env, wait_progressing, wait_until
 from streamrep.client import StreamAdmin
+from streamrep.errors import Unavailable
+from streamrep.model.replication import position_key
 
 pytestmark = pytest.mark.backends("kafka")
 
@@ -90,6 +92,17 @@ def zombie_outcome(gateway: Child) -> str:
     wait_until(lambda: any(line.startswith("ZOMBIE") for line in gateway.lines), 120, "the zombie's commit")
     [outcome] = [line for line in gateway.lines if line.startswith("ZOMBIE")]
     return outcome
+
+
+def positions(api: StreamAdmin) -> dict[int, int]:
+    """Each partition's stored position (source messages applied), as the replica's marks say;
+    ``Unavailable`` while the cluster does not answer counts as no progress (-1)."""
+    source = api.entry(SF).uuid
+    try:
+        marks = api.store(api.path(NY)).marks(api.entry(NY).uuid)
+    except Unavailable:
+        return dict.fromkeys(range(WIDE), -1)
+    return {p: marks.get(position_key(source, "t", p), 0) for p in range(WIDE)}
 
 
 def written_but_uncommitted(api: StreamAdmin, backlog: int) -> bool:
@@ -214,6 +227,7 @@ def test_the_broker_restarts_while_a_takeover_fences(on_own_broker, own_broker, 
         g1.wait_ready()
         wait_until(lambda: applied(api, WIDE) > 0, 120, "g1 to apply something")
         freeze(g1)
+        at_freeze = positions(api)
         g2 = Child(GATEWAY_CHILD, ["newyork", "g2", rng.choice([200, 500]), expiry], env)
         g2.wait_ready()
         time.sleep(rng.uniform(expiry, 3 * expiry))  # g2 fences g1's share around now
@@ -221,6 +235,15 @@ def test_the_broker_restarts_while_a_takeover_fences(on_own_broker, own_broker, 
         os.kill(kafka_local.running_pid(own_broker), signal.SIGKILL)
         wait_until(lambda: kafka_local.running_pid(own_broker) is None, 60, "the broker to stop")
         kafka_local.start(own_broker, die_with_parent=True)
+        # Resumed only once g2 applied to every partition since the freeze: it has then begun a transaction
+        # in every lane, g1's among them, which fenced g1. (Resumed earlier, g1 may commit, rightly: under
+        # load g2 had not reached g1's lane yet, and nobody else had applied it.)
+        per_partition = backlog // WIDE
+        wait_until(
+            lambda: all(n > at_freeze[p] or n == per_partition for p, n in positions(api).items()),
+            240,
+            "g2 to apply to every partition",
+        )
         g1.signal(signal.SIGCONT)
         outcome = zombie_outcome(g1)
         assert outcome.startswith("ZOMBIE COMMIT FAILED"), outcome
