@@ -1028,18 +1028,25 @@ def per_partition_count(counts: list[int], as_json: bool) -> int:
             argv.append(arg)
     merged: list[dict] = []
     loads: list[list[float]] = []
+    running: list[subprocess.Popen] = []
+    # A SIGTERM stops the count's run, which still reports (its own SIGTERM handling), and no count after it.
+    signal.signal(signal.SIGTERM, lambda *_: (STOPPED.append(True), [p.terminate() for p in running]))
     for count in counts:
+        if STOPPED:
+            break
         log(f"--- {count} partitions")
-        done = subprocess.run(
+        child = subprocess.Popen(
             [sys.executable, __file__, *[a for a in argv if a != "--json"], "--json"],
             env={**os.environ, PARTITIONS_ENV: str(count)},
             stdout=subprocess.PIPE,
             text=True,
         )
-        if done.returncode != 0:
-            print(f"the run at {count} partitions failed with exit status {done.returncode}", file=sys.stderr)
-            return done.returncode
-        result = json.loads(done.stdout)
+        running[:] = [child]
+        out, _ = child.communicate()
+        if child.returncode != 0:
+            print(f"the run at {count} partitions failed with exit status {child.returncode}", file=sys.stderr)
+            return child.returncode
+        result = json.loads(out)
         loads += [result["load_average_start"], result["load_average_end"]]
         for entry in result["measures"]:
             if count != PARTITIONS:
