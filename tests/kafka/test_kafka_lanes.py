@@ -57,6 +57,22 @@ def one_message_each(stream: str, partitions) -> list[PartitionApplies]:
     ]
 
 
+def open_pre_lane_transaction(store: KafkaStore, kafka_broker: str, stream: str) -> Producer:
+    """A writer of partition 0 as streamrep before lanes: its own per-partition id, a record written and
+    its transaction left open."""
+    old = Producer(
+        {
+            "bootstrap.servers": kafka_broker,
+            "transactional.id": keys.partition_txid(store.internal_prefix, stream, "t", 0),
+        }
+    )
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(store.native_topic(stream, "t"), b"old", partition=0)
+    assert old.flush(30) == 0
+    return old
+
+
 def lanes_state(store: KafkaStore, stream: str) -> int | None:
     """The stream's lanes mark, which ``marks()`` hides."""
     fold = store._marks_fold()  # noqa: SLF001
@@ -101,16 +117,7 @@ def test_a_writer_from_before_lanes_is_fenced_then_refused(stores, kafka_broker,
     streamrep that reads only format 1 refuses, so it applies there no more."""
     store = stores()
     stream = add_stream(store, 2)
-    old = Producer(
-        {
-            "bootstrap.servers": kafka_broker,
-            "transactional.id": keys.partition_txid(store.internal_prefix, stream, "t", 0),
-        }
-    )
-    old.init_transactions(30)
-    old.begin_transaction()
-    old.produce(store.native_topic(stream, "t"), b"old", partition=0)
-    assert old.flush(30) == 0
+    old = open_pre_lane_transaction(store, kafka_broker, stream)
     store.apply(stream, "t", 0, [Message(b"new")], {"p|src|t|0": 1}, {"p|src|t|0": None})
     with pytest.raises(KafkaException, match="(?i)fenced|epoch"):
         old.commit_transaction(30)
@@ -126,16 +133,7 @@ def test_a_move_to_lanes_left_half_done_is_finished_by_the_next_writer(stores, k
     store = stores()
     stream = add_stream(store, 1)
     store._write_lanes_mark(stream, keys.LANES_MARKED)  # noqa: SLF001 - the state a kill leaves
-    old = Producer(
-        {
-            "bootstrap.servers": kafka_broker,
-            "transactional.id": keys.partition_txid(store.internal_prefix, stream, "t", 0),
-        }
-    )
-    old.init_transactions(30)
-    old.begin_transaction()
-    old.produce(store.native_topic(stream, "t"), b"old", partition=0)
-    assert old.flush(30) == 0
+    old = open_pre_lane_transaction(store, kafka_broker, stream)
     stores().apply(stream, "t", 0, [Message(b"new")], {"p|src|t|0": 1}, {"p|src|t|0": None})
     with pytest.raises(KafkaException, match="(?i)fenced|epoch"):
         old.commit_transaction(30)
