@@ -174,16 +174,17 @@ def pytest_unconfigure(config):
 
 
 SECURE_FILES = "test_secure_"  # the modules that use the secure_kafka fixture
-# The heaviest modules, one after the other on one worker (a lane of their own): the six secured
-# brokers with their fault tests, then the compose stack (twelve containers). Beside each other
-# they took 23 and 24 minutes of a CI run at a load average of 50-90; alone about 15 and 8.
-HEAVY_LANE = (SECURE_FILES, "test_stack.py")
+# The secured modules, one after the other on one worker (a lane of their own): each worker that used
+# the session's ``secure_kafka`` fixture would start six brokers of its own.
+HEAVY_LANE = SECURE_FILES
+# The compose stack (twelve containers, images built from scratch) runs last, alone: beside the other
+# modules it took 25 minutes of a CI run at a load average of 15-40, and slowed them; alone 7.5.
+ALONE = "tests/e2e/test_stack.py"
 # The modules that take longest, longest first (the heavy lane's first). pytest-xdist hands modules
 # out in collection order, so these start at once and the short ones fill in at the end: the run
 # no longer ends with one worker on a long module and the other idle.
 LONGEST_FIRST = (
     "tests/kafka/test_secure_",
-    "tests/e2e/test_stack.py",
     "tests/e2e/test_wheel_install.py",
     "tests/e2e/test_airflow_e2e.py",
     "tests/e2e/test_airflow_production.py",
@@ -197,6 +198,8 @@ LONGEST_FIRST = (
 
 def _longest_first(item: pytest.Item) -> int:
     path = item.nodeid.split("::")[0]
+    if path == ALONE:
+        return len(LONGEST_FIRST) + 1
     return next((rank for rank, prefix in enumerate(LONGEST_FIRST) if path.startswith(prefix)), len(LONGEST_FIRST))
 
 
@@ -207,20 +210,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: -p no:xdist runs without it
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's loadfile, except that the ``HEAVY_LANE`` modules are one unit of work, run by one
-    worker in collection order: each worker that used the session's ``secure_kafka`` fixture would
-    start six brokers of its own, and the stack must not run beside them."""
+    worker in collection order, and the ``ALONE`` module waits until every other module is done (each
+    worker holds back only its last test), then runs while the other workers finish and stop."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     config.option.loadscopereorder = False  # keep LONGEST_FIRST's order, not the most tests first
 
-    class HeavyLane(LoadFileScheduling):
+    class Lanes(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
             return "the heavy lane" if os.path.basename(scope).startswith(HEAVY_LANE) else scope
 
-    return HeavyLane(config, log)
+        def _assign_work_unit(self, node) -> None:
+            first = next((scope for scope in self.workqueue if scope != ALONE), None)
+            if first is not None:  # any other unit first: one a crashed worker gave back is queued after ALONE
+                self.workqueue.move_to_end(first, last=False)
+                super()._assign_work_unit(node)
+                return
+            # A worker runs its last test only once it gets more work or is shut down: 1 pending is idle.
+            if any(self._pending_of(work) > 1 for work in self.assigned_work.values()):
+                return
+            super()._assign_work_unit(node)
+            for other in self.nodes:
+                if other is not node and not other.shutting_down:
+                    other.shutdown()
+
+    return Lanes(config, log)
 
 
 def pytest_generate_tests(metafunc):

@@ -148,6 +148,9 @@ _SECURITY: dict[int, tuple[type[AuthenticationFailed], str]] = {
 _BROKER = re.compile(r"^(?:[a-z_]+://)?([^/\s]+)/\S*: ")
 _AFTER = re.compile(r" \(after \d+ms in state \w+[^)]*\)$")
 _OPENSSL = re.compile(r"^(?:SSL handshake failed: )?(?:\S+:\d+:\S+ )?(?:error:[0-9A-F]+:[^:]*::)?")
+# OpenSSL's own error in a line librdkafka sometimes reports as a transport failure (_TRANSPORT), not _SSL:
+# when the handshake fails while its socket is read, e.g. a certificate that does not name the host.
+_OPENSSL_FAILED = re.compile(r"\berror:[0-9A-F]+:SSL routines::")
 # A plaintext client on a TLS listener: the broker closes the connection before it answers ApiVersions.
 _CLOSED_EARLY = re.compile(
     r"\]: (?:[a-z_]+://)?([^/\s]+)/\S*: Disconnected: connection closed by peer.*APIVERSION_QUERY"
@@ -199,6 +202,8 @@ def refusal(errors: Sequence[KafkaError], lines: Sequence[str], settings: Mappin
     :param settings: the client's settings (its principal and security.protocol, for the line)
     """
     for err in errors:
+        if err.code() == KafkaError._TRANSPORT and _OPENSSL_FAILED.search(err.str()):
+            err = KafkaError(KafkaError._SSL, err.str())
         if err.code() in _SECURITY:
             refused = TlsRefusal if err.code() == KafkaError._SSL else Refusal
             return refused(KafkaError(err.code(), _security_reason(err, settings)))
