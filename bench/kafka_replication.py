@@ -124,7 +124,6 @@ def bench_latency(
         admin.create_stream(SOURCE, defaultpartitions=PARTITIONS, ttl=0)
         admin.create_topic(SOURCE, "t")
         new_replica(admin, "/mapr/ny/s")
-        admin.create_topic("/mapr/ny/s", "t")
         src, dst = kafka_topic(admin, SOURCE), kafka_topic(admin, "/mapr/ny/s")
         trace = os.path.join(home, "profile.json")
         if name == "baseline":
