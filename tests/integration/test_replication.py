@@ -415,12 +415,14 @@ def test_a_gateways_first_pass_makes_its_reads_and_applies_ready_before_any_mess
     assert gw.run(stop_after=0.5) is None  # a running gateway's passes, with nothing to move
     producers = {part: replica._transactions._producers.get(txid) for part, txid in txids.items()}
     assert all(producers.values()), "no transactional writer made ready"
-    readers = {key[1] for key in source._readers if key[0] == source.native_topic(api.entry(SF).uuid, "t")}
-    assert readers == {0, 1}
+    readers = {key[1] for key in source._reader._parts if key[0] == source.native_topic(api.entry(SF).uuid, "t")}
+    assert readers == {0, 1}  # both partitions assigned to the source store's one consumer
+    consumer = source._reader._consumer
     sent = produce(api, f"{SF}:t", tagged("m", 40))
     assert drain(gw) == len(sent)
     assert_exactly_once(api, NY, sent)
     assert {part: replica._transactions._producers.get(txid) for part, txid in txids.items()} == producers
+    assert source._reader._consumer is consumer
 
 
 @ON_BOTH

@@ -56,12 +56,14 @@ from streamrep.replication.transfer import (
     HeldCheck,
     SourcePartition,
     SourceRead,
+    SourceSpan,
     UnitApply,
     apply_reads,
     ensure_topics,
     lost_data,
     next_position,
     read_source,
+    read_sources,
 )
 
 # HEARTBEAT_KIND, heartbeats and gateway_outage are defined with the other service documents in service.py;
@@ -608,12 +610,11 @@ class Gateway:
         until = time.monotonic() + (PASS_SECONDS if self._running else 0.0)
         while due and not self.stopping.is_set():  # a signal: the batches in progress were the last
             reads: dict[SourcePartition, SourceRead] = {}
-            for unit, (position, bounds) in due.items():
-                try:
-                    source_store = self.catalog.clusters.store(unit.source.cluster)
-                    reads[unit] = read_source(source_store, unit, position, max_messages, bounds=bounds)
-                except StreamrepError as err:
-                    failed(unit, err)
+            for unit, found in self._read_due(due, max_messages).items():
+                if isinstance(found, StreamrepError):
+                    failed(unit, found)
+                else:
+                    reads[unit] = found
             # Every partition's batch at once: a store may overlap their transactions.
             applied = self._apply_reads(
                 {u: (assignment.units[u], r.messages, r.source_start, r.span) for u, r in reads.items()}, marks
@@ -645,6 +646,25 @@ class Gateway:
         else:
             self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
         return moved
+
+    def _read_due(
+        self, due: Mapping[SourcePartition, tuple[int, tuple[int, int]]], max_messages: int
+    ) -> dict[SourcePartition, SourceRead | StreamrepError]:
+        """The next batch of each due partition (its position, the source's bounds), read together per
+        source cluster (``transfer.read_sources``): a Kafka source fetches them all with one consumer."""
+        by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
+        for unit in due:
+            by_cluster[unit.source.cluster].append(unit)
+        result: dict[SourcePartition, SourceRead | StreamrepError] = {}
+        for cluster, units in by_cluster.items():
+            try:
+                source_store = self.catalog.clusters.store(cluster)
+            except StreamrepError as err:
+                result.update((unit, err) for unit in units)
+                continue
+            spans = [SourceSpan(unit, due[unit][0], max_messages, bounds=due[unit][1]) for unit in units]
+            result.update(zip(units, read_sources(source_store, spans), strict=True))
+        return result
 
     def _still_served(self, assignment: Assignment, errors: Mapping[Flow, str]) -> set[Flow]:
         """The flows whose state this pass records: those it served, and those that failed while their

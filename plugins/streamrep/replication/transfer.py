@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from streamrep.errors import AlreadyExists, Conflict, NotFound, RetryNow, StreamrepError, Unavailable
 from streamrep.model.acls import one_way_replica
@@ -27,7 +27,7 @@ from streamrep.model.replication import (
     stop_key,
 )
 from streamrep.replication.apply import ApplyPlan, own_messages, plan_apply
-from streamrep.store.base import ApplyResult, PartitionApplies, ReplicaApply, Store
+from streamrep.store.base import ApplyResult, PartitionApplies, ReplicaApply, SpanRead, Store
 
 CONFLICT_RETRIES = 20
 
@@ -255,20 +255,86 @@ def read_until(
 
     :param readable: as ``Store.read_span``.
     """
-    if end is not None:
-        max_messages = min(max_messages, end - start)  # the range holds at most this many messages
-    if max_messages <= 0:
-        return [], start
-    messages, read_next = source_store.read_span(
-        unit.source_uuid, unit.topic, unit.partition, start, max_messages, readable
+    [found] = _read_until(source_store, [SourceSpan(unit, start, max_messages, end, readable)])
+    if isinstance(found, StreamrepError):
+        raise found
+    return found
+
+
+class SourceSpan(NamedTuple):
+    """One partition's part of ``read_sources``: ``read_source``'s arguments (``readable``: the
+    end of ``bounds``, for ``read_until``)."""
+
+    unit: SourcePartition
+    start: int
+    max_messages: int
+    end: int | None = None
+    readable: int | None = None
+    bounds: tuple[int, int] | None = None
+
+
+def _read_until(source_store: Store, spans: Sequence[SourceSpan]) -> list[tuple[list[Message], int] | StreamrepError]:
+    """``read_until`` of each span, in order, in one ``Store.read_spans``."""
+    result: list[tuple[list[Message], int] | StreamrepError | None] = []
+    wanted: list[SpanRead] = []
+    for unit, start, max_messages, end, readable, _ in spans:
+        if end is not None:
+            max_messages = min(max_messages, end - start)  # the range holds at most this many messages
+        if max_messages <= 0:
+            result.append(([], start))
+            continue
+        result.append(None)
+        wanted.append(SpanRead(unit.source_uuid, unit.topic, unit.partition, start, max_messages, readable))
+    found = iter(source_store.read_spans(wanted) if wanted else [])
+    for i, span in enumerate(spans):
+        if result[i] is not None:
+            continue
+        got = next(found)
+        if not isinstance(got, StreamrepError) and span.end is not None and got[1] > span.end:
+            # The read went past the end (offsets holding no message were within it): every
+            # message of [start, end) is still in it.
+            messages = got[0]
+            if messages and messages[-1].offset >= span.end:
+                messages = [m for m in messages if m.offset < span.end]
+            got = (messages, span.end)
+        result[i] = got
+    return cast("list[tuple[list[Message], int] | StreamrepError]", result)
+
+
+def read_sources(source_store: Store, spans: Sequence[SourceSpan]) -> list[SourceRead | StreamrepError]:
+    """``read_source`` of each span, in order, with one ``Store.read_spans`` for all (a network store
+    fetches every partition at once) and one ``Store.offsets_many`` for those whose oldest offset
+    must be asked again; a span that cannot be read gets its error, and the others are still read."""
+    bounded = []
+    for span in spans:
+        end = span.end
+        if span.bounds is not None:
+            end = span.bounds[1] if end is None else min(end, span.bounds[1])
+        bounded.append(span._replace(end=end, readable=None if span.bounds is None else span.bounds[1]))
+    reads = _read_until(source_store, bounded)
+    # When the batch starts at ``start``, nothing before it was removed: ``bounds``' first stands.
+    ask = [
+        i
+        for i, (span, read) in enumerate(zip(bounded, reads, strict=True))
+        if not isinstance(read, StreamrepError)
+        and not (span.bounds is not None and read[0] and read[0][0].offset == span.start)
+    ]
+    asked = source_store.offsets_many(
+        [(bounded[i].unit.source_uuid, bounded[i].unit.topic, bounded[i].unit.partition) for i in ask]
     )
-    if end is not None and read_next > end:
-        # The read went past the end (offsets holding no message were within it): every
-        # message of [start, end) is still in it.
-        if messages and messages[-1].offset >= end:
-            messages = [m for m in messages if m.offset < end]
-        read_next = end
-    return messages, read_next
+    first = dict(zip(ask, asked, strict=True))
+    result: list[SourceRead | StreamrepError] = []
+    for i, (span, read) in enumerate(zip(bounded, reads, strict=True)):
+        if isinstance(read, StreamrepError):
+            result.append(read)
+            continue
+        held = first.get(i)
+        if isinstance(held, StreamrepError):
+            result.append(held)
+            continue
+        source_start = span.bounds[0] if held is None and span.bounds is not None else cast("tuple[int, int]", held)[0]
+        result.append(SourceRead(read[0], (span.start, read[1]), source_start))
+    return result
 
 
 def read_source(
@@ -287,15 +353,10 @@ def read_source(
         starts at ``start``, nothing before it was removed, so ``first`` stands for the oldest offset
         held (asked again otherwise).
     """
-    readable = None if bounds is None else bounds[1]
-    if readable is not None:
-        end = readable if end is None else min(end, readable)
-    messages, read_next = read_until(source_store, unit, start, max_messages, end, readable)
-    if bounds is not None and messages and messages[0].offset == start:
-        source_start = bounds[0]
-    else:
-        source_start = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
-    return SourceRead(messages, (start, read_next), source_start)
+    [found] = read_sources(source_store, [SourceSpan(unit, start, max_messages, end, bounds=bounds)])
+    if isinstance(found, StreamrepError):
+        raise found
+    return found
 
 
 def apply_batch(

@@ -22,6 +22,17 @@ CatalogDoc = dict[str, Any]
 RETENTION_CHECK_SECONDS = 1.0
 
 
+class SpanRead(NamedTuple):
+    """One partition's part of ``Store.read_spans``: ``Store.read_span``'s arguments."""
+
+    stream: str
+    topic: str
+    partition: int
+    start: int
+    max_messages: int
+    readable: int | None = None
+
+
 class ReplicaApply(NamedTuple):
     """One replica's part of ``Store.apply_many``: ``Store.apply``'s arguments for it."""
 
@@ -140,6 +151,18 @@ class Store(ABC):
         if messages:
             return messages, messages[-1].offset + 1
         return messages, max(start, self.offsets(stream, topic, partition)[0])
+
+    def read_spans(self, spans: Sequence[SpanRead]) -> list[tuple[list[Message], int] | StreamrepError]:
+        """``read_span`` of each span, in order; a span that cannot be read gets its error, and the
+        others are still read. This default reads them one after another; a network store reads them
+        all at once."""
+        result: list[tuple[list[Message], int] | StreamrepError] = []
+        for span in spans:
+            try:
+                result.append(self.read_span(*span))
+            except StreamrepError as err:
+                result.append(err)
+        return result
 
     @abstractmethod
     def offsets(self, stream: str, topic: str, partition: int) -> tuple[int, int]:

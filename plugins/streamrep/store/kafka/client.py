@@ -38,7 +38,6 @@ CATALOG_RETRIES = 30
 # A client whose answers stay transient this long is replaced (see ``KafkaStore._watermarks``).
 STALE_CLIENT_SECONDS = 2.0
 MAX_TRANSACTIONAL_PRODUCERS = 64  # each holds a connection: the least recently used are closed
-MAX_READERS = 16
 # A reader's wait for its next fetch before it looks again whether it has reached its end: the
 # marker that ends a transaction is no record, so the end can be reached with nothing returned.
 FETCH_WAIT_SECONDS = 0.002

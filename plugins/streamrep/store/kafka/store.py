@@ -37,7 +37,6 @@ import os
 import threading
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -63,20 +62,18 @@ from streamrep.model.message import Message
 from streamrep.model.naming import INTERNAL_PREFIX, TopicNaming, naming_for
 from streamrep.model.offsetsyncs import prune
 from streamrep.model.replication import mark_partition
-from streamrep.store.base import ApplyResult, CatalogDoc, PartitionApplies, ReplicaApply, Store
+from streamrep.store.base import ApplyResult, CatalogDoc, PartitionApplies, ReplicaApply, SpanRead, Store
 from streamrep.store.kafka.acls import KafkaAcls
 from streamrep.store.kafka.client import (
     CATALOG_RETRIES,
     CLIENT_LOG,
     GROUP_ACTIVE,
     INTERNAL_TOPIC_CONFIG,
-    MAX_READERS,
     MAX_TRANSACTIONAL_PRODUCERS,
     NAMESPACE_SETTING,
     STALE_CLIENT_SECONDS,
     TIMEOUT_SECONDS,
     TRANSIENT,
-    fetched,
     internal_prefix,
     kafka_error,
     translate,
@@ -84,6 +81,7 @@ from streamrep.store.kafka.client import (
 )
 from streamrep.store.kafka.folds import CatalogFold, Fold, MarksFold, SyncsFold
 from streamrep.store.kafka.installations import Installations
+from streamrep.store.kafka.reader import SharedReader, Span
 from streamrep.store.kafka.serialized import serialized, unheld
 from streamrep.store.kafka.transactions import TRANSACTION_TIMEOUT_MS, Transaction, Transactions
 
@@ -97,16 +95,6 @@ UNKNOWN_PART = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaE
 # local producers to a multi-master replica), its offsets are not guessed for this long (_apply_round).
 UNGUESSED_SECONDS = 60.0
 FENCE_THREADS = 32  # producers initialised at once to fence a replica's pre-lane ids (``_to_lanes``)
-
-
-class _Reader:
-    """A consumer kept for one partition, and the offset it will read next (None: unknown, seek)."""
-
-    __slots__ = ("consumer", "next")
-
-    def __init__(self, consumer: Consumer):
-        self.consumer = consumer
-        self.next: int | None = None
 
 
 @serialized
@@ -152,7 +140,7 @@ class KafkaStore(Store):
         self._meta_consumer: Consumer | None = None
         self._uncommitted_consumer: Consumer | None = None  # sees the high watermark, not the LSO
         self._transactions = Transactions(self)
-        self._readers: OrderedDict[tuple[str, int], _Reader] = OrderedDict()  # by (Kafka topic, partition)
+        self._reader = SharedReader(self)
         # The offset the next apply into a replica partition gets if nobody else writes there (after its last
         # commit, whose marker takes one offset), and until when (monotonic) it is not guessed for a partition
         # where another writer proved it wrong.
@@ -553,30 +541,12 @@ class KafkaStore(Store):
             raise self._translate(errors[0], f"cannot write to {name}")
         return {partition: min(offsets) for partition, offsets in results.items() if offsets}
 
-    def _reader(self, name: str, partition: int, start: int) -> Consumer:
-        """A consumer positioned at ``start`` of one partition; kept, so sequential reads keep their prefetch."""
-        self._fresh()
-        key = (name, partition)
-        entry = self._readers.get(key)
-        if entry is None:
-            entry = self._readers[key] = _Reader(self._consumer())
-            while len(self._readers) > MAX_READERS:
-                self._readers.popitem(last=False)[1].consumer.close()
-        self._readers.move_to_end(key)
-        if entry.next != start:
-            entry.consumer.assign([TopicPartition(name, partition, start)])
-            entry.next = start
-        return entry.consumer
-
     def prepare_read(self, stream: str, topic: str, partition: int, start: int) -> None:
         self._fresh()
-        name = self._kafka_name(stream, topic)
-        if (name, partition) not in self._readers and len(self._readers) < MAX_READERS:  # never evicts
-            self._reader(name, partition, start)
+        self._reader.prepare(self._kafka_name(stream, topic), partition, start)
 
     def _forget_readers(self, names: Sequence[str]) -> None:
-        for key in [k for k in self._readers if k[0] in set(names)]:
-            self._readers.pop(key).consumer.close()
+        self._reader.forget(names)
 
     def read(self, stream: str, topic: str, partition: int, start: int, max_messages: int) -> list[Message]:
         return self.read_span(stream, topic, partition, start, max_messages)[0]
@@ -584,63 +554,34 @@ class KafkaStore(Store):
     def read_span(
         self, stream: str, topic: str, partition: int, start: int, max_messages: int, readable: int | None = None
     ) -> tuple[list[Message], int]:
-        name = self._kafka_name(stream, topic)
-        if readable is None:
-            first, end = self._watermarks(name, partition, topic)
-            start = max(start, first)
-        else:  # below the oldest offset held, the reader resets to it (auto.offset.reset): a read that starts later
-            end = readable
-        if start >= end or max_messages <= 0:
-            return [], start
-        consumer = self._reader(name, partition, start)
-        out: list[Message] = []
-        position = start
-        overshoot = False  # a message outside [start, end) was consumed: the reader must seek next time
-        deadline = time.monotonic() + TIMEOUT_SECONDS
-        new = tuple.__new__
-        append = out.append
-        while len(out) < max_messages and position < end and not overshoot and time.monotonic() < deadline:
-            with self._errors(f"cannot read {name}"):
-                batch = fetched(consumer, min(max_messages - len(out), 10000))
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise self._translate(err, f"cannot read {name}")
-                offset = msg.offset()
-                assert offset is not None  # a consumed message has one
-                if offset >= end or offset < start:  # past the span, or fetched before a reposition:
-                    overshoot = True  # never returned, and the reader seeks again next time
-                    continue
-                # A consumed message's headers are a list of (name, value) pairs (the stubs also allow a dict).
-                headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
-                append(
-                    new(
-                        Message,
-                        (
-                            msg.value() or b"",
-                            msg.key(),
-                            tuple([(k, v or b"") for k, v in headers]) if headers else (),
-                            msg.timestamp()[1],
-                            partition,
-                            offset,
-                            topic,
-                        ),
-                    )
-                )
-            if out:
-                position = max(position, out[-1].offset + 1)
-            if not overshoot and len(out) < max_messages:
-                with self._errors(f"cannot read {name}"):
-                    at = consumer.position([TopicPartition(name, partition)])[0].offset
-                position = max(position, at)  # past transaction markers
-        if not out and position < end and not overshoot:  # records there, none fetched: a stale client
-            self._forget_readers([name])
-            raise Unavailable(f"cluster {self.cluster}: reading {name} timed out at offset {position} of {end}")
-        nxt = out[-1].offset + 1 if len(out) >= max_messages else min(position, end)
-        self._readers[(name, partition)].next = nxt if not overshoot and position == nxt else None
-        return out, nxt
+        [found] = self.read_spans([SpanRead(stream, topic, partition, start, max_messages, readable)])
+        if isinstance(found, StreamrepError):
+            raise found
+        return found
+
+    def read_spans(self, spans: Sequence[SpanRead]) -> list[tuple[list[Message], int] | StreamrepError]:
+        self._fresh()
+        wanted: list[Span | StreamrepError] = []
+        for stream, topic, partition, start, max_messages, readable in spans:
+            try:
+                name = self._kafka_name(stream, topic)
+                if readable is None:
+                    first, end = self._watermarks(name, partition, topic)
+                    start = max(start, first)
+                else:  # below the oldest offset held, the reader resets to it (auto.offset.reset)
+                    end = readable
+                wanted.append(Span(name, topic, partition, start, max_messages, end))
+            except StreamrepError as err:
+                wanted.append(err)
+        spans_read = [w for w in wanted if isinstance(w, Span)]
+        found = iter(self._reader.read(spans_read))
+        result: list[tuple[list[Message], int] | StreamrepError] = []
+        for w in wanted:
+            got = w if isinstance(w, StreamrepError) else next(found)
+            if isinstance(got, RetryNow):  # no transaction reads: a fenced reader is a client that failed
+                got = Unavailable(str(got))
+            result.append(got)
+        return result
 
     def _watermarks(self, name: str, partition: int, topic: str, uncommitted: bool = False) -> tuple[int, int]:
         """``(first offset held, last stable offset)`` of a Kafka partition (the high watermark instead,
@@ -1195,8 +1136,7 @@ class KafkaStore(Store):
             for fold in self._folds.values():
                 fold.close()
             self._installations.close()
-            for reader in self._readers.values():
-                reader.consumer.close()
+            self._reader.close()
             if self._meta_consumer is not None:
                 self._meta_consumer.close()
             if self._uncommitted_consumer is not None:
