@@ -395,7 +395,7 @@ def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(cluster
     others still get them; ``record_pass`` records UNEXPECTED with the error, and REPLICATING
     for the others."""
     from streamrep.replication.lag import flow_key
-    from streamrep.replication.transfer import apply_batch
+    from streamrep.replication.transfer import SourceRead, apply_batch
     from streamrep.spark.tasks import apply_runs, record_pass
 
     admin = clusters
@@ -409,7 +409,7 @@ def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(cluster
     messages = contents(admin, stream)[("temp", 0)]
     apply_batch(admin.store(admin.path(ahead)), admin.entry(ahead).uuid, unit, messages[:5])
 
-    commit = apply_runs(gateway, [(unit, messages[5:], None)])  # messages 5..9 only
+    commit = apply_runs(gateway, {unit: SourceRead(messages[5:], (5, 10), 0)})[unit]  # messages 5..9 only
     assert commit.rows == 5
     assert commit.written == {flow_key(unit.source_uuid, admin.entry(ahead).uuid): 5}
     [(key, error)] = commit.errors.items()

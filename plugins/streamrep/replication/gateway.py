@@ -430,19 +430,54 @@ class Gateway:
         flows resumes (the stored positions are the truth). Reads each replica's marks once.
 
         :param marks: replicas' marks already read, by replica UUID; those read now are added.
+        :raises StreamrepError: the first partition whose bounds or marks cannot be read.
         """
-        marks = {} if marks is None else marks
         result: dict[SourcePartition, Progress] = {}
+        for unit, found in self._progress_each(units, marks).items():
+            if isinstance(found, StreamrepError):
+                raise found
+            result[unit] = found
+        return result
+
+    def _progress_each(
+        self, units: Mapping[SourcePartition, Sequence[Flow]], marks: dict[str, dict[str, int]] | None = None
+    ) -> dict[SourcePartition, Progress | StreamrepError]:
+        """``progress``, with the error of each partition that cannot be read in its place; the source's
+        bounds asked once per source cluster (``Store.offsets_many``)."""
+        marks = {} if marks is None else marks
+        bounds: dict[SourcePartition, tuple[int, int] | StreamrepError] = {}
+        by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
+        for unit in units:
+            by_cluster[unit.source.cluster].append(unit)
+        for cluster, mine in by_cluster.items():
+            try:
+                asked = self.catalog.clusters.store(cluster).offsets_many(
+                    [(unit.source_uuid, unit.topic, unit.partition) for unit in mine]
+                )
+            except StreamrepError as err:
+                asked = [err] * len(mine)
+            bounds.update(zip(mine, asked, strict=True))
+        result: dict[SourcePartition, Progress | StreamrepError] = {}
         for unit, flows in units.items():
-            source_store = self.catalog.clusters.store(unit.source.cluster)
-            source_start, source_end = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
-            for flow in flows:
-                if flow.replica_uuid not in marks:
-                    marks[flow.replica_uuid] = self.store.marks(flow.replica_uuid)
-            position = min(
-                (next_position(self.store, f.replica_uuid, unit, source_start, marks[f.replica_uuid]) for f in flows),
-                default=source_end,
-            )
+            found = bounds[unit]
+            if isinstance(found, StreamrepError):
+                result[unit] = found
+                continue
+            source_start, source_end = found
+            try:
+                for flow in flows:
+                    if flow.replica_uuid not in marks:
+                        marks[flow.replica_uuid] = self.store.marks(flow.replica_uuid)
+                position = min(
+                    (
+                        next_position(self.store, f.replica_uuid, unit, source_start, marks[f.replica_uuid])
+                        for f in flows
+                    ),
+                    default=source_end,
+                )
+            except StreamrepError as err:
+                result[unit] = err
+                continue
             result[unit] = Progress(source_start, source_end, position)
         return result
 
@@ -488,6 +523,16 @@ class Gateway:
         Returns the messages written and the errors, by flow."""
         written, errors = self._apply(unit, flows, batch, source_start, span)
         return written, {flow: f"{unit.topic}/{unit.partition}: {err}" for flow, err in errors.items()}
+
+    def apply_reads(
+        self, reads: Mapping[SourcePartition, tuple[Iterable[Flow], Sequence[Message], int, tuple[int, int] | None]]
+    ) -> dict[SourcePartition, tuple[dict[Flow, int], dict[Flow, str]]]:
+        """``apply`` for the reads of several source partitions at once (a Spark task's round), each
+        read as ``apply``'s arguments: on Kafka one transaction per apply lane."""
+        return {
+            unit: (written, {flow: f"{unit.topic}/{unit.partition}: {err}" for flow, err in errors.items()})
+            for unit, (written, errors) in self._apply_reads(reads).items()
+        }
 
     def _apply(
         self,
@@ -594,9 +639,12 @@ class Gateway:
         # its last one ended: each apply moved every flow's stored position to at least there, and it
         # checks the positions in its own transaction.
         due: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}  # unit -> (position, the source's bounds)
-        for unit, flows in sorted(assignment.units.items()):
+        progressed = self._progress_each(dict(sorted(assignment.units.items())), marks)
+        for unit, progress in progressed.items():
+            flows = assignment.units[unit]
             try:
-                progress = self.progress({unit: flows}, marks)[unit]
+                if isinstance(progress, StreamrepError):
+                    raise progress
                 if self._running:  # a one-off drain makes nothing ready ahead
                     self._prepare(unit, flows, progress.position)
                 positions[unit] = progress.position

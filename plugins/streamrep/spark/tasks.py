@@ -21,20 +21,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.model.message import Message
+from streamrep.errors import StreamrepError
 from streamrep.replication.copy import CopyPlan, check_copy, copy_partition
 from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway, Progress
 from streamrep.replication.lag import flow_key
-from streamrep.replication.transfer import SourcePartition, next_position, read_until
+from streamrep.replication.transfer import SourcePartition, SourceRead, SourceSpan, next_position, read_sources
 from streamrep.spark.offsets import offset_key, spread
 from streamrep.spark.rows import READ_CHUNK
 from streamrep.spark.runtime import admin_for, gateway_for
-from streamrep.spark.writer import ApplyCommit, source_start
-from streamrep.store.base import Store
-
-# A run: messages of one source partition, and the span of source offsets their read covered.
-Run = tuple[SourcePartition, list[Message], tuple[int, int] | None]
+from streamrep.spark.writer import ApplyCommit
 
 
 @dataclass
@@ -77,50 +73,74 @@ def plan_share(
     ]
 
 
-def _share_start(admin: StreamAdmin, cluster: str, partition: GatewayPartition, source_store: Store) -> int:
-    """Where a share's source partition resumes: the lowest stored position of its replicas."""
-    unit = partition.unit
+def _share_starts(
+    admin: StreamAdmin, cluster: str, partitions: Sequence[GatewayPartition]
+) -> dict[SourcePartition, int]:
+    """Where each share's source partition resumes: the lowest stored position of its replicas (the
+    oldest offsets held asked once per source cluster)."""
     dest_store = admin.clusters.store(cluster)
-    first, _ = source_store.offsets(unit.source_uuid, unit.topic, unit.partition)
-    marks = {r: dest_store.marks(r) for r in set(partition.replica_uuids)}
-    return min((next_position(dest_store, r, unit, first, m) for r, m in marks.items()), default=partition.end)
+    marks = {r: dest_store.marks(r) for p in partitions for r in p.replica_uuids}
+    starts: dict[SourcePartition, int] = {}
+    for source_cluster in {p.unit.source.cluster for p in partitions}:
+        mine = [p for p in partitions if p.unit.source.cluster == source_cluster]
+        held = admin.clusters.store(source_cluster).offsets_many(
+            [(p.unit.source_uuid, p.unit.topic, p.unit.partition) for p in mine]
+        )
+        for partition, bounds in zip(mine, held, strict=True):
+            if isinstance(bounds, StreamrepError):
+                raise bounds
+            unit = partition.unit
+            starts[unit] = min(
+                (next_position(dest_store, r, unit, bounds[0], marks[r]) for r in set(partition.replica_uuids)),
+                default=partition.end,
+            )
+    return starts
 
 
-def _share_runs(home: str | None, cluster: str, partition: GatewayPartition) -> Iterator[Run]:
-    """The reads of a share's source partition as runs: the messages and the span of each."""
-    admin = admin_for(home)
-    unit = partition.unit
-    source_store = admin.store(unit.source)
-    position = _share_start(admin, cluster, partition, source_store)
-    while position < partition.end:
-        messages, read_next = read_until(source_store, unit, position, READ_CHUNK, partition.end)
-        if read_next <= position:
-            return
-        yield unit, messages, (position, read_next)
-        position = read_next
+def _read_round(
+    admin: StreamAdmin, positions: Mapping[SourcePartition, int], ends: Mapping[SourcePartition, int]
+) -> dict[SourcePartition, SourceRead]:
+    """The next chunk of each partition from its position, up to its end: one ``read_sources`` per source
+    cluster (a Kafka source fetches them all with one consumer). A partition that cannot be read fails the
+    task (Spark runs it again, from the stored positions)."""
+    reads: dict[SourcePartition, SourceRead] = {}
+    for source_cluster in {unit.source.cluster for unit in positions}:
+        units = [unit for unit in positions if unit.source.cluster == source_cluster]
+        spans = [SourceSpan(unit, positions[unit], READ_CHUNK, ends[unit]) for unit in units]
+        for unit, read in zip(units, read_sources(admin.clusters.store(source_cluster), spans), strict=True):
+            if isinstance(read, StreamrepError):
+                raise read
+            reads[unit] = read
+    return reads
 
 
-def apply_runs(gateway: Gateway, runs: Iterable[Run]) -> ApplyCommit:
-    """Apply runs of one source partition each into every unpaused replica on the gateway's
-    cluster that their source feeds. A replica that fails is reported
-    and skipped for the rest of the task; the others go on."""
-    by_source = None
-    failed: set[tuple[SourcePartition, str]] = set()
-    commit = ApplyCommit()
-    for unit, messages, span in runs:
-        if by_source is None:
-            by_source = gateway.active_flows()
+def apply_runs(
+    gateway: Gateway,
+    reads: Mapping[SourcePartition, SourceRead],
+    commits: dict[SourcePartition, ApplyCommit] | None = None,
+    failed: set[tuple[SourcePartition, str]] | None = None,
+) -> dict[SourcePartition, ApplyCommit]:
+    """Apply one round of reads (one per source partition) at once (``Gateway.apply_reads``; on Kafka
+    one transaction per apply lane) into every unpaused replica on the gateway's cluster that their
+    source feeds, adding to ``commits``. A replica that fails is reported and added to ``failed``
+    (unit, replica UUID), which later rounds skip; the others go on."""
+    commits = {} if commits is None else commits
+    failed = set() if failed is None else failed
+    by_source = gateway.active_flows()
+    applies = {}
+    for unit, read in reads.items():
         flows = [f for f in by_source.get(unit.source_uuid, ()) if (unit, f.replica_uuid) not in failed]
-        start = source_start(gateway.admin.store(unit.source), unit)
-        written, errors = gateway.apply(unit, flows, messages, start, span)
-        commit.rows += len(messages)
+        applies[unit] = (flows, read.messages, read.source_start, read.span)
+    for unit, (written, errors) in gateway.apply_reads(applies).items():
+        commit = commits.setdefault(unit, ApplyCommit(key=offset_key(unit)))
+        commit.rows += len(reads[unit].messages)
         for flow, n in written.items():
             key = flow_key(flow.source_uuid, flow.replica_uuid)
             commit.written[key] = commit.written.get(key, 0) + n
         for flow, error in errors.items():
             failed.add((unit, flow.replica_uuid))
             commit.errors[flow_key(flow.source_uuid, flow.replica_uuid)] = error
-    return commit
+    return commits
 
 
 def replicate_share(
@@ -130,20 +150,30 @@ def replicate_share(
     partitions: Iterable[GatewayPartition],
     parts: Mapping[str, float] | None = None,
 ) -> Iterator[ApplyCommit]:
-    """Read and apply each source partition in this process (one Spark task of the gateway's
-    driver loop), from the lowest stored position of its replicas, so the stored positions stay
-    the only truth; the messages go straight from the read to the apply (no Arrow rows). Yields
-    one ApplyCommit per partition (``key`` set to its offset key).
+    """Read and apply the source partitions of this task (one Spark task of the gateway's driver
+    loop) in rounds, from the lowest stored position of each one's replicas, so the stored positions
+    stay the only truth: a round reads the next chunk of every partition at once and applies them all
+    at once (``apply_runs``), straight from the read (no Arrow rows). Yields one ApplyCommit per
+    partition (``key`` set to its offset key).
 
     :param parts: this task's part of each replica's byte-rate limit, by replica UUID
         (``throttle.Pacer.share``; None: the whole limit)."""
     gateway = gateway_for(home, cluster, gateway_id)
     if parts is not None:
         gateway.pacer.share(parts)
-    for partition in partitions:
-        commit = apply_runs(gateway, _share_runs(home, cluster, partition))
-        commit.key = offset_key(partition.unit)
-        yield commit
+    admin = admin_for(home)
+    partitions = list(partitions)
+    ends = {p.unit: p.end for p in partitions}
+    commits = {unit: ApplyCommit(key=offset_key(unit)) for unit in ends}
+    failed: set[tuple[SourcePartition, str]] = set()
+    positions = {u: at for u, at in _share_starts(admin, cluster, partitions).items() if at < ends[u]}
+    while positions:
+        # A read that did not move on (nothing readable up to its end now) ends its partition's part.
+        moved = {u: r for u, r in _read_round(admin, positions, ends).items() if r.span[1] > r.span[0]}
+        if moved:
+            apply_runs(gateway, moved, commits, failed)
+        positions = {u: r.span[1] for u, r in moved.items() if r.span[1] < ends[u]}
+    yield from commits.values()
 
 
 def worker_id() -> str:

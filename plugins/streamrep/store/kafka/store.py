@@ -26,7 +26,8 @@ each owning its topics (``installations``).
 The store is split into modules, each stating its invariants: ``keys`` (the internal records' and
 transactional ids' formats), ``transactions`` (compare-and-set by fencing), ``folds`` (the internal
 topics read into memory), ``installations`` (what other installations on the brokers hold),
-``acls`` (Kafka ACLs kept in step with the catalog), ``serialized`` (one thread at a time per store
+``acls`` (Kafka ACLs kept in step with the catalog), ``reader`` (one consumer for every partition
+read), ``serialized`` (one thread at a time per store
 object, for every public method) and ``client`` (settings and Kafka's errors).
 """
 
