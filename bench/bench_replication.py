@@ -48,11 +48,14 @@ from benchlib import (
     PARTITIONS,
     PARTITIONS_ENV,
     TOPIC,
+    TOPICS,
+    TOPICS_ENV,
     AfterExit,
     Conn,
     PeakRss,
     baseline_copy,
     baseline_loop,
+    bulk_topics,
     drain,
     drop,
     fill,
@@ -86,6 +89,10 @@ from streamrep.spark.submit import Terminated, start_app, stop_job
 
 MIB = 1 << 20
 MIN_RUNS = 3  # every figure is the median of at least this many runs
+
+
+class Skipped(Exception):
+    """A part of a case that this shape does not measure."""
 
 
 class Stopped(Exception):
@@ -789,12 +796,8 @@ def streamrep_drain(admin: StreamAdmin, home: str, ends: tuple[str, str], run: i
     replica = f"/mapr/ny/r{run}"
     link(admin, BULK, replica, alone=True)
     usage = mirrormaker.drain_streamrep(home, Path(home) / f"drain-{run}.log", timeout=600 + count / 500)
-    check = mirrormaker.replica_check(
-        f"streamrep backlog run {run}",
-        (ends[0], kafka_topic(admin, BULK)),
-        (ends[1], kafka_topic(admin, replica)),
-        transactional=True,
-    )
+    pairs = [(kafka_topic(admin, BULK, t), kafka_topic(admin, replica, t)) for t in bulk_topics()]
+    check = mirrormaker.replicas_check(f"streamrep backlog run {run}", ends[0], ends[1], pairs, transactional=True)
     return {"with_start_s": usage.wall_s, "cpu_s": usage.cpu_s, "peak_rss_mib": usage.peak_rss_mib, **check}
 
 
@@ -886,9 +889,12 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
         ends = src_conn, dst_conn = brokers[0].bootstrap, brokers[1].bootstrap
         home, admin = kafka_home(*ends)
         admin.create_stream(BULK, defaultpartitions=PARTITIONS, ttl=0)
-        admin.create_topic(BULK, TOPIC)
-        bulk = kafka_topic(admin, BULK)
-        kafka_fill(src_conn, bulk, count, 100)
+        bulk = []
+        for topic in bulk_topics():  # the backlog spread evenly over them
+            admin.create_topic(BULK, topic)
+            bulk.append(kafka_topic(admin, BULK, topic))
+            kafka_fill(src_conn, bulk[-1], count // TOPICS, 100)
+        count = count // TOPICS * TOPICS
         run = 0
         for _ in range(repeats):  # interleaved: a change in load hits every kind alike
             for kind in kinds:
@@ -898,11 +904,15 @@ def bench_mm2(count: int, seconds: float, repeats: int, rates: tuple[int, ...] =
                 if kind == "streamrep":
                     drains[kind].append(streamrep_drain(admin, home, ends, run, count))
                 else:
-                    mm = mirrormaker.MirrorMaker(src_conn, dst_conn, [bulk], MM2_MODES[kind], Path(home), run)
+                    mm = mirrormaker.MirrorMaker(src_conn, dst_conn, bulk, MM2_MODES[kind], Path(home), run)
                     drains[kind].append(mirrormaker.drain_mm2(mm, bulk, count, timeout=600 + count / 500))
                 log(f"  mm2 backlog {kind}: {drains[kind][-1]}")
         try:  # the backlog figures stand if a window fails; the window entries then say why
+            if TOPICS > 1:
+                raise Skipped(f"the latency windows run on one topic, not {TOPICS}")
             mm2_windows(admin, home, ends, seconds, repeats, rates, windows)
+        except Skipped as err:
+            window_error = f"not measured: {err}"
         except Exception as err:  # noqa: BLE001 - a benchmark reports, it does not gate
             window_error = f"error: {type(err).__name__}: {err}"
             log(f"  mm2 windows: {window_error}\n{traceback.format_exc()}")
@@ -1010,16 +1020,17 @@ def _stop(*_) -> None:
     raise Stopped()
 
 
-def per_partition_count(counts: list[int], as_json: bool) -> int:
-    """This benchmark's arguments (without --partitions) once per partition count, each in a process of its
-    own with ``PARTITIONS_ENV`` set; their measures merged, named ``<name>_p<count>`` beside the default count."""
-    bad = [c for c in counts if c < 1]
+def per_partition_count(counts: list[int], topics: int, as_json: bool) -> int:
+    """This benchmark's arguments (without --partitions and --topics) once per partition count, each in a
+    process of its own with ``PARTITIONS_ENV`` and ``TOPICS_ENV`` set; their measures merged, named
+    ``<name>_p<count>`` beside the default count (``<name>_<topics>x<count>`` with several topics)."""
+    bad = [c for c in [*counts, topics] if c < 1]
     if bad:
-        print(f"--partitions: {bad[0]} is not a partition count (1 or more)", file=sys.stderr)
+        print(f"--partitions, --topics: {bad[0]} is not a count (1 or more)", file=sys.stderr)
         return 2
     argv, skip = [], False
-    for arg in sys.argv[1:]:  # the arguments of each count's run: all but --partitions and its values
-        if arg == "--partitions":
+    for arg in sys.argv[1:]:  # the arguments of each count's run: all but --partitions, --topics and their values
+        if arg in ("--partitions", "--topics"):
             skip = True
         elif skip and arg.lstrip("-").isdigit():
             continue
@@ -1037,7 +1048,7 @@ def per_partition_count(counts: list[int], as_json: bool) -> int:
         log(f"--- {count} partitions")
         child = subprocess.Popen(
             [sys.executable, __file__, *[a for a in argv if a != "--json"], "--json"],
-            env={**os.environ, PARTITIONS_ENV: str(count)},
+            env={**os.environ, PARTITIONS_ENV: str(count), TOPICS_ENV: str(topics)},
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -1049,11 +1060,13 @@ def per_partition_count(counts: list[int], as_json: bool) -> int:
         result = json.loads(out)
         loads += [result["load_average_start"], result["load_average_end"]]
         for entry in result["measures"]:
-            if count != PARTITIONS:
+            if topics > 1:
+                entry["name"] = f"{entry['name']}_{topics}x{count}"
+            elif count != PARTITIONS:
                 entry["name"] = f"{entry['name']}_p{count}"
-            entry["partitions"] = count
+            entry["partitions"], entry["topics"] = count, topics
             merged.append(entry)
-    result = {"measures": merged, "partitions": counts, "load_averages": loads}
+    result = {"measures": merged, "partitions": counts, "topics": topics, "load_averages": loads}
     print(json.dumps(result, indent=2) if as_json else table(result))
     return 0
 
@@ -1077,9 +1090,17 @@ def main() -> int:
         help=f"partitions of every measure's streams (default {PARTITIONS}): each count runs in a process of "
         "its own, and a count other than the default suffixes its measures' names with _p<count>",
     )
+    parser.add_argument(
+        "--topics",
+        type=int,
+        default=1,
+        help="topics of the mm2 case's backlog stream, each of every --partitions count (default 1): 64 with "
+        "--partitions 16 is the 64 x 16 shape; its measures are named <name>_<topics>x<partitions>, and the "
+        "latency windows, which run on one topic, are not measured",
+    )
     args = parser.parse_args()
-    if args.partitions and PARTITIONS_ENV not in os.environ:
-        return per_partition_count(args.partitions, args.json)
+    if (args.partitions or args.topics != 1) and PARTITIONS_ENV not in os.environ:
+        return per_partition_count(args.partitions or [PARTITIONS], args.topics, args.json)
     # A SIGTERM ends the run through the finally blocks: Spark jobs and the broker are stopped.
     signal.signal(signal.SIGTERM, _stop)
     scale = 10 if args.quick else 1

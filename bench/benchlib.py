@@ -41,6 +41,17 @@ BATCH = 10_000
 PARTITIONS_ENV = "STREAMREP_BENCH_PARTITIONS"
 PARTITIONS = int(os.environ.get(PARTITIONS_ENV, "4"))
 TOPIC = "t"
+# Topics of the mm2 case's backlog stream (--topics): 1 is ``TOPIC``; more are t0, t1, ... each of
+# ``PARTITIONS`` partitions (64 x 16 is where MapR users' streams are).
+TOPICS_ENV = "STREAMREP_BENCH_TOPICS"
+TOPICS = int(os.environ.get(TOPICS_ENV, "1"))
+
+
+def bulk_topics() -> list[str]:
+    """The topics of the mm2 case's backlog stream (``TOPICS``)."""
+    return [TOPIC] if TOPICS == 1 else [f"{TOPIC}{i}" for i in range(TOPICS)]
+
+
 IDENTITY = Identity(user="bench")
 
 

@@ -269,33 +269,42 @@ def replica_check(what: str, source: tuple[Conn, str], replica: tuple[Conn, str]
     return {**figures, "markers": markers}
 
 
-def drain_mm2(mm: MirrorMaker, topic: str, count: int, timeout: float) -> dict:
-    """Start ``mm`` on a backlog of ``count`` records in ``topic`` and time it until its replica is complete.
+def replicas_check(what: str, source: Conn, replica: Conn, topics: list[tuple[str, str]], transactional: bool) -> dict:
+    """``replica_check`` of each ``(source topic, replica topic)``, their figures summed."""
+    total: dict = {}
+    for src, dst in topics:
+        for key, value in replica_check(f"{what} ({src})", (source, src), (replica, dst), transactional).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+def drain_mm2(mm: MirrorMaker, topics: list[str], count: int, timeout: float) -> dict:
+    """Start ``mm`` on a backlog of ``count`` records in ``topics`` and time it until its replicas are complete.
 
     The target's last stable offsets are sampled every 0.1 s; the run ends once they reach ``count`` and stay
-    still for 1 s, and the replica is read through and checked. The drain time is from the JVM's start to the
+    still for 1 s, and the replicas are read through and checked. The drain time is from the JVM's start to the
     first sample that reached the final figure: start-up included, the idle second and the check not."""
     admin = AdminClient(kafka_conf(mm.target))
-    replica = mm.replica(topic)
+    replicas = [mm.replica(topic) for topic in topics]
     proc = mm.start()
     samples: list[tuple[float, int]] = []
     try:
         while True:
             if not proc.alive():
                 raise mm.failure(f"exited with status {proc.proc.returncode}")
-            now, end = time.perf_counter(), committed_end(admin, replica)
+            now, end = time.perf_counter(), sum(committed_end(admin, replica) for replica in replicas)
             samples.append((now, end))
             still = [e for t, e in samples if t >= now - 1.0]
             if end >= count and samples[0][0] < now - 1.0 and min(still) == end:
                 break
             if now - proc.t0 > timeout:
-                raise mm.failure(f"had {end:,} of {count:,} offsets in its replica after {timeout:.0f} s")
+                raise mm.failure(f"had {end:,} of {count:,} offsets in its replicas after {timeout:.0f} s")
             time.sleep(0.1)
     finally:
         usage = mm.proc.stop() if mm.proc else None
     done = next(t for t, e in samples if e == samples[-1][1])
-    check = replica_check(
-        f"MM2 backlog run {mm.alias}", (mm.source, topic), (mm.target, replica), transactional=mm.exactly_once
+    check = replicas_check(
+        f"MM2 backlog run {mm.alias}", mm.source, mm.target, list(zip(topics, replicas, strict=True)), mm.exactly_once
     )
     assert usage is not None
     return {

@@ -89,11 +89,12 @@ def test_a_span_that_cannot_be_read_gets_its_error_and_the_others_are_read(store
     assert not isinstance(found[1], StreamrepError) and values(found[1][0]) == [b"x"]
 
 
-def test_idle_partitions_are_unassigned_and_unasked_ones_pause_while_too_much_waits(store, monkeypatch):
+@pytest.mark.parametrize("bound", ["BUFFERED_MESSAGES", "BUFFERED_BYTES"])
+def test_idle_partitions_are_unassigned_and_unasked_ones_pause_while_too_much_waits(store, monkeypatch, bound):
     stream = new_stream(store, 2)
     store.append(stream, "t", {0: [Message(b"a%d" % i) for i in range(200)], 1: [Message(b"b")]})
     name = store.native_topic(stream, "t")
-    monkeypatch.setattr(reader, "BUFFERED_MESSAGES", 10)
+    monkeypatch.setattr(reader, bound, 10)  # messages, or bytes (each value here is 2-4 bytes)
     store.prepare_read(stream, "t", 0, 0)  # assigned and fetching; nobody asks for it yet
     deadline = time.monotonic() + 30
     while not store._reader._parts[(name, 0)].paused and time.monotonic() < deadline:

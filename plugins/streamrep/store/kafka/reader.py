@@ -14,8 +14,8 @@ Invariants, per partition (``_Part``):
 - A read from anywhere else repositions the partition, and drops its buffer: librdkafka drops what
   it fetched before (its op versions); a message below the new start is dropped here too.
 - Messages past a read's end or limit stay in ``buf`` for the next read. Partitions no read asked
-  for in ``IDLE_SECONDS`` are unassigned; beyond ``BUFFERED_MESSAGES`` held, the ones this read did
-  not ask for pause until asked again.
+  for in ``IDLE_SECONDS`` are unassigned; beyond ``BUFFERED_MESSAGES`` or ``BUFFERED_BYTES`` held,
+  the ones this read did not ask for pause until asked again.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from streamrep.store.kafka.client import TIMEOUT_SECONDS, fetched
 from streamrep.store.kafka.parts import StoreCore
 
 BUFFERED_MESSAGES = 100_000
+BUFFERED_BYTES = 64 << 20  # as librdkafka's own prefetch bound (queued.max.messages.kbytes)
 IDLE_SECONDS = 60.0
 POLL_BATCH = 10_000
 
@@ -50,11 +51,12 @@ class Span(NamedTuple):
 
 
 class _Part:
-    __slots__ = ("asked", "buf", "low", "paused", "pos")
+    __slots__ = ("asked", "buf", "low", "nbytes", "paused", "pos")
 
     def __init__(self, start: int):
         self.low = self.pos = start
         self.buf: deque[Any] = deque()
+        self.nbytes = 0  # of the values in ``buf``
         self.asked = time.monotonic()
         self.paused = False
 
@@ -220,6 +222,7 @@ class SharedReader:
             if not part.buf:
                 part.pos = offset
             part.buf.append(msg)
+            part.nbytes += len(msg.value() or b"")
         return errors
 
     def _tidy(self, asked: set[tuple[str, int]]) -> None:
@@ -227,7 +230,8 @@ class SharedReader:
         while more than ``BUFFERED_MESSAGES`` wait."""
         now = time.monotonic()
         self._drop([key for key, part in self._parts.items() if now - part.asked > IDLE_SECONDS])
-        if sum(len(part.buf) for part in self._parts.values()) <= BUFFERED_MESSAGES:
+        parts = self._parts.values()
+        if sum(len(p.buf) for p in parts) <= BUFFERED_MESSAGES and sum(p.nbytes for p in parts) <= BUFFERED_BYTES:
             return
         pause = [key for key, part in self._parts.items() if key not in asked and part.buf and not part.paused]
         if pause:
@@ -246,13 +250,15 @@ def _take(span: Span, part: _Part, out: list[Message]) -> int | None:
         if offset >= span.end:
             break
         buf.popleft()
+        value = msg.value() or b""
+        part.nbytes -= len(value)
         # A consumed message's headers are a list of (name, value) pairs (the stubs also allow a dict).
         headers = cast("list[tuple[str, bytes | None]] | None", msg.headers())
         append(
             new(
                 Message,
                 (
-                    msg.value() or b"",
+                    value,
                     msg.key(),
                     tuple([(k, v or b"") for k, v in headers]) if headers else (),
                     msg.timestamp()[1],
