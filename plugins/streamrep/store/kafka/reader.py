@@ -83,9 +83,7 @@ class SharedReader:
 
     def forget(self, names: Sequence[str]) -> None:
         """Unassign every partition of the Kafka topics ``names`` (deleted, or read wrongly)."""
-        gone = [key for key in self._parts if key[0] in set(names)]
-        if gone and self._consumer is not None:
-            self._unassign(gone)
+        self._drop([key for key in self._parts if key[0] in set(names)])
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -93,18 +91,18 @@ class SharedReader:
         self._consumer, self._parts = None, {}
 
     def _unassign(self, keys: Sequence[tuple[str, int]]) -> None:
-        for key in keys:
-            self._parts.pop(key, None)
         with self.store._errors("cannot unassign partitions"):
             self._client().incremental_unassign([TopicPartition(name, p) for name, p in keys])
+        for key in keys:
+            del self._parts[key]
 
     def _drop(self, keys: Sequence[tuple[str, int]]) -> None:
-        """``_unassign``, where a failure only leaves the partitions assigned until the client is replaced."""
-        if keys:
+        """``_unassign``, where a failure replaces the consumer (its assignment is no longer known)."""
+        if keys and self._consumer is not None:
             try:
                 self._unassign(keys)
             except (StreamrepError, RetryNow):
-                pass
+                self.close()
 
     def _at(self, name: str, partition: int, start: int) -> _Part:
         """The partition's state, positioned so that its next message is the first at or past ``start``."""
@@ -116,9 +114,13 @@ class SharedReader:
                 consumer.resume([TopicPartition(name, partition)])
                 part.paused = False
         else:
-            if part is not None:
-                self._unassign([key])
-            consumer.incremental_assign([TopicPartition(name, partition, start)])
+            try:
+                if part is not None:
+                    self._unassign([key])
+                consumer.incremental_assign([TopicPartition(name, partition, start)])
+            except (KafkaException, StreamrepError, RetryNow):
+                self.close()  # its assignment is no longer known: the next read starts a new consumer
+                raise
             part = self._parts[key] = _Part(start)
         part.asked = time.monotonic()
         return part
