@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,18 @@ kafka_local = load_script("kafka_local")
 wheel_envs = load_script("wheel_envs")
 
 BACKENDS = ("embedded", "kafka")
+# This worker's session-wide servers, each with its stop. ``session_servers_stopped`` stops them before
+# the module that runs alone (``ALONE``), this worker's last: seven idle brokers took about a core.
+SESSION_SERVERS: dict[str, Callable[[], object]] = {}
+
+
+@pytest.fixture(scope="module")
+def session_servers_stopped() -> None:
+    """Stop this worker's session-wide servers (brokers, Spark): for the module that runs last and alone.
+    A test after it that asked for one would get a stopped server."""
+    for stop in SESSION_SERVERS.values():
+        stop()
+    SESSION_SERVERS.clear()
 
 
 @pytest.fixture(scope="session")
@@ -70,6 +83,7 @@ def kafka_broker(tmp_path_factory) -> str:
     broker = kafka_local.Broker("test", port, controller_port, tmp_path_factory.mktemp("kafka"))
     try:
         kafka_local.start(broker, die_with_parent=True)
+        SESSION_SERVERS["kafka_broker"] = lambda: kafka_local.stop(broker, timeout=10)
         yield broker.bootstrap
     finally:
         kafka_local.stop(broker, timeout=10)
@@ -97,6 +111,7 @@ def secure_kafka(tmp_path_factory) -> dict:
     try:
         for cluster in clusters.values():
             kafka_local.start_secure(cluster, die_with_parent=True)
+        SESSION_SERVERS["secure_kafka"] = lambda: [kafka_local.stop_secure(c, timeout=10) for c in clusters.values()]
         yield clusters
     finally:
         for cluster in clusters.values():
@@ -118,6 +133,7 @@ def spark_cluster(tmp_path_factory):
     cluster = spark_local.Cluster(port, webui_port, worker_webui_port, tmp_path_factory.mktemp("spark"))
     try:
         spark_local.start(cluster, die_with_parent=True)
+        SESSION_SERVERS["spark_cluster"] = lambda: spark_local.stop(cluster, timeout=10)
         yield cluster
     finally:
         spark_local.stop(cluster, timeout=10)
@@ -211,7 +227,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's loadfile, except that the ``HEAVY_LANE`` modules are one unit of work, run by one
     worker in collection order, and the ``ALONE`` module waits until every other module is done (each
-    worker holds back only its last test), then runs while the other workers finish and stop."""
+    worker holds back only its last test), then runs on one worker (not the heavy lane's, when it can)
+    while the others finish and stop."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -232,9 +249,14 @@ def pytest_xdist_make_scheduler(config, log):
             # A worker runs its last test only once it gets more work or is shut down: 1 pending is idle.
             if any(self._pending_of(work) > 1 for work in self.assigned_work.values()):
                 return
-            super()._assign_work_unit(node)
-            for other in self.nodes:
-                if other is not node and not other.shutting_down:
+            # To a worker that did not start the secured clusters, if one is still there (it stops its
+            # own session servers first: ``session_servers_stopped``), the others shut down.
+            idle = [n for n in self.nodes if not n.shutting_down]
+            lighter = [n for n in idle if "the heavy lane" not in self.assigned_work[n]]
+            chosen = node if node in lighter or not lighter else lighter[0]
+            super()._assign_work_unit(chosen)
+            for other in idle:
+                if other is not chosen:
                     other.shutdown()
 
     return Lanes(config, log)

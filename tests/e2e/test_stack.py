@@ -60,8 +60,9 @@ def engine_processes() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def stack_run():
-    """up, check and down, once for the module: what check saw, and what down left."""
+def stack_run(session_servers_stopped):
+    """up, check and down, once for the module: what check saw, and what down left. The module runs
+    last and alone (tests/conftest.py), after this worker's own brokers and Spark are stopped."""
     try:
         host = stack.engine_host(start=True)
     except stack.DockerUnavailable as err:
