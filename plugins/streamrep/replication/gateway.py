@@ -59,6 +59,7 @@ from streamrep.replication.transfer import (
     SourceSpan,
     UnitApply,
     apply_reads,
+    by_source_cluster,
     ensure_topics,
     lost_data,
     next_position,
@@ -446,10 +447,7 @@ class Gateway:
         bounds asked once per source cluster (``Store.offsets_many``)."""
         marks = {} if marks is None else marks
         bounds: dict[SourcePartition, tuple[int, int] | StreamrepError] = {}
-        by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
-        for unit in units:
-            by_cluster[unit.source.cluster].append(unit)
-        for cluster, mine in by_cluster.items():
+        for cluster, mine in by_source_cluster(units).items():
             try:
                 asked = self.catalog.clusters.store(cluster).offsets_many(
                     [(unit.source_uuid, unit.topic, unit.partition) for unit in mine]
@@ -700,11 +698,8 @@ class Gateway:
     ) -> dict[SourcePartition, SourceRead | StreamrepError]:
         """The next batch of each due partition (its position, the source's bounds), read together per
         source cluster (``transfer.read_sources``): a Kafka source fetches them all with one consumer."""
-        by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
-        for unit in due:
-            by_cluster[unit.source.cluster].append(unit)
         result: dict[SourcePartition, SourceRead | StreamrepError] = {}
-        for cluster, units in by_cluster.items():
+        for cluster, units in by_source_cluster(due).items():
             try:
                 source_store = self.catalog.clusters.store(cluster)
             except StreamrepError as err:
@@ -730,11 +725,8 @@ class Gateway:
         position and the source's bounds: what a running pass moves next without a new assignment.
         Each source cluster is asked once for all of its partitions; a partition whose bounds cannot
         be read now waits for the next pass."""
-        by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
-        for unit in positions:
-            by_cluster[unit.source.cluster].append(unit)
         result: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
-        for cluster, units in by_cluster.items():
+        for cluster, units in by_source_cluster(positions).items():
             try:
                 asked = self.catalog.clusters.store(cluster).offsets_many(
                     [(unit.source_uuid, unit.topic, unit.partition) for unit in units]

@@ -58,6 +58,15 @@ class SourcePartition:
         return self.source_uuid, apply_lane(self.topic, self.partition)
 
 
+def by_source_cluster(units: Iterable[SourcePartition]) -> dict[str, list[SourcePartition]]:
+    """``units`` grouped by their source's cluster, each group in the order given: what one store
+    call per cluster (``offsets_many``, ``read_spans``) asks at once."""
+    groups: dict[str, list[SourcePartition]] = defaultdict(list)
+    for unit in units:
+        groups[unit.source.cluster].append(unit)
+    return groups
+
+
 def ensure_topics(
     source_store: Store,
     source_uuid: str,

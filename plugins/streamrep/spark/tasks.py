@@ -26,7 +26,14 @@ from streamrep.replication.copy import CopyPlan, check_copy, copy_partition
 from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway, Progress
 from streamrep.replication.lag import flow_key
-from streamrep.replication.transfer import SourcePartition, SourceRead, SourceSpan, next_position, read_sources
+from streamrep.replication.transfer import (
+    SourcePartition,
+    SourceRead,
+    SourceSpan,
+    by_source_cluster,
+    next_position,
+    read_sources,
+)
 from streamrep.spark.offsets import offset_key, spread
 from streamrep.spark.rows import READ_CHUNK
 from streamrep.spark.runtime import admin_for, gateway_for
@@ -81,8 +88,9 @@ def _share_starts(
     dest_store = admin.clusters.store(cluster)
     marks = {r: dest_store.marks(r) for p in partitions for r in p.replica_uuids}
     starts: dict[SourcePartition, int] = {}
-    for source_cluster in {p.unit.source.cluster for p in partitions}:
-        mine = [p for p in partitions if p.unit.source.cluster == source_cluster]
+    by_unit = {p.unit: p for p in partitions}
+    for source_cluster, units in by_source_cluster(by_unit).items():
+        mine = [by_unit[unit] for unit in units]
         held = admin.clusters.store(source_cluster).offsets_many(
             [(p.unit.source_uuid, p.unit.topic, p.unit.partition) for p in mine]
         )
@@ -104,8 +112,7 @@ def _read_round(
     cluster (a Kafka source fetches them all with one consumer). A partition that cannot be read fails the
     task (Spark runs it again, from the stored positions)."""
     reads: dict[SourcePartition, SourceRead] = {}
-    for source_cluster in {unit.source.cluster for unit in positions}:
-        units = [unit for unit in positions if unit.source.cluster == source_cluster]
+    for source_cluster, units in by_source_cluster(positions).items():
         spans = [SourceSpan(unit, positions[unit], READ_CHUNK, ends[unit]) for unit in units]
         for unit, read in zip(units, read_sources(admin.clusters.store(source_cluster), spans), strict=True):
             if isinstance(read, StreamrepError):
