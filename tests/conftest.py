@@ -149,9 +149,24 @@ def pytest_sessionstart(session):
         faulthandler.enable(file=log, all_threads=True)
 
 
+def _exit_finished_worker() -> None:
+    """End a test worker once its session is over and reported. pytest-xdist would keep it until the
+    whole run ends, and librdkafka clients the tests left open keep reconnecting to the brokers its
+    session stopped: in one CI rehearsal such a worker took both cores (143 clients) while the other
+    built and started the compose stack, which then timed out (docs/platform.md). The controller has
+    its ``workerfinished`` by now, and ignores the channel's end after it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    os._exit(0)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     if getattr(config, "workerinput", None) is None:  # the controller, before it starts the workers
         os.environ[CRASH_DIR] = tempfile.mkdtemp(prefix="streamrep-crash-")  # they inherit it
+    else:  # the first cleanup added is the last run, after every plugin's own
+        config.add_cleanup(_exit_finished_worker)
     # A runner may start the suite as a background job of a non-interactive shell, which ignores
     # SIGINT, and every child would inherit that: the Ctrl-C tests' commands would never see it.
     # A terminal's Ctrl-C reaches a foreground command with the default disposition; a Python
