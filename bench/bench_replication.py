@@ -100,6 +100,8 @@ class Stopped(Exception):
 
 
 GRACE = 5.0  # seconds the replica is still read after the producer of a steady-rate window has ended
+WARM_TOPIC = "warm"  # of the window streams: a gateway process's first record, before the clock (``gateway_warmed``)
+WARM_UP_S = 15.0  # what a window's gateway process is given to start up, on top of the window
 
 # name -> (unit, kind, threshold). kind "max": value <= threshold; "ratio>=" / "ratio<=": value / baseline.
 GOALS: dict[str, tuple[str, str, float]] = {
@@ -504,9 +506,9 @@ def window_streams(admin, baseline_peer: str | None, windows: int) -> None:
     for path, peer in (("/mapr/sf/s", "/mapr/ny/s"), ("/mapr/sf/b", baseline_peer))[: 2 if baseline_peer else 1]:
         admin.create_stream(path, defaultpartitions=PARTITIONS, ttl=0)
         admin.create_stream(peer, copymetafrom=path)
-        for i in range(windows):
-            admin.create_topic(path, f"w{i}")
-            admin.create_topic(peer, f"w{i}")
+        for name in [WARM_TOPIC, *(f"w{i}" for i in range(windows))]:
+            admin.create_topic(path, name)
+            admin.create_topic(peer, name)
     admin.add_replica("/mapr/sf/s", "/mapr/ny/s")
     admin.add_upstream("/mapr/ny/s", "/mapr/sf/s")
 
@@ -566,16 +568,45 @@ def bench_continuous(rates: list[int], seconds: float, repeats: int) -> dict[str
     return out
 
 
+def gateway_warmed(admin: StreamAdmin, ends: tuple[Conn, Conn], timeout: float = 300) -> Callable[[], None]:
+    """Waits until a gateway process just started has replicated one record of /mapr/sf/s's ``WARM_TOPIC``:
+    its first pass (its share taken, a reader and the lanes' producers made ready) before the clock, as
+    MM2 is warmed up before its windows (``mm2_warm``)."""
+    src, dst = kafka_topic(admin, "/mapr/sf/s", WARM_TOPIC), kafka_topic(admin, "/mapr/ny/s", WARM_TOPIC)
+
+    def wait() -> None:
+        target = kafka_count(ends[1], dst, None, timeout=60) + 1
+        kafka_fill(ends[0], src, 1, 100)
+        deadline = time.monotonic() + timeout
+        while kafka_count(ends[1], dst, target, timeout=2) < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the gateway replicated nothing of {src} in {timeout:.0f} s")
+
+    return wait
+
+
 def kafka_window(
-    src_conn: Conn, dst_conn: Conn, src: str, dst: str, rate: int, seconds: float, worker: mp.Process | None = None
+    src_conn: Conn,
+    dst_conn: Conn,
+    src: str,
+    dst: str,
+    rate: int,
+    seconds: float,
+    worker: mp.Process | None = None,
+    warmed: Callable[[], None] | None = None,
 ) -> tuple[dict, int]:
     """One steady-rate window on Kafka: ``worker`` (a process that replicates ``src`` to ``dst``, started here,
     or None when a gateway already runs), a producer at ``rate`` msg/s for ``seconds``, and a read_committed
-    consumer of ``dst`` until ``GRACE`` s after the producer ends. Returns ``window_figures`` and the count produced."""
+    consumer of ``dst`` until ``GRACE`` s after the producer ends. ``warmed`` waits until the worker has
+    started up (``gateway_warmed``); without it the clock starts 3 s after the worker. Returns
+    ``window_figures`` and the count produced."""
     ctx = mp.get_context("spawn")
     if worker is not None:
         worker.start()
-        time.sleep(3.0)  # the worker's consumer assigned, or the gateway's share taken, before the clock
+        if warmed is None:
+            time.sleep(3.0)  # the worker's consumer assigned before the clock
+        else:
+            warmed()
     producer = ctx.Process(target=kafka_produce_steadily, args=(src_conn, src, rate, seconds, 100))
     producer.start()
     pairs: list[tuple[float, float]] = []
@@ -726,8 +757,9 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
             for label, (src_conn, dst_conn) in conns.items():
                 home, admin = homes[label]
                 src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
-                worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
-                f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
+                worker = ctx.Process(target=gateway_loop, args=(home, WARM_UP_S + seconds + GRACE + 5, 0.05))
+                warmed = gateway_warmed(admin, conns[label])
+                f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker, warmed)
                 f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))  # what the gateway process left
                 exactly(
                     f"{label} window {i}",
@@ -856,8 +888,9 @@ def mm2_windows(
                 log(f"  mm2 {kind} @ {rate}/s: {f}")
                 if kind == "mm2_eos":  # the gateway's window next, on its own topic, while MM2 idles
                     src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
-                    worker = ctx.Process(target=gateway_loop, args=(home, seconds + GRACE + 5, 0.05))
-                    f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker)
+                    worker = ctx.Process(target=gateway_loop, args=(home, WARM_UP_S + seconds + GRACE + 5, 0.05))
+                    warmed = gateway_warmed(admin, ends)
+                    f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker, warmed)
                     f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))
                     f.update(mirrormaker.replica_check(f"streamrep window {i}", (src_conn, src), (dst_conn, dst), True))
                     windows[("streamrep", rate)].append(f)
