@@ -202,10 +202,8 @@ class MirrorMaker:
 def committed_end(admin: AdminClient, topic: str) -> int:
     """The sum of ``topic``'s last stable offsets (what read_committed readers can reach; commit markers
     included); 0 while the topic does not exist."""
-    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
     try:
-        futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=10)
-        return sum(f.result().offset for f in futures.values())
+        return partition_ends(admin, topic, IsolationLevel.READ_COMMITTED, timeout=10)
     except KafkaException:
         return 0
 
@@ -237,14 +235,14 @@ def read_ids(conn: Conn, topic: str, timeout: float = 600) -> tuple[list[int], i
                     ended.add(m.partition())
     finally:
         consumer.close()
-    return ids, log_end(AdminClient(kafka_conf(conn)), topic)
+    return ids, partition_ends(AdminClient(kafka_conf(conn)), topic, IsolationLevel.READ_UNCOMMITTED, timeout=60)
 
 
-def log_end(admin: AdminClient, topic: str) -> int:
-    """The sum of ``topic``'s high watermarks, in one request: a call per partition stalled for minutes
-    at 256 partitions."""
+def partition_ends(admin: AdminClient, topic: str, isolation: IsolationLevel, timeout: float) -> int:
+    """The sum of ``topic``'s partition ends as ``isolation`` reads them, in one request (a call per
+    partition stalled for minutes at 256 partitions)."""
     request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
-    futures = admin.list_offsets(request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=60)
+    futures = admin.list_offsets(request, isolation_level=isolation, request_timeout=timeout)
     return sum(f.result().offset for f in futures.values())
 
 
