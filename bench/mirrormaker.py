@@ -122,15 +122,28 @@ class Measured:
 
 
 class MirrorMaker:
-    """One MM2 run in dedicated mode: ``source`` -> ``target`` (plaintext bootstraps) for ``topics``.
+    """One MM2 run in dedicated mode: ``source`` -> ``target`` for ``topics``.
 
+    :param source: a plaintext bootstrap, or a secured cluster's librdkafka settings (SASL_SSL SCRAM and a
+        PEM CA, as ``benchlib.kafka_conf`` takes them), written as the Java clients' settings of its alias
     :param run: makes the cluster aliases, and so every topic MM2 creates, this run's own
     :param exactly_once: ``<target>.exactly.once.source.support = enabled``; else at-least-once (MM2's default)
+    :param replication: the replication factor of every topic MM2 creates (3 on three-broker clusters)
     """
 
-    def __init__(self, source: str, target: str, topics: list[str], exactly_once: bool, home: Path, run: int):
+    def __init__(
+        self,
+        source: Conn,
+        target: Conn,
+        topics: list[str],
+        exactly_once: bool,
+        home: Path,
+        run: int,
+        replication: int = 1,
+    ):
         self.source, self.target, self.topics, self.exactly_once = source, target, topics, exactly_once
         self.home, self.alias, self.target_alias = home / f"mm2-{run}", f"s{run}", f"t{run}"
+        self.replication = replication
         self.proc: Measured | None = None
 
     def replica(self, topic: str) -> str:
@@ -141,23 +154,22 @@ class MirrorMaker:
         src, tgt = self.alias, self.target_alias
         lines = [
             f"clusters = {src}, {tgt}",
-            f"{src}.bootstrap.servers = {self.source}",
-            f"{tgt}.bootstrap.servers = {self.target}",
+            *java_client_settings(src, self.source),
+            *java_client_settings(tgt, self.target),
             f"{src}->{tgt}.enabled = true",
             f"{tgt}->{src}.enabled = false",
             # names (MM2 reads each as a regex; they have no other topic's name in them)
             f"{src}->{tgt}.topics = {', '.join(self.topics)}",
             # one task, as one streamrep gateway: one consumer and one producer for the 4 partitions
             "tasks.max = 1",
-            # single-broker clusters: every topic MM2 creates has one replica
-            "replication.factor = 1",
-            "checkpoints.topic.replication.factor = 1",
-            "heartbeats.topic.replication.factor = 1",
-            "offset-syncs.topic.replication.factor = 1",
-            "offset.storage.replication.factor = 1",
-            "status.storage.replication.factor = 1",
-            "config.storage.replication.factor = 1",
-            "sync.topic.acls.enabled = false",  # the brokers have no authorizer
+            # as many replicas as the clusters have brokers, for every topic MM2 creates
+            *(
+                f"{topic}replication.factor = {self.replication}"
+                for topic in ("", "checkpoints.topic.", "heartbeats.topic.", "offset-syncs.topic.")
+                + ("offset.storage.", "status.storage.", "config.storage.")
+            ),
+            # streamrep copies no ACLs either; on the secured pair MM2 runs as a super user, as streamrep does
+            "sync.topic.acls.enabled = false",
             # one way only: without this MM2 also starts a herder (a Connect worker) for the disabled way back,
             # to emit its heartbeats
             f"{tgt}->{src}.emit.heartbeats.enabled = false",
@@ -173,6 +185,7 @@ class MirrorMaker:
         mm2 = load_kafka_local().MM2
         self.home.mkdir(parents=True, exist_ok=True)
         config = self.home / "mm2.properties"
+        config.touch(mode=0o600)  # it may hold a password
         config.write_text(self.properties())
         command = [
             "java",
@@ -197,6 +210,27 @@ class MirrorMaker:
             line = errors[-1][:400] if errors else line
         mode = "exactly-once" if self.exactly_once else "at-least-once"
         return RuntimeError(f"MirrorMaker 2 ({mode}) {what}: {line}")
+
+
+def java_client_settings(alias: str, conn: Conn) -> list[str]:
+    """The ``<alias>.``-prefixed Java client settings (every MM2 client of that cluster, the Connect worker's
+    included) of a plaintext bootstrap or of a secured cluster's librdkafka settings."""
+    settings = kafka_conf(conn)
+    lines = [f"{alias}.bootstrap.servers = {settings.pop('bootstrap.servers')}"]
+    if settings:
+        known = {"security.protocol", "sasl.mechanism", "sasl.username", "sasl.password", "ssl.ca.location"}
+        if set(settings) - known:
+            raise ValueError(f"MirrorMaker 2 settings: no Java form for {sorted(set(settings) - known)}")
+        login = "org.apache.kafka.common.security.scram.ScramLoginModule"
+        lines += [
+            f"{alias}.security.protocol = {settings['security.protocol']}",
+            f"{alias}.sasl.mechanism = {settings['sasl.mechanism']}",
+            f'{alias}.sasl.jaas.config = {login} required username="{settings["sasl.username"]}" '
+            f'password="{settings["sasl.password"]}";',
+            f"{alias}.ssl.truststore.type = PEM",  # the CA file librdkafka reads, as Java reads it
+            f"{alias}.ssl.truststore.location = {settings['ssl.ca.location']}",
+        ]
+    return lines
 
 
 def committed_end(admin: AdminClient, topic: str) -> int:

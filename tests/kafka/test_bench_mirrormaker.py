@@ -37,6 +37,30 @@ def test_exactly_once_is_set_for_the_target_alias_as_dedicated_mode_needs(mm2, t
     assert "exactly.once" not in alo.properties()
 
 
+def test_a_secured_cluster_s_settings_become_its_alias_java_client_settings(mm2, tmp_path):
+    secured = {
+        "bootstrap.servers": "127.0.0.1:3,127.0.0.1:4",
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "admin",
+        "sasl.password": "pw",
+        "ssl.ca.location": "/ca.pem",
+    }
+    mm = mm2.MirrorMaker("127.0.0.1:1", secured, ["a"], True, tmp_path, 9, replication=3)
+    lines = [line.strip() for line in mm.properties().splitlines()]
+    assert "s9.bootstrap.servers = 127.0.0.1:1" in lines and not any(line.startswith("s9.security") for line in lines)
+    assert "t9.bootstrap.servers = 127.0.0.1:3,127.0.0.1:4" in lines
+    assert "t9.security.protocol = SASL_SSL" in lines and "t9.sasl.mechanism = SCRAM-SHA-512" in lines
+    assert (
+        't9.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" '
+        'password="pw";'
+    ) in lines
+    assert "t9.ssl.truststore.type = PEM" in lines and "t9.ssl.truststore.location = /ca.pem" in lines
+    assert "replication.factor = 3" in lines and "offset.storage.replication.factor = 3" in lines
+    with pytest.raises(ValueError, match="no Java form for \\['ssl.key.location'\\]"):
+        mm2.MirrorMaker({**secured, "ssl.key.location": "/k"}, secured, ["a"], True, tmp_path, 10).properties()
+
+
 def test_a_child_s_cpu_and_peak_memory_come_from_the_kernel(mm2, tmp_path):
     child = mm2.Measured(
         [sys.executable, "-c", "b = bytearray(96 << 20); sum(range(3_000_000))"], tmp_path / "child.log"
