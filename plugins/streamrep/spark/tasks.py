@@ -31,7 +31,6 @@ from streamrep.replication.transfer import (
     SourceRead,
     SourceSpan,
     by_source_cluster,
-    next_position,
     read_sources,
 )
 from streamrep.spark.offsets import offset_key, spread
@@ -78,31 +77,6 @@ def plan_share(
         for k, (u, p) in keyed.items()
         if shares[k] > 0
     ]
-
-
-def _share_starts(
-    admin: StreamAdmin, cluster: str, partitions: Sequence[GatewayPartition]
-) -> dict[SourcePartition, int]:
-    """Where each share's source partition resumes: the lowest stored position of its replicas (the
-    oldest offsets held asked once per source cluster)."""
-    dest_store = admin.clusters.store(cluster)
-    marks = {r: dest_store.marks(r) for p in partitions for r in p.replica_uuids}
-    starts: dict[SourcePartition, int] = {}
-    by_unit = {p.unit: p for p in partitions}
-    for source_cluster, units in by_source_cluster(by_unit).items():
-        mine = [by_unit[unit] for unit in units]
-        held = admin.clusters.store(source_cluster).offsets_many(
-            [(p.unit.source_uuid, p.unit.topic, p.unit.partition) for p in mine]
-        )
-        for partition, bounds in zip(mine, held, strict=True):
-            if isinstance(bounds, StreamrepError):
-                raise bounds
-            unit = partition.unit
-            starts[unit] = min(
-                (next_position(dest_store, r, unit, bounds[0], marks[r]) for r in set(partition.replica_uuids)),
-                default=partition.end,
-            )
-    return starts
 
 
 def _read_round(
@@ -173,7 +147,11 @@ def replicate_share(
     ends = {p.unit: p.end for p in partitions}
     commits = {unit: ApplyCommit(key=offset_key(unit)) for unit in ends}
     failed: set[tuple[SourcePartition, str]] = set()
-    positions = {u: at for u, at in _share_starts(admin, cluster, partitions).items() if at < ends[u]}
+    active = gateway.active_flows()
+    units = {
+        p.unit: [f for f in active.get(p.unit.source_uuid, ()) if f.replica_uuid in p.replica_uuids] for p in partitions
+    }
+    positions = {u: p.position for u, p in gateway.progress(units).items() if p.position < ends[u]}
     while positions:
         # A read that did not move on (nothing readable up to its end now) ends its partition's part.
         moved = {u: r for u, r in _read_round(admin, positions, ends).items() if r.span[1] > r.span[0]}
