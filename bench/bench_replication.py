@@ -881,7 +881,7 @@ def idle_cpu(pid: int, partitions: int, samples: int) -> list[float]:
 
 def gateway_idle(admin: StreamAdmin, home: str, ends: tuple[Conn, Conn], samples: int) -> list[float]:
     """``idle_cpu`` of a gateway process serving the window streams, once it has made its first pass."""
-    partitions = len(admin.entry("/mapr/sf/s").topics) * PARTITIONS
+    partitions = len(admin.list_topics("/mapr/sf/s")) * PARTITIONS
     worker = mp.get_context("spawn").Process(target=gateway_loop, args=(home, WARM_UP_S + samples * IDLE_S + 5, 0.05))
     worker.start()
     try:
