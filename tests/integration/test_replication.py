@@ -425,6 +425,47 @@ def test_a_gateways_first_pass_makes_its_reads_and_applies_ready_before_any_mess
     assert source._reader._consumer is consumer
 
 
+@pytest.mark.backends("kafka")
+def test_an_idle_gateway_waits_for_a_message_rather_than_passing_every_interval(api3, monkeypatch):
+    """Between passes that move nothing, a running gateway waits on its source's consumer
+    (``Store.await_messages``): a message ends the wait at once, whatever the interval, and an idle
+    gateway passes about twice a second, not once per interval."""
+    api = api3
+    linked_pair(api, t=2)
+    gw = Gateway(api, "newyork", "g1")
+    passes: list[float] = []
+    real_run_once = gw.run_once
+
+    def counted(*args, **kwargs):
+        passes.append(time.monotonic())
+        return real_run_once(*args, **kwargs)
+
+    monkeypatch.setattr(gw, "run_once", counted)
+    assert gw.run(interval=0.01, stop_after=3.0) is None
+    idle = [b - a for a, b in itertools.pairwise(passes[1:])]  # after the first pass, which made clients ready
+    assert len(passes) <= 3.0 / gateway_module.PASS_SECONDS + 3, f"{len(passes)} idle passes in 3 s"
+    assert idle and min(idle) >= gateway_module.PASS_SECONDS * 0.9, idle
+
+    outcome: list = []
+    before = len(passes)
+    runner = threading.Thread(target=lambda: outcome.append(gw.run(interval=600)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(passes) == before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # its first pass done: waiting, for 600 s
+        sent = produce(api, f"{SF}:t", tagged("woken", 5))
+        while count(api, NY) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert count(api, NY) == len(sent), "a message did not end the gateway's wait"
+    finally:
+        gw.request_stop("stopped by the test")
+        runner.join(10)
+    assert outcome == ["gateway g1 stopped by the test"] and not runner.is_alive()  # a stop ends the wait too
+    assert_exactly_once(api, NY, sent)
+
+
 @ON_BOTH
 def test_pause_midway_stops_at_a_clean_position_and_resume_continues(api3):
     api = api3

@@ -108,3 +108,20 @@ def test_idle_partitions_are_unassigned_and_unasked_ones_pause_while_too_much_wa
     time.sleep(0.01)
     store.read_span(stream, "t", 1, 1, 10)
     assert (name, 0) not in store._reader._parts
+
+
+def test_a_wait_ends_with_a_message_that_the_next_read_returns(store):
+    stream = new_stream(store, 2)
+    assert store.await_messages(0.1) is None  # nothing read yet: the caller waits by its own clock
+    store.append(stream, "t", {0: [Message(b"old")]})
+    [(old, _)] = store.read_spans([SpanRead(stream, "t", 0, 0, 10)])
+    store.prepare_read(stream, "t", 1, 0)
+    assert values(old) == [b"old"]
+    assert store.await_messages(0.2) is False  # every assigned partition read to its end
+    store.append(stream, "t", {1: [Message(b"new-1")], 0: [Message(b"new-0")]})
+    deadline = time.monotonic() + 30
+    while not store.await_messages(0.5):
+        assert time.monotonic() < deadline, "no message came in 30 s"
+    found = store.read_spans([SpanRead(stream, "t", 0, 1, 10), SpanRead(stream, "t", 1, 0, 10)])
+    assert [values(messages) for messages, _ in found] == [[b"new-0"], [b"new-1"]]  # type: ignore[misc]
+    assert store.read_span(stream, "t", 1, 1, 10) == ([], 1)  # nothing twice

@@ -15,6 +15,7 @@ import itertools
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,11 @@ class World:
     def admin(self, principal: str = "admin") -> StreamAdmin:
         return StreamAdmin(self.homes[principal])
 
+    def close(self) -> None:
+        """Close every principal's clients: left open, they reconnect in a loop once the brokers stop."""
+        for clusters in self.homes.values():
+            clusters.close()
+
     def kafka_topic(self, stream: str, topic: str) -> str:
         api = self.admin()
         sp = api.path(stream)
@@ -132,12 +138,13 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(secure_kafka, tmp_path_factory) -> World:
+def world(secure_kafka, tmp_path_factory) -> Iterator[World]:
     world = World(secure_kafka, tmp_path_factory.mktemp("secure-homes"))
     api = world.admin()
     api.create_stream(SF, produceperm="u:alice", consumeperm="g:eng")
     api.create_topic(SF, "t", 1)
-    return world
+    yield world
+    world.close()
 
 
 def test_the_broker_refuses_plain_clients_where_the_aces_refuse(world):

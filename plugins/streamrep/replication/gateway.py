@@ -75,6 +75,7 @@ UNAVAILABLE_RETRY_MAX_SECONDS = 5.0  # a gateway retries a cluster that is down 
 # A running gateway's pass keeps moving what arrives in its share for up to this long, then reads its
 # assignment again: pauses, removals, new topics and other gateways' shares take effect within it.
 PASS_SECONDS = 0.5
+STOP_CHECK_SECONDS = 0.1  # an idle gateway waiting for messages sees a stop request within this
 log = logging.getLogger(__name__)
 
 
@@ -802,7 +803,7 @@ class Gateway:
                     continue
                 outage.ended()
                 if moved == 0:
-                    self.stopping.wait(interval)
+                    self._idle(interval)
             return None
         except Exception as err:
             # Dying: the replicas it served say why (until a gateway serves them again).
@@ -814,6 +815,30 @@ class Gateway:
             self._sampler = None
             self._running = False
             self._give_up_heartbeat()
+
+    def _idle(self, interval: float) -> None:
+        """The wait after a pass that moved nothing: until a message arrives at a source partition of the
+        share (``Store.await_messages``: the source consumer's fetches, not passes), at most ``interval``
+        or ``PASS_SECONDS`` if longer, so that idle passes cost little and the first message does not
+        wait out a sleep. Where a source store cannot tell, ``interval`` by the clock."""
+        try:
+            clusters = {flow.source.cluster for flow in self.served}
+            stores = list({id(s): s for s in map(self.catalog.clusters.store, sorted(clusters))}.values())
+        except StreamrepError:
+            stores = []
+        deadline = time.monotonic() + max(interval, PASS_SECONDS)
+        while stores and not self.stopping.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for store in stores:
+                arrived = store.await_messages(min(STOP_CHECK_SECONDS, left) / len(stores))
+                if arrived is None:
+                    stores = []
+                    break
+                if arrived:
+                    return
+        self.stopping.wait(interval)
 
     def _give_up_heartbeat(self) -> None:
         """``stop``, best effort: on a store that cannot take it (a full disk) the heartbeat

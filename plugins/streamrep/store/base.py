@@ -304,6 +304,13 @@ class Store(ABC):
         there (a network store's consumer, connected and fetching), for the same reason as
         ``prepare_apply``. Optional."""
 
+    def await_messages(self, timeout: float) -> bool | None:
+        """Wait at most ``timeout`` seconds until a message arrives in a partition this store object reads
+        (``read_spans``, ``prepare_read``), keeping it for the next read: True once one has, False if none
+        did. None at once where the store cannot tell (nothing read yet, or no reader that waits): the
+        caller then waits by its own clock. Optional."""
+        return None
+
     def prepare_apply(self, stream: str, topic: str, partition: int, compression: str | None = None) -> None:  # noqa: B027
         """Make ready what ``apply`` into one partition of ``stream`` needs before its first batch
         (a network store's transactional writer, fenced and initialised), so that a gateway that

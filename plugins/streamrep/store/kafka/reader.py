@@ -81,6 +81,22 @@ class SharedReader:
             with self.store._errors(f"cannot read {name}"):
                 self._at(name, partition, start)
 
+    def wait(self, timeout: float) -> bool | None:
+        """Wait at most ``timeout`` s for a message of an assigned partition, filed for the next read as a
+        read files it: whether one came. None at once when nothing is assigned, or when the consumer fails
+        (the next read reports why)."""
+        if self._consumer is None or not self._parts:
+            return None
+        try:
+            with self.store._errors("cannot read"):
+                batch = fetched(self._consumer, POLL_BATCH, wait=timeout)
+        except (StreamrepError, RetryNow):
+            return None
+        for failed_key in self._file(batch):
+            if failed_key is not None:  # as a read does for a partition no read asks for now
+                self._drop([failed_key])
+        return any(msg.error() is None for msg in batch)
+
     def forget(self, names: Sequence[str]) -> None:
         """Unassign every partition of the Kafka topics ``names`` (deleted, or read wrongly)."""
         self._drop([key for key in self._parts if key[0] in set(names)])

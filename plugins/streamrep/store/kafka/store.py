@@ -542,6 +542,9 @@ class KafkaStore(Store):
             raise self._translate(errors[0], f"cannot write to {name}")
         return {partition: min(offsets) for partition, offsets in results.items() if offsets}
 
+    def await_messages(self, timeout: float) -> bool | None:
+        return self._reader.wait(timeout)
+
     def prepare_read(self, stream: str, topic: str, partition: int, start: int) -> None:
         self._fresh()
         self._reader.prepare(self._kafka_name(stream, topic), partition, start)
