@@ -1194,7 +1194,7 @@ def per_partition_count(counts: list[int], topics: int, as_json: bool) -> int:
         result = json.loads(out)
         loads += [result["load_average_start"], result["load_average_end"]]
         for entry in result["measures"]:
-            if entry["name"] == GROWTH:  # measured across counts, below
+            if entry["name"] == GROWTH or entry.get("why") == "not run (--only)":  # GROWTH: across counts, below
                 continue
             if topics > 1:
                 entry["name"] = f"{entry['name']}_{topics}x{count}"
