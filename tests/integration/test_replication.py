@@ -466,6 +466,43 @@ def test_an_idle_gateway_waits_for_a_message_rather_than_passing_every_interval(
     assert_exactly_once(api, NY, sent)
 
 
+@pytest.mark.backends("kafka")
+def test_a_trickle_moved_by_waiting_passes_arrives_exactly_once(api3, monkeypatch):
+    """A pass that has moved what there was waits on the source's consumer for the next message, up to
+    ``PASS_SECONDS``, rather than ending (``Gateway._await_sources``): a trickle of messages moved that
+    way arrives once each, in order, and the wait ends on a message, not only on the clock."""
+    api = api3
+    linked_pair(api, t=2)
+    gw = Gateway(api, "newyork", "g1")
+    assert gw.run(interval=0.01, stop_after=0.5) is None  # clients ready
+    waits: list[bool | None] = []
+    real_await = gw._await_sources
+
+    def await_sources(until: float) -> bool | None:
+        waits.append(real_await(until))
+        return waits[-1]
+
+    monkeypatch.setattr(gw, "_await_sources", await_sources)
+    sent: list[str] = []
+
+    def trickle() -> None:
+        end = time.monotonic() + 3.0
+        with Producer(api) as producer:
+            while time.monotonic() < end:
+                sent.append(f"trickle-{len(sent)}")
+                producer.send(f"{SF}:t", sent[-1])
+                producer.flush()
+                time.sleep(0.05)
+
+    producer = threading.Thread(target=trickle)
+    producer.start()
+    assert gw.run(interval=0.01, stop_after=3.0) is None
+    producer.join()
+    assert True in waits, f"no wait ended on a message: {waits}"
+    drain(gw)
+    assert_exactly_once(api, NY, sent)
+
+
 @ON_BOTH
 def test_pause_midway_stops_at_a_clean_position_and_resume_continues(api3):
     api = api3

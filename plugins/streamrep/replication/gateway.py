@@ -684,7 +684,12 @@ class Gateway:
                     still[unit] = (positions[unit], bounds)
             due = still
             if time.monotonic() < until:
-                due.update(self._arrived({u: at for u, at in positions.items() if u not in due and u not in stalled}))
+                watched = {u: at for u, at in positions.items() if u not in due and u not in stalled}
+                due.update(self._arrived(watched))
+                # Nothing more now: wait for the next message within the pass rather than end it and
+                # pay a new pass's assignment, marks and bounds for it.
+                while not due and watched and self._await_sources(until):
+                    due.update(self._arrived(watched))
             self.keep_alive()
         self.record_states(self._still_served(assignment, errors), errors)
         self.errors = errors
@@ -818,27 +823,34 @@ class Gateway:
 
     def _idle(self, interval: float) -> None:
         """The wait after a pass that moved nothing: until a message arrives at a source partition of the
-        share (``Store.await_messages``: the source consumer's fetches, not passes), at most ``interval``
-        or ``PASS_SECONDS`` if longer, so that idle passes cost little and the first message does not
-        wait out a sleep. Where a source store cannot tell, ``interval`` by the clock."""
+        share, at most ``interval`` or ``PASS_SECONDS`` if longer, so that idle passes cost little and
+        the first message does not wait out a sleep. Where a source store cannot tell, ``interval``."""
+        if self._await_sources(time.monotonic() + max(interval, PASS_SECONDS)) is None:
+            self.stopping.wait(interval)
+
+    def _await_sources(self, until: float) -> bool | None:
+        """Wait on the source stores of the share (``Store.await_messages``: their consumers' fetches, not
+        passes) until a message arrives at a partition they read, or the monotonic time ``until``, seeing
+        a stop request within ``STOP_CHECK_SECONDS``: True once one has, False at ``until`` or a stop,
+        None at once where a source store cannot tell."""
         try:
             clusters = {flow.source.cluster for flow in self.served}
             stores = list({id(s): s for s in map(self.catalog.clusters.store, sorted(clusters))}.values())
         except StreamrepError:
-            stores = []
-        deadline = time.monotonic() + max(interval, PASS_SECONDS)
-        while stores and not self.stopping.is_set():
-            left = deadline - time.monotonic()
+            return None
+        if not stores:
+            return None
+        while not self.stopping.is_set():
+            left = until - time.monotonic()
             if left <= 0:
-                return
+                return False
             for store in stores:
                 arrived = store.await_messages(min(STOP_CHECK_SECONDS, left) / len(stores))
                 if arrived is None:
-                    stores = []
-                    break
+                    return None
                 if arrived:
-                    return
-        self.stopping.wait(interval)
+                    return True
+        return False
 
     def _give_up_heartbeat(self) -> None:
         """``stop``, best effort: on a store that cannot take it (a full disk) the heartbeat
