@@ -633,6 +633,19 @@ def kafka_window(
     return window_figures(pairs, produced, seconds, GRACE * 1000), produced
 
 
+def gateway_window(
+    admin: StreamAdmin, home: str, ends: tuple[Conn, Conn], i: int, rate: int, seconds: float
+) -> tuple[dict, str, str]:
+    """Window ``i`` of a gateway process on /mapr/sf/s -> /mapr/ny/s (``window_streams``), warmed up before
+    the clock; what it left is drained after (``left_after_window``). Returns the figures and the window's
+    source and replica topics, for the caller's check."""
+    src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
+    worker = mp.get_context("spawn").Process(target=gateway_loop, args=(home, WARM_UP_S + seconds + GRACE + 5, 0.05))
+    f, _ = kafka_window(ends[0], ends[1], src, dst, rate, seconds, worker, gateway_warmed(admin, ends))
+    f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))
+    return f, src, dst
+
+
 def bench_kafka(bootstrap: str, seconds: float, repeats: int, rate: int = 5000) -> dict[str, dict]:
     """The Spark gateway between two namespaces of one Kafka broker, against the plain confluent-kafka
     loop, each in turn under a steady 5k msg/s; replicas read with read_committed consumers."""
@@ -754,7 +767,6 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
     stack: list = []
     drains: dict[str, list[dict]] = {label: [] for label in SECURE_PAIRS}
     windows: dict[str, list[dict]] = {label: [] for label in SECURE_PAIRS}
-    ctx = mp.get_context("spawn")
     try:
         for label in SECURE_PAIRS:
             if STOPPED:
@@ -774,12 +786,7 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
                     admin.remove_replica(BULK, old.path)
                 window_streams(admin, None, repeats)
                 for i in range(repeats):
-                    src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
-                    worker = ctx.Process(target=gateway_loop, args=(home, WARM_UP_S + seconds + GRACE + 5, 0.05))
-                    f, _ = kafka_window(
-                        src_conn, dst_conn, src, dst, rate, seconds, worker, gateway_warmed(admin, conns)
-                    )
-                    f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))  # what the gateway process left
+                    f, src, dst = gateway_window(admin, home, conns, i, rate, seconds)
                     exactly(
                         f"{label} window {i}",
                         kafka_count(src_conn, src, None, timeout=120),
@@ -906,7 +913,6 @@ def mm2_windows(
 ) -> None:
     """The idle spans and latency windows of ``bench_mm2``, appended to ``idles`` and ``windows`` as they end."""
     src_conn, dst_conn = ends
-    ctx = mp.get_context("spawn")
     run = 1000  # aliases apart from the backlog runs'
     for old in list(admin.entry(BULK).replicas):  # the window gateways serve only /mapr/ny/s
         admin.remove_replica(BULK, old.path)
@@ -945,11 +951,7 @@ def mm2_windows(
                 windows[(kind, rate)].append(f)
                 log(f"  mm2 {kind} @ {rate}/s: {f}")
                 if kind == "mm2_eos":  # the gateway's window next, on its own topic, while MM2 idles
-                    src, dst = kafka_topic(admin, "/mapr/sf/s", f"w{i}"), kafka_topic(admin, "/mapr/ny/s", f"w{i}")
-                    worker = ctx.Process(target=gateway_loop, args=(home, WARM_UP_S + seconds + GRACE + 5, 0.05))
-                    warmed = gateway_warmed(admin, ends)
-                    f, _ = kafka_window(src_conn, dst_conn, src, dst, rate, seconds, worker, warmed)
-                    f["left_after_window"] = drain(Gateway(admin, "ny", "bench"))
+                    f, src, dst = gateway_window(admin, home, ends, i, rate, seconds)
                     f.update(mirrormaker.replica_check(f"streamrep window {i}", (src_conn, src), (dst_conn, dst), True))
                     windows[("streamrep", rate)].append(f)
                     log(f"  mm2 streamrep @ {rate}/s: {f}")

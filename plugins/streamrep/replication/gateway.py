@@ -835,7 +835,7 @@ class Gateway:
         None at once where a source store cannot tell."""
         try:
             clusters = {flow.source.cluster for flow in self.served}
-            stores = list({id(s): s for s in map(self.catalog.clusters.store, sorted(clusters))}.values())
+            stores = [self.catalog.clusters.store(cluster) for cluster in sorted(clusters)]
         except StreamrepError:
             return None
         if not stores:
