@@ -80,6 +80,7 @@ from benchlib import (
     start_secure_cluster,
     stop_broker,
     stop_secure_cluster,
+    warm_coordinators,
 )
 
 from streamrep.client import StreamAdmin
@@ -717,7 +718,8 @@ def exactly(what: str, source: int, replica: int) -> None:
 
 def start_pair(label: str, stack: list) -> tuple[Conn, Conn]:
     """The two clusters (``sf``, ``ny``) of pair ``label`` of ``SECURE_PAIRS``; ``stack`` gets each with its
-    stop, for the caller's finally. Returns their conns as ``benchlib.kafka_conf`` takes them (the secured
+    stop, for the caller's finally. Each cluster's coordinators are made ready before any run (``warm_coordinators``).
+    Returns their conns as ``benchlib.kafka_conf`` takes them (the secured
     clusters' as principal admin)."""
     ends = []
     for side in ("sf", "ny"):
@@ -731,7 +733,8 @@ def start_pair(label: str, stack: list) -> tuple[Conn, Conn]:
             cluster = start(f"bench-{side}")
             stack.append((stop_secure_cluster, cluster))
             ends.append(cluster.settings("admin") if label == "secure3" else cluster.bootstrap)
-        log(f"  {label} {side} started in {time.perf_counter() - t:.0f} s")
+        warm_coordinators(ends[-1])
+        log(f"  {label} {side} started (its coordinators ready) in {time.perf_counter() - t:.0f} s")
     return ends[0], ends[1]
 
 
@@ -844,6 +847,7 @@ def bench_kafka_secure(count: int, seconds: float, repeats: int, rate: int = 500
 
 # -- MirrorMaker 2 against the in-process gateway, Kafka to Kafka (issue 20) ---------------------------------
 MM2_MODES = {"mm2_eos": True, "mm2_alo": False}  # kind -> exactly-once; mm2_eos is every mm2_ measure's baseline
+QUICK_MM2_MODES = {"mm2_eos": True}  # --quick: the baseline only (issue 30: every measure in 20 minutes)
 MM2_RATES = (5000, 50000)
 WINDOWS_UP_TO = 256  # partitions: issue 30's latency goals are at 4 and 256; beyond, the backlog and idle CPU
 MM2_SECURE_RATES = (5000,)  # the secured pair's goals are the backlog's, RSS and 5k latency
@@ -910,6 +914,7 @@ def mm2_windows(
     windows: dict[tuple[str, int], list[dict]],
     idles: dict[str, list[float]],
     replication: int,
+    modes: dict[str, bool],
 ) -> None:
     """The idle spans and latency windows of ``bench_mm2``, appended to ``idles`` and ``windows`` as they end."""
     src_conn, dst_conn = ends
@@ -921,7 +926,7 @@ def mm2_windows(
     admin.create_stream(MM2_SOURCE, defaultpartitions=PARTITIONS, ttl=0)
     idles["streamrep"] = gateway_idle(admin, home, ends, repeats)
     log(f"  mm2 streamrep idle CPU ms/s per partition: {idles['streamrep']}")
-    for kind, exactly_once in MM2_MODES.items():
+    for kind, exactly_once in modes.items():
         if not rates and not exactly_once:  # only the idle span: MM2 exactly-once's
             continue
         for i in ["warmup", *range(n)]:
@@ -961,7 +966,12 @@ def mm2_windows(
 
 
 def bench_mm2(
-    count: int, seconds: float, repeats: int, rates: tuple[int, ...] = MM2_RATES, pair: str = "plain1"
+    count: int,
+    seconds: float,
+    repeats: int,
+    rates: tuple[int, ...] = MM2_RATES,
+    pair: str = "plain1",
+    modes: dict[str, bool] = MM2_MODES,
 ) -> dict[str, dict]:
     """MirrorMaker 2 (exactly-once, at-least-once) and the in-process gateway on the same two clusters of
     ``pair`` (``SECURE_PAIRS``: single-broker plaintext, or secured three-broker with MM2 given the same
@@ -971,13 +981,13 @@ def bench_mm2(
     ``rates`` for ``seconds``: each MM2 mode started once and warmed up, a gateway process per window (as
     kafka-secure's), a streamrep window after each MM2 exactly-once one. Every run's replica is read to its
     end and checked record by record against its source (``mirrormaker.replica_check``): loss or duplicates
-    fail the case. The measures are named ``mm2_gateway_*`` on plain1, ``mm2_secure_gateway_*`` on secure3."""
+    fail the case. ``modes``: the MM2 kinds run (``QUICK_MM2_MODES`` leaves at-least-once out). The measures are named ``mm2_gateway_*`` on plain1, ``mm2_secure_gateway_*`` on secure3."""
     reason = mirrormaker.missing_reason()
     if reason:
         raise RuntimeError(reason)
     prefix = "mm2_gateway" if pair == "plain1" else "mm2_secure_gateway"
     replication = 1 if pair == "plain1" else 3
-    kinds = ("streamrep", *MM2_MODES)
+    kinds = ("streamrep", *modes)
     drains: dict[str, list[dict]] = {kind: [] for kind in kinds}
     windows: dict[tuple[str, int], list[dict]] = {(kind, rate): [] for kind in kinds for rate in rates}
     idles: dict[str, list[float]] = {}
@@ -1003,16 +1013,14 @@ def bench_mm2(
                 if kind == "streamrep":
                     drains[kind].append(streamrep_drain(admin, home, ends, run, count))
                 else:
-                    mm = mirrormaker.MirrorMaker(
-                        src_conn, dst_conn, bulk, MM2_MODES[kind], Path(home), run, replication
-                    )
+                    mm = mirrormaker.MirrorMaker(src_conn, dst_conn, bulk, modes[kind], Path(home), run, replication)
                     drains[kind].append(mirrormaker.drain_mm2(mm, bulk, count, timeout=600 + count / 500))
                 log(f"  mm2 backlog {kind}: {drains[kind][-1]}")
         try:  # the backlog figures stand if a window fails; the window entries then say why
             if TOPICS > 1:
                 raise Skipped(f"the latency windows run on one topic, not {TOPICS}")
             timed = rates if PARTITIONS <= WINDOWS_UP_TO else ()
-            mm2_windows(admin, home, ends, seconds, repeats, timed, windows, idles, replication)
+            mm2_windows(admin, home, ends, seconds, repeats, timed, windows, idles, replication, modes)
             if not timed:
                 window_error = f"not measured: the latency windows run at {WINDOWS_UP_TO} partitions and fewer"
         except Skipped as err:
@@ -1029,13 +1037,13 @@ def bench_mm2(
         stop_all(stack)
 
     def drained(kind: str, key: str) -> float | None:
-        values = [d[key] for d in drains[kind]]
+        values = [d[key] for d in drains.get(kind, [])]
         if key == "with_start_s":
             return per_second(count, med(values))
         return med(values)
 
     def windowed(kind: str, rate: int, key: str) -> float | None:
-        return med([f[key] for f in windows[(kind, rate)] if f[key] is not None])
+        return med([f[key] for f in windows.get((kind, rate), []) if f[key] is not None])
 
     rounds = min(len(drains[kind]) for kind in kinds)
     out = {}
@@ -1246,6 +1254,7 @@ def main() -> int:
     messages, backlog, fanout = 1_000_000 // scale, 500_000 // scale, 20_000 // scale
     seconds = 5.0 if args.quick else 20.0  # a steady-rate window; the rates themselves are the goals'
     repeats = max(3, args.repeats)
+    mm2_modes = QUICK_MM2_MODES if args.quick else MM2_MODES
     # The Spark apps (driver and executors) act as the identity that owns the streams.
     os.environ["STREAMREP_USER"] = IDENTITY.user
     load = os.getloadavg()
@@ -1276,9 +1285,9 @@ def main() -> int:
             elif case == "kafka-secure":
                 found.update(bench_kafka_secure(messages, seconds, repeats))
             elif case == "mm2":
-                found.update(bench_mm2(messages, seconds, repeats))
+                found.update(bench_mm2(messages, seconds, repeats, modes=mm2_modes))
             elif case == "mm2-secure":
-                found.update(bench_mm2(messages, seconds, repeats, MM2_SECURE_RATES, pair="secure3"))
+                found.update(bench_mm2(messages, seconds, repeats, MM2_SECURE_RATES, "secure3", mm2_modes))
             elif case == "copy":
                 found.update(bench_copy(messages, repeats))
             elif case == "memory":

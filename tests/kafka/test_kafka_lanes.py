@@ -37,10 +37,17 @@ def stores(kafka_broker, namespace):
         store.close()
 
 
-def add_stream(store: KafkaStore, partitions: int) -> str:
+def add_stream(store: KafkaStore, partitions: int, kafka_broker: str | None = None) -> str:
+    """A stream of one topic; with ``kafka_broker``, one as a streamrep from before lanes left it: no lanes mark."""
     stream = str(uuid.uuid4())
     store.catalog_update("stream", "/s", lambda _: {"uuid": stream, "path": "/s", "naming": None})
     store.create_topic(stream, "t", partitions)
+    if kafka_broker is not None:
+        eraser = Producer({"bootstrap.servers": kafka_broker})
+        marks = store.internal_prefix + "marks"
+        eraser.produce(marks, key=keys.mark_key(stream, keys.LANES_MARK).encode(), value=None)
+        assert eraser.flush(30) == 0
+        assert lanes_state(store, stream) is None
     return stream
 
 
@@ -116,7 +123,7 @@ def test_a_writer_from_before_lanes_is_fenced_then_refused(stores, kafka_broker,
     The first apply under lanes fences it (its commit fails) and marks the stream in format 2, which a
     streamrep that reads only format 1 refuses, so it applies there no more."""
     store = stores()
-    stream = add_stream(store, 2)
+    stream = add_stream(store, 2, kafka_broker)
     old = open_pre_lane_transaction(store, kafka_broker, stream)
     store.apply(stream, "t", 0, [Message(b"new")], {"p|src|t|0": 1}, {"p|src|t|0": None})
     with pytest.raises(KafkaException, match="(?i)fenced|epoch"):
@@ -131,10 +138,26 @@ def test_a_writer_from_before_lanes_is_fenced_then_refused(stores, kafka_broker,
 def test_a_move_to_lanes_left_half_done_is_finished_by_the_next_writer(stores, kafka_broker):
     """The writer that marked the stream died before it fenced the old ids: the next one fences them."""
     store = stores()
-    stream = add_stream(store, 1)
+    stream = add_stream(store, 1, kafka_broker)
     store._write_lanes_mark(stream, keys.LANES_MARKED)  # noqa: SLF001 - the state a kill leaves
     old = open_pre_lane_transaction(store, kafka_broker, stream)
     stores().apply(stream, "t", 0, [Message(b"new")], {"p|src|t|0": 1}, {"p|src|t|0": None})
     with pytest.raises(KafkaException, match="(?i)fenced|epoch"):
         old.commit_transaction(30)
     assert lanes_state(store, stream) == keys.LANES_FENCED
+
+
+def test_a_stream_created_under_lanes_is_born_fenced(stores, monkeypatch):
+    """Its creation writes the lanes mark as done: no streamrep from before lanes knew its UUID, so its
+    first apply fences no per-partition id (at 1,024 partitions, 1,024 producers initialised)."""
+    store = stores()
+    stream = add_stream(store, 8)
+    assert lanes_state(store, stream) == keys.LANES_FENCED
+
+    def refuse(_stream: str) -> None:
+        raise AssertionError("a stream born under lanes was fenced again")
+
+    writer = stores()
+    monkeypatch.setattr(writer, "_fence_partition_writers", refuse)
+    assert writer.apply_partitions(one_message_each(stream, range(8))) == [[0]] * 8
+    assert writer.marks(stream) == {f"p|src|t|{p}": 1 for p in range(8)}

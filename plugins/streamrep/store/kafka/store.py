@@ -317,12 +317,15 @@ class KafkaStore(Store):
                 with self._transaction(txid, "catalog") as txn:
                     # Read after this writer fenced the others. The change's own refusal (a Conflict
                     # among them) is a user error, never retried; only a fenced writer (RetryNow) is.
-                    new = change(self.catalog_get(kind, key))
+                    old = self.catalog_get(kind, key)
+                    new = change(old)
                     payload = None if new is None else json.dumps(new).encode("utf-8")
                     if payload is not None:  # what the folds would skip is refused here, never lost unseen
                         check_document(kind, key, json.loads(payload))
                     if kind == STREAM_KIND:  # the broker's ACLs follow the stream's ACEs, set before the commit
                         self.acls.sync_stream(self.catalog_get(kind, key), new)
+                        if old is None and new is not None:
+                            self._born_laned(txn, new["uuid"])
                     txn.internal("catalog", keys.catalog_key(kind, key), payload)
                 return new
             except RetryNow:
@@ -859,6 +862,13 @@ class KafkaStore(Store):
                 self._write_lanes_mark(stream, keys.LANES_FENCED)
             self._laned.add(stream)
 
+    def _born_laned(self, txn: Transaction, stream: str) -> None:
+        """Mark a new stream as written under lane ids, in the transaction that creates it: no
+        streamrep from before lanes ever saw its UUID, so there is no per-partition id to fence (at
+        1,024 partitions that fence was a third of a first drain's CPU)."""
+        mark = keys.mark_value(keys.LANES_FENCED)
+        txn.internal("marks", keys.mark_key(stream, keys.LANES_MARK), mark, keys.LANES_FORMAT)
+
     def _write_lanes_mark(self, stream: str, value: int) -> None:
         with self._transaction(keys.lanes_txid(self._internal, stream), "marks") as txn:
             txn.internal("marks", keys.mark_key(stream, keys.LANES_MARK), keys.mark_value(value), keys.LANES_FORMAT)
@@ -945,6 +955,15 @@ class KafkaStore(Store):
         predicted: dict[int, list[int]] = {}  # the replica offsets the marks and syncs were written with
         errors: list[list[KafkaError]] = [[] for _ in tasks]
         stored: dict[str, dict[str, int]] = {}  # each stream's marks, read once all are begun
+        syncs_read: list[bool] = []  # the syncs fold was caught up in this round, after every begin
+
+        def syncs_fold() -> SyncsFold:
+            """The syncs fold, caught up once per round: every lane of it is fenced by then."""
+            fold = self._syncs_fold()
+            if not syncs_read:
+                fold.catch_up()
+                syncs_read.append(True)
+            return fold
 
         def abort(txid: str, exc: BaseException, culprit: int | None = None) -> None:
             """End lane ``txid``'s transaction, which ``exc`` failed (raised by ``culprit``'s apply,
@@ -1006,7 +1025,7 @@ class KafkaStore(Store):
             for key, value in marks.items():
                 txn.internal("marks", keys.mark_key(stream, key), keys.mark_value(value))
             runs = [(s, task.partition, r, n) for s, r, n in _runs(syncs, replica_offsets)]
-            for source_offset, sync in self._syncs_writes(stream, task.source, runs).items():
+            for source_offset, sync in self._syncs_writes(stream, task.source, runs, syncs_fold).items():
                 txn.internal(
                     "syncs",
                     keys.sync_key(stream, task.source, source_offset),
@@ -1083,17 +1102,16 @@ class KafkaStore(Store):
             self._syncs_fold().catch_up()  # what the first apply's prune reads
 
     def _syncs_writes(
-        self, stream: str, source: str, runs: list[tuple[int, int, int, int]]
+        self, stream: str, source: str, runs: list[tuple[int, int, int, int]], caught_up: Callable[[], SyncsFold]
     ) -> dict[int, tuple[int, int, int, int] | None]:
         """The syncs records an apply writes, by source offset (None: a tombstone): its ``runs``,
-        and when a prune is due, what ``prune`` changes. Called after the apply's fence, so the
-        caught-up fold holds every earlier apply's syncs of ``source``."""
+        and when a prune is due, what ``prune`` changes. ``caught_up`` is the fold read after the
+        apply's fence, so it holds every earlier apply's syncs of ``source``."""
         writes: dict[int, tuple[int, int, int, int] | None] = {run[0]: run for run in runs}
-        fold = self._syncs_fold()
-        fold.refuse_newer("the offset syncs of stream", stream, "from", source)
+        self._syncs_fold().refuse_newer("the offset syncs of stream", stream, "from", source)
         if not runs or not self.prune_due(stream, source, len(runs)):
             return writes
-        fold.catch_up()
+        fold = caught_up()
         fold.refuse_newer("the offset syncs of stream", stream, "from", source)
         before = {offset: (offset, *value) for offset, value in fold.state.get(stream, {}).get(source, {}).items()}
         kept = {sync[0]: sync for sync in prune([*before.values(), *runs])}

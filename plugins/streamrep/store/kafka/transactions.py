@@ -103,8 +103,9 @@ class Transactions:
             }
         )
         with self.store._errors("cannot start a transaction"):
-            # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer.
-            producer.list_topics(timeout=TIMEOUT_SECONDS)
+            # Connected first: librdkafka otherwise often waits its 500 ms coordinator timer. One
+            # small topic's metadata: every topic's costs the CPU of all their partitions' (1,024+).
+            producer.list_topics(self.store._topics[reads], timeout=TIMEOUT_SECONDS)
             producer.init_transactions(TIMEOUT_SECONDS)
         self.await_decided(reads)
         self._producers[txid] = producer
