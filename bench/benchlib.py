@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka import Producer as KafkaProducer
 from confluent_kafka.admin import AdminClient
 
@@ -402,6 +402,14 @@ def kafka_conf(conn: Conn) -> dict:
     return {"bootstrap.servers": conn} if isinstance(conn, str) else dict(conn)
 
 
+COORDINATOR_SETTLING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError._TIMED_OUT,
+}
+
+
 def warm_coordinators(conn: Conn) -> None:
     """Have a fresh cluster create its transaction and group coordinators' topics now (``__transaction_state``
     and ``__consumer_offsets``, 50 partitions each), before any timed run: otherwise the first run pays for
@@ -409,8 +417,16 @@ def warm_coordinators(conn: Conn) -> None:
     producer = KafkaProducer({**kafka_conf(conn), "transactional.id": f"bench-warm-{uuid.uuid4().hex}"})
     producer.init_transactions(120)
     consumer = Consumer({**kafka_conf(conn), "group.id": f"bench-warm-{uuid.uuid4().hex}"})
+    deadline = time.monotonic() + 120
     try:
-        consumer.committed([TopicPartition("bench-warm", 0)], timeout=120)
+        while True:
+            try:
+                consumer.committed([TopicPartition("bench-warm", 0)], timeout=30)
+                return
+            except KafkaException as exc:  # the coordinator is being made, or moves
+                if exc.args[0].code() not in COORDINATOR_SETTLING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 
