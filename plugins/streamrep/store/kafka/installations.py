@@ -144,8 +144,11 @@ class Installations:
         judged = self.claimed
         if refresh or any(name not in judged for name in names):
             listed = self.store._kafka_topics() if listed is None else listed
+            # Judged again with the new claims, not forgotten: a store writing 64 topics in turn
+            # otherwise read the topic list and every other catalog again for each one it named.
+            names_known = [*self.claimed, *names]
             self.refresh(listed)
-            judged = {name: [c for c in self.claims if c.naming.topic_of(name) is not None] for name in names}
+            judged = {name: [c for c in self.claims if c.naming.topic_of(name) is not None] for name in names_known}
             self.claimed.update((name, claims) for name, claims in judged.items() if name in listed)
         rank = self.rank(naming)
         held = {name: [c for c in judged[name] if c.rank >= rank] for name in names}
