@@ -170,3 +170,21 @@ def test_a_store_sees_an_installation_that_arrives_after_it_first_looked(alice, 
         assert f"{late.namespace}.s__t" not in store.topics(stream)
     finally:
         late.close()
+
+
+def test_naming_topics_in_turn_reads_the_other_installations_once(alice, monkeypatch):
+    """A store writing several topics in turn judges each Kafka name once, not again for every name that
+    follows another (that re-read the topic list and every other catalog: minutes for a 64-topic drain)."""
+    admin, _ = alice
+    path = "/mapr/kc/apps/clicks"
+    for topic in ("a", "b", "c"):
+        admin.create_topic(path, topic, 1)
+    store, stream = admin.store(admin.path(path)), admin.entry(path).uuid
+    listings = []
+    real = store._kafka_topics  # noqa: SLF001 - what a judgement reads
+    monkeypatch.setattr(store, "_kafka_topics", lambda: listings.append(1) or real())
+    names = [store._kafka_name(stream, t) for t in ("a", "b", "c", "home")]  # noqa: SLF001
+    assert len(listings) <= 4  # each name judged at most once
+    listings.clear()
+    assert [store._kafka_name(stream, t) for t in ("a", "b", "c", "home", "a", "c")] == [*names, names[0], names[2]]  # noqa: SLF001
+    assert listings == []  # judged names are known: no listing at all
