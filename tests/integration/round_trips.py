@@ -333,9 +333,12 @@ def round_trips(
     assert held(admin, SF) == result.acked and held(admin, NY) == result.acked  # nothing lost, nothing twice
     assert sum(result.copied_back) == result.written_to[NY]  # only what was produced on the promoted stream
     consumed = Counter(app.consumed)
+    order = {key: i for i, key in enumerate(app.acked)}  # the order they were acknowledged in
+    unread = sorted(set(result.acked) - set(consumed), key=order.__getitem__)
     assert set(consumed) == set(result.acked), (
-        len(set(result.acked) - set(consumed)),
-        len(set(consumed) - set(result.acked)),
+        f"the group never read {len(unread)} acknowledged messages (from {unread[:1]} to {unread[-1:]}), "
+        f"read {len(set(consumed) - set(result.acked))} never acknowledged; its moves {app.moves}; "
+        f"what it read on each stream: {app.rereads()}"
     )
     twice = sorted(k for k, n in consumed.items() if n > 1)
     assert twice == [], f"the group read {len(twice)} messages more than once: {app.rereads()}"

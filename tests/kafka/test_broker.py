@@ -40,7 +40,16 @@ def new_topic(admin):
     def create(partitions: int = 1, **config: str) -> str:
         name = f"smoke-{uuid.uuid4().hex[:10]}"
         admin.create_topics([NewTopic(name, partitions, 1, config=config)])[name].result(TIMEOUT_S)
-        return name
+        # The controller answers before the broker has the topic in its metadata: under load a describe
+        # right after was answered "Unknown topic or partition". Wait until each partition has a leader.
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            found = admin.list_topics(name, timeout=TIMEOUT_S).topics.get(name)
+            leaders = [] if found is None or found.error else [p.leader for p in found.partitions.values()]
+            if len(leaders) == partitions and min(leaders) >= 0:
+                return name
+            assert time.monotonic() < deadline, f"topic {name} has no leader {TIMEOUT_S} s after its creation"
+            time.sleep(0.05)
 
     return create
 
