@@ -955,14 +955,15 @@ class KafkaStore(Store):
         predicted: dict[int, list[int]] = {}  # the replica offsets the marks and syncs were written with
         errors: list[list[KafkaError]] = [[] for _ in tasks]
         stored: dict[str, dict[str, int]] = {}  # each stream's marks, read once all are begun
-        syncs_read: list[bool] = []  # the syncs fold was caught up in this round, after every begin
+        syncs_caught_up = False  # in this round, after every begin
 
         def syncs_fold() -> SyncsFold:
             """The syncs fold, caught up once per round: every lane of it is fenced by then."""
+            nonlocal syncs_caught_up
             fold = self._syncs_fold()
-            if not syncs_read:
+            if not syncs_caught_up:
                 fold.catch_up()
-                syncs_read.append(True)
+                syncs_caught_up = True
             return fold
 
         def abort(txid: str, exc: BaseException, culprit: int | None = None) -> None:
