@@ -75,3 +75,12 @@ class Interrupted(StreamrepError):
 class StoreFull(StreamrepError):
     """A cluster's store cannot take a write: its disk is full. Nothing of the write was kept;
     retrying helps only once space is freed."""
+
+
+def http_status(error: StreamrepError) -> int:
+    """The HTTP status an answer over HTTP (the REST form, the page's API) gives ``error``:
+    403 refused, 404 not found, 503 a cluster that cannot be reached, else 400 (the caller's to fix)."""
+    for kind, status in ((PermissionDenied, 403), (NotFound, 404), (Unavailable, 503)):
+        if isinstance(error, kind):
+            return status
+    return 400

@@ -13,7 +13,9 @@ import os
 import sqlite3
 from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
+import kafka_local  # loaded by tests/conftest.py from scripts/kafka_local.py
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, ParamValidationError
 from airflow_support import DST, SRC, ctx, running_replica
@@ -343,23 +345,20 @@ def test_a_malformed_kafka_connection_is_one_line_error(empty_home, monkeypatch,
 
 
 def test_the_page_hides_the_kafka_bootstrap_servers_from_who_may_not_read_connections():
-    from streamrep.airflow.page import HIDDEN, hide_locations
+    from streamrep.airflow.page_access import HIDDEN, hide_locations, location_scrubber
 
     url = "kafka://k1.example:9092,k2.example:9093"
-    topo = {
-        "clusters": [
-            {
-                "name": "tokyo",
-                "kind": "kafka",
-                "url": url,
-                "error": "cluster tokyo: Kafka at k1.example:9092,k2.example:9093 is unreachable "
-                "(cannot read topics: Failed to get metadata: Local: Broker transport failure)",
-                "streams": [{"path": "/mapr/tokyo/a", "error": "k2.example:9093/2: Connect to ipv4#10.0.0.2 failed"}],
-            }
-        ],
+    tokyo = {
+        "name": "tokyo",
+        "kind": "kafka",
+        "url": url,
+        "error": "cluster tokyo: Kafka at k1.example:9092,k2.example:9093 is unreachable "
+        "(cannot read topics: Failed to get metadata: Local: Broker transport failure)",
+        "streams": [{"path": "/mapr/tokyo/a", "error": "k2.example:9093/2: Connect to ipv4#10.0.0.2 failed"}],
+        "gateways": [{"id": "g1", "master": "spark://k1.example:7077"}],
         "links": [{"source": "/mapr/tokyo/a", "replica": DST, "errors": "cannot read k1.example:9092"}],
     }
-    hidden = json.dumps(hide_locations(topo, "/var/lib/streamrep"))
+    hidden = json.dumps(hide_locations(tokyo, location_scrubber([url], "/var/lib/streamrep")))
     for where in ("k1.example", "k2.example", "kafka://", "10.0.0.2"):
         assert where not in hidden, hidden
     assert f"cluster tokyo: Kafka at {HIDDEN} is unreachable" in hidden
@@ -653,10 +652,21 @@ def test_a_good_trigger_and_other_answers_pass_unchanged(streamrep_dags_in_db):
 @pytest.mark.slow
 def test_page_and_api_refuse_requests_without_a_valid_login(airflow_api, running):
     client, _ = airflow_api
-    for route in ("/streamrep/replication", "/streamrep/api/topology"):
+    for route in ("/streamrep/api/clusters", "/streamrep/api/clusters/newyork"):
         assert client.get(route).status_code == 401, route
         assert client.get(route, headers=as_user("not-a-jwt")).status_code == 403, route
         assert "activity" not in client.get(route).text
+
+
+def whole_topology(client, token) -> tuple[dict, list[dict], str]:
+    """The page's data as the browser gathers it: the cluster list, then each cluster."""
+    listing = client.get("/streamrep/api/clusters", headers=as_user(token))
+    assert listing.status_code == 200, listing.text
+    answers = [
+        client.get(f"/streamrep/api/clusters/{c['name']}", headers=as_user(token)) for c in listing.json()["clusters"]
+    ]
+    assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+    return listing.json(), [a.json() for a in answers], listing.text + "".join(a.text for a in answers)
 
 
 @pytest.mark.slow
@@ -665,18 +675,14 @@ def test_a_viewer_sees_the_topology_but_no_cluster_location(airflow_api, broken_
     admin, tokyo_file = broken_cluster
     home = admin.clusters.home
     for user in ("vic", "uma"):  # viewer and user: no access to connections
-        data = client.get("/streamrep/api/topology", headers=as_user(tokens[user]))
-        assert data.status_code == 200
-        topo = data.json()
-        clusters = {c["name"]: c for c in topo["clusters"]}
+        listing, answers, text = whole_topology(client, tokens[user])
+        clusters = {c["name"]: c for c in answers}
         assert set(clusters) == {"newyork", "sanfrancisco", "tokyo"}
-        assert all(c["url"] is None for c in clusters.values())
+        assert all(c["url"] is None for c in [*clusters.values(), *listing["clusters"]])
         assert clusters["tokyo"]["error"].startswith("cluster tokyo: cannot open store (hidden)")
-        assert {(link["source"], link["replica"]) for link in topo["links"]} == {(SRC, DST)}
-        page = client.get("/streamrep/replication", headers=as_user(tokens[user]))
-        assert page.status_code == 200 and f'data-source="{SRC}" data-replica="{DST}"' in page.text
-        for text in (data.text, page.text):
-            assert home not in text and str(tokyo_file) not in text and "embedded:" not in text
+        links = {(link["source"], link["replica"]) for c in answers for link in c["links"]}
+        assert links == {(SRC, DST)}
+        assert home not in text and str(tokyo_file) not in text and "embedded:" not in text
 
 
 @pytest.mark.slow
@@ -684,27 +690,26 @@ def test_who_may_read_connections_sees_the_cluster_locations(airflow_api, broken
     client, tokens = airflow_api
     admin, tokyo_file = broken_cluster
     for user in ("olga", "ada"):  # op and admin
-        topo = client.get("/streamrep/api/topology", headers=as_user(tokens[user])).json()
-        clusters = {c["name"]: c for c in topo["clusters"]}
+        _, answers, _ = whole_topology(client, tokens[user])
+        clusters = {c["name"]: c for c in answers}
         assert clusters["newyork"]["url"] == admin.clusters.get("newyork").url
         assert str(tokyo_file) in clusters["tokyo"]["error"]
-        page = client.get("/streamrep/replication", headers=as_user(tokens[user]))
-        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
-        assert "REPLICATING" in page.text and "<svg" in page.text
-    assert client.get("/streamrep/", follow_redirects=False).headers["location"] == "replication"
+        [link] = [link for c in answers for link in c["links"]]
+        assert (link["source"], link["replica"]) == (SRC, DST) and link["replicaState"].startswith("REPLICA_STATE_")
+    assert client.get("/streamrep/", follow_redirects=False).headers["location"] == "../plugin/stream-replication"
 
 
 @pytest.mark.slow
 def test_the_ui_session_cookie_is_a_login_too(airflow_api, running):
-    """The page shows inside the UI (an iframe on the same origin): the browser sends the UI's
-    JWT cookie, not a bearer header."""
+    """The page runs inside the UI on the same origin: its requests carry the UI's JWT cookie,
+    not a bearer header."""
     client, tokens = airflow_api
     client.cookies.set("_token", tokens["vic"])
     try:
-        page = client.get("/streamrep/replication")
+        answer = client.get("/streamrep/api/clusters")
     finally:
         client.cookies.clear()
-    assert page.status_code == 200 and "<svg" in page.text
+    assert answer.status_code == 200 and answer.json()["user"] == "vic"
 
 
 @pytest.mark.slow
@@ -716,14 +721,13 @@ def test_only_who_may_trigger_the_gateway_service_starts_or_stops_gateways_from_
     assert client.post("/streamrep/api/gateways/newyork/stop").status_code == 401
     viewer = client.post("/streamrep/api/gateways/newyork/stop", headers=as_user(tokens["vic"]))
     assert viewer.status_code == 403 and service.desired_state(store) is None
-    assert "gatewayControl" not in client.get("/streamrep/replication", headers=as_user(tokens["vic"])).text
+    assert client.get("/streamrep/api/clusters", headers=as_user(tokens["vic"])).json()["mayControl"] is False
+    running.set_cluster_ace("u:alice | u:uma", "newyork")  # the Airflow user acts as themselves
     user = client.post("/streamrep/api/gateways/newyork/stop", headers=as_user(tokens["uma"]))
-    assert user.status_code == 200 and user.json()["desired"] == "stopped" and user.json()["requestedBy"] == "uma"
+    assert user.status_code == 200, user.text
+    assert user.json()["desired"] == "stopped" and user.json()["by"] == "uma" and user.json()["requestedBy"] == "uma"
     assert service.desired_state(store) == "stopped"
-    assert (
-        'class="gw-start" data-cluster="newyork"'
-        in client.get("/streamrep/replication", headers=as_user(tokens["uma"])).text
-    )
+    assert client.get("/streamrep/api/clusters", headers=as_user(tokens["uma"])).json()["mayControl"] is True
 
 
 def tokyo_authenticating_alice(monkeypatch) -> None:
@@ -764,3 +768,111 @@ def test_a_connections_act_as_user_that_its_cluster_does_not_authenticate_is_ref
         else:
             assert admin.caller("tokyo").user == "alice"
         assert admin.caller("newyork").user == login  # an embedded cluster: the connection's user
+
+
+# -- the Test button as Airflow's UI sends it, through Airflow's real API app ----------------------
+def list_test_body(connection: dict) -> dict:
+    """What the connections list's Test button posts for a listed connection (Airflow 3.2 and 3.3
+    UI alike): every field as listed, blanks as "", and ``port: Number(port)``, 0 for none."""
+    return {
+        "conn_type": connection["conn_type"],
+        "connection_id": connection["connection_id"],
+        "description": connection["description"] or "",
+        "extra": connection["extra"] or "{}",
+        "host": connection["host"] or "",
+        "login": connection["login"] or "",
+        "password": connection["password"] or "",
+        "port": connection["port"] or 0,
+        "schema": connection["schema"] or "",
+    }
+
+
+@pytest.fixture
+def ui_connections(airflow_api, home, monkeypatch):
+    """Airflow's API app with the connection test on and streamrep's middleware around it, a
+    ``test(connection_id)`` that presses the list's Test button, and the admin's headers."""
+    from fastapi.testclient import TestClient
+
+    from streamrep.airflow.connection_test import PortlessConnectionTest
+
+    client, tokens = airflow_api
+    monkeypatch.setenv("AIRFLOW__CORE__TEST_CONNECTION", "Enabled")
+    headers = as_user(tokens["ada"])
+    wrapped = TestClient(PortlessConnectionTest(client.app))
+
+    def test(connection_id: str, through=wrapped):
+        listed = client.get("/api/v2/connections", headers=headers).json()["connections"]
+        (connection,) = [c for c in listed if c["connection_id"] == connection_id]
+        return through.post("/api/v2/connections/test", json=list_test_body(connection), headers=headers)
+
+    yield SimpleNamespace(client=client, headers=headers, test=test, home=home)
+    for listed in client.get("/api/v2/connections", headers=headers).json()["connections"]:
+        client.delete(f"/api/v2/connections/{listed['connection_id']}", headers=headers)
+
+
+@pytest.mark.slow
+def test_a_form_saved_connection_tests_green_from_the_list_and_names_its_url(ui_connections):
+    ui = ui_connections
+    url = ui.home.get("newyork").url
+    folder = sorted(os.listdir(os.path.dirname(url.removeprefix("embedded:"))))
+    # as the add form saves it: the hidden port, schema and password are not sent
+    body = {"connection_id": "streamrep_newyork", "conn_type": "streamrep", "host": url}
+    assert ui.client.post("/api/v2/connections", json=body, headers=ui.headers).status_code == 201
+    # Airflow 3.3.2 alone refuses the list's port 0; when this fails, Airflow accepts it (apache/airflow#73298)
+    # and streamrep.airflow.connection_test can go.
+    bare = ui.test("streamrep_newyork", through=ui.client)
+    assert bare.status_code == 400 and "host or port to test differs" in bare.json()["detail"]
+    answer = ui.test("streamrep_newyork")
+    assert answer.status_code == 200, answer.text
+    # Airflow tests under a random connection id: the message names the URL, not that id
+    assert answer.json() == {"status": True, "message": f"cluster at {url}: store opened, 0 streams"}
+    assert sorted(os.listdir(os.path.dirname(url.removeprefix("embedded:")))) == folder  # nothing created
+
+
+@pytest.mark.slow
+def test_a_mistyped_connection_tests_red_with_its_reason_in_one_line(ui_connections, tmp_path):
+    ui = ui_connections
+    missing = tmp_path / "typo" / "newyork.db"
+    body = {"connection_id": "streamrep_newyork", "conn_type": "streamrep", "host": f"embedded:{missing}"}
+    assert ui.client.post("/api/v2/connections", json=body, headers=ui.headers).status_code == 201
+    answer = ui.test("streamrep_newyork")
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "status": False,
+        "message": f"no cluster store at {missing}; create it with 'streamrep cluster add -url embedded:{missing}'",
+    }
+    assert not missing.parent.exists()
+    # edited as the edit form saves it (only the changed field): a URL Airflow's form cannot mean
+    patch = {"connection_id": "streamrep_newyork", "conn_type": "streamrep", "host": "kafka://broker"}
+    edited = ui.client.patch("/api/v2/connections/streamrep_newyork?update_mask=host", json=patch, headers=ui.headers)
+    assert edited.status_code == 200, edited.text
+    assert ui.test("streamrep_newyork").json() == {
+        "status": False,
+        "message": "invalid cluster url 'kafka://broker': expected kafka://host:port[,host:port...]",
+    }
+
+
+@pytest.mark.slow
+def test_a_kafka_connection_to_a_closed_port_tests_red_in_one_line(ui_connections):
+    ui = ui_connections
+    (port,) = kafka_local.free_ports(1)  # nothing listens there
+    body = {"connection_id": "streamrep_boston", "conn_type": "streamrep", "host": f"kafka://127.0.0.1:{port}"}
+    assert ui.client.post("/api/v2/connections", json=body, headers=ui.headers).status_code == 201
+    result = ui.test("streamrep_boston").json()
+    assert result["status"] is False and "\n" not in result["message"]
+    assert result["message"].startswith(f"cluster kafka://127.0.0.1:{port}: Kafka at 127.0.0.1:{port} is unreachable")
+
+
+def test_the_middleware_drops_port_zero_of_streamrep_tests_only():
+    from streamrep.airflow.connection_test import without_port_zero
+
+    streamrep = {"conn_type": "streamrep", "connection_id": "streamrep_a", "port": 0, "host": "embedded:a.db"}
+    assert json.loads(without_port_zero(json.dumps(streamrep).encode())) == {
+        k: v for k, v in streamrep.items() if k != "port"
+    }
+    for unchanged in (
+        json.dumps({**streamrep, "conn_type": "postgres"}).encode(),  # another type keeps Airflow's check
+        json.dumps({**streamrep, "port": 9092}).encode(),
+        b"not json",
+    ):
+        assert without_port_zero(unchanged) == unchanged

@@ -1,15 +1,21 @@
-"""The "Stream replication" page and the Airflow plugin, on real embedded clusters."""
+"""The "Stream replication" page's data and API, and the Airflow plugin, on real embedded
+clusters (the page itself, in a browser: tests/e2e/test_replication_page.py)."""
 
 from __future__ import annotations
 
-import re
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from streamrep.airflow.page import render_page, short_state, topology
+from streamrep.airflow.page import STATIC, create_app
+from streamrep.airflow.page_access import PageAccess
+from streamrep.airflow.page_data import ClusterHealth, cluster_view
 from streamrep.client import Producer
 from streamrep.model.replication import ReplicaState
+from streamrep.replication import service
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import Gateway
 
@@ -49,40 +55,269 @@ def mesh(admin):
     return admin
 
 
-def test_topology_has_clusters_streams_links_and_gateways(mesh):
-    topo = topology(mesh)
-    assert [c["name"] for c in topo["clusters"]] == ["newyork", "sanfrancisco"]
-    streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
+def views(admin) -> dict[str, dict]:
+    return {info.name: cluster_view(admin, info) for info in admin.clusters.list()}
+
+
+def links_of(view_by_name: dict[str, dict]) -> dict[tuple[str, str], dict]:
+    return {(link["source"], link["replica"]): link for v in view_by_name.values() for link in v["links"]}
+
+
+def test_each_cluster_answers_with_its_streams_its_links_and_its_gateways(mesh):
+    found = views(mesh)
+    assert sorted(found) == ["newyork", "sanfrancisco"]
+    streams = {s["path"]: s for v in found.values() for s in v["streams"]}
     assert set(streams) == {SF, NY, "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"}
     assert streams[NY]["messages"] == 8 and streams[SF]["upstreams"] == [NY]
-    links = {(link["source"], link["replica"]): link for link in topo["links"]}
+    # a link comes with its source's cluster
+    assert {link["source"] for link in found["sanfrancisco"]["links"]} == {SF, "/mapr/sanfrancisco/orders"}
+    assert {(link["source"], link["replica"]) for link in found["newyork"]["links"]} == {(NY, SF)}
+    links = links_of(found)
     assert links[(SF, NY)]["replicaState"] == "REPLICA_STATE_REPLICATING" and links[(SF, NY)]["isUptodate"]
-    assert links[(NY, SF)]["kind"] == "replica"
-    orders = links[("/mapr/sanfrancisco/orders", "/mapr/newyork/orders")]
-    assert orders["paused"] and orders["pendingMessages"] == 7 and orders["replicationLagMillis"] >= 0
-    gateways = {g["id"]: g for g in next(c for c in topo["clusters"] if c["name"] == "newyork")["gateways"]}
-    assert gateways["gw1"]["status"] == "live" and gateways["gw1"]["listedBy"] == ["sanfrancisco"]
-    assert gateways["gw2"]["status"] == "down" and gateways["gw2"]["heartbeatAgeSeconds"] is None
+    assert links[("/mapr/sanfrancisco/orders", "/mapr/newyork/orders")]["paused"]
+    assert [g["id"] for g in found["newyork"]["gateways"]] == ["gw1", "gw2"]
+    assert found["newyork"]["gateways"][0]["status"] == "live" and found["newyork"]["error"] is None
+    assert found["newyork"]["sampleSeconds"] > 0
 
 
-def test_page_draws_the_topology_as_svg(mesh):
-    page = render_page(topology(mesh))
-    assert page.startswith("<!doctype html>") and "<title>Stream replication</title>" in page
-    svg = re.search(r"<svg .*?</svg>", page, re.S).group(0)
-    assert svg.count('class="cluster"') == 2 and svg.count('class="stream"') == 4
-    assert f'data-source="{SF}" data-replica="{NY}" data-state="REPLICATING"' in svg
-    assert f'data-source="{NY}" data-replica="{SF}"' in svg
-    assert 'data-replica="/mapr/newyork/orders" data-state="PAUSED"' in svg
-    assert "7 pending" in svg and re.search(r"<path d=\"M[\d.]+,[\d.]+ C", svg)
-    assert 'data-gateway="gw1" data-status="live"' in svg and 'data-gateway="gw2" data-status="down"' in svg
-    assert 'id="replicas"' in page and 'id="gateways"' in page and 'id="streams"' in page
-    # sources are drawn left of their replicas: sanfrancisco (2 links out, 1 in) before newyork
-    assert svg.index('data-cluster="sanfrancisco"') < svg.index('data-cluster="newyork"')
+def test_a_stream_the_page_may_administer_but_not_count_still_shows_its_links(mesh, bob):
+    """Topic counts need a read right, the replica list adminperm (as MapR's ``stream replica
+    list``): each read fails on its own, so a page identity that may administer a stream but not
+    read it still sees its links, and one that may do neither sees the refusal and no link."""
+    found = views(bob)
+    streams = {s["path"]: s for v in found.values() for s in v["streams"]}
+    assert "consumeperm" in streams[SF]["error"]
+    assert (SF, NY) not in links_of(found)
+    mesh.edit_stream(SF, adminperm="u:alice | u:bob")
+    found = views(bob)
+    streams = {s["path"]: s for v in found.values() for s in v["streams"]}
+    assert "consumeperm" in streams[SF]["error"]
+    assert links_of(found)[(SF, NY)]["replicaState"] == "REPLICA_STATE_REPLICATING"
 
 
-def test_page_escapes_and_shows_an_empty_registry(empty_home):
-    page = render_page(topology(__import__("streamrep.client", fromlist=["StreamAdmin"]).StreamAdmin()))
-    assert "No clusters yet" in page
+def test_the_page_shows_an_error_above_a_pause(mesh):
+    """The drawn state is ``replicaState`` (an error outranks a pause), not a second ranking."""
+    mesh.catalog.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
+    mesh.pause_replica(SF, NY)
+    link = links_of(views(mesh))[(SF, NY)]
+    assert link["paused"] and link["replicaState"] == "REPLICA_STATE_UNEXPECTED"
+
+
+def test_each_link_carries_its_recorded_lag_in_time_order(mesh):
+    from streamrep.replication import lag
+    from streamrep.replication.flows import flows_into
+
+    orders_src, orders_dst = "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"
+    lag.set_alert(mesh, orders_src, orders_dst, max_lag_messages=50)
+    [orders] = [f for f in flows_into(mesh, "newyork")[0] if str(f.replica) == orders_dst]
+    store = mesh.clusters.store("newyork")
+    [first] = [s.t for s in lag.lag_history(mesh, orders_src, orders_dst)]  # gw1's pass
+    for i, (messages, ms) in enumerate([(30, 60_000), (12, 90_000), (0, 0)]):
+        lag.record(store, orders, lag.LagSample(t=first + (i + 1) * 10_000, messages=messages, bytes=messages, ms=ms))
+    link = links_of(views(mesh))[(orders_src, orders_dst)]
+    assert [s["messages"] for s in link["lagHistory"]][1:] == [30, 12, 0]
+    assert [s["t"] for s in link["lagHistory"]] == sorted(s["t"] for s in link["lagHistory"])
+    assert link["maxLagMessages"] == 50 and link["maxLagMillis"] is None
+
+
+# -- the API ------------------------------------------------------------------------------------
+async def alice_may_all(request=None) -> PageAccess:
+    return PageAccess("alice", True, True, frozenset({"eng"}))
+
+
+async def vic_sees_less(request=None) -> PageAccess:
+    return PageAccess("vic", False, False)
+
+
+def client_of(access=alice_may_all, paused=lambda: True):
+    from fastapi.testclient import TestClient
+
+    return TestClient(create_app(access=access, control=access, paused=paused))
+
+
+def test_the_api_lists_the_clusters_then_answers_for_each(mesh):
+    client = client_of()
+    listing = client.get("/api/clusters").json()
+    assert [c["name"] for c in listing["clusters"]] == ["newyork", "sanfrancisco"]
+    assert listing["user"] == "alice" and listing["mayControl"] and listing["seesLocations"]
+    assert listing["service"] == {"dagId": "stream_gateway_service", "paused": True}
+    newyork = client.get("/api/clusters/newyork").json()
+    assert [s["path"] for s in newyork["streams"]] == [NY, "/mapr/newyork/orders"]
+    assert newyork["url"].startswith("embedded:")
+    unknown = client.get("/api/clusters/boston")
+    assert unknown.status_code == 404 and "boston" in unknown.json()["error"]
+    hidden = client_of(vic_sees_less).get("/api/clusters/newyork").json()
+    assert hidden["url"] is None and [s["path"] for s in hidden["streams"]] == [NY, "/mapr/newyork/orders"]
+    assert client_of(vic_sees_less).get("/api/clusters").json()["clusters"][0]["url"] is None
+
+
+def test_reading_never_creates_a_store(empty_home, monkeypatch, tmp_path):
+    """A connection whose ``embedded:`` path has a typo: the page says the store is missing, and
+    no file appears at that path."""
+    import json
+
+    typo = tmp_path / "no-such-folder" / "tokyo.db"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_STREAMREP_TOKYO", json.dumps({"conn_type": "streamrep", "host": f"embedded:{typo}"})
+    )
+    client = client_of()
+    assert "tokyo" in [c["name"] for c in client.get("/api/clusters").json()["clusters"]]
+    answer = client.get("/api/clusters/tokyo").json()
+    assert "missing" in answer["error"] and str(typo) in answer["error"]
+    assert not typo.exists() and not typo.parent.exists()
+
+
+class SilentBroker:
+    """A TCP server that accepts connections and never answers: a Kafka cluster that hangs."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_a_cluster_that_hangs_or_is_down_answers_within_the_bound_and_delays_no_other(mesh, monkeypatch):
+    """A Kafka cluster whose broker accepts connections but never answers costs its own answer
+    the health check's 2 s, no more; one whose port is closed is refused at once; the embedded
+    clusters answer within 3 s, although their reads touch both (the gateways they list)."""
+    import json
+
+    silent = SilentBroker()
+    closed = socket.create_server(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    for name, port in (("hung", silent.port), ("down", closed_port)):
+        conn = {"conn_type": "streamrep", "host": f"kafka://127.0.0.1:{port}"}
+        monkeypatch.setenv(f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps(conn))
+    client = client_of()
+    try:
+        answers: dict[str, tuple[float, dict]] = {}
+
+        def fetch(name):
+            start = time.monotonic()
+            body = client.get(f"/api/clusters/{name}").json()
+            answers[name] = (time.monotonic() - start, body)
+
+        threads = [threading.Thread(target=fetch, args=(n,)) for n in ("hung", "down", "newyork", "sanfrancisco")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers["hung"][1]["error"] == "Kafka cluster hung is unreachable: it did not answer within 2 s"
+        assert 1.9 < answers["hung"][0] < 4
+        assert answers["down"][1]["error"].startswith("Kafka cluster down is unreachable: no bootstrap server")
+        assert answers["down"][0] < 3
+        for name in ("newyork", "sanfrancisco"):
+            assert answers[name][1]["error"] is None and answers[name][0] < 3, answers[name]
+    finally:
+        silent.close()
+
+
+def test_the_health_check_remembers_a_down_cluster_and_sees_it_come_back():
+    from streamrep.client.config import ClusterInfo
+    from streamrep.errors import Unavailable
+
+    calls: list[tuple] = []
+    up = {"yes": False}
+
+    def connect(address, timeout):
+        calls.append(address)
+        if not up["yes"]:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return socket.socket()
+
+    catalogs: list[str] = []
+    health = ClusterHealth(lambda info: catalogs.append(info.name), connect)
+    info = ClusterInfo("tokyo", "kafka://k1:9092,k2:9093")
+    with pytest.raises(Unavailable, match=r"k1:9092: Connection refused; k2:9093: Connection refused\)$"):
+        health(info)
+    with pytest.raises(Unavailable):
+        health(info)
+    assert calls == [("k1", 9092), ("k2", 9093)] and catalogs == []  # the second answer came from memory
+    up["yes"] = True
+    health._verdicts.clear()  # as when the memory expires
+    health(info)
+    health(ClusterInfo("local", "embedded:/x.db"))  # an embedded cluster is never probed
+    assert calls[-1] == ("k1", 9092) and len(calls) == 3 and catalogs == ["tokyo"]
+
+
+def test_a_read_that_hangs_answers_within_its_bound_and_is_shared_until_it_ends():
+    from streamrep.airflow.page import ClusterReads
+    from streamrep.errors import StreamrepError
+
+    reads, release, calls = ClusterReads(), threading.Event(), []
+
+    def view():
+        calls.append(1)
+        release.wait(10)
+        return {"name": "slow"}
+
+    for _ in range(2):  # the second request waits on the first one's read, not a new one
+        start = time.monotonic()
+        with pytest.raises(StreamrepError, match="^cluster slow did not answer within 0.3 s$"):
+            reads.read("slow", view, seconds=0.3)
+        assert time.monotonic() - start < 1
+    assert len(calls) == 1
+    release.set()
+    assert reads.read("slow", view) == {"name": "slow"}
+
+
+def test_start_and_stop_act_as_the_caller_and_say_what_happens_next(mesh, carol):
+    client = client_of(paused=lambda: True)
+    started = client.post("/api/gateways/newyork/start").json()
+    assert started["desired"] == "running" and started["by"] == "alice" and started["requestedBy"] == "alice"
+    assert started["hint"] == "already running: gw1"
+    Gateway(mesh, "newyork", "gw1").stop()
+    started = client.post("/api/gateways/newyork/start").json()
+    assert started["hint"] == (
+        "the stream_gateway_service DAG is paused, so nothing starts them yet: unpause it, "
+        "or run 'streamrep gateway run -cluster newyork'"
+    )
+    assert (
+        client_of(paused=lambda: False)
+        .post("/api/gateways/newyork/start")
+        .json()["hint"]
+        .startswith("the stream_gateway_service DAG starts them within a minute")
+    )
+    assert client.post("/api/gateways/newyork/stop").json()["hint"] == "stopped"
+    assert service.desired_state(mesh.clusters.store("newyork")) == "stopped"
+    mesh.set_cluster_ace("u:alice", "newyork")
+
+    async def bob_the_operator(request=None) -> PageAccess:
+        return PageAccess("bob", True, True)
+
+    refused = client_of(bob_the_operator).post("/api/gateways/newyork/start")
+    assert refused.status_code == 403 and "adminperm" in refused.json()["error"]
+    assert service.desired_state(mesh.clusters.store("newyork")) == "stopped"
+    assert client.post("/api/gateways/newyork/reboot").status_code == 404
+    assert client.post("/api/gateways/boston/start").status_code == 404
+
+
+def test_the_old_address_leads_to_the_page_in_airflows_ui(empty_home):
+    answer = client_of().get("/replication", follow_redirects=False)
+    assert answer.status_code == 307 and answer.headers["location"] == "../plugin/stream-replication"
+
+
+def test_the_bundle_is_built_and_served(empty_home):
+    """``./run test`` builds it from ui/ (npm ci, then vite)."""
+    assert (STATIC / "replication.js").is_file(), "the page's bundle is not built: run ./run test"
+    answer = client_of().get("/static/replication.js")
+    assert answer.status_code == 200 and "javascript" in answer.headers["content-type"]
+    assert b"AirflowPlugin" in answer.content
+    assert client_of().get("/static/icon.svg").headers["content-type"].startswith("image/svg")
 
 
 def test_airflow_loads_the_plugin_through_the_installed_package_entry_point():
@@ -93,100 +328,9 @@ def test_airflow_loads_the_plugin_through_the_installed_package_entry_point():
     (plugin,) = [p for p in plugins if p.name == "streamrep"]
     (app,) = plugin.fastapi_apps
     assert app["url_prefix"] == "/streamrep" and app["app"] is not None
-    (view,) = plugin.external_views
-    assert view["href"] == "/streamrep/replication" and view["url_route"] == "stream-replication"
-    assert view["name"] == "Stream replication"
-
-
-def test_a_stream_the_page_may_administer_but_not_count_still_shows_its_links(mesh, bob):
-    """Topic counts need a read right, the replica list adminperm (as MapR's ``stream replica
-    list``): each read fails on its own, so a page identity that may administer a stream but not
-    read it still sees its links, and one that may do neither sees the refusal and no link."""
-    topo = topology(bob)
-    streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
-    assert "consumeperm" in streams[SF]["error"]
-    assert (SF, NY) not in {(link["source"], link["replica"]) for link in topo["links"]}
-    mesh.edit_stream(SF, adminperm="u:alice | u:bob")
-    topo = topology(bob)
-    streams = {s["path"]: s for c in topo["clusters"] for s in c["streams"]}
-    assert "consumeperm" in streams[SF]["error"]
-    links = {(link["source"], link["replica"]): link for link in topo["links"]}
-    assert links[(SF, NY)]["replicaState"] == "REPLICA_STATE_REPLICATING"
-
-
-def test_the_page_shows_an_error_above_a_pause(mesh):
-    """The drawn state is ``replicaState`` (an error outranks a pause), not a second ranking."""
-    mesh.catalog.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
-    mesh.pause_replica(SF, NY)
-    link = next(link for link in topology(mesh)["links"] if (link["source"], link["replica"]) == (SF, NY))
-    assert link["paused"] and short_state(link) == "UNEXPECTED"
-
-
-# -- the lag chart ----------------------------------------------------------------------------
-def test_the_page_draws_each_replicas_recorded_lag_as_a_chart(mesh):
-    from streamrep.replication import lag
-    from streamrep.replication.flows import flows_into
-
-    orders_src, orders_dst = "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"
-    lag.set_alert(mesh, orders_src, orders_dst, max_lag_messages=50)
-    [orders] = [f for f in flows_into(mesh, "newyork")[0] if str(f.replica) == orders_dst]
-    store = mesh.clusters.store("newyork")
-    [(first, first_ms)] = [(s.t, s.ms) for s in lag.lag_history(mesh, orders_src, orders_dst)]  # gw1's pass
-    start = first + 10_000
-    for i, (messages, ms) in enumerate([(30, 60_000), (12, 90_000), (0, 0)]):
-        lag.record(store, orders, lag.LagSample(t=start + i * 10_000, messages=messages, bytes=messages * 10, ms=ms))
-    topo = topology(mesh)
-    page = render_page(topo)
-    charts = dict(re.findall(r'<svg [^>]*class="lag-chart"[^>]*data-replica="([^"]+)"(.*?)</svg>', page, re.S))
-    head = re.search(r'<svg [^>]*class="lag-chart"[^>]*data-replica="/mapr/newyork/orders"[^>]*>', page).group(0)
-    assert 'data-samples="4"' in head and 'data-max-messages="30"' in head and 'data-max-ms="90000"' in head
-    assert 'data-last-messages="0"' in head and f'data-first="{first}"' in head
-    chart = charts[orders_dst]
-    for series in ("messages", "ms"):
-        points = re.search(rf'data-series="{series}" data-points="4" points="([^"]+)"', chart).group(1).split()
-        corners = [tuple(map(float, p.split(","))) for p in points]
-        xs = [cx for cx, _ in corners]
-        assert xs == sorted(xs) and len(set(xs)) == 4  # left to right in time
-        # steps: each sample holds until the next (a horizontal run, then a vertical one), no slopes
-        assert len(corners) == 7
-        for i in range(1, 4):
-            assert corners[2 * i - 1][1] == corners[2 * i - 2][1] and corners[2 * i - 1][0] == corners[2 * i][0]
-    ys = [
-        float(p.split(",")[1])
-        for p in re.search(r'data-series="messages"[^>]*points="([^"]+)"', chart).group(1).split()
-    ][::2]
-    assert ys[1] < ys[2] < ys[0] < ys[3]  # 7, 30, 12, 0: 30 highest, 0 on the time axis (SVG's y grows down)
-    assert 'data-shape="steps"' in head
-    assert "messages behind" in chart and "lag (s)" in chart and "time (UTC)" in chart
-    assert re.search(r'data-axis="time".*?\d\d:\d\d:\d\d', chart)
-    assert 'data-threshold="maxLagMessages" data-value="50"' in chart and "maxLagMillis" not in chart
-    # the live replica was sampled by gw1's pass in ``mesh``: a one-sample chart; the reverse link none yet
-    assert 'data-samples="1"' in re.search(rf'<svg [^>]*class="lag-chart"[^>]*data-replica="{NY}"[^>]*>', page).group(0)
-    assert f'class="empty lag-none" data-source="{NY}" data-replica="{SF}"' in page
-    assert page.index('id="topology"') < page.index('id="lag-charts"') < page.index('id="replicas"')
-
-
-def test_nice_axis_tops():
-    from streamrep.airflow.page import nice_max
-
-    assert [nice_max(v) for v in (0, 1, 3, 7, 30, 90_000, 101)] == [1, 1, 5, 10, 50, 100_000, 200]
-
-
-def test_the_lag_chart_marks_a_replica_that_no_live_gateway_serves(mesh):
-    """Issue 21, item 13: after the last sample nothing is measured; a chart of a replica with no
-    live gateway says so, instead of showing its last figure as if it were current."""
-
-    def head_and_chart(page, replica):
-        found = re.search(rf'(<svg [^>]*class="lag-chart"[^>]*data-replica="{replica}"[^>]*>)(.*?)</svg>', page, re.S)
-        return found.group(1), found.group(2)
-
-    head, chart = head_and_chart(render_page(topology(mesh)), NY)  # gw1 is live
-    assert 'data-live-gateway="true"' in head and "no-gateway" not in chart
-    Gateway(mesh, "newyork", "gw1").stop()  # gw1 gone: its heartbeat withdrawn
-    head, chart = head_and_chart(render_page(topology(mesh)), NY)
-    assert 'data-live-gateway="false"' in head
-    since = re.search(r'data-last="(\d+)"', head).group(1)
-    assert f'class="no-gateway" data-since="{since}"' in chart and "no live gateway" in chart
+    (view,) = plugin.react_apps
+    assert view["bundle_url"] == "streamrep/static/replication.js" and view["url_route"] == "stream-replication"
+    assert view["name"] == "Stream replication" and view["destination"] == "nav"
 
 
 def test_a_drain_ends_its_lag_history_with_what_it_left(admin):

@@ -1,9 +1,10 @@
 """The Airflow plugin: the "Stream replication" page in the Airflow 3 UI, and one-line errors
 for a bad param of a streamrep DAG.
 
-The page is a FastAPI app mounted by the API server at ``/streamrep`` and shown inside the
-UI as an external view at ``/plugin/stream-replication`` (a "Stream replication" entry in the
-navigation bar).
+The page is a React app plugin (``react_apps``): Airflow's UI loads its bundle and renders it in
+its own page at ``/plugin/stream-replication``, with Airflow's React, Chakra UI and theme, under
+a "Replication" entry of the navigation bar. The bundle and the data it reads are served by a
+FastAPI app that the API server mounts at ``/streamrep`` (``streamrep.airflow.page``).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from streamrep.airflow.page import create_app
+from streamrep.airflow.page import BUNDLE, create_app
 from streamrep.airflow.params import PARAM_ERROR_PREFIX, names_a_streamrep_pattern, one_line_param_error
 
 URL_PREFIX = "/streamrep"
-PAGE = f"{URL_PREFIX}/replication"
 URL_ROUTE = "stream-replication"
+# Relative to the UI's <base href>, so the page works under any [api] base_url.
+BUNDLE_URL = f"{URL_PREFIX.lstrip('/')}/static/{BUNDLE}"
+ICON_URL = f"{URL_PREFIX.lstrip('/')}/static/icon.svg"
 
 
 def package_dag_ids() -> frozenset[str]:
@@ -95,12 +98,13 @@ class StreamrepPlugin(AirflowPlugin):
     fastapi_root_middlewares = [
         {"middleware": OneLineParamErrors, "args": [], "kwargs": {}, "name": "streamrep one-line param errors"}
     ]
-    external_views = [
+    react_apps = [
         {
+            # The UI finds the component as globalThis[name] (the bundle sets AirflowPlugin too).
             "name": "Stream replication",
-            "href": PAGE,
+            "bundle_url": BUNDLE_URL,
             "url_route": URL_ROUTE,
             "destination": "nav",
-            "nav_top_level": True,
+            "icon": ICON_URL,
         }
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import signal
 import time
@@ -96,13 +97,7 @@ def _when(at: float | None) -> str | None:
 def gateway_start(ctx: Context, cluster: str) -> Rows:
     """Record that ``cluster``'s gateways should run, and say who starts them."""
     req = service.request(ctx.admin, cluster, service.RUNNING)
-    if req.live:
-        then = f"already running: {', '.join(req.live)}"
-    else:
-        then = (
-            f"the stream_gateway_service DAG starts them within a minute (if it is unpaused), "
-            f"or run 'streamrep gateway run -cluster {cluster}'"
-        )
+    then = service.next_step(req, "the stream_gateway_service DAG starts them within a minute (if it is unpaused)")
     return [rows.service_row(req, _when(req.at), then)]
 
 
@@ -115,7 +110,9 @@ def gateway_stop(ctx: Context, cluster: str, wait: bool = False, timeout: float 
             f"gateways of cluster {cluster} still live after {timeout:g} s: {', '.join(live)}; "
             "they stop after their current batch (the stop stays requested)"
         )
-    then = "stopped" if not live else f"{', '.join(live)} stop after their current batch (-wait true waits for them)"
+    then = service.next_step(dataclasses.replace(req, live=tuple(live)), "")
+    if live:
+        then += " (-wait true waits for them)"
     return [rows.service_row(req, _when(req.at), then)]
 
 

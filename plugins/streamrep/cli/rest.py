@@ -12,6 +12,8 @@ answers ``/streamrep/rest/...`` before the page's app mounted at ``/streamrep`` 
 
 Who: the logged-in Airflow user (a JWT bearer token or the UI's session cookie, through Airflow's
 auth manager as the page authenticates) acts as the streamrep user of the same name, in no group.
+With login off (``scripts/airflow-ui.sh``), the caller acts as the user the CLI acts as on the API
+server's machine (``STREAMREP_USER``, else the OS user; ``page_access.login_off``).
 A named identity, so a cluster whose settings authenticate another principal (SASL) refuses it,
 as the CLI does with ``STREAMREP_USER``. Airflow rights: a reading command (last word ``list``,
 ``info``, ``get`` or ``lag``) needs the page's (the custom view ``Stream replication``); any other
@@ -38,13 +40,13 @@ from airflow.plugins_manager import AirflowPlugin
 from starlette.requests import Request
 
 from streamrep.airflow.hook import StreamrepHook
-from streamrep.airflow.page import PageAccess, airflow_access, location_scrubber
+from streamrep.airflow.page_access import PageAccess, airflow_access, location_scrubber
 from streamrep.cli.common import Context, Rows, reason
 from streamrep.cli.grammar import Command
 from streamrep.cli.main import find_command, one_line
 from streamrep.cli.output import envelope, error_envelope
 from streamrep.client import StreamAdmin
-from streamrep.errors import InvalidArgument, NotFound, PermissionDenied, StreamrepError, Unavailable
+from streamrep.errors import InvalidArgument, StreamrepError, http_status
 from streamrep.model.ace import Identity
 
 PREFIX = "/streamrep/rest"
@@ -63,11 +65,6 @@ REFUSED: dict[tuple[str, ...], str] = {
     ("cluster", "default"): "the cluster registry is the API server's configuration (Airflow connections)",
     ("cluster", "list"): "cluster locations are the API server's configuration; the Stream replication page lists them",
 }
-STATUS_OF: tuple[tuple[type[StreamrepError], int], ...] = (
-    (PermissionDenied, 403),
-    (NotFound, 404),
-    (Unavailable, 503),
-)
 
 
 class RestError(Exception):
@@ -106,11 +103,11 @@ def argv_of(params: list[tuple[str, str]]) -> list[str]:
 
 
 def refusal(error: StreamrepError) -> RestError:
-    return RestError(next((code for kind, code in STATUS_OF if isinstance(error, kind)), 400), str(error))
+    return RestError(http_status(error), str(error))
 
 
-def execute(cmd: Command, options: list[str], hook: StreamrepHook, user: str) -> Rows:
-    """Parse ``options`` with the command's grammar and run its handler as ``user``, on the
+def execute(cmd: Command, options: list[str], hook: StreamrepHook, identity: Identity) -> Rows:
+    """Parse ``options`` with the command's grammar and run its handler as ``identity``, on the
     clusters ``hook`` resolves."""
     try:
         values, _ = cmd.parse(options)
@@ -118,7 +115,7 @@ def execute(cmd: Command, options: list[str], hook: StreamrepHook, user: str) ->
         raise RestError(400, str(error)) from None
     try:
         hook.discover_clusters()  # a connection that defines no cluster is refused here
-        admin = StreamAdmin(hook.clusters, Identity(user=user))
+        admin = StreamAdmin(hook.clusters, identity)
         rows = cmd.handler(Context(io.StringIO(), io.StringIO(), io.StringIO(), admin), **values)
     except StreamrepError as error:
         raise refusal(error) from None
@@ -130,7 +127,7 @@ def execute(cmd: Command, options: list[str], hook: StreamrepHook, user: str) ->
 
 def hidden(hook: StreamrepHook) -> Callable[[Any], Any]:
     """What hides the clusters' locations from a caller who may not read Airflow connections, as
-    the page hides them (``page.location_scrubber``)."""
+    the page hides them (``page_access.location_scrubber``)."""
     try:
         urls = [info.url for info in hook.clusters.list()]
     except StreamrepError:  # a registry that cannot be read: file paths are hidden all the same
@@ -162,7 +159,7 @@ def create_rest_app(
         hook = hook_factory()
         try:
             try:
-                rows = execute(cmd, options, hook, caller.user)
+                rows = execute(cmd, options, hook, caller.identity)
             except RestError as error:
                 if caller.sees_locations:
                     raise

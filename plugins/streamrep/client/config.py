@@ -14,7 +14,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -87,13 +87,14 @@ def read_client_settings(path: str) -> dict[str, str]:
     return settings
 
 
-def open_store(info: ClusterInfo, embedded_file: str, create: bool = True) -> Store:
-    """The store of a cluster, by its url's scheme."""
+def open_store(info: ClusterInfo, embedded_file: str, create: bool = True, read_only: bool = False) -> Store:
+    """The store of a cluster, by its url's scheme. ``read_only``: for a reader that must change
+    nothing (the page): a missing store, or a Kafka cluster's missing internal topics, is an error."""
     if info.kind == "kafka":
         from streamrep.store.kafka import KafkaStore  # confluent-kafka only where a Kafka cluster is used
 
-        return KafkaStore(info.name, kafka_bootstrap(info.url), info.settings)
-    return EmbeddedStore(info.name, embedded_file, create=create)
+        return KafkaStore(info.name, kafka_bootstrap(info.url), info.settings, create_internal=not read_only)
+    return EmbeddedStore(info.name, embedded_file, create=create and not read_only)
 
 
 class Clusters:
@@ -105,6 +106,10 @@ class Clusters:
     def __init__(self, home: str | None = None):
         self.home = os.path.abspath(home or default_home())
         self._stores: dict[str, Store] = {}
+        # A reader that must change nothing (the page) sets these: stores are opened, never created,
+        # and ``before_open`` may refuse a cluster (raising) before its store is opened.
+        self.read_only = False
+        self.before_open: Callable[[ClusterInfo], None] | None = None
 
     @property
     def registry_path(self) -> str:
@@ -269,10 +274,12 @@ class Clusters:
         store = self._stores.get(name)
         if store is None:
             info = self.get(name)
+            if self.before_open is not None:
+                self.before_open(info)
             registered = self._read()["clusters"].get(name)
             create = not (registered and registered["url"] == info.url)  # e.g. an Airflow connection's
             path = self.embedded_file(name, info.url) if info.kind == "embedded" else ""
-            store = open_store(info, path, create=create)
+            store = open_store(info, path, create=create, read_only=self.read_only)
             self._stores[name] = store
         return store
 

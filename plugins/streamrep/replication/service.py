@@ -259,6 +259,18 @@ def request(admin: StreamAdmin, cluster: str, state: str) -> ServiceRequest:
     return ServiceRequest(cluster, doc.get("state", state), doc.get("by"), doc.get("at"), tuple(_live(admin, cluster)))
 
 
+def next_step(req: ServiceRequest, supervisor: str) -> str:
+    """What happens after ``req``, in words: who starts the gateways (``supervisor`` says what the
+    supervisor DAG will do), or which ones are still to stop."""
+    if req.desired == RUNNING:
+        if req.live:
+            return f"already running: {', '.join(req.live)}"
+        return f"{supervisor}, or run 'streamrep gateway run -cluster {req.cluster}'"
+    if not req.live:
+        return "stopped"
+    return f"{', '.join(req.live)} stop after their current batch"
+
+
 def _live(admin: StreamAdmin, cluster: str) -> list[str]:
     return [row.id for row in gateways(admin, cluster) if row.status.holds_share]
 
@@ -348,10 +360,13 @@ def gateways(admin: StreamAdmin, cluster: str, now: float | None = None) -> list
     return gateway_rows(store.catalog_list(HEARTBEAT_KIND), desired_state(store), listed.get(cluster, {}), now)
 
 
-def all_gateways(admin: StreamAdmin, names: list[str], now: float) -> dict[str, ClusterGateways]:
+def all_gateways(
+    admin: StreamAdmin, names: list[str], now: float, sources: list[str] | None = None
+) -> dict[str, ClusterGateways]:
     """For the page: per cluster of ``names``, its ``desired`` state and its gateway rows
-    (``gateways``); a cluster that cannot be read has none."""
-    listed = _listed_by(admin, names)
+    (``gateways``), with the gateways that ``sources`` (default ``names``) list for it; a
+    cluster that cannot be read has none."""
+    listed = _listed_by(admin, names if sources is None else sources)
     result: dict[str, ClusterGateways] = {}
     for cluster in names:
         try:

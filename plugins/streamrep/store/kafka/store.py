@@ -113,8 +113,11 @@ class KafkaStore(Store):
         super().__init_subclass__(**kwargs)
         serialized(cls)  # a subclass's own public methods hold the lock too
 
-    def __init__(self, cluster: str, bootstrap: str, settings: Mapping[str, Any] | None = None):
+    def __init__(
+        self, cluster: str, bootstrap: str, settings: Mapping[str, Any] | None = None, create_internal: bool = True
+    ):
         super().__init__(cluster)
+        self.create_internal = create_internal  # False: a reader that must change nothing (the page)
         everything = {str(k): v for k, v in (settings or {}).items()}
         self.namespace = str(everything.get(NAMESPACE_SETTING, "") or "")
         # streamrep.* settings are streamrep's own (namespace, groups mapping); the rest is confluent-kafka's.
@@ -236,6 +239,11 @@ class KafkaStore(Store):
         missing = [
             NewTopic(name, 1, config=INTERNAL_TOPIC_CONFIG) for name in self._topics.values() if name not in existing
         ]
+        if missing and not self.create_internal:
+            raise Unavailable(
+                f"cluster {self.cluster}: {self.bootstrap} holds no streamrep catalog of this installation "
+                f"(topic {missing[0].topic} is missing): check its namespace, or add the cluster with 'cluster add'"
+            )
         if missing:
             for name, future in self._admin().create_topics(missing, request_timeout=TIMEOUT_SECONDS).items():
                 try:
