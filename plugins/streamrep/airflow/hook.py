@@ -322,42 +322,52 @@ class StreamrepHook(BaseHook):
         }
 
     def test_connection(self) -> tuple[bool, str]:
-        """Airflow's "Test" button: whether this connection's cluster can be read. An embedded
-        cluster: its store file opens and its catalog reads (nothing is created). A Kafka cluster:
-        the brokers answer and its catalog reads (under the connection's namespace; a cluster that
-        streamrep has not used yet gets its empty internal topics, as the first task would). A connection
-        without a cluster URL: whether its registry reads. Never raises.
+        """Airflow's "Test" button: whether this connection's cluster can be read, changing nothing.
+        An embedded cluster: its store file opens read-only and its catalog reads (a missing file is
+        reported, never created). A Kafka cluster: the brokers answer and its catalog reads (under the
+        connection's namespace). A connection without a cluster URL: whether its registry reads.
+        Never raises.
+
+        Airflow tests a connection under a throwaway id (a random string, not the id being edited),
+        so a connection not named ``streamrep_<cluster>`` is named by its URL, never by that id.
 
         :return: ``(True, what was found)`` or ``(False, one-line reason)``.
         """
+        conn = None
         try:
             conn = self.get_connection(self.streamrep_conn_id)
             if not ((conn.extra_dejson or {}).get("url") or conn.host):
                 clusters = Clusters(self.settings["home"])
                 names = [c.name for c in clusters.list()]
                 return True, f"registry {clusters.registry_path} lists {len(names)} clusters: {' '.join(names) or '-'}"
-            info = cluster_of(conn, conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX))
+            named = conn.conn_id.startswith(CLUSTER_CONN_PREFIX)
+            # unnamed, the URL stands for the name in the stores' messages too ("cluster kafka://...: ...")
+            info = cluster_of(conn, conn.conn_id.removeprefix(CLUSTER_CONN_PREFIX) if named else url_of(conn))
+            where = f"cluster {info.name} at {info.url}" if named else f"cluster at {info.url}"
             if info.kind == "kafka":
-                return True, self._test_kafka(info)
+                return True, f"{where}{self._test_kafka(info)}"
             path = Clusters(self.settings["home"]).embedded_file(info.name, info.url)  # as the tasks resolve it
-            if not os.path.isfile(path):  # opening would create an empty store: say so instead
+            if not os.path.isfile(path):
                 return False, f"no cluster store at {path}; create it with 'streamrep cluster add -url {info.url}'"
-            store = EmbeddedStore(info.name, path)
+            store = EmbeddedStore(info.name, path, read_only=True)
             try:
                 streams = store.catalog_list(STREAM_KIND)
             finally:
                 store.close()
-            return True, f"cluster {info.name} at {info.url}: store opened, {len(streams)} streams"
+            return True, f"{where}: store opened, {len(streams)} streams"
         except StreamrepError as err:
-            return False, str(err)
+            message = str(err)
+            if conn is not None and not conn.conn_id.startswith(CLUSTER_CONN_PREFIX):
+                message = message.removeprefix(f"connection {conn.conn_id}: ")  # the throwaway id says nothing
+            return False, message
         except Exception as err:  # noqa: BLE001 - the test button reports, it never raises
             first = (str(err).strip().splitlines() or [""])[0]
             return False, f"{type(err).__name__}: {first}" if first else type(err).__name__
 
     @staticmethod
     def _test_kafka(info: ClusterInfo) -> str:
-        """What the test button found in a Kafka cluster; a cluster that cannot be reached raises
-        ``Unavailable`` within the store's timeout."""
+        """What the test button found in a Kafka cluster (after its name and URL); a cluster that
+        cannot be reached raises ``Unavailable`` within the store's timeout."""
         from streamrep.store.kafka import NAMESPACE_SETTING  # confluent-kafka only where Kafka is used
 
         store = open_store(info, "")
@@ -366,8 +376,7 @@ class StreamrepHook(BaseHook):
         finally:
             store.close()
         namespace = info.settings.get(NAMESPACE_SETTING)
-        where = f"{info.url} (namespace {namespace})" if namespace else info.url
-        return f"cluster {info.name} at {where}: Kafka reached, {len(streams)} streams"
+        return f"{f' (namespace {namespace})' if namespace else ''}: Kafka reached, {len(streams)} streams"
 
 
 # Connections named like a cluster's (``streamrep_*``) that define none.

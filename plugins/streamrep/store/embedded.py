@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from streamrep.errors import (
     AlreadyExists,
@@ -213,12 +214,15 @@ class EmbeddedStore(Store):
     :param path: the SQLite file; created, with its folder, if missing.
     :param create: False for a store that must already exist: a missing file is then an
         error, never a new empty store in its place.
+    :param read_only: for a reader that must change nothing (the connection's Test button): the
+        file must exist and is opened read-only, without an upgrade and without creating any file.
     """
 
-    def __init__(self, cluster: str, path: str, create: bool = True):
+    def __init__(self, cluster: str, path: str, create: bool = True, read_only: bool = False):
         super().__init__(cluster)
         self.path = path
-        self.create = create
+        self.read_only = read_only
+        self.create = create and not read_only
         self._local = threading.local()
         self._pid = os.getpid()
 
@@ -232,7 +236,8 @@ class EmbeddedStore(Store):
         if not self.create and not os.path.exists(self.path):
             raise Unavailable(f"cluster {self.cluster}: store file {self.path} is missing (deleted or moved)")
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), mode=0o700, exist_ok=True)
+            if not self.read_only:
+                os.makedirs(os.path.dirname(os.path.abspath(self.path)), mode=0o700, exist_ok=True)
             if self.create:
                 _create_owner_only(self.path)
             con = self._open()
@@ -249,6 +254,8 @@ class EmbeddedStore(Store):
         """A connection with the schema in place. SQLite answers "database is locked" at once, without
         its busy handler, to a connection that switches a new file to WAL while another does (two
         objects creating one store: 5 of 300 tries with four threads): asked again, within the timeout."""
+        if self.read_only:
+            return self._open_read_only()
         deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
         while True:
             con = sqlite3.connect(
@@ -267,6 +274,30 @@ class EmbeddedStore(Store):
             except BaseException:
                 con.close()
                 raise
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A read-only connection that creates no file. SQLite's read-only mode still creates the
+        -wal and -shm files of a WAL store when they are missing (and leaves them behind); with no
+        -wal file there is nothing beyond the main file to read, so it is opened immutable then."""
+        immutable = "" if os.path.exists(self.path + "-wal") else "&immutable=1"
+        con = sqlite3.connect(
+            f"file:{quote(os.path.abspath(self.path))}?mode=ro{immutable}",
+            uri=True,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "store_info" not in tables:
+                raise _NotAStore("the file is not a streamrep store")
+            row = con.execute("SELECT value FROM store_info WHERE key='format'").fetchone()
+            if not row or row[0] not in (FORMAT, FORMAT_1):  # format 1 reads the same; upgraded on a write
+                raise _NotAStore(f"unknown store format {row[0] if row else None!r}, expected {FORMAT}")
+        except BaseException:
+            con.close()
+            raise
+        return con
 
     def _init_schema(self, con: sqlite3.Connection) -> None:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
