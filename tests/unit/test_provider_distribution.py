@@ -145,6 +145,29 @@ def test_counts_and_replica_states_assert_what_is_there(streamrep_clusters, stre
         streamrep_clusters.replica_state(SOURCE, "/mapr/newyork/other")
 
 
+def test_run_operator_runs_execute_as_the_task_runner_does_without_its_warning(
+    streamrep_clusters, streamrep_run_operator, capsys
+):
+    """Airflow 3's operators log through structlog to the process's output, not to the logging
+    records that caplog holds: the output is what a user sees, so it is what is read."""
+    from airflow.sdk.bases.operator import ExecutorSafeguard
+
+    from streamrep.airflow import rows as presented
+    from streamrep.airflow.operators import ReplicaStatusOperator, StreamCreateOperator
+
+    warning = "cannot be called outside of the Task Runner!"
+    streamrep_clusters.admin.create_stream(SOURCE, defaultpartitions=3)
+    capsys.readouterr()
+    assert ReplicaStatusOperator(task_id="direct", path=SOURCE).execute({}) == []  # the call the fixture replaces
+    assert warning in capsys.readouterr().out  # so the warning would be seen
+    created = streamrep_run_operator(StreamCreateOperator(task_id="create", path=REPLICA, copymetafrom=SOURCE))
+    output = capsys.readouterr().out
+    assert warning not in output and "StreamCreateOperator" in output  # the operator's own log is there
+    assert created == presented.stream_info_row(streamrep_clusters.admin.stream_info(REPLICA))
+    assert created["defaultpartitions"] == 3
+    assert ExecutorSafeguard.tracker.get(None) is None  # nothing left set in the caller's context
+
+
 def test_a_dag_run_reports_the_failed_task(streamrep_clusters, streamrep_run_dag):
     """A DAG whose replica step names a stream that does not exist fails at that task."""
     from airflow.sdk import DAG
