@@ -12,6 +12,10 @@ export default defineConfig({
   root: fileURLToPath(new URL("dev", import.meta.url)),
   esbuild: { jsx: "automatic" },
   server: { host: "127.0.0.1" },
+  // fixed list: no re-optimising (and 504s) when a fixture file changes
+  optimizeDeps: {
+    include: ["react", "react-dom", "react-dom/client", "react/jsx-runtime", "@chakra-ui/react", "@emotion/react"],
+  },
   plugins: [
     {
       name: "streamrep-fixtures",

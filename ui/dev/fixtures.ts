@@ -23,7 +23,7 @@ function history(seed: number, withGap: boolean): Json[] {
   for (let i = 0; i < 180; i++) {
     if (withGap && i > 70 && i < 95) continue; // nobody sampled for ~4 min
     const m = Math.max(0, Math.round(40 + 35 * Math.sin((i + seed) / 12) + (i % 7) * 3));
-    out.push({ t: NOW - (180 - i) * 10_000, messages: m, bytes: m * 120, ms: m * 900 });
+    out.push({ t: NOW - (180 - i) * 10_000, messages: m, bytes: m * 120, ms: Math.round(20_000 + 15_000 * Math.cos((i + seed) / 9)) });
   }
   return out;
 }

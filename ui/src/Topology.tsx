@@ -203,6 +203,7 @@ function LinkEdge({ data }: EdgeProps<LinkEdgeT>) {
             py={0.5}
             textAlign="center"
             pointerEvents="all"
+            zIndex={1000} // above the cluster boxes (nodes) and the edge strokes
             title={l.errors ?? `${l.source} → ${l.replica}`}
           >
             <HStack gap={1} justify="center">
@@ -269,7 +270,7 @@ function toFlow(lay: Layout, model: Model): { nodes: Node[]; edges: Edge[] } {
     source: streamId(e.lm.link.source),
     target: streamId(e.lm.link.replica),
     data: { ...e, lm: links.get(e.lm.id) ?? e.lm },
-    zIndex: 5, // above the cluster boxes they cross between
+    zIndex: 1, // above the cluster boxes they cross, below the labels
     selectable: false,
     focusable: false,
   }));
@@ -278,7 +279,7 @@ function toFlow(lay: Layout, model: Model): { nodes: Node[]; edges: Edge[] } {
 
 function Flow({ model, onLayout }: { model: Model; onLayout: (key: string) => void }) {
   const mode = useColorMode();
-  const { fitView } = useReactFlow();
+  const { setViewport } = useReactFlow();
   const key = useMemo(() => layoutKey(model), [model]);
   const [lay, setLay] = useState<{ key: string; layout: Layout } | null>(null);
   const wrap = useRef<HTMLDivElement>(null);
@@ -305,15 +306,27 @@ function Flow({ model, onLayout }: { model: Model; onLayout: (key: string) => vo
   const flow = useMemo(() => (lay ? toFlow(lay.layout, model) : { nodes: [], edges: [] }), [lay, model]);
 
   // Tall enough to read the layout at the width we have, within 300..900 px.
-  const height = lay
-    ? Math.round(Math.min(900, Math.max(300, lay.layout.height * Math.min(1, (width - 32) / lay.layout.width) + 48)))
+  const b = lay?.layout.bounds;
+  const height = b
+    ? Math.round(Math.min(900, Math.max(300, b.height * Math.min(1, (width - 64) / b.width) + 64)))
     : 300;
 
   useEffect(() => {
     if (!lay) return;
     // after React Flow has the new nodes in its store
     const id = requestAnimationFrame(() =>
-      fitView({ padding: 0.06, maxZoom: 1 }).then(() => onLayout(lay.key)),
+      // Fit the whole drawing, labels included (fitView only knows nodes), never
+      // above 100 %, centred, and clear of the zoom controls on the right.
+      {
+        const b = lay.layout.bounds;
+        const [w, h] = [width - 24 - 56, height - 2 * 20];
+        const zoom = Math.min(1, w / b.width, h / b.height);
+        void setViewport({
+          x: 24 + (w - b.width * zoom) / 2 - b.x * zoom,
+          y: 20 + (h - b.height * zoom) / 2 - b.y * zoom,
+          zoom,
+        }).then(() => onLayout(lay.key));
+      },
     );
     return () => cancelAnimationFrame(id);
     // eslint-disable-next-line react-hooks/exhaustive-deps
@@ -351,7 +364,6 @@ function Flow({ model, onLayout }: { model: Model; onLayout: (key: string) => vo
         nodeTypes={nodeTypes}
         edgeTypes={edgeTypes}
         colorMode={mode}
-        fitView
         fitViewOptions={{ padding: 0.06, maxZoom: 1 }}
         minZoom={0.05}
         maxZoom={2}

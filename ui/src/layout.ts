@@ -211,12 +211,43 @@ export interface Point {
 export interface Layout {
   width: number;
   height: number;
+  /** everything drawn, labels included: what the view must fit */
+  bounds: { x: number; y: number; width: number; height: number };
   clusters: { box: ClusterBox; x: number; y: number; w: number; h: number; header: number }[];
   streams: { box: StreamBox; x: number; y: number; w: number; h: number }[]; // x, y relative to the cluster
   edges: { lm: LinkModel; points: Point[]; label: Point | null }[];
 }
 
 const elk = new ELK();
+
+/**
+ * ELK puts a centre label beside its edge, in space it reserved; move it onto
+ * the horizontal segment it belongs to so it sits on the edge's own path
+ * (fall back to the path's midpoint).
+ */
+function onPath(pts: Point[], c: Point | null, h: number): Point | null {
+  if (pts.length < 2) return c;
+  if (c) {
+    let best: number | null = null;
+    for (let i = 1; i < pts.length; i++) {
+      const [a, b] = [pts[i - 1], pts[i]];
+      if (a.y !== b.y || c.x < Math.min(a.x, b.x) || c.x > Math.max(a.x, b.x)) continue;
+      if (best == null || Math.abs(a.y - c.y) < Math.abs(best - c.y)) best = a.y;
+    }
+    if (best != null && Math.abs(best - c.y) <= h) return { x: c.x, y: best };
+  }
+  // midpoint by length
+  const lens = pts.slice(1).map((p, i) => Math.hypot(p.x - pts[i].x, p.y - pts[i].y));
+  let half = lens.reduce((a, b) => a + b, 0) / 2;
+  for (let i = 0; i < lens.length; i++) {
+    if (half <= lens[i]) {
+      const t = lens[i] ? half / lens[i] : 0;
+      return { x: pts[i].x + (pts[i + 1].x - pts[i].x) * t, y: pts[i].y + (pts[i + 1].y - pts[i].y) * t };
+    }
+    half -= lens[i];
+  }
+  return c;
+}
 
 export const clusterId = (name: string) => `cluster:${name}`;
 export const streamId = (path: string) => `stream:${path}`;
@@ -282,7 +313,14 @@ export async function layout(model: Model): Promise<Layout> {
   const byName = new Map(model.clusters.map((c) => [clusterId(c.name), c]));
   const streamByPath = new Map(model.streams.map((s) => [streamId(s.path), s]));
   const origin = new Map<string, Point>([["root", { x: 0, y: 0 }]]);
-  const result: Layout = { width: out.width ?? 0, height: out.height ?? 0, clusters: [], streams: [], edges: [] };
+  const result: Layout = {
+    width: out.width ?? 0,
+    height: out.height ?? 0,
+    bounds: { x: 0, y: 0, width: 0, height: 0 },
+    clusters: [],
+    streams: [],
+    edges: [],
+  };
   const lmById = new Map(model.edges.map((lm) => [lm.id, lm]));
 
   const takeEdges = (edges: ElkExtendedEdge[] | undefined, containerId: string) => {
@@ -294,11 +332,9 @@ export async function layout(model: Model): Promise<Layout> {
         points.push(s.startPoint, ...(s.bendPoints ?? []), s.endPoint);
       }
       const lab = e.labels?.[0];
-      result.edges.push({
-        lm: lmById.get(e.id)!,
-        points: points.map((p) => ({ x: p.x + o.x, y: p.y + o.y })),
-        label: lab?.x != null ? { x: lab.x + o.x + (lab.width ?? 0) / 2, y: lab.y! + o.y + (lab.height ?? 0) / 2 } : null,
-      });
+      const abs = points.map((p) => ({ x: p.x + o.x, y: p.y + o.y }));
+      const centre = lab?.x != null ? { x: lab.x + o.x + (lab.width ?? 0) / 2, y: lab.y! + o.y + (lab.height ?? 0) / 2 } : null;
+      result.edges.push({ lm: lmById.get(e.id)!, points: abs, label: onPath(abs, centre, lab?.height ?? LABEL_H) });
     }
   };
 
@@ -311,6 +347,18 @@ export async function layout(model: Model): Promise<Layout> {
   }
   takeEdges(out.edges, "root");
   for (const c of out.children ?? []) takeEdges(c.edges, c.id);
+
+  const xs: number[] = [], ys: number[] = [];
+  for (const c of result.clusters) xs.push(c.x, c.x + c.w), ys.push(c.y, c.y + c.h);
+  for (const e of result.edges) {
+    for (const p of e.points) xs.push(p.x), ys.push(p.y);
+    if (e.label) {
+      const w = labelWidth(e.lm) / 2;
+      xs.push(e.label.x - w, e.label.x + w), ys.push(e.label.y - LABEL_H / 2, e.label.y + LABEL_H / 2);
+    }
+  }
+  const [x0, y0] = [Math.min(0, ...xs), Math.min(0, ...ys)];
+  result.bounds = { x: x0, y: y0, width: Math.max(...xs, 1) - x0, height: Math.max(...ys, 1) - y0 };
   return result;
 }
 

@@ -28,14 +28,14 @@ export function ReplicasTable({ links }: { links: LinkModel[] }) {
             <Table.ColumnHeader textAlign="end">Pending messages</Table.ColumnHeader>
             <Table.ColumnHeader textAlign="end">Bytes pending</Table.ColumnHeader>
             <Table.ColumnHeader textAlign="end">Lag</Table.ColumnHeader>
-            <Table.ColumnHeader minW="240px">Errors</Table.ColumnHeader>
+            <Table.ColumnHeader minW="260px" w="30%">Errors</Table.ColumnHeader>
           </Table.Row>
         </Table.Header>
         <Table.Body>
           {links.map(({ id, link: l, state }) => (
             <Table.Row key={id} data-testid="replica-row" data-source={l.source} data-replica={l.replica}>
-              <Table.Cell fontFamily="mono" fontSize="xs">{l.source}</Table.Cell>
-              <Table.Cell fontFamily="mono" fontSize="xs">{l.replica}</Table.Cell>
+              <Table.Cell fontFamily="mono" fontSize="xs" wordBreak="break-all" minW="140px">{l.source}</Table.Cell>
+              <Table.Cell fontFamily="mono" fontSize="xs" wordBreak="break-all" minW="140px">{l.replica}</Table.Cell>
               <Table.Cell>
                 <Badge colorPalette={l.paused ? "gray" : statePalette(state)}>{state}</Badge>
                 {l.failover != null && (
