@@ -283,6 +283,16 @@ def test_connection_test_reaches_a_kafka_cluster_and_counts_its_streams(home, ad
         True,
         f"cluster newyork at {info.url} (namespace {namespace}): Kafka reached, 2 streams",
     )
+    unused = Connection(
+        conn_id="streamrep_newyork",
+        conn_type="streamrep",
+        extra=json.dumps({"url": info.url, "kafka": {**info.settings, "streamrep.namespace": f"{namespace}-unused"}}),
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_STREAMREP_NEWYORK", unused.as_json())
+    ok, message = unused.test_connection()
+    assert not ok and "holds no streamrep catalog of this installation" in message, message
+    ok, message = unused.test_connection()  # the test created none of its internal topics
+    assert not ok and "holds no streamrep catalog of this installation" in message, message
 
 
 def test_connection_test_of_a_kafka_cluster_that_cannot_be_reached_says_why_in_one_line(monkeypatch):

@@ -370,7 +370,7 @@ class StreamrepHook(BaseHook):
         cannot be reached raises ``Unavailable`` within the store's timeout."""
         from streamrep.store.kafka import NAMESPACE_SETTING  # confluent-kafka only where Kafka is used
 
-        store = open_store(info, "")
+        store = open_store(info, "", read_only=True)  # a cluster streamrep has not used stays untouched
         try:
             streams = store.catalog_list(STREAM_KIND)
         finally:
