@@ -84,6 +84,10 @@ export default defineConfig({
     },
     rollupOptions: {
       output: { inlineDynamicImports: true },
+      // React Flow's "use client" means nothing outside a server-components build
+      onwarn(warning, warn) {
+        if (warning.code !== "MODULE_LEVEL_DIRECTIVE") warn(warning);
+      },
       // Reading a member of a global namespace has no side effect; without this
       // every unused Chakra name would be kept as a destructured binding.
       treeshake: { propertyReadSideEffects: false },

@@ -197,7 +197,7 @@ export function ReplicationPage() {
               {fatal.forbidden ? "You are not allowed to see stream replication" : "Could not load the clusters"}
             </Alert.Title>
             <Alert.Description whiteSpace="pre-wrap" wordBreak="break-word">
-              {fatal.forbidden ? `Sign in again or ask an admin for access. (${fatal.text})` : fatal.text}
+              {fatal.forbidden ? `Sign in again, or ask an admin for access (the server said: ${fatal.text}).` : fatal.text}
             </Alert.Description>
           </Alert.Content>
         </Alert.Root>

@@ -125,10 +125,12 @@ async function call<T>(path: string, init: RequestInit = {}): Promise<T> {
     }
     if (!res.ok) {
       const err = (body as { error?: string; detail?: unknown } | null) ?? {};
-      const msg =
-        typeof err === "object" && (err.error || err.detail)
-          ? String(err.error ?? JSON.stringify(err.detail))
-          : `${res.status} ${res.statusText}`;
+      const detail = typeof err === "object" ? (err.error ?? err.detail) : null;
+      const msg = !detail
+        ? `HTTP ${res.status} ${res.statusText}`
+        : typeof detail === "string"
+          ? detail
+          : JSON.stringify(detail);
       throw new ApiError(msg, res.status, body);
     }
     return body as T;

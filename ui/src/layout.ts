@@ -192,7 +192,7 @@ function clusterWidth(c: ClusterBox): number {
 /** Height of the header band (name, badges, gateway summary, error). */
 export function clusterHeader(c: ClusterBox): number {
   const err = c.error ? wrappedLines(c.error, clusterWidth(c) - 2 * PAD - 24) * LINE + 20 : 0;
-  return 72 + err;
+  return 68 + err;
 }
 
 export const LABEL_H = 44;
