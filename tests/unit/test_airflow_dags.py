@@ -199,6 +199,9 @@ def test_network_params_default_to_maprs_and_refuse_bad_values(dagbag, dag_id):
     assert not accepts(dag, networkcompression="lzf")  # no Kafka codec: refused at trigger time
     assert not accepts(dag, networkencryption="maybe")
     assert not accepts(dag, throttle=2)
+    # parse_max_bytes_per_sec, the task's own check, refuses these at trigger time too (issue 31)
+    assert accepts(dag, maxbytespersec="10MB/s") and accepts(dag, maxbytespersec="1.5G")
+    assert not any(accepts(dag, maxbytespersec=bad) for bad in ("lots", "500", "200G", 999, True))
 
 
 def test_gateways_dag_maps_one_supervised_spark_task_per_gateway(dagbag):

@@ -643,6 +643,96 @@ def test_a_rest_trigger_with_a_bad_param_is_refused_in_one_line(streamrep_dags_i
     assert answer.json()["detail"] == detail
 
 
+# One bad value per param of the package's DAGs (by name: a name means the same thing in each DAG
+# that has it), and words of the one-line error it must get. Each is refused by the task too.
+BAD_PARAMS = {
+    "path": ("/mapr/sanfrancisco/activity:clicks", "is not a stream path"),
+    "replica": ("/mapr/new york/activity", "is not a stream path"),
+    "cluster": ("new york", "a cluster name"),
+    "action": ("restart", "is not one of"),
+    "once": ("yes", "is not of type 'boolean'"),
+    "gateways": ("gw1 gw1", "is not empty or gateway names"),  # listed twice: validate_gateways
+    "multimaster": ("true", "is not of type 'boolean'"),
+    "synchronous": (1, "is not of type 'boolean'"),
+    "throttle": ("on", "is not of type 'boolean'"),
+    "networkencryption": ("maybe", "is not of type 'boolean'"),
+    "networkcompression": ("lzf", "is not one of"),  # MapR's, but Kafka has no LZF codec
+    "maxbytespersec": ("lots", "is not bytes a second"),
+    "confirm_remove": ("yes", "is not of type 'boolean'"),
+    "phase": ("sideways", "is not one of"),
+    "timeout": (-1, "is less than the minimum of 0"),
+    "force": ("yes", "is not of type 'boolean'"),
+}
+# Values the docs and the CLI's grammar use, beyond the defaults; each must pass.
+GOOD_PARAMS = {
+    "maxbytespersec": ["10M", 10_000_000, "1M", "10MB/s", "1.5g", 0],
+    "gateways": ["gw1 gw2:7660", "gw1,gw2"],
+    "timeout": [0, 30, 86_400],
+    "networkcompression": ["off", "zlib", "zstd"],
+    "cluster": ["newyork"],
+}
+# A bad value whose range depends on its unit, which no JSON schema keyword says: the format
+# (parse_max_bytes_per_sec) refuses it.
+BAD_BYTES_PER_SEC = ["500", "200G", 999, "0.4", "-1M", "nan", "inf", True]
+REQUIRED = {"replica": "/mapr/newyork/activity"}  # the params without a default
+
+
+def package_dags_params() -> dict[str, list[str]]:
+    import streamrep.dags
+
+    return {dag_id: list(getattr(streamrep.dags, dag_id).params) for dag_id in streamrep.dags.__all__}
+
+
+def trigger(client, token, dag_id: str, conf: dict):
+    return client.post(
+        f"/api/v2/dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf}, headers=as_user(token)
+    )
+
+
+def required_of(dag_id: str) -> dict:
+    import streamrep.dags
+
+    return {k: v for k, v in REQUIRED.items() if k in getattr(streamrep.dags, dag_id).params}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_id", sorted(package_dags_params()))
+def test_every_param_of_every_dag_refuses_a_bad_value_at_trigger_time(streamrep_dags_in_db, dag_id):
+    """Issue 31: each param's schema refuses what its task would refuse, over Airflow's REST
+    trigger, with a 400 whose one line names the param; its defaults and good values pass."""
+    client, tokens = streamrep_dags_in_db
+    names = package_dags_params()[dag_id]
+    assert set(names) <= set(BAD_PARAMS), f"{dag_id}: a param without a bad value in this table"
+    required = required_of(dag_id)
+    for name in names:
+        value, words = BAD_PARAMS[name]
+        answer = trigger(client, tokens["ada"], dag_id, {**required, name: value})
+        assert answer.status_code == 400, (name, answer.text)
+        detail = answer.json()["detail"]
+        assert detail.startswith(f"Invalid input for param {name}: {value!r} ") and words in detail, detail
+        assert "\n" not in detail and len(detail) < 300, detail  # one line, no schema dump
+    defaults = trigger(client, tokens["ada"], dag_id, required)
+    assert defaults.status_code == 200, defaults.text
+    for name in set(names) & set(GOOD_PARAMS):
+        for value in GOOD_PARAMS[name]:
+            good = trigger(client, tokens["ada"], dag_id, {**required, name: value})
+            assert good.status_code == 200, (name, value, good.text)
+            assert good.json()["conf"][name] == value
+
+
+@pytest.mark.slow
+def test_maxbytespersec_is_refused_at_trigger_time_exactly_as_the_task_refuses_it(streamrep_dags_in_db):
+    from streamrep.model.network import parse_max_bytes_per_sec
+
+    client, tokens = streamrep_dags_in_db
+    for value in BAD_BYTES_PER_SEC:
+        with pytest.raises(InvalidArgument):
+            parse_max_bytes_per_sec(value)  # what the task would do with it
+        answer = trigger(client, tokens["ada"], "stream_replica_autosetup", {"maxbytespersec": value})
+        assert answer.status_code == 400, (value, answer.text)
+        assert answer.json()["detail"].startswith(f"Invalid input for param maxbytespersec: {value!r} is not"), value
+
+
 @pytest.mark.slow
 def test_a_good_trigger_and_other_answers_pass_unchanged(streamrep_dags_in_db):
     client, tokens = streamrep_dags_in_db

@@ -11,9 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import Param
+from jsonschema import FormatChecker
 
-from streamrep.model.network import DEFAULT_NETWORK_COMPRESSION, KAFKA_CODECS
+from streamrep.errors import InvalidArgument
+from streamrep.model.network import (
+    DEFAULT_NETWORK_COMPRESSION,
+    KAFKA_CODECS,
+    MAX_BYTES_PER_SEC,
+    MIN_BYTES_PER_SEC,
+    parse_max_bytes_per_sec,
+)
 from streamrep.model.paths import CLUSTER_NAME, MAPR_ROOT, MAX_PATH_LENGTH, PATH_COMPONENT
+from streamrep.model.replication import validate_gateways
+from streamrep.replication.failover import MAX_WAIT_SECONDS
 
 
 def _body(pattern: str) -> str:
@@ -40,6 +50,39 @@ PATTERN_MEANINGS = {
     CLUSTER_PATTERN: CLUSTER_MEANING,
     OPTIONAL_CLUSTER_PATTERN: f"empty or {CLUSTER_MEANING}",
 }
+
+
+def _gateway_list_or_empty(value: object) -> bool:
+    """The ``gateways`` param: empty (the source clusters' lists) or what ``validate_gateways``
+    takes."""
+    if not isinstance(value, str):
+        return False  # the schema's type names the error
+    if value.strip():
+        validate_gateways(value)
+    return True
+
+
+def _bytes_per_sec(value: object) -> bool:
+    parse_max_bytes_per_sec(value)
+    return True
+
+
+# Rules that no JSON schema keyword can express, checked by the very functions the tasks call:
+# maxbytespersec's range depends on its unit (500 and 200G are refused, 10M is not), and a gateway
+# list must not name a gateway twice. Airflow validates params with ``jsonschema.FormatChecker()``
+# and has no hook for a checker of its own; a checker in the class's table is used by every such
+# instance (jsonschema's deprecated ``cls_checks`` does the same). A process that never imported
+# this module (none of Airflow's: the DAG files and the plugin import it) would pass these formats
+# unchecked, and the task's own check would still refuse the value.
+BYTES_PER_SEC_FORMAT = "streamrep-bytes-per-sec"
+GATEWAYS_FORMAT = "streamrep-gateways"
+FormatChecker.checkers[BYTES_PER_SEC_FORMAT] = (_bytes_per_sec, InvalidArgument)
+FormatChecker.checkers[GATEWAYS_FORMAT] = (_gateway_list_or_empty, InvalidArgument)
+FORMAT_MEANINGS = {
+    BYTES_PER_SEC_FORMAT: f"bytes a second: 0 (no limit) or {MIN_BYTES_PER_SEC:,} to {MAX_BYTES_PER_SEC // 10**9}G, "
+    "a number with an optional unit K, M or G (10M)",
+    GATEWAYS_FORMAT: "empty or gateway names, space separated, each a host name (optionally with :port) listed once",
+}
 PARAM_ERROR_PREFIX = "Invalid input for param "  # how Airflow's param validation starts its error
 
 
@@ -49,11 +92,14 @@ def one_line_param_error(detail: str) -> str:
     line = detail.strip().splitlines()[0] if detail.strip() else detail
     for pattern, meaning in PATTERN_MEANINGS.items():
         line = line.replace(f"does not match {pattern!r}", f"is not {meaning}")
+    for format_, meaning in FORMAT_MEANINGS.items():
+        line = line.replace(f"is not a {format_!r}", f"is not {meaning}")
     return line
 
 
 def names_a_streamrep_pattern(detail: str) -> bool:
-    return any(repr(pattern) in detail for pattern in PATTERN_MEANINGS)
+    """Whether a param error comes from a streamrep pattern or format (of any DAG's param)."""
+    return any(repr(rule) in detail for rule in (*PATTERN_MEANINGS, *FORMAT_MEANINGS))
 
 
 def stream_path_param(default: str | None, title: str, description: str) -> Param:
@@ -93,8 +139,8 @@ def optional_cluster_param(description: str) -> Param:
     )
 
 
-def seconds_param(default: float, title: str, description: str, maximum: float = 86_400) -> Param:
-    """A number of seconds, 0 to ``maximum``."""
+def seconds_param(default: float, title: str, description: str, maximum: float = MAX_WAIT_SECONDS) -> Param:
+    """A number of seconds, 0 to ``maximum`` (the failover's waits: 0 is no wait, and valid)."""
     return Param(
         default,
         type="number",
@@ -102,6 +148,17 @@ def seconds_param(default: float, title: str, description: str, maximum: float =
         maximum=maximum,
         title=title,
         description=f"{description} Seconds, 0 to {maximum:g}.",
+    )
+
+
+def gateways_param() -> Param:
+    """Gateway names that override the source clusters' lists, or empty (the lists)."""
+    return Param(
+        "",
+        type="string",
+        format=GATEWAYS_FORMAT,
+        title="Gateways",
+        description="Gateway names, space separated (default: the lists of the source clusters).",
     )
 
 
@@ -132,7 +189,8 @@ def network_params() -> dict[str, Param]:
         ),
         "maxbytespersec": Param(
             "0",
-            type=["string", "integer"],  # 10M or 10000000; the core library checks the value
+            type=["string", "integer"],  # 10M or 10000000
+            format=BYTES_PER_SEC_FORMAT,  # parse_max_bytes_per_sec, as the task parses it
             title="Max bytes per second",
             description="streamrep's limit on the bytes a second replicated into the replica, over all "
             "its gateways: a number with an optional decimal unit K, M or G (10M is 10,000,000); 0 is no limit.",

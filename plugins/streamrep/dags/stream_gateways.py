@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 from streamrep.airflow.operators import GatewayPlanOperator
-from streamrep.airflow.params import cluster_param, flag_param
+from streamrep.airflow.params import cluster_param, flag_param, gateways_param
 from streamrep.airflow.spark_operators import StreamGatewayOperator
 
 DOC = """
@@ -57,12 +57,7 @@ with DAG(
     params={
         "cluster": cluster_param("newyork", "The destination cluster whose replicas the gateways feed."),
         "once": flag_param(False, "Once", "Replicate what the sources hold now, then finish."),
-        "gateways": Param(
-            "",
-            type="string",
-            title="Gateways",
-            description="Gateway names, space separated (default: the lists of the source clusters).",
-        ),
+        "gateways": gateways_param(),
     },
 ) as dag:
     plan = GatewayPlanOperator(

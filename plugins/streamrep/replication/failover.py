@@ -75,6 +75,7 @@ from streamrep.replication.transfer import CONFLICT_RETRIES, ensure_topics
 # Longer than a producer's view of a failover record may be stale, plus an append in flight.
 FENCE_GRACE_SECONDS = 2 * FAILOVER_CHECK_SECONDS + 0.5
 DEFAULT_TIMEOUT = 300.0  # seconds a failover waits for the replica to catch up
+MAX_WAIT_SECONDS = 86_400.0  # a day: a longer timeout is a typo (the DAGs' param schema says the same)
 POLL_SECONDS = 0.1
 # phase "all": the reverse copy is near enough to return (pause writes) at this many pending messages.
 RETURN_BACKLOG = 1000
@@ -721,8 +722,8 @@ def _seconds(value: Any, what: str) -> float:
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = -1.0
-    if not 0 <= seconds <= 86_400 or isinstance(value, bool):
-        raise InvalidArgument(f"{what} must be a number of seconds from 0 to 86400, not {value!r}")
+    if not 0 <= seconds <= MAX_WAIT_SECONDS or isinstance(value, bool):
+        raise InvalidArgument(f"{what} must be a number of seconds from 0 to {MAX_WAIT_SECONDS:g}, not {value!r}")
     return seconds
 
 
