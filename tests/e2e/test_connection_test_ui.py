@@ -19,16 +19,6 @@ from streamrep.airflow.connection_test import PortlessConnectionTest
 from streamrep.airflow.plugin import StreamrepPlugin
 
 CHROMIUM = "/usr/bin/chromium"
-# Until streamrep.airflow.plugin registers the middleware (PortlessConnectionTest), a plugins-folder
-# file does, so that Airflow 3.3.2's list button can test at all; gone once the plugin has it.
-SHIM = """from airflow.plugins_manager import AirflowPlugin
-from streamrep.airflow.connection_test import MIDDLEWARE
-
-
-class StreamrepConnectionTest(AirflowPlugin):
-    name = "streamrep_connection_test"
-    fastapi_root_middlewares = [MIDDLEWARE]
-"""
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +28,10 @@ def api_server(e2e: Session):
     if not os.path.exists(CHROMIUM):
         pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
     home = e2e.copy_airflow_home("airflow-home-connection-test")
-    registered = any(m["middleware"] is PortlessConnectionTest for m in StreamrepPlugin.fastapi_root_middlewares)
-    if not registered:
-        (home / "plugins").mkdir(exist_ok=True)
-        (home / "plugins" / "streamrep_connection_test.py").write_text(SHIM)
+    assert any(m["middleware"] is PortlessConnectionTest for m in StreamrepPlugin.fastapi_root_middlewares)
     port = int(os.environ.get("E2E_AIRFLOW_PORT") or free_port())  # a developer may pin it
     env = {
         **e2e.env_for(home),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(home / "plugins"),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "AIRFLOW__API__PORT": str(port),
     }

@@ -143,7 +143,7 @@ def test_the_api_lists_the_clusters_then_answers_for_each(mesh):
     assert listing["service"] == {"dagId": "stream_gateway_service", "paused": True}
     newyork = client.get("/api/clusters/newyork").json()
     assert [s["path"] for s in newyork["streams"]] == [NY, "/mapr/newyork/orders"]
-    assert newyork["url"].startswith("embedded:")
+    assert newyork["url"].startswith("embedded:") and newyork["elapsedMs"] >= 0
     unknown = client.get("/api/clusters/boston")
     assert unknown.status_code == 404 and "boston" in unknown.json()["error"]
     hidden = client_of(vic_sees_less).get("/api/clusters/newyork").json()
@@ -330,7 +330,8 @@ def test_airflow_loads_the_plugin_through_the_installed_package_entry_point():
     assert app["url_prefix"] == "/streamrep" and app["app"] is not None
     (view,) = plugin.react_apps
     assert view["bundle_url"] == "streamrep/static/replication.js" and view["url_route"] == "stream-replication"
-    assert view["name"] == "Stream replication" and view["destination"] == "nav"
+    assert view["name"] == "Replication" and view["destination"] == "nav"
+    assert view["icon"] == "streamrep/static/icon.svg"
 
 
 def test_a_drain_ends_its_lag_history_with_what_it_left(admin):

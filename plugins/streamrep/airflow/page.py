@@ -16,6 +16,7 @@ Who may do what: ``page_access``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -164,9 +165,10 @@ def create_app(
                 return error(400, str(err))
 
             def view() -> dict[str, Any]:
+                start = time.monotonic()
                 own = reading_hook()  # the read may outlive this request: it closes its own hook
                 try:
-                    return cluster_view(own.admin, info)
+                    return {**cluster_view(own.admin, info), "elapsedMs": round((time.monotonic() - start) * 1000)}
                 finally:
                     own.close()
 

@@ -54,6 +54,7 @@ def blank_view(info: ClusterInfo) -> dict[str, Any]:
         "kind": info.kind,
         "url": info.url,
         "error": None,
+        "elapsedMs": None,
         "sampleSeconds": SAMPLE_SECONDS,
         "desired": None,
         "gateways": [],

@@ -1,5 +1,6 @@
-"""The Airflow plugin: the "Stream replication" page in the Airflow 3 UI, and one-line errors
-for a bad param of a streamrep DAG.
+"""The Airflow plugin: the "Stream replication" page in the Airflow 3 UI, one-line errors for a
+bad param of a streamrep DAG, and the connections list's Test button for streamrep connections
+(``connection_test``).
 
 The page is a React app plugin (``react_apps``): Airflow's UI loads its bundle and renders it in
 its own page at ``/plugin/stream-replication``, with Airflow's React, Chakra UI and theme, under
@@ -17,6 +18,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from streamrep.airflow.connection_test import MIDDLEWARE as CONNECTION_TEST
 from streamrep.airflow.page import BUNDLE, create_app
 from streamrep.airflow.params import PARAM_ERROR_PREFIX, names_a_streamrep_pattern, one_line_param_error
 
@@ -91,17 +93,20 @@ def shortened(dag_id: str, body: bytes) -> bytes:
 
 
 class StreamrepPlugin(AirflowPlugin):
-    """Serves the replication page, puts it in the UI's navigation, and shortens param errors."""
+    """Serves the replication page, puts it in the UI's navigation, shortens param errors, and
+    lets the UI's Test button test streamrep connections."""
 
     name = "streamrep"
     fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "Stream replication"}]
     fastapi_root_middlewares = [
-        {"middleware": OneLineParamErrors, "args": [], "kwargs": {}, "name": "streamrep one-line param errors"}
+        {"middleware": OneLineParamErrors, "args": [], "kwargs": {}, "name": "streamrep one-line param errors"},
+        CONNECTION_TEST,
     ]
     react_apps = [
         {
-            # The UI finds the component as globalThis[name] (the bundle sets AirflowPlugin too).
-            "name": "Stream replication",
+            # The navigation bar's label: its 56 px show "Replication" whole, not "Stream replication".
+            # The UI finds the component as globalThis[name], else AirflowPlugin (which the bundle sets).
+            "name": "Replication",
             "bundle_url": BUNDLE_URL,
             "url_route": URL_ROUTE,
             "destination": "nav",
