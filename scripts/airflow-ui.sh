@@ -5,12 +5,14 @@
 #
 # It runs `airflow standalone` (api-server, scheduler, dag-processor, triggerer) on SQLite with:
 #   dags/ as the DAG folder (streamrep_dags.py brings the package's DAGs); the page comes from the
-#   installed package's airflow.plugins entry point (at /plugin/stream-replication in the UI, and
-#   at /streamrep/replication on its own); the connection form's Test button on;
+#   installed package's airflow.plugins entry point (the "Replication" entry of the UI's navigation,
+#   /plugin/stream-replication); the connection form's Test button on;
 #   the same clusters as the streamrep CLI ($STREAMREP_HOME, default ~/.streamrep);
 #   Spark in local mode for copystream and the gateways (connection spark_default).
 # Settings: PORT (8080), AIRFLOW_HOME (<repo>/.airflow-home), STREAMREP_HOME, and any AIRFLOW__*.
-# For local use only: every visitor is an admin (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS).
+# For local use only: every visitor is an admin (AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS), and
+# the page and the REST form (/streamrep/rest/...) act as the CLI's user: STREAMREP_USER, else the
+# OS user who runs this script.
 # AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=False turns login on (the page then asks for it too).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -319,3 +319,20 @@ def wheel(tmp_path_factory) -> Path:
     from airflow_venv import build_wheel
 
     return build_wheel(tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (the Debian package the tests install), driven by Playwright; skipped
+    where it is missing. Playwright downloads no browser of its own."""
+    from playwright.sync_api import sync_playwright
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield launched
+        finally:
+            launched.close()

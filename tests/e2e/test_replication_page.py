@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -42,6 +41,7 @@ PAGE = "/plugin/stream-replication"
 ARTIFACTS = Path(os.environ.get("STREAMREP_TEST_ARTIFACTS") or REPO / "test-artifacts") / "replication-page"
 SCHEMES = ("light", "dark")
 LAYOUT_SECONDS = 60  # a bound for a loaded machine, not an expectation
+MIN_TEXT_PX = 9  # a stream's name on screen, at the zoom that fits the topology in a 1400 px window
 
 
 # -- topologies: real embedded clusters, built through the library as alice ------------------------
@@ -263,21 +263,6 @@ def server(e2e: Session, tmp_path_factory) -> Iterator[Server]:
         _stop_group(running.process)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("headless Chromium is not installed (apt-get install -y chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
 def open_page(browser: Any, server: Server, scheme: str, asked: dict[str, float] | None = None) -> Any:
     """The page in a new browser context; ``asked`` gets when it asked for the cluster list."""
     context = browser.new_context(color_scheme=scheme, viewport={"width": 1400, "height": 1000})
@@ -316,7 +301,16 @@ GEOMETRY = """() => {
     points.push([end.x, end.y]);
     return {source: g.dataset.source, replica: g.dataset.replica, state: g.dataset.state, points};
   });
+  const viewport = document.querySelector('.react-flow__viewport');
+  const scale = new DOMMatrix(getComputedStyle(viewport).transform).a;
+  const name = document.querySelector('[data-testid=stream-node] [data-testid=stream-name]')
+    || document.querySelector('[data-testid=stream-node]');
+  const errors = all('[data-testid=replica-row] [data-testid=link-errors]').map((e) => ({
+    text: e.textContent, clipped: e.scrollWidth > e.clientWidth + 1 || e.scrollHeight > e.clientHeight + 1,
+    ...box(e), table: box(e.closest('table').parentElement)}));
   return {
+    namePx: parseFloat(getComputedStyle(name).fontSize) * scale,
+    errors,
     canvas: box(document.querySelector('[data-testid=topology]')),
     clusters: all('[data-testid=cluster-node]').map((e) => ({name: e.dataset.cluster, ...box(e)})),
     streams: all('[data-testid=stream-node]').map((e) => ({path: e.dataset.path, ...box(e)})),
@@ -387,9 +381,17 @@ def check_drawing(geometry: dict[str, Any], answers: dict[str, dict[str, Any]]) 
             if path in (link["source"], link["replica"]):
                 continue
             assert not [p for p in points if inside(p, shrunk(rect, 2))], (link["source"], link["replica"], path)
-    for label in geometry["labels"]:  # a link's label sits on its own path
+    labels = geometry["labels"]
+    for i, label in enumerate(labels):  # a link's label sits on its own path, clear of the others
         [link] = [g for g in geometry["links"] if (g["source"], g["replica"]) == (label["source"], label["replica"])]
         assert any(inside(p, label, 2) for p in link["points"]), label
+        for other in labels[i + 1 :]:
+            assert not overlap(label, other), (label, other)
+        for path, rect in streams.items():
+            assert not overlap(label, rect), (label, path)
+    assert geometry["namePx"] >= MIN_TEXT_PX, f"stream names are drawn {geometry['namePx']:.1f} px high"
+    for error in geometry["errors"]:  # the replicas table shows each error whole
+        assert not error["clipped"] and error["x"] + error["w"] <= error["table"]["x"] + error["table"]["w"] + 1, error
 
 
 THEME = """() => {

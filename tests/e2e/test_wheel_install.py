@@ -141,13 +141,18 @@ def api_server(installed) -> Airflow:
 
 
 @at_the_corners
-def test_the_page_answers_only_behind_login(api_server):
+def test_the_page_answers_only_behind_login_and_its_bundle_is_in_the_wheel(api_server):
     api_server.token = None
-    status, _ = api_server.request("GET", "/streamrep/replication", auth=False)
+    status, _ = api_server.request("GET", "/streamrep/api/clusters", auth=False)
     assert status == 401
     api_server.login("admin", "admin-password")
-    status, page = api_server.request("GET", "/streamrep/replication")
-    assert status == 200 and "Stream replication" in page
+    status, listing = api_server.request("GET", "/streamrep/api/clusters")
+    assert status == 200 and listing["user"] == "admin"
+    status, bundle = api_server.request("GET", "/streamrep/static/replication.js", auth=False)
+    assert status == 200 and "AirflowPlugin" in bundle  # the UI loads it before anyone logs in
+    plugins = api_server.get("/api/v2/plugins")["plugins"]
+    [app] = [a for p in plugins if p["name"] == "streamrep" for a in p["react_apps"]]
+    assert app["bundle_url"] == "streamrep/static/replication.js" and app["url_route"] == "stream-replication"
 
 
 @at_the_corners
