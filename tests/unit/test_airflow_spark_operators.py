@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 from airflow_support import DST, SRC, ctx
 
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
@@ -175,3 +175,69 @@ def test_the_gateway_app_refuses_an_interval_of_zero_in_one_line_before_spark():
     )
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.strip() == "ERROR: interval must be a number of seconds above 0 and at most 3600, not 0.0"
+
+
+@pytest.fixture
+def stub_gateway_app(tmp_path, monkeypatch) -> Path:
+    """A ``gateway.py`` that notes each spark-submit that ran it (its arguments, one line) and
+    exits 0. Real spark-submit runs it; a real continuous gateway would add a Spark start (43-69 s
+    under load) and a ``gateway stop`` to end it, and its run on Spark is covered by
+    ``test_copystream_then_a_gateway_retry_on_spark_move_each_message_once_with_a_quiet_task_log``.
+    What this checks is only whether the task reaches spark-submit."""
+    apps, submitted = tmp_path / "apps", tmp_path / "submitted"
+    apps.mkdir()
+    (apps / "gateway.py").write_text(
+        f"import sys\nwith open({str(submitted)!r}, 'a') as f:\n    f.write(' '.join(sys.argv[1:]) + '\\n')\n"
+    )
+    monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
+    return submitted
+
+
+@pytest.fixture
+def linked(source):
+    source.create_stream(DST, copymetafrom=SRC)
+    source.add_replica(SRC, DST)
+    source.add_upstream(DST, SRC)
+    return source
+
+
+def test_stream_gateways_on_a_stopped_cluster_ends_in_seconds_without_spark(
+    linked, stub_gateway_app, streamrep_run_dag
+):
+    """Issue 31: the DAG used to start Spark for 122 s to say "not started"; its gateway tasks
+    are now skipped before spark-submit, with the stop's reason, and the run succeeds."""
+    import time
+
+    from streamrep.dags.stream_gateways import dag
+    from streamrep.replication import service
+
+    service.request(linked, "newyork", service.STOPPED)
+    started = time.monotonic()
+    result = streamrep_run_dag(dag, {"cluster": "newyork", "gateways": "gw1 gw2"})
+    took = time.monotonic() - started
+    assert result.state == "success" and result.tasks == {"plan_gateways": "success", "gateway": "skipped"}
+    assert not stub_gateway_app.exists()  # no spark-submit ran
+    assert took < 20, took  # dag.test's own start included; Spark's alone took 43-122 s
+    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw1")
+    with pytest.raises(AirflowSkipException) as skipped:
+        op.execute(ctx())
+    assert str(skipped.value).startswith("gateway gw1 not started: the gateways of cluster newyork are stopped")
+    assert str(skipped.value).endswith("start them with 'streamrep gateway start -cluster newyork'")
+    assert not stub_gateway_app.exists()
+
+
+def test_stream_gateways_on_a_started_or_unmanaged_cluster_still_submits(linked, stub_gateway_app, streamrep_run_dag):
+    from streamrep.dags.stream_gateways import dag
+    from streamrep.replication import service
+
+    assert service.desired_state(linked.clusters.store("newyork")) is None  # not managed
+    unmanaged = streamrep_run_dag(dag, {"cluster": "newyork", "gateways": "gw1"})
+    assert unmanaged.tasks == {"plan_gateways": "success", "gateway": "success"}, unmanaged
+    service.request(linked, "newyork", service.RUNNING)
+    op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw2")
+    assert op.execute(ctx()) == {"cluster": "newyork", "gateway": "gw2", "once": False}
+    service.request(linked, "newyork", service.STOPPED)  # a drain (once) ignores the stop, as the app does
+    StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw3", once=True).execute(ctx())
+    submitted = stub_gateway_app.read_text().splitlines()
+    assert [line.split("--id ")[1].split()[0] for line in submitted] == ["gw1", "gw2", "gw3"], submitted
+    assert all(line.startswith("--cluster newyork ") for line in submitted) and submitted[2].endswith("--once")

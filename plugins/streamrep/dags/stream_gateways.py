@@ -38,7 +38,9 @@ gateway's name.
 **Stopping.** `streamrep gateway stop -cluster <cluster>` (or the `stream_gateway_service` DAG
 with `action: stop`, or the page's Stop button) stops every gateway after its current pass: each
 task succeeds and the run ends as success. This is the one way to stop a continuous gateway.
-Marking a gateway task or this run success or failed kills the gateway instead (its Spark job
+A run on a cluster whose gateways are stopped starts no Spark: each gateway task is skipped at
+once, its log saying who stopped them and how to start them again (`once: true`, a drain, runs
+anyway). Marking a gateway task or this run success or failed kills the gateway instead (its Spark job
 ends with the task); while the cluster's gateways are started, the supervisor launches a new run
 within about a minute. Runs with `once: false` are also what the `stream_gateway_service`
 supervisor triggers for a cluster whose gateways should run and have no live heartbeat.

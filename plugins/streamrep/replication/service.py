@@ -200,6 +200,18 @@ def desired_state(store: Store) -> str | None:
     return None if doc is None else doc.get("state")
 
 
+def is_stopped(doc: Mapping[str, Any] | None) -> bool:
+    """Whether a service document (``desired``) asks the gateways to stop."""
+    return doc is not None and doc.get("state") == STOPPED
+
+
+def stopped_reason(store: Store, cluster: str) -> str | None:
+    """Why a gateway of ``cluster`` must not start now (``stopped_line``), or None when its
+    gateways are started or not managed."""
+    doc = desired(store)
+    return stopped_line(cluster, doc) if is_stopped(doc) else None
+
+
 def stopped_line(cluster: str, doc: Mapping[str, Any] | None) -> str:
     """Why a gateway of ``cluster`` does not run: the stop request, and how to start again."""
     by = f" by {doc.get('by')}" if doc and doc.get("by") else ""
@@ -229,7 +241,7 @@ class StopWatch:
         if force or self._read_at is None or now - self._read_at >= self.interval:
             self.doc = desired(self.store)
             self._read_at = now
-        return self.doc is not None and self.doc.get("state") == STOPPED
+        return is_stopped(self.doc)
 
 
 def request(admin: StreamAdmin, cluster: str, state: str) -> ServiceRequest:
