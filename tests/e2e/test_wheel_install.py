@@ -141,7 +141,7 @@ def api_server(installed) -> Airflow:
 
 
 @at_the_corners
-def test_the_page_answers_only_behind_login_and_its_bundle_is_in_the_wheel(api_server):
+def test_the_page_answers_only_behind_login_and_its_bundle_is_in_the_wheel(api_server, browser):
     api_server.token = None
     status, _ = api_server.request("GET", "/streamrep/api/clusters", auth=False)
     assert status == 401
@@ -152,7 +152,17 @@ def test_the_page_answers_only_behind_login_and_its_bundle_is_in_the_wheel(api_s
     assert status == 200 and "AirflowPlugin" in bundle  # the UI loads it before anyone logs in
     plugins = api_server.get("/api/v2/plugins")["plugins"]
     [app] = [a for p in plugins if p["name"] == "streamrep" for a in p["react_apps"]]
-    assert app["bundle_url"] == "streamrep/static/replication.js" and app["url_route"] == "stream-replication"
+    assert app["bundle_url"] == "/streamrep/static/replication.js" and app["url_route"] == "stream-replication"
+    # this release's UI loads the bundle and renders the page (3.2 imports bundle_url as it is)
+    context = browser.new_context()
+    context.add_cookies([{"name": "_token", "value": api_server.token, "url": api_server.base}])
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.goto(api_server.base + "/plugin/stream-replication")
+    page.wait_for_selector("[data-testid=replication-page][data-layout=done]", timeout=120_000)
+    assert page.locator("h2", has_text="Stream replication").count() == 1 and not errors, errors
+    context.close()
 
 
 @at_the_corners

@@ -329,9 +329,18 @@ def test_airflow_loads_the_plugin_through_the_installed_package_entry_point():
     (app,) = plugin.fastapi_apps
     assert app["url_prefix"] == "/streamrep" and app["app"] is not None
     (view,) = plugin.react_apps
-    assert view["bundle_url"] == "streamrep/static/replication.js" and view["url_route"] == "stream-replication"
+    assert view["bundle_url"] == "/streamrep/static/replication.js" and view["url_route"] == "stream-replication"
     assert view["name"] == "Replication" and view["destination"] == "nav"
-    assert view["icon"] == "streamrep/static/icon.svg"
+    assert view["icon"] == "/streamrep/static/icon.svg"
+
+
+def test_the_bundles_address_follows_the_api_servers_base_url(monkeypatch):
+    from streamrep.airflow.plugin import static_url
+
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example.com/data/airflow/")
+    assert static_url("replication.js") == "/data/airflow/streamrep/static/replication.js"
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://localhost:8080")
+    assert static_url("icon.svg") == "/streamrep/static/icon.svg"
 
 
 def test_a_drain_ends_its_lag_history_with_what_it_left(admin):

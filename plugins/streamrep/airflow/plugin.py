@@ -24,9 +24,18 @@ from streamrep.airflow.params import PARAM_ERROR_PREFIX, names_a_streamrep_patte
 
 URL_PREFIX = "/streamrep"
 URL_ROUTE = "stream-replication"
-# Relative to the UI's <base href>, so the page works under any [api] base_url.
-BUNDLE_URL = f"{URL_PREFIX.lstrip('/')}/static/{BUNDLE}"
-ICON_URL = f"{URL_PREFIX.lstrip('/')}/static/icon.svg"
+
+
+def static_url(name: str) -> str:
+    """An absolute path to one of the page's static files, under the API server's [api] base_url
+    path. Absolute, because Airflow 3.2's UI imports ``bundle_url`` as it is (a relative one is
+    a bare module specifier there), while 3.3's resolves it against the page's <base>."""
+    from urllib.parse import urlsplit
+
+    from airflow.configuration import conf
+
+    base = urlsplit(conf.get("api", "base_url", fallback="") or "").path.rstrip("/")
+    return f"{base}{URL_PREFIX}/static/{name}"
 
 
 def package_dag_ids() -> frozenset[str]:
@@ -107,9 +116,9 @@ class StreamrepPlugin(AirflowPlugin):
             # The navigation bar's label: its 56 px show "Replication" whole, not "Stream replication".
             # The UI finds the component as globalThis[name], else AirflowPlugin (which the bundle sets).
             "name": "Replication",
-            "bundle_url": BUNDLE_URL,
+            "bundle_url": static_url(BUNDLE),
             "url_route": URL_ROUTE,
             "destination": "nav",
-            "icon": ICON_URL,
+            "icon": static_url("icon.svg"),
         }
     ]
