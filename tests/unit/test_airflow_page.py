@@ -167,6 +167,22 @@ def test_reading_never_creates_a_store(empty_home, monkeypatch, tmp_path):
     assert not typo.exists() and not typo.parent.exists()
 
 
+def test_reading_leaves_a_stores_folder_as_it_was(empty_home):
+    """Not even SQLite's -wal and -shm files appear next to a store the page reads."""
+    from streamrep.client import Clusters, StreamAdmin
+    from streamrep.model.ace import Identity
+
+    clusters = Clusters()
+    clusters.add("tokyo")
+    StreamAdmin(clusters, Identity("alice")).create_stream("/mapr/tokyo/a")
+    clusters.close()
+    folder = Path(clusters.home) / "clusters"
+    before = sorted(p.name for p in folder.iterdir())
+    answer = client_of().get("/api/clusters/tokyo").json()
+    assert [s["path"] for s in answer["streams"]] == ["/mapr/tokyo/a"]
+    assert sorted(p.name for p in folder.iterdir()) == before == ["tokyo.db"]
+
+
 class SilentBroker:
     """A TCP server that accepts connections and never answers: a Kafka cluster that hangs."""
 

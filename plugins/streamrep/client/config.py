@@ -94,7 +94,7 @@ def open_store(info: ClusterInfo, embedded_file: str, create: bool = True, read_
         from streamrep.store.kafka import KafkaStore  # confluent-kafka only where a Kafka cluster is used
 
         return KafkaStore(info.name, kafka_bootstrap(info.url), info.settings, create_internal=not read_only)
-    return EmbeddedStore(info.name, embedded_file, create=create and not read_only)
+    return EmbeddedStore(info.name, embedded_file, create=create, read_only=read_only)
 
 
 class Clusters:
