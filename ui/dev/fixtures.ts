@@ -121,6 +121,22 @@ function scenario(n: string): Spec[] {
       },
       { name: "chicago", kind: "kafka", error: LONG_ERR, streams: [], links: [], gateways: [] },
     ];
+  if (n === "unreachable")
+    // the e2e test's: a lost store (denver) and a Kafka cluster that hangs
+    return [
+      ...["amsterdam", "berlin", "chicago"].map((c, i) => ({
+        name: c,
+        streams: [stream(c, "events", 3)],
+        links: [
+          ...(c === "amsterdam" ? [link(A(c, "events"), A("berlin", "events"), "WAITING_FOR_GATEWAY", { gateways: [] })] : []),
+          ...(c === "amsterdam" ? [link(A(c, "events"), A("denver", "events"), "UNEXPECTED", { gateways: [] })] : []),
+          ...(c === "berlin" ? [link(A(c, "events"), A("chicago", "events"), "WAITING_FOR_GATEWAY", { gateways: [] })] : []),
+        ],
+        delay: 100 * i,
+      })),
+      { name: "denver", error: "cluster denver: store file /tmp/pytest-of-root/pytest-98/page-unreachable0/clusters/denver.db is missing (deleted or moved)", streams: [], links: [] },
+      { name: "hung", kind: "kafka", delay: 2000, error: "Kafka cluster hung is unreachable: it did not answer within 2 s", streams: [], links: [] },
+    ];
   if (n === "12") {
     const names = ["amsterdam", "berlin", "cairo", "delhi", "edinburgh", "frankfurt", "geneva", "helsinki", "istanbul", "jakarta", "kyoto", "lisbon"];
     return names.map((c, i) => {

@@ -51,6 +51,9 @@ export function LagChart({ lm }: { lm: LinkModel }) {
   const mode = useColorMode();
   const series = useMemo(() => lagSeries(lm), [lm]);
   const { link } = lm;
+  // Nobody measures a link no live gateway serves (none known: null counts too),
+  // so its last figure is stale; a paused link is not expected to move.
+  const live = (link.gateways?.length ?? 0) > 0;
 
   const { data, options } = useMemo(() => {
     // `mode` is only a dependency: the CSS variables have already changed with it.
@@ -160,6 +163,7 @@ export function LagChart({ lm }: { lm: LinkModel }) {
       data-replica={link.replica}
       data-samples={series.samples}
       data-gaps={series.gaps}
+      data-live-gateway={live ? "true" : "false"}
       borderWidth="1px"
       borderColor="border"
       borderRadius="lg"
@@ -174,6 +178,11 @@ export function LagChart({ lm }: { lm: LinkModel }) {
           now {count(link.pendingMessages)} behind · {duration(link.replicationLagMillis)}
         </Text>
       </Flex>
+      {!live && !link.paused && (
+        <Text data-testid="lag-not-measured" fontSize="xs" color="fg.warning" mb={2}>
+          no live gateway: lag not measured since {series.last != null ? `${hms(series.last)} UTC` : "it was set up"}
+        </Text>
+      )}
       {series.samples === 0 ? (
         <Text fontSize="sm" color="fg.muted" py={6} textAlign="center">
           no lag samples yet

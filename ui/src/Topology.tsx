@@ -18,9 +18,11 @@ import {
 } from "@xyflow/react";
 import { useEffect, useMemo, useRef, useState } from "react";
 import { LuDatabase, LuServer } from "react-icons/lu";
-import { count, duration, plural } from "./format";
+import { count, plural } from "./format";
 import {
   clusterId,
+  FAILED_OVER,
+  labelText,
   layout,
   layoutKey,
   streamId,
@@ -29,13 +31,15 @@ import {
   type LinkModel,
   type Model,
   type Point,
+  type Rect,
+  STREAM_NAME_PX,
   type StreamBox,
 } from "./layout";
 import { desiredPalette, statePalette, strokeVar, useColorMode } from "./theme";
 
 type ClusterNodeT = Node<{ box: ClusterBox }, "cluster">;
 type StreamNodeT = Node<{ box: StreamBox }, "stream">;
-type LinkEdgeT = Edge<{ lm: LinkModel; points: Point[]; label: Point | null }, "link">;
+type LinkEdgeT = Edge<{ lm: LinkModel; points: Point[]; label: Rect | null }, "link">;
 
 function ClusterNode({ data: { box } }: NodeProps<ClusterNodeT>) {
   const failed = box.error != null;
@@ -50,12 +54,12 @@ function ClusterNode({ data: { box } }: NodeProps<ClusterNodeT>) {
       borderColor={failed ? "border.error" : "border.emphasized"}
       borderRadius="lg"
       bg="bg.subtle"
-      px={4}
-      py={3}
+      px={3}
+      py={2}
     >
-      <Flex align="center" gap={2}>
+      <Flex align="center" gap={2} h="20px">
         <Box as={LuServer} color="fg.muted" flexShrink={0} />
-        <Text fontWeight="semibold" fontSize="md" truncate title={box.name}>
+        <Text fontWeight="semibold" fontSize="14px" lineHeight="20px" truncate title={box.name}>
           {box.name}
         </Text>
         <Badge size="sm" variant="outline">
@@ -65,7 +69,7 @@ function ClusterNode({ data: { box } }: NodeProps<ClusterNodeT>) {
           <Spinner data-testid="cluster-loading" data-cluster={box.name} size="xs" color="fg.muted" ml="auto" />
         )}
       </Flex>
-      <HStack gap={2} mt={1.5} fontSize="xs" color="fg.muted">
+      <HStack gap={2} mt={1} h="20px" fontSize="xs" color="fg.muted" whiteSpace="nowrap">
         {box.status === "loading" ? (
           <Text>loading…</Text>
         ) : (
@@ -112,23 +116,23 @@ function StreamNode({ data: { box } }: NodeProps<StreamNodeT>) {
       borderRadius="md"
       boxShadow={box.placeholder ? undefined : "xs"}
       px={3}
-      py={2}
+      py={1}
       title={box.path}
     >
       <Handle type="target" position={Position.Left} isConnectable={false} style={{ opacity: 0 }} />
-      <Flex align="center" gap={1.5}>
+      <Flex align="center" gap={1.5} h="20px">
         <Box as={LuDatabase} color="fg.muted" flexShrink={0} />
-        <Text fontWeight="semibold" fontSize="sm" truncate>
+        <Text data-testid="stream-name" fontWeight="semibold" fontSize={`${STREAM_NAME_PX}px`} lineHeight="20px" truncate>
           {box.name}
         </Text>
       </Flex>
-      <Text fontSize="xs" color="fg.muted" mt={1} truncate>
+      <Text fontSize="11px" lineHeight="16px" color="fg.muted" mt={0.5} truncate>
         {box.placeholder
           ? "cluster not reachable"
           : `${plural(box.messages, "message")} · ${plural(box.topics, "topic")} · ${count(box.partitions)} part.`}
       </Text>
       {box.error && (
-        <Text fontSize="13px" lineHeight="18px" color="fg.error" mt={1} whiteSpace="pre-wrap" wordBreak="break-word">
+        <Text fontSize="12px" lineHeight="16px" color="fg.error" mt={1} whiteSpace="pre-wrap" wordBreak="break-word">
           {box.error}
         </Text>
       )}
@@ -169,10 +173,7 @@ function LinkEdge({ data }: EdgeProps<LinkEdgeT>) {
   const palette = grey ? "gray" : statePalette(lm.state);
   const stroke = strokeVar(palette);
   const dashed = grey;
-  const lag =
-    l.kind === "upstream-only"
-      ? "upstream only"
-      : `lag ${duration(l.replicationLagMillis)} · ${count(l.pendingMessages)} pending`;
+  const text = labelText(lm);
   return (
     <>
       <g data-testid="link-edge" data-source={l.source} data-replica={l.replica} data-state={lm.state}>
@@ -194,13 +195,17 @@ function LinkEdge({ data }: EdgeProps<LinkEdgeT>) {
             data-replica={l.replica}
             className="nodrag nopan"
             position="absolute"
-            transform={`translate(-50%, -50%) translate(${label.x}px, ${label.y}px)`}
+            // exactly the box ELK reserved for it
+            transform={`translate(${label.x}px, ${label.y}px)`}
+            w={`${label.w}px`}
+            h={`${label.h}px`}
+            overflow="hidden"
             bg="bg"
             borderWidth="1px"
             borderColor="border"
             borderRadius="md"
             px={1.5}
-            py={0.5}
+            py="1px"
             textAlign="center"
             pointerEvents="all"
             zIndex={1000} // above the cluster boxes (nodes) and the edge strokes
@@ -208,16 +213,16 @@ function LinkEdge({ data }: EdgeProps<LinkEdgeT>) {
           >
             <HStack gap={1} justify="center">
               <Badge size="sm" colorPalette={palette} variant={grey ? "outline" : "subtle"}>
-                {l.paused && lm.state !== "PAUSED" ? `${lm.state} · PAUSED` : lm.state}
+                {text.state}
               </Badge>
               {l.failover != null && (
                 <Badge size="sm" colorPalette="purple" variant="solid">
-                  FAILED OVER
+                  {FAILED_OVER}
                 </Badge>
               )}
             </HStack>
-            <Text fontSize="11px" lineHeight="16px" color="fg.muted" whiteSpace="nowrap">
-              {lag}
+            <Text fontSize="11px" lineHeight="16px" color="fg.muted" truncate>
+              {text.lag}
             </Text>
           </Box>
         </EdgeLabelRenderer>
@@ -277,19 +282,36 @@ function toFlow(lay: Layout, model: Model): { nodes: Node[]; edges: Edge[] } {
   return { nodes, edges };
 }
 
+// The canvas grows with the drawing up to MAX_H (the page scrolls), so a big
+// topology is shown at a zoom where its names stay readable.
+const MAX_H = 1800;
+const MARGIN = { left: 16, right: 48, y: 16 }; // the zoom controls sit on the right
+/** left to right is kept while it is drawn at least this large (13 px names at 10.4 px) */
+const GOOD_ZOOM = 0.8;
+
+/** The zoom that fits `b` into a canvas `width` wide and at most MAX_H high. */
+function fitZoom(b: Layout["bounds"], width: number): number {
+  return Math.min(1, (width - MARGIN.left - MARGIN.right) / b.width, (MAX_H - 2 * MARGIN.y) / b.height);
+}
+
 function Flow({ model, onLayout }: { model: Model; onLayout: (key: string) => void }) {
   const mode = useColorMode();
   const { setViewport } = useReactFlow();
   const key = useMemo(() => layoutKey(model), [model]);
-  const [lay, setLay] = useState<{ key: string; layout: Layout } | null>(null);
+  const [lays, setLays] = useState<{ key: string; layouts: Layout[] } | null>(null);
   const wrap = useRef<HTMLDivElement>(null);
-  const [width, setWidth] = useState(1000);
+  const [width, setWidth] = useState(0);
 
   useEffect(() => {
     let alive = true;
-    layout(model)
-      .then((l) => alive && setLay({ key, layout: l }))
-      .catch((e) => console.error("streamrep: layout failed", e));
+    // Left to right reads best; a graph too wide for that (a long chain) is
+    // also laid out top to bottom, and the one drawn larger is shown.
+    void (async () => {
+      const right = await layout(model, "RIGHT");
+      const layouts = [right];
+      if (fitZoom(right.bounds, wrap.current?.clientWidth ?? 0) < GOOD_ZOOM) layouts.push(await layout(model, "DOWN"));
+      if (alive) setLays({ key, layouts });
+    })().catch((e) => console.error("streamrep: layout failed", e));
     return () => {
       alive = false;
     };
@@ -303,34 +325,34 @@ function Flow({ model, onLayout }: { model: Model; onLayout: (key: string) => vo
     return () => obs.disconnect();
   }, []);
 
+  const lay = useMemo(() => {
+    if (!lays || width === 0) return null;
+    const zoom = (l: Layout) => fitZoom(l.bounds, width);
+    const [right, down] = lays.layouts;
+    const best = !down || zoom(right) >= GOOD_ZOOM || zoom(right) >= zoom(down) ? right : down;
+    return { key: lays.key, layout: best, zoom: zoom(best) };
+  }, [lays, width]);
+
   const flow = useMemo(() => (lay ? toFlow(lay.layout, model) : { nodes: [], edges: [] }), [lay, model]);
 
-  // Tall enough to read the layout at the width we have, within 300..900 px.
-  const b = lay?.layout.bounds;
-  const height = b
-    ? Math.round(Math.min(900, Math.max(300, b.height * Math.min(1, (width - 64) / b.width) + 64)))
-    : 300;
+  const height = lay ? Math.max(300, Math.ceil(lay.layout.bounds.height * lay.zoom + 2 * MARGIN.y)) : 300;
 
   useEffect(() => {
     if (!lay) return;
     // after React Flow has the new nodes in its store
-    const id = requestAnimationFrame(() =>
-      // Fit the whole drawing, labels included (fitView only knows nodes), never
-      // above 100 %, centred, and clear of the zoom controls on the right.
-      {
-        const b = lay.layout.bounds;
-        const [w, h] = [width - 24 - 56, height - 2 * 20];
-        const zoom = Math.min(1, w / b.width, h / b.height);
-        void setViewport({
-          x: 24 + (w - b.width * zoom) / 2 - b.x * zoom,
-          y: 20 + (h - b.height * zoom) / 2 - b.y * zoom,
-          zoom,
-        }).then(() => onLayout(lay.key));
-      },
-    );
+    const id = requestAnimationFrame(() => {
+      // The whole drawing, labels included (fitView only knows nodes), centred.
+      const { bounds: b } = lay.layout;
+      const w = width - MARGIN.left - MARGIN.right;
+      void setViewport({
+        x: MARGIN.left + (w - b.width * lay.zoom) / 2 - b.x * lay.zoom,
+        y: (height - b.height * lay.zoom) / 2 - b.y * lay.zoom,
+        zoom: lay.zoom,
+      }).then(() => onLayout(lay.key));
+    });
     return () => cancelAnimationFrame(id);
     // eslint-disable-next-line react-hooks/exhaustive-deps
-  }, [lay, height, width]);
+  }, [lay, height]);
 
   return (
     <Box
@@ -364,7 +386,6 @@ function Flow({ model, onLayout }: { model: Model; onLayout: (key: string) => vo
         nodeTypes={nodeTypes}
         edgeTypes={edgeTypes}
         colorMode={mode}
-        fitViewOptions={{ padding: 0.06, maxZoom: 1 }}
         minZoom={0.05}
         maxZoom={2}
         nodesDraggable={false}

@@ -58,7 +58,8 @@ export interface Link {
   maxbytespersec: number | null;
   uuid: string | null;
   errors: string | null;
-  gateways: string[];
+  /** live gateways serving the link; null when its cluster did not say */
+  gateways: string[] | null;
   isUptodate: boolean | null;
   pendingMessages: number | null;
   bytesPending: number | null;

@@ -6,6 +6,7 @@ import ELK from "elkjs/lib/elk.bundled.js";
 import type { ElkExtendedEdge, ElkNode } from "elkjs/lib/elk-api";
 import type { Cluster, Link, Overview } from "./api";
 import { shortState } from "./api";
+import { count, duration } from "./format";
 
 export type ClusterState =
   | { status: "loading" }
@@ -147,21 +148,28 @@ export function buildModel(overview: Overview, states: Record<string, ClusterSta
 }
 
 // ---- sizes -------------------------------------------------------------
+// Every box is drawn at exactly the size given to ELK, so ELK's spacing is what
+// a person sees. Text is measured on a canvas (estimated where there is none).
 
-const FONT = "13px Inter, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
-let ctx: CanvasRenderingContext2D | null = null;
+const FAMILY = "Inter, system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif";
+const FONT = `13px ${FAMILY}`;
+let ctx: CanvasRenderingContext2D | null | undefined;
 
-/** Number of lines `text` wraps to in `width` px; measured, plus slack for font differences. */
-export function wrappedLines(text: string, width: number, font = FONT): number {
-  ctx ??= document.createElement("canvas").getContext("2d");
-  if (!ctx) return Math.ceil((text.length * 8) / width) + 1;
+export function textWidth(text: string, font = FONT): number {
+  if (ctx === undefined) ctx = typeof document === "undefined" ? null : document.createElement("canvas").getContext("2d");
+  if (!ctx) return text.length * (parseFloat(/(\d+)px/.exec(font)?.[1] ?? "13") * 0.62);
   ctx.font = font;
+  return ctx.measureText(text).width;
+}
+
+/** Number of lines `text` wraps to in `width` px, with slack for font differences. */
+export function wrappedLines(text: string, width: number, font = FONT): number {
   let lines = 1;
   let line = 0;
-  const space = ctx.measureText(" ").width;
+  const space = textWidth(" ", font);
   for (const word of text.split(/\s+/)) {
-    // break-all style: a word wider than the line fills whole lines
-    const w = ctx.measureText(word).width * 1.08;
+    // break-word style: a word wider than the line fills whole lines
+    const w = textWidth(word, font) * 1.08;
     if (line > 0 && line + space + w > width) {
       lines++;
       line = 0;
@@ -174,15 +182,17 @@ export function wrappedLines(text: string, width: number, font = FONT): number {
   return lines;
 }
 
-export const STREAM_W = 230;
-const CLUSTER_MIN_W = 270;
-const CLUSTER_ERR_W = 380;
-const PAD = 16;
+export const STREAM_W = 184;
+/** a stream's name: 13 px, so a 0.7 zoom still draws it 9 px high */
+export const STREAM_NAME_PX = 13;
+const CLUSTER_MIN_W = 220;
+const CLUSTER_ERR_W = 340;
+const PAD = 12;
 const LINE = 18;
 
 export function streamHeight(s: StreamBox): number {
-  const err = s.error ? wrappedLines(s.error, STREAM_W - 24) * LINE + 6 : 0;
-  return 62 + err;
+  const err = s.error ? wrappedLines(s.error, STREAM_W - 20, `12px ${FAMILY}`) * 16 + 4 : 0;
+  return 50 + err;
 }
 
 function clusterWidth(c: ClusterBox): number {
@@ -191,14 +201,27 @@ function clusterWidth(c: ClusterBox): number {
 
 /** Height of the header band (name, badges, gateway summary, error). */
 export function clusterHeader(c: ClusterBox): number {
-  const err = c.error ? wrappedLines(c.error, clusterWidth(c) - 2 * PAD - 24) * LINE + 20 : 0;
-  return 68 + err;
+  const err = c.error ? wrappedLines(c.error, clusterWidth(c) - 2 * PAD - 4) * LINE + 8 : 0;
+  return 60 + err;
 }
 
-export const LABEL_H = 44;
+/** What a link's label says: its state (badges) over its lag. */
+export function labelText(lm: LinkModel): { state: string; lag: string } {
+  const l = lm.link;
+  return {
+    state: l.paused && lm.state !== "PAUSED" ? `${lm.state} · PAUSED` : lm.state,
+    lag: l.kind === "upstream-only" ? "upstream only" : `lag ${duration(l.replicationLagMillis)} · ${count(l.pendingMessages)} pending`,
+  };
+}
+
+export const LABEL_H = 40;
+export const FAILED_OVER = "FAILED OVER";
+/** Room for the badges and the lag line; a longer lag line later is cut with an ellipsis. */
 export function labelWidth(lm: LinkModel): number {
-  const base = Math.max(lm.state.length * 7.5 + 24, 120);
-  return lm.link.failover != null ? base + 96 : base;
+  const { state, lag } = labelText(lm);
+  const badge = (t: string) => textWidth(t, `500 12px ${FAMILY}`) + 14;
+  const badges = badge(state) + (lm.link.failover != null ? badge(FAILED_OVER) + 4 : 0);
+  return Math.ceil(Math.max(badges, textWidth(lag, `11px ${FAMILY}`) * 1.15, 96) + 14);
 }
 
 // ---- layout ------------------------------------------------------------
@@ -208,60 +231,49 @@ export interface Point {
   y: number;
 }
 
+export interface Rect {
+  x: number;
+  y: number;
+  w: number;
+  h: number;
+}
+
+export type Direction = "RIGHT" | "DOWN";
+
 export interface Layout {
-  width: number;
-  height: number;
+  direction: Direction;
   /** everything drawn, labels included: what the view must fit */
   bounds: { x: number; y: number; width: number; height: number };
-  clusters: { box: ClusterBox; x: number; y: number; w: number; h: number; header: number }[];
-  streams: { box: StreamBox; x: number; y: number; w: number; h: number }[]; // x, y relative to the cluster
-  edges: { lm: LinkModel; points: Point[]; label: Point | null }[];
+  clusters: (Rect & { box: ClusterBox; header: number })[];
+  streams: (Rect & { box: StreamBox })[]; // x, y relative to the cluster
+  edges: { lm: LinkModel; points: Point[]; label: Rect | null }[]; // absolute
 }
 
 const elk = new ELK();
 
-/**
- * ELK puts a centre label beside its edge, in space it reserved; move it onto
- * the horizontal segment it belongs to so it sits on the edge's own path
- * (fall back to the path's midpoint).
- */
-function onPath(pts: Point[], c: Point | null, h: number): Point | null {
-  if (pts.length < 2) return c;
-  if (c) {
-    let best: number | null = null;
-    for (let i = 1; i < pts.length; i++) {
-      const [a, b] = [pts[i - 1], pts[i]];
-      if (a.y !== b.y || c.x < Math.min(a.x, b.x) || c.x > Math.max(a.x, b.x)) continue;
-      if (best == null || Math.abs(a.y - c.y) < Math.abs(best - c.y)) best = a.y;
-    }
-    if (best != null && Math.abs(best - c.y) <= h) return { x: c.x, y: best };
-  }
-  // midpoint by length
-  const lens = pts.slice(1).map((p, i) => Math.hypot(p.x - pts[i].x, p.y - pts[i].y));
-  let half = lens.reduce((a, b) => a + b, 0) / 2;
-  for (let i = 0; i < lens.length; i++) {
-    if (half <= lens[i]) {
-      const t = lens[i] ? half / lens[i] : 0;
-      return { x: pts[i].x + (pts[i + 1].x - pts[i].x) * t, y: pts[i].y + (pts[i + 1].y - pts[i].y) * t };
-    }
-    half -= lens[i];
-  }
-  return c;
-}
-
 export const clusterId = (name: string) => `cluster:${name}`;
 export const streamId = (path: string) => `stream:${path}`;
 
-export async function layout(model: Model): Promise<Layout> {
+export async function layout(model: Model, direction: Direction = "RIGHT"): Promise<Layout> {
   const header = new Map(model.clusters.map((c) => [c.name, clusterHeader(c)]));
   const streamH = new Map(model.streams.map((s) => [s.path, streamHeight(s)]));
   const clusterOfStream = new Map(model.streams.map((s) => [s.path, s.cluster]));
 
+  // Labels are inline: ELK gives each one a dummy node on its edge, so it
+  // reserves the label's room and routes the edge through the label's middle.
   const elkEdge = (lm: LinkModel): ElkExtendedEdge => ({
     id: lm.id,
     sources: [streamId(lm.link.source)],
     targets: [streamId(lm.link.replica)],
-    labels: [{ id: `${lm.id}#label`, text: lm.state, width: labelWidth(lm), height: LABEL_H }],
+    labels: [
+      {
+        id: `${lm.id}#label`,
+        text: lm.state,
+        width: labelWidth(lm),
+        height: LABEL_H,
+        layoutOptions: { "elk.edgeLabels.inline": "true", "elk.edgeLabels.placement": "CENTER" },
+      },
+    ],
   });
   // An edge lives in its lowest common ancestor: the cluster for an
   // intracluster replica, else the root. ELK reports its coordinates there.
@@ -274,21 +286,22 @@ export async function layout(model: Model): Promise<Layout> {
     id: "root",
     layoutOptions: {
       "elk.algorithm": "layered",
-      "elk.direction": "RIGHT",
+      "elk.direction": direction,
       "elk.hierarchyHandling": "INCLUDE_CHILDREN",
       "elk.edgeRouting": "ORTHOGONAL",
-      "elk.layered.spacing.nodeNodeBetweenLayers": "56",
-      "elk.layered.spacing.edgeNodeBetweenLayers": "24",
-      "elk.spacing.nodeNode": "28",
-      "elk.spacing.edgeEdge": "14",
-      "elk.spacing.edgeNode": "20",
-      "elk.spacing.edgeLabel": "6",
-      "elk.spacing.componentComponent": "40",
-      "elk.edgeLabels.placement": "CENTER",
+      "elk.layered.spacing.nodeNodeBetweenLayers": "28",
+      "elk.layered.spacing.edgeNodeBetweenLayers": "14",
+      "elk.layered.spacing.edgeEdgeBetweenLayers": "10",
+      "elk.spacing.nodeNode": "20",
+      "elk.spacing.edgeEdge": "10",
+      "elk.spacing.edgeNode": "14",
+      "elk.spacing.edgeLabel": "4",
+      "elk.spacing.labelNode": "8",
+      "elk.spacing.componentComponent": "28",
       "elk.layered.nodePlacement.strategy": "NETWORK_SIMPLEX",
       "elk.layered.considerModelOrder.strategy": "NODES_AND_EDGES",
-      "elk.aspectRatio": "2.2",
-      "elk.padding": "[top=8,left=8,bottom=8,right=8]",
+      "elk.aspectRatio": "1.4",
+      "elk.padding": "[top=4,left=4,bottom=4,right=4]",
     },
     children: model.clusters.map((c) => {
       const h = header.get(c.name)!;
@@ -297,7 +310,7 @@ export async function layout(model: Model): Promise<Layout> {
         layoutOptions: {
           "elk.padding": `[top=${h},left=${PAD},bottom=${PAD},right=${PAD}]`,
           "elk.nodeSize.constraints": "[MINIMUM_SIZE]",
-          "elk.nodeSize.minimum": `(${clusterWidth(c)},${h + (c.status === "ok" && !c.error ? 8 : 0)})`,
+          "elk.nodeSize.minimum": `(${clusterWidth(c)},${h + (c.status === "ok" && !c.error ? 4 : 0)})`,
         },
         children: model.streams
           .filter((s) => s.cluster === c.name)
@@ -313,28 +326,21 @@ export async function layout(model: Model): Promise<Layout> {
   const byName = new Map(model.clusters.map((c) => [clusterId(c.name), c]));
   const streamByPath = new Map(model.streams.map((s) => [streamId(s.path), s]));
   const origin = new Map<string, Point>([["root", { x: 0, y: 0 }]]);
-  const result: Layout = {
-    width: out.width ?? 0,
-    height: out.height ?? 0,
-    bounds: { x: 0, y: 0, width: 0, height: 0 },
-    clusters: [],
-    streams: [],
-    edges: [],
-  };
+  const result: Layout = { direction, bounds: { x: 0, y: 0, width: 0, height: 0 }, clusters: [], streams: [], edges: [] };
   const lmById = new Map(model.edges.map((lm) => [lm.id, lm]));
 
   const takeEdges = (edges: ElkExtendedEdge[] | undefined, containerId: string) => {
     for (const e of edges ?? []) {
-      // elkjs may also say where it put the edge; trust that over our guess
+      // elkjs says where it put the edge; sections and labels are relative to it
       const o = origin.get((e as { container?: string }).container ?? containerId) ?? origin.get(containerId)!;
       const points: Point[] = [];
-      for (const s of e.sections ?? []) {
-        points.push(s.startPoint, ...(s.bendPoints ?? []), s.endPoint);
-      }
+      for (const s of e.sections ?? []) points.push(s.startPoint, ...(s.bendPoints ?? []), s.endPoint);
       const lab = e.labels?.[0];
-      const abs = points.map((p) => ({ x: p.x + o.x, y: p.y + o.y }));
-      const centre = lab?.x != null ? { x: lab.x + o.x + (lab.width ?? 0) / 2, y: lab.y! + o.y + (lab.height ?? 0) / 2 } : null;
-      result.edges.push({ lm: lmById.get(e.id)!, points: abs, label: onPath(abs, centre, lab?.height ?? LABEL_H) });
+      result.edges.push({
+        lm: lmById.get(e.id)!,
+        points: points.map((p) => ({ x: p.x + o.x, y: p.y + o.y })),
+        label: lab?.x != null ? { x: lab.x + o.x, y: lab.y! + o.y, w: lab.width!, h: lab.height! } : null,
+      });
     }
   };
 
@@ -352,10 +358,7 @@ export async function layout(model: Model): Promise<Layout> {
   for (const c of result.clusters) xs.push(c.x, c.x + c.w), ys.push(c.y, c.y + c.h);
   for (const e of result.edges) {
     for (const p of e.points) xs.push(p.x), ys.push(p.y);
-    if (e.label) {
-      const w = labelWidth(e.lm) / 2;
-      xs.push(e.label.x - w, e.label.x + w), ys.push(e.label.y - LABEL_H / 2, e.label.y + LABEL_H / 2);
-    }
+    if (e.label) xs.push(e.label.x, e.label.x + e.label.w), ys.push(e.label.y, e.label.y + e.label.h);
   }
   const [x0, y0] = [Math.min(0, ...xs), Math.min(0, ...ys)];
   result.bounds = { x: x0, y: y0, width: Math.max(...xs, 1) - x0, height: Math.max(...ys, 1) - y0 };

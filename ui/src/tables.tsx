@@ -15,8 +15,10 @@ export function ReplicasTable({ links }: { links: LinkModel[] }) {
       </Text>
     );
   return (
+    // The table fits its container: every cell may wrap (overflow-wrap: anywhere
+    // lets a column shrink below its longest word), so no error is cut off.
     <Table.ScrollArea borderWidth="1px" borderRadius="md">
-      <Table.Root size="sm" data-testid="replicas-table">
+      <Table.Root size="sm" data-testid="replicas-table" css={{ "& th, & td": { overflowWrap: "anywhere" } }}>
         <Table.Header>
           <Table.Row>
             <Table.ColumnHeader>Source</Table.ColumnHeader>
@@ -28,16 +30,18 @@ export function ReplicasTable({ links }: { links: LinkModel[] }) {
             <Table.ColumnHeader textAlign="end">Pending messages</Table.ColumnHeader>
             <Table.ColumnHeader textAlign="end">Bytes pending</Table.ColumnHeader>
             <Table.ColumnHeader textAlign="end">Lag</Table.ColumnHeader>
-            <Table.ColumnHeader minW="260px" w="30%">Errors</Table.ColumnHeader>
+            <Table.ColumnHeader w="28%">Errors</Table.ColumnHeader>
           </Table.Row>
         </Table.Header>
         <Table.Body>
           {links.map(({ id, link: l, state }) => (
             <Table.Row key={id} data-testid="replica-row" data-source={l.source} data-replica={l.replica}>
-              <Table.Cell fontFamily="mono" fontSize="xs" wordBreak="break-all" minW="140px">{l.source}</Table.Cell>
-              <Table.Cell fontFamily="mono" fontSize="xs" wordBreak="break-all" minW="140px">{l.replica}</Table.Cell>
+              <Table.Cell fontFamily="mono" fontSize="xs" wordBreak="break-all">{l.source}</Table.Cell>
+              <Table.Cell fontFamily="mono" fontSize="xs" wordBreak="break-all">{l.replica}</Table.Cell>
               <Table.Cell>
-                <Badge colorPalette={l.paused ? "gray" : statePalette(state)}>{state}</Badge>
+                <Badge colorPalette={l.paused ? "gray" : statePalette(state)} whiteSpace="normal">
+                  {state}
+                </Badge>
                 {l.failover != null && (
                   <Badge colorPalette="purple" variant="solid" ml={1}>
                     FAILED OVER
@@ -50,8 +54,12 @@ export function ReplicasTable({ links }: { links: LinkModel[] }) {
               <Table.Cell textAlign="end">{count(l.pendingMessages)}</Table.Cell>
               <Table.Cell textAlign="end">{bytes(l.bytesPending)}</Table.Cell>
               <Table.Cell textAlign="end" whiteSpace="nowrap">{duration(l.replicationLagMillis)}</Table.Cell>
-              <Table.Cell color="fg.error" whiteSpace="pre-wrap" wordBreak="break-word" fontSize="xs">
-                {l.errors || ""}
+              <Table.Cell color="fg.error" fontSize="xs">
+                {l.errors && (
+                  <Text data-testid="link-errors" whiteSpace="pre-wrap">
+                    {l.errors}
+                  </Text>
+                )}
               </Table.Cell>
             </Table.Row>
           ))}
