@@ -889,21 +889,17 @@ def list_test_body(connection: dict) -> dict:
 
 @pytest.fixture
 def ui_connections(airflow_api, home, monkeypatch):
-    """Airflow's API app with the connection test on and streamrep's middleware around it, a
-    ``test(connection_id)`` that presses the list's Test button, and the admin's headers."""
-    from fastapi.testclient import TestClient
-
-    from streamrep.airflow.connection_test import PortlessConnectionTest
-
+    """Airflow's API app (with streamrep's plugin, so its connection-test middleware) and the
+    connection test on, a ``test(connection_id)`` that presses the list's Test button, and the
+    admin's headers."""
     client, tokens = airflow_api
     monkeypatch.setenv("AIRFLOW__CORE__TEST_CONNECTION", "Enabled")
     headers = as_user(tokens["ada"])
-    wrapped = TestClient(PortlessConnectionTest(client.app))
 
-    def test(connection_id: str, through=wrapped):
+    def test(connection_id: str):
         listed = client.get("/api/v2/connections", headers=headers).json()["connections"]
         (connection,) = [c for c in listed if c["connection_id"] == connection_id]
-        return through.post("/api/v2/connections/test", json=list_test_body(connection), headers=headers)
+        return client.post("/api/v2/connections/test", json=list_test_body(connection), headers=headers)
 
     yield SimpleNamespace(client=client, headers=headers, test=test, home=home)
     for listed in client.get("/api/v2/connections", headers=headers).json()["connections"]:
@@ -918,10 +914,7 @@ def test_a_form_saved_connection_tests_green_from_the_list_and_names_its_url(ui_
     # as the add form saves it: the hidden port, schema and password are not sent
     body = {"connection_id": "streamrep_newyork", "conn_type": "streamrep", "host": url}
     assert ui.client.post("/api/v2/connections", json=body, headers=ui.headers).status_code == 201
-    # Airflow 3.3.2 alone refuses the list's port 0; when this fails, Airflow accepts it (apache/airflow#73298)
-    # and streamrep.airflow.connection_test can go.
-    bare = ui.test("streamrep_newyork", through=ui.client)
-    assert bare.status_code == 400 and "host or port to test differs" in bare.json()["detail"]
+    # the list's body says port 0, which Airflow 3.3.2 alone refuses (connection_test.py says why)
     answer = ui.test("streamrep_newyork")
     assert answer.status_code == 200, answer.text
     # Airflow tests under a random connection id: the message names the URL, not that id

@@ -23,7 +23,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import ClusterInfo, kafka_bootstrap, open_store
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.model.catalog import STREAM_KIND
-from streamrep.model.paths import StreamPath
+from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.replication.flows import flows_into
 from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
 from streamrep.replication.service import all_gateways
@@ -72,8 +72,10 @@ def cluster_view(admin: StreamAdmin, info: ClusterInfo) -> dict[str, Any]:
     except StreamrepError as err:
         view["error"] = str(err)
         return view
-    everyone = [c.name for c in admin.clusters.list()]  # any of them may list gateways of this one
-    service = all_gateways(admin, [info.name], time.time(), sources=everyone)[info.name]
+    # The clusters that replicate into this one list its gateways (cluster gateway set): those of
+    # its streams' upstreams. Not every cluster: one with no link here must not slow this answer.
+    sources = sorted({info.name, *(parse_stream_path(u.path, None).cluster for e in entries for u in e.upstreams)})
+    service = all_gateways(admin, [info.name], time.time(), sources=sources)[info.name]
     view["desired"] = service.desired
     view["gateways"] = [presented.gateway_row(gw) for gw in service.gateways]
     for entry in entries:
