@@ -435,6 +435,13 @@ def test_every_topology_reads_right_in_light_and_dark_mode(server, browser, topo
         page = open_page(browser, server, scheme)
         laid_out(page, len(answers))
         check_drawing(page.evaluate(GEOMETRY), answers)
+        failed_over = [link for a in answers.values() for link in a["links"] if link.get("failover")]
+        assert bool(failed_over) == (topology == "four")
+        for link in failed_over:
+            label = page.locator(
+                f'[data-testid=link-label][data-source="{link["source"]}"][data-replica="{link["replica"]}"]'
+            )
+            assert "FAILED OVER" in label.inner_text(), link  # a failed-over pair is marked as such
         ours, airflows = page.evaluate(THEME), airflows_own_theme(browser, server, scheme)
         assert ours["dark"] is airflows["dark"] is (scheme == "dark")
         # Airflow's own background and text colour, on the page and in its tables
