@@ -22,6 +22,10 @@ if [ ! -x .venv/bin/airflow ]; then
   exit 1
 fi
 
+if [ ! -f plugins/streamrep/airflow/static/replication.js ]; then
+  ./run ui  # the page's bundle (ui/), which the installed package serves from its folder
+fi
+
 source scripts/airflow-env.sh
 export AIRFLOW__API__PORT="${PORT:-8080}"
 export AIRFLOW__API__BASE_URL="${AIRFLOW__API__BASE_URL:-http://localhost:$AIRFLOW__API__PORT}"  # tasks call it back
