@@ -74,6 +74,12 @@ def _read(store: Store, uuid: str, topic: str, partition: int, span: tuple[int, 
         yield batch
 
 
+def applied_position(marks: dict[str, int], src_uuid: str, topic: str, partition: int, start: int) -> int:
+    """The next offset of a source partition that a replica (whose marks are ``marks``) will apply:
+    its position mark, or the source's first offset held (``start``) when it has none or one below it."""
+    return max(marks.get(position_key(src_uuid, topic, partition), start), start)
+
+
 def partition_pending(
     source_store: Store, src_uuid: str, dst_uuid: str, marks: dict[str, int], topic: str, partition: int
 ) -> Counted:
@@ -83,7 +89,7 @@ def partition_pending(
     always exact at zero (``isUptodate`` depends on it); above, an estimate: on Kafka, the
     candidate offsets (transaction markers included); on the embedded store, its message count."""
     start, end = source_store.offsets(src_uuid, topic, partition)
-    position = max(marks.get(position_key(src_uuid, topic, partition), start), start)
+    position = applied_position(marks, src_uuid, topic, partition, start)
     if position >= end:
         return NOTHING
     ranges = uncovered(source_store.offset_syncs(src_uuid, position_key(dst_uuid, topic, partition)), position, end)

@@ -1,0 +1,580 @@
+"""diffstreams and diffstreamswithcrc: compare two streams' content, MapR's way, by identity.
+
+A replica's offsets are its own, and multi-master replicas interleave two origins, so messages
+are matched by **identity**: (topic, origin stream UUID, origin partition, origin offset), from
+the header ``streamrep.origin`` a replicated message carries, else the stream's own UUID,
+partition and offset (a message produced there). For each identity both streams hold, the key,
+value, headers (but the origin header), timestamp and partition must be equal; and the messages
+of one origin partition must come in the same relative order in each partition of both streams.
+docs/user-guide.md ("Comparing and repairing streams") states it for users.
+
+**The consistent point.** Each side is read up to its end when the run starts. When one stream
+replicates the other (a replica link bound by UUID), what the replica has not applied yet of the
+other (its position marks, ``p|<source uuid>|<topic>|<partition>``, as ``replication/pending.py``
+reads them) is **in flight**: counted as how far behind it is, never as a difference. A message
+that originated in a stream past the end it had when the run started is not compared either (the
+other stream may have got it after that end was read).
+
+The full compare (``diff_streams``) keeps a small record per message (identity, place, a digest
+of its content). The CRC variant (``diff_streams_crc``) first sums CRC32s of **runs** of identities
+(``CRC_RUN`` consecutive origin offsets of one origin partition, so a run means the same messages on
+both sides; each message's CRC input holds its place and its predecessor of the same origin in its
+partition, so an order difference changes a run's CRC too), then runs the full compare only on the
+(partition, origin partition) groups that hold a run whose CRCs differ: it finds exactly the
+differences the full compare finds (``tests/unit/test_diffstreams.py`` checks every planted case).
+
+Reads go through the ``Store`` interface only, so both backends (and a mix of them) compare alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple
+
+from streamrep.client.admin import StreamAdmin
+from streamrep.errors import InvalidArgument, NotFound
+from streamrep.model import replication as rules
+from streamrep.model.catalog import StreamEntry
+from streamrep.model.message import ORIGIN_HEADER, Message
+from streamrep.model.paths import StreamPath
+from streamrep.replication.pending import applied_position
+from streamrep.store.base import Store
+
+CRC_RUN = 1_000  # identities per CRC run: consecutive origin offsets of one origin partition
+READ_BATCH = 5_000  # messages read at a time
+
+
+class Origin(NamedTuple):
+    """Where a message was first produced: stream UUID, partition, offset."""
+
+    uuid: str
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.uuid}/{self.partition}/{self.offset}"
+
+
+def origin_of(message: Message, stream_uuid: str) -> Origin:
+    """A message's origin: its ``streamrep.origin`` header, else (the stream, its partition and offset).
+    A header that is not ``<uuid>/<partition>/<offset>`` is content, not an origin."""
+    header = message.header(ORIGIN_HEADER)
+    if header is not None:
+        parts = header.decode("ascii", "replace").split("/")
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            return Origin(parts[0], int(parts[1]), int(parts[2]))
+    return Origin(stream_uuid, message.partition, message.offset)
+
+
+def content_headers(message: Message) -> tuple[tuple[str, bytes], ...]:
+    """The headers compared: all but the origin header, in order."""
+    return tuple((k, v) for k, v in message.headers if k != ORIGIN_HEADER)
+
+
+def _field(data: bytes | None) -> bytes:
+    return struct.pack(">q", -1) if data is None else struct.pack(">q", len(data)) + data
+
+
+def canonical(origin: Origin, partition: int, message: Message) -> bytes:
+    """The canonical encoding of what is compared: identity, partition, key, value, headers (but the
+    origin header) and timestamp; lengths before bytes, None distinct from empty."""
+    headers = content_headers(message)
+    parts = [
+        _field(origin.uuid.encode("utf-8")),
+        struct.pack(">qqqq", origin.partition, origin.offset, partition, message.timestamp),
+        _field(message.key),
+        _field(message.value),
+        struct.pack(">q", len(headers)),
+    ]
+    for name, value in headers:
+        parts += [_field(name.encode("utf-8")), _field(value)]
+    return b"".join(parts)
+
+
+class Kind(str, Enum):
+    """What differs about one identity."""
+
+    MISSING_IN_DST = "missing in dst"  # the source holds it, the destination does not
+    EXTRA_IN_DST = "extra in dst"  # the destination holds it, the source does not
+    CHANGED = "changed"  # both hold it, with another key, value, headers, timestamp or partition
+    OUT_OF_ORDER = "out of order"  # both hold it, but not in the same order among its origin's messages
+    DUPLICATED = "duplicated"  # one stream holds it twice
+
+
+class Place(NamedTuple):
+    """Where a stream holds a message: partition and offset."""
+
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One difference: ``kind``, the identity (``topic``, ``origin``), and where each side holds it
+    (None: not there). ``duplicate`` is the second copy's place, for ``DUPLICATED`` (on ``side``)."""
+
+    kind: Kind
+    topic: str
+    origin: Origin
+    src: Place | None
+    dst: Place | None
+    side: str = ""  # for DUPLICATED: "src" or "dst"
+    duplicate: Place | None = None
+
+
+class PartitionPoint(NamedTuple):
+    """The consistent point of one topic partition: each side's ``[start, end)`` when the run
+    started (None: the side has no such partition), and what each had applied of the other (its
+    position mark; None: it does not replicate the other)."""
+
+    topic: str
+    partition: int
+    src: tuple[int, int] | None
+    dst: tuple[int, int] | None
+    dst_applied: int | None
+    src_applied: int | None
+
+
+@dataclass
+class DiffResult:
+    """What a comparison found, up to its consistent point."""
+
+    src: StreamPath
+    src_uuid: str
+    dst: StreamPath
+    dst_uuid: str
+    crc: bool
+    dst_replicates_src: bool
+    src_replicates_dst: bool
+    points: list[PartitionPoint] = field(default_factory=list)
+    differences: list[Difference] = field(default_factory=list)
+    compared: int = 0  # messages compared (both sides)
+    dst_behind: int = 0  # source messages the destination has not applied yet (in flight)
+    src_behind: int = 0  # destination messages the source has not applied yet (multi-master)
+    read_messages: int = 0  # messages read from both stores (the CRC variant reads some twice)
+    read_bytes: int = 0  # their keys and values
+    runs: int = 0  # CRC runs compared (the CRC variant)
+    runs_differing: int = 0
+    stopped_early: bool = False  # -first_exit stopped at the first difference
+
+    def count(self, kind: Kind) -> int:
+        return sum(1 for d in self.differences if d.kind is kind)
+
+    @property
+    def same(self) -> bool:
+        return not self.differences
+
+    def summary(self) -> str:
+        """The one line: ``same: ...`` or ``differ: 3 missing in dst, ...``."""
+        behind = f"dst {self.dst_behind} behind"
+        if self.src_replicates_dst:
+            behind += f", src {self.src_behind} behind"
+        if self.same:
+            return f"same: {self.compared} messages compared ({behind}, not counted)"
+        counts = [f"{self.count(k)} {k.value}" for k in Kind if k is not Kind.DUPLICATED]
+        if self.count(Kind.DUPLICATED):
+            counts.append(f"{self.count(Kind.DUPLICATED)} duplicated")
+        stopped = "; stopped at the first difference" if self.stopped_early else ""
+        return f"differ: {', '.join(counts)} ({behind}, not counted){stopped}"
+
+
+# -- the snapshot --------------------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One stream at the start of the run: its partitions' ``[start, end)``, and what it had applied
+    of the other stream (its position marks for it; None when it does not replicate the other)."""
+
+    path: StreamPath
+    uuid: str
+    store: Store
+    bounds: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    applied: dict[tuple[str, int], int] | None = None
+
+    def end_of(self, topic: str, partition: int) -> int | None:
+        held = self.bounds.get((topic, partition))
+        return None if held is None else held[1]
+
+
+def check_diff(
+    admin: StreamAdmin, source: str, destination: str
+) -> tuple[StreamPath, StreamEntry, StreamPath, StreamEntry]:
+    """The rights a comparison needs, as MapR's diffstreams: consumeperm or copyperm on each stream
+    (no user is exempt); two streams, distinct by path and by UUID."""
+    src, dst = admin.path(source), admin.path(destination)
+    if src == dst:
+        raise InvalidArgument(f"cannot compare stream {src} with itself")
+    src_entry = admin.entry(src)
+    dst_entry = admin.entry(dst)
+    admin.require_any(src_entry, src, "consumeperm", "copyperm")
+    admin.require_any(dst_entry, dst, "consumeperm", "copyperm")
+    if src_entry.uuid == dst_entry.uuid:
+        raise InvalidArgument(f"cannot compare stream {src} with itself: {dst} is the same stream {src_entry.uuid}")
+    return src, src_entry, dst, dst_entry
+
+
+def _replicates(source: StreamPath, source_entry: StreamEntry, replica: StreamPath, replica_entry: StreamEntry) -> bool:
+    """Whether ``replica`` is the source's replica, by identity (a link bound to its UUID; paused or
+    not yet agreed by the replica still counts: what it has not applied is pending)."""
+    found = rules.agreement(source, source_entry, replica, replica_entry)
+    return found.link is not None and not found.broken
+
+
+def _bounds(store: Store, uuid: str) -> dict[tuple[str, int], tuple[int, int]]:
+    result = {}
+    for topic, count in sorted(store.topics(uuid).items()):
+        for partition in range(count):
+            try:
+                result[(topic, partition)] = store.offsets(uuid, topic, partition)
+            except NotFound:  # deleted meanwhile: holds nothing
+                continue
+    return result
+
+
+def _applied(marks: dict[str, int], other: Side) -> dict[tuple[str, int], int]:
+    """A replica's positions for ``other``'s partitions (``pending.partition_pending``'s rule: no mark,
+    or one below what ``other`` still holds, is its first offset held)."""
+    return {
+        (topic, partition): applied_position(marks, other.uuid, topic, partition, start)
+        for (topic, partition), (start, _) in other.bounds.items()
+    }
+
+
+def snapshot(admin: StreamAdmin, source: str, destination: str) -> tuple[Side, Side]:
+    """Check the rights (``check_diff``) and fix the consistent point. Each replica's marks are read
+    before its own ends, and the source's ends last, so whatever the destination holds from the
+    source is within the source's ends, and every message a replica had applied is within its own."""
+    src, src_entry, dst, dst_entry = check_diff(admin, source, destination)
+    src_side = Side(src, src_entry.uuid, admin.store(src))
+    dst_side = Side(dst, dst_entry.uuid, admin.store(dst))
+    dst_marks = dst_side.store.marks(dst_side.uuid) if _replicates(src, src_entry, dst, dst_entry) else None
+    dst_side.bounds = _bounds(dst_side.store, dst_side.uuid)
+    src_marks = src_side.store.marks(src_side.uuid) if _replicates(dst, dst_entry, src, src_entry) else None
+    src_side.bounds = _bounds(src_side.store, src_side.uuid)
+    if dst_marks is not None:
+        dst_side.applied = _applied(dst_marks, src_side)
+    if src_marks is not None:
+        src_side.applied = _applied(src_marks, dst_side)
+    return src_side, dst_side
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+class Scanned(NamedTuple):
+    """One message as the comparison keeps it: identity, place, digest of its canonical encoding."""
+
+    origin: Origin
+    place: Place
+    digest: bytes
+
+
+@dataclass
+class Reader:
+    """Reads one side's partitions up to the consistent point, counting what it read."""
+
+    messages: int = 0
+    bytes: int = 0
+
+    def scan(self, side: Side, topic: str, partition: int) -> Iterator[Message]:
+        held = side.bounds.get((topic, partition))
+        if held is None:
+            return
+        at, end = held
+        while at < end:
+            try:
+                batch, after = side.store.read_span(side.uuid, topic, partition, at, min(READ_BATCH, end - at), end)
+            except NotFound:  # the topic was deleted after the run started: it holds nothing now
+                return
+            for message in batch:
+                if message.offset < end:
+                    self.messages += 1
+                    self.bytes += len(message.value or b"") + len(message.key or b"")
+                    yield message
+            if after <= at:
+                return
+            at = after
+
+
+def _digest(encoded: bytes) -> bytes:
+    return hashlib.blake2b(encoded, digest_size=16).digest()
+
+
+Group = tuple[str, int, str, int]  # (topic, stream partition, origin uuid, origin partition): an order group
+
+
+# -- the full compare ----------------------------------------------------------------------------
+
+
+def _collect(
+    reader: Reader, side: Side, topic: str, partitions: Iterable[int], keep: Callable[[Group], bool] | None
+) -> tuple[dict[Origin, Scanned], list[Scanned]]:
+    """A side's messages of ``topic``, by identity (the first copy), and any further copies."""
+    held: dict[Origin, Scanned] = {}
+    again: list[Scanned] = []
+    for partition in partitions:
+        for message in reader.scan(side, topic, partition):
+            origin = origin_of(message, side.uuid)
+            if keep is not None and not keep((topic, partition, origin.uuid, origin.partition)):
+                continue
+            scanned = Scanned(origin, Place(partition, message.offset), _digest(canonical(origin, partition, message)))
+            if origin in held:
+                again.append(scanned)
+            else:
+                held[origin] = scanned
+    return held, again
+
+
+def _longest_increasing(ranks: list[int]) -> set[int]:
+    """The indexes of one longest strictly increasing subsequence of ``ranks`` (patience sorting)."""
+    import bisect
+
+    tails: list[int] = []  # ranks
+    tail_index: list[int] = []
+    previous = [-1] * len(ranks)
+    for i, rank in enumerate(ranks):
+        at = bisect.bisect_left(tails, rank)
+        if at == len(tails):
+            tails.append(rank)
+            tail_index.append(i)
+        else:
+            tails[at] = rank
+            tail_index[at] = i
+        previous[i] = tail_index[at - 1] if at else -1
+    kept = set()
+    i = tail_index[-1] if tail_index else -1
+    while i >= 0:
+        kept.add(i)
+        i = previous[i]
+    return kept
+
+
+def _one_only(scanned: Scanned, holder: Side, other: Side, topic: str) -> str:
+    """Why ``holder`` has a message ``other`` lacks: "beyond" (it originated in ``other`` after the
+    end ``other`` had when the run started: not compared), "in flight" (``other`` replicates
+    ``holder`` and has not applied it yet) or "differs"."""
+    origin = scanned.origin
+    if origin.uuid == other.uuid:
+        end = other.end_of(topic, origin.partition)
+        if end is not None and origin.offset >= end:
+            return "beyond"
+    if other.applied is not None:
+        position = other.applied.get((topic, scanned.place.partition))
+        if position is not None and scanned.place.offset >= position:
+            return "in flight"
+    return "differs"
+
+
+def _compare_topic(
+    result: DiffResult,
+    reader: Reader,
+    src: Side,
+    dst: Side,
+    topic: str,
+    keep: Callable[[Group], bool] | None = None,
+) -> None:
+    """Compare one topic of both sides (only the order groups ``keep`` accepts, when given)."""
+    partitions = sorted({p for (t, p) in (*src.bounds, *dst.bounds) if t == topic})
+    src_held, src_again = _collect(reader, src, topic, partitions, keep)
+    dst_held, dst_again = _collect(reader, dst, topic, partitions, keep)
+    if keep is None:  # the CRC variant counted every message in its first pass
+        result.compared += len(src_held) + len(dst_held) + len(src_again) + len(dst_again)
+    found: list[Difference] = []
+    for side_name, again, held in (("src", src_again, src_held), ("dst", dst_again, dst_held)):
+        for copy in again:
+            first = held[copy.origin].place
+            src_place = (
+                first if side_name == "src" else (src_held[copy.origin].place if copy.origin in src_held else None)
+            )
+            dst_place = (
+                first if side_name == "dst" else (dst_held[copy.origin].place if copy.origin in dst_held else None)
+            )
+            found.append(Difference(Kind.DUPLICATED, topic, copy.origin, src_place, dst_place, side_name, copy.place))
+    in_order: dict[Group, list[tuple[int, int, Origin]]] = defaultdict(list)  # dst offset, src offset, identity
+    for origin, mine in src_held.items():
+        theirs = dst_held.get(origin)
+        if theirs is None:
+            why = _one_only(mine, src, dst, topic)
+            if why == "in flight":
+                result.dst_behind += 1
+            elif why == "differs":
+                found.append(Difference(Kind.MISSING_IN_DST, topic, origin, mine.place, None))
+        elif theirs.digest != mine.digest:  # the digest covers the partition
+            found.append(Difference(Kind.CHANGED, topic, origin, mine.place, theirs.place))
+        else:
+            in_order[(topic, mine.place.partition, origin.uuid, origin.partition)].append(
+                (theirs.place.offset, mine.place.offset, origin)
+            )
+    for origin, theirs in dst_held.items():
+        if origin not in src_held:
+            why = _one_only(theirs, dst, src, topic)
+            if why == "in flight":
+                result.src_behind += 1
+            elif why == "differs":
+                found.append(Difference(Kind.EXTRA_IN_DST, topic, origin, None, theirs.place))
+    for (_, partition, _, _), common in sorted(in_order.items()):
+        common.sort()  # the destination's order
+        ranks = [src_offset for _, src_offset, _ in common]
+        kept = _longest_increasing(ranks)
+        for i, (dst_offset, src_offset, origin) in enumerate(common):
+            if i not in kept:
+                found.append(
+                    Difference(
+                        Kind.OUT_OF_ORDER, topic, origin, Place(partition, src_offset), Place(partition, dst_offset)
+                    )
+                )
+    found.sort(key=_where)
+    result.differences += found
+
+
+def _where(difference: Difference) -> tuple[int, int, str, int, int]:
+    place = difference.src or difference.dst or Place(-1, -1)
+    return place.partition, place.offset, difference.origin.uuid, difference.origin.partition, difference.origin.offset
+
+
+def _topics(src: Side, dst: Side) -> list[str]:
+    return sorted({t for t, _ in (*src.bounds, *dst.bounds)})
+
+
+def _finish(result: DiffResult, reader: Reader, first_exit: bool) -> DiffResult:
+    result.read_messages, result.read_bytes = reader.messages, reader.bytes
+    if first_exit and result.differences:
+        result.differences = result.differences[:1]
+        result.stopped_early = True
+    return result
+
+
+def _new_result(src: Side, dst: Side, crc: bool) -> DiffResult:
+    result = DiffResult(src.path, src.uuid, dst.path, dst.uuid, crc, dst.applied is not None, src.applied is not None)
+    for topic, partition in sorted({*src.bounds, *dst.bounds}):
+        result.points.append(
+            PartitionPoint(
+                topic,
+                partition,
+                src.bounds.get((topic, partition)),
+                dst.bounds.get((topic, partition)),
+                None if dst.applied is None else dst.applied.get((topic, partition)),
+                None if src.applied is None else src.applied.get((topic, partition)),
+            )
+        )
+    return result
+
+
+def diff_streams(admin: StreamAdmin, source: str, destination: str, first_exit: bool = False) -> DiffResult:
+    """``diffstreams``, in this process: compare every message of both streams up to the consistent
+    point (``snapshot``). ``first_exit`` stops after the first topic with a difference and keeps
+    only its first difference."""
+    src, dst = snapshot(admin, source, destination)
+    result = _new_result(src, dst, crc=False)
+    reader = Reader()
+    for topic in _topics(src, dst):
+        _compare_topic(result, reader, src, dst, topic)
+        if first_exit and result.differences:
+            break
+    return _finish(result, reader, first_exit)
+
+
+# -- the CRC variant -----------------------------------------------------------------------------
+
+Run = tuple[str, str, int, int]  # (topic, origin uuid, origin partition, origin offset // CRC_RUN)
+
+
+def _run_crcs(reader: Reader, side: Side, topic: str) -> tuple[dict[Run, int], dict[Run, set[int]], int]:
+    """Each run's CRC32 on one side, the stream partitions holding its messages, and how many
+    messages were read. A message's CRC
+    input is its canonical encoding and the origin offset of the message before it of the same
+    origin partition in its stream partition (-1: none), in the side's order."""
+    crcs: dict[Run, int] = {}
+    where: dict[Run, set[int]] = defaultdict(set)
+    read = 0
+    for t, partition in sorted(side.bounds):
+        if t != topic:
+            continue
+        before: dict[tuple[str, int], int] = {}
+        for message in reader.scan(side, topic, partition):
+            origin = origin_of(message, side.uuid)
+            group = (origin.uuid, origin.partition)
+            run = (topic, origin.uuid, origin.partition, origin.offset // CRC_RUN)
+            encoded = canonical(origin, partition, message) + struct.pack(">q", before.get(group, -1))
+            before[group] = origin.offset
+            crcs[run] = zlib.crc32(encoded, crcs.get(run, 0))
+            where[run].add(partition)
+            read += 1
+    return crcs, where, read
+
+
+def diff_streams_crc(admin: StreamAdmin, source: str, destination: str, first_exit: bool = False) -> DiffResult:
+    """``diffstreamswithcrc``, in this process: CRC32s of runs of identities first, then the full
+    compare of the order groups that hold a run whose CRCs differ. The same differences as
+    ``diff_streams``."""
+    src, dst = snapshot(admin, source, destination)
+    result = _new_result(src, dst, crc=True)
+    reader = Reader()
+    for topic in _topics(src, dst):
+        src_crcs, src_where, src_read = _run_crcs(reader, src, topic)
+        dst_crcs, dst_where, dst_read = _run_crcs(reader, dst, topic)
+        result.compared += src_read + dst_read
+        runs = set(src_crcs) | set(dst_crcs)
+        differing = {run for run in runs if src_crcs.get(run) != dst_crcs.get(run)}
+        result.runs += len(runs)
+        result.runs_differing += len(differing)
+        if not differing:
+            continue
+        groups = {
+            (topic, partition, run[1], run[2])
+            for run in differing
+            for partition in src_where.get(run, set()) | dst_where.get(run, set())
+        }
+        _compare_topic(result, reader, src, dst, topic, keep=groups.__contains__)
+        if first_exit and result.differences:
+            break
+    return _finish(result, reader, first_exit)
+
+
+def fetch(store: Store, uuid: str, topic: str, places: Iterable[Place]) -> dict[Place, Message]:
+    """The messages at ``places`` of one stream's topic, read a span at a time per partition."""
+    wanted: dict[int, set[int]] = defaultdict(set)
+    for place in places:
+        wanted[place.partition].add(place.offset)
+    found: dict[Place, Message] = {}
+    for partition, offsets in wanted.items():
+        at, end = min(offsets), max(offsets) + 1
+        while at < end:
+            try:
+                batch, after = store.read_span(uuid, topic, partition, at, min(READ_BATCH, end - at))
+            except NotFound:
+                break
+            for message in batch:
+                if message.offset in offsets:
+                    found[Place(partition, message.offset)] = message
+            if after <= at:
+                break
+            at = after
+    return found
+
+
+__all__ = [
+    "CRC_RUN",
+    "DiffResult",
+    "Difference",
+    "Kind",
+    "Origin",
+    "PartitionPoint",
+    "Place",
+    "Side",
+    "canonical",
+    "check_diff",
+    "content_headers",
+    "diff_streams",
+    "diff_streams_crc",
+    "fetch",
+    "origin_of",
+    "snapshot",
+]
