@@ -35,6 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import lru_cache
 from typing import NamedTuple
 
 from streamrep.client.admin import StreamAdmin
@@ -66,35 +67,53 @@ def origin_of(message: Message, stream_uuid: str) -> Origin:
     A header that is not ``<uuid>/<partition>/<offset>`` is content, not an origin."""
     header = message.header(ORIGIN_HEADER)
     if header is not None:
-        parts = header.decode("ascii", "replace").split("/")
+        parts = header.split(b"/")
         if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            return Origin(parts[0], int(parts[1]), int(parts[2]))
+            return Origin(_text(parts[0]), int(parts[1]), int(parts[2]))
     return Origin(stream_uuid, message.partition, message.offset)
+
+
+@lru_cache(maxsize=1024)
+def _text(uuid: bytes) -> str:
+    return uuid.decode("ascii", "replace")
+
+
+@lru_cache(maxsize=1024)
+def _uuid_field(uuid: str) -> bytes:
+    return _field(uuid.encode("utf-8"))
 
 
 def content_headers(message: Message) -> tuple[tuple[str, bytes], ...]:
     """The headers compared: all but the origin header, in order."""
-    return tuple((k, v) for k, v in message.headers if k != ORIGIN_HEADER)
+    headers = message.headers
+    if not headers or (len(headers) == 1 and headers[0][0] == ORIGIN_HEADER):
+        return ()
+    return tuple((k, v) for k, v in headers if k != ORIGIN_HEADER)
+
+
+_LENGTH = struct.Struct(">q")
+_NUMBERS = struct.Struct(">qqqq")
+_NONE = _LENGTH.pack(-1)
 
 
 def _field(data: bytes | None) -> bytes:
-    return struct.pack(">q", -1) if data is None else struct.pack(">q", len(data)) + data
+    return _NONE if data is None else _LENGTH.pack(len(data)) + data
 
 
 def canonical(origin: Origin, partition: int, message: Message) -> bytes:
     """The canonical encoding of what is compared: identity, partition, key, value, headers (but the
     origin header) and timestamp; lengths before bytes, None distinct from empty."""
     headers = content_headers(message)
-    parts = [
-        _field(origin.uuid.encode("utf-8")),
-        struct.pack(">qqqq", origin.partition, origin.offset, partition, message.timestamp),
-        _field(message.key),
-        _field(message.value),
-        struct.pack(">q", len(headers)),
-    ]
+    encoded = (
+        _uuid_field(origin.uuid)
+        + _NUMBERS.pack(origin.partition, origin.offset, partition, message.timestamp)
+        + _field(message.key)
+        + _field(message.value)
+        + _LENGTH.pack(len(headers))
+    )
     for name, value in headers:
-        parts += [_field(name.encode("utf-8")), _field(value)]
-    return b"".join(parts)
+        encoded += _field(name.encode("utf-8")) + _field(value)
+    return encoded
 
 
 class Kind(str, Enum):
@@ -240,10 +259,12 @@ def _bounds(store: Store, uuid: str) -> dict[tuple[str, int], tuple[int, int]]:
 
 def _applied(marks: dict[str, int], other: Side) -> dict[tuple[str, int], int]:
     """A replica's positions for ``other``'s partitions (``pending.partition_pending``'s rule: no mark,
-    or one below what ``other`` still holds, is its first offset held)."""
+    or one below what ``other`` still holds, is its first offset held). A partition whose flow a
+    failover stopped (a stop mark) has none: nothing more arrives from it, so nothing is in flight."""
     return {
         (topic, partition): applied_position(marks, other.uuid, topic, partition, start)
         for (topic, partition), (start, _) in other.bounds.items()
+        if rules.stop_key(other.uuid, topic, partition) not in marks
     }
 
 
@@ -502,7 +523,7 @@ def _run_crcs(reader: Reader, side: Side, topic: str) -> tuple[dict[Run, int], d
             origin = origin_of(message, side.uuid)
             group = (origin.uuid, origin.partition)
             run = (topic, origin.uuid, origin.partition, origin.offset // CRC_RUN)
-            encoded = canonical(origin, partition, message) + struct.pack(">q", before.get(group, -1))
+            encoded = canonical(origin, partition, message) + _LENGTH.pack(before.get(group, -1))
             before[group] = origin.offset
             crcs[run] = zlib.crc32(encoded, crcs.get(run, 0))
             where[run].add(partition)
