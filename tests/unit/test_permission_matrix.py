@@ -74,6 +74,8 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
     "stream upstream remove": (["-path", NY, "-upstream", SF], {"owner", "adminperm"}),
     "copystream": (["-src", SF, "-dst", SPARE, "-engine", "local"], {"owner", "copyperm"}),
     "copystream (new destination)": (["-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"], {"owner"}),
+    "diffstreams": (["-src", SF, "-dst", NY, "-outdir", "{home}/diff"], {"owner", "consumeperm", "copyperm"}),
+    "diffstreamswithcrc": (["-src", SF, "-dst", NY, "-outdir", "{home}/diff"], {"owner", "consumeperm", "copyperm"}),
     "produce": (["-path", f"{SF}:clicks"], {"owner", "produceperm"}),
     "consume": (["-path", f"{SF}:clicks", "-fromstart", "true", "-max", "1", "-group", "g2"], {"owner", "consumeperm"}),
     "stream cursor translate": (
@@ -168,7 +170,8 @@ def run_as(home: Path, monkeypatch, command: str, user: str | None) -> tuple[int
     monkeypatch.delenv("STREAMREP_DEFAULT_CLUSTER", raising=False)
     words = command.split(" (")[0].split()
     out, err = io.StringIO(), io.StringIO()
-    status = run([*words, *MATRIX[command][0]], out=out, err=err, stdin=io.StringIO("hello\n"))
+    args = [arg.replace("{home}", str(home)) for arg in MATRIX[command][0]]  # a place of the case's own
+    status = run([*words, *args], out=out, err=err, stdin=io.StringIO("hello\n"))
     return status, err.getvalue()
 
 

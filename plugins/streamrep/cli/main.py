@@ -7,7 +7,7 @@ Every handler is a thin call into the client layer. Exit status: 0 success, 1 a 
 traceback). With ``-json`` an error is also maprcli's error envelope on stdout.
 
 Each command group is a module of this package (cluster, stream, topic, replica, cursor, upstream,
-copystream, gateway, data), holding its handlers and its part of ``COMMANDS``.
+copystream, diff, gateway, data), holding its handlers and its part of ``COMMANDS``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any, TextIO, cast
 
-from streamrep.cli import cluster, copystream, cursor, data, gateway, replica, stream, topic, upstream
+from streamrep.cli import cluster, copystream, cursor, data, diff, gateway, replica, stream, topic, upstream
 from streamrep.cli.common import Context, OutputFailed, Rows, reason
 from streamrep.cli.grammar import Command, split_words, wants_help, wants_json
 from streamrep.cli.output import print_error_json, print_rows
@@ -37,10 +37,14 @@ COMMANDS: tuple[Command, ...] = (
     *replica.COMMANDS,
     *cursor.COMMANDS,
     *copystream.COMMANDS,
+    *diff.COMMANDS,
     *gateway.COMMANDS,
     *upstream.COMMANDS,
     *data.COMMANDS,
 )
+
+# Handlers told whether -json was given: without it they print their own lines (messages, a summary).
+SHOW_THEIR_OWN_JSON = (data.consume, diff.diffstreams, diff.diffstreamswithcrc)
 
 
 def help_text(prefix: tuple[str, ...] = ()) -> str:
@@ -146,7 +150,7 @@ def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, s
             values, as_json = cmd.parse(options)
         except InvalidArgument as usage_error:
             return fail(str(usage_error), EXIT_USAGE)
-        if cmd.handler is data.consume:
+        if cmd.handler in SHOW_THEIR_OWN_JSON:
             values["as_json"] = as_json
         rows = cmd.handler(ctx, **values)
         if rows is not None:
