@@ -32,7 +32,7 @@ import hashlib
 import struct
 import zlib
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
@@ -335,7 +335,7 @@ Group = tuple[str, int, str, int]  # (topic, stream partition, origin uuid, orig
 
 
 def _collect(
-    reader: Reader, side: Side, topic: str, partitions: Iterable[int], keep: Callable[[Group], bool] | None
+    reader: Reader, side: Side, topic: str, partitions: Iterable[int], keep: set[Group] | None
 ) -> tuple[dict[Origin, Scanned], list[Scanned]]:
     """A side's messages of ``topic``, by identity (the first copy), and any further copies."""
     held: dict[Origin, Scanned] = {}
@@ -343,7 +343,7 @@ def _collect(
     for partition in partitions:
         for message in reader.scan(side, topic, partition):
             origin = origin_of(message, side.uuid)
-            if keep is not None and not keep((topic, partition, origin.uuid, origin.partition)):
+            if keep is not None and (topic, partition, origin.uuid, origin.partition) not in keep:
                 continue
             scanned = Scanned(origin, Place(partition, message.offset), _digest(canonical(origin, partition, message)))
             if origin in held:
@@ -399,10 +399,14 @@ def _compare_topic(
     src: Side,
     dst: Side,
     topic: str,
-    keep: Callable[[Group], bool] | None = None,
+    keep: set[Group] | None = None,
 ) -> None:
-    """Compare one topic of both sides (only the order groups ``keep`` accepts, when given)."""
-    partitions = sorted({p for (t, p) in (*src.bounds, *dst.bounds) if t == topic})
+    """Compare one topic of both sides (only the order groups in ``keep``, when given: only the
+    partitions holding them are read)."""
+    if keep is None:
+        partitions = sorted({p for (t, p) in (*src.bounds, *dst.bounds) if t == topic})
+    else:
+        partitions = sorted({p for (_, p, _, _) in keep})
     src_held, src_again = _collect(reader, src, topic, partitions, keep)
     dst_held, dst_again = _collect(reader, dst, topic, partitions, keep)
     if keep is None:  # the CRC variant counted every message in its first pass
@@ -553,7 +557,7 @@ def diff_streams_crc(admin: StreamAdmin, source: str, destination: str, first_ex
             for run in differing
             for partition in src_where.get(run, set()) | dst_where.get(run, set())
         }
-        _compare_topic(result, reader, src, dst, topic, keep=groups.__contains__)
+        _compare_topic(result, reader, src, dst, topic, keep=groups)
         if first_exit and result.differences:
             break
     return _finish(result, reader, first_exit)
