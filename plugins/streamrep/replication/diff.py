@@ -39,7 +39,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import InvalidArgument, NotFound
+from streamrep.errors import InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.message import ORIGIN_HEADER, Message
@@ -247,13 +247,17 @@ def _replicates(source: StreamPath, source_entry: StreamEntry, replica: StreamPa
 
 
 def _bounds(store: Store, uuid: str) -> dict[tuple[str, int], tuple[int, int]]:
+    """Every partition's ``[start, end)`` now, asked all at once (one round trip on a network store)."""
+    parts = [
+        (uuid, topic, partition) for topic, count in sorted(store.topics(uuid).items()) for partition in range(count)
+    ]
     result = {}
-    for topic, count in sorted(store.topics(uuid).items()):
-        for partition in range(count):
-            try:
-                result[(topic, partition)] = store.offsets(uuid, topic, partition)
-            except NotFound:  # deleted meanwhile: holds nothing
-                continue
+    for (_, topic, partition), found in zip(parts, store.offsets_many(parts), strict=True):
+        if isinstance(found, NotFound):  # deleted meanwhile: holds nothing
+            continue
+        if isinstance(found, StreamrepError):
+            raise found
+        result[(topic, partition)] = found
     return result
 
 
