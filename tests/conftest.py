@@ -12,8 +12,10 @@ import importlib.util
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -384,3 +386,33 @@ def bob(home) -> StreamAdmin:
 def carol(home) -> StreamAdmin:
     """The admin API as carol: not alice, but in alice's group ``eng``."""
     return StreamAdmin(home, CAROL)
+
+
+class SilentBroker:
+    """A TCP server that accepts connections and never answers: a Kafka cluster that hangs."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def silent_broker():
+    """A Kafka "cluster" that accepts connections and never answers (``SilentBroker``)."""
+    broker = SilentBroker()
+    yield broker
+    broker.close()

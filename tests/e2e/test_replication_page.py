@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -181,28 +179,6 @@ TOPOLOGIES: dict[str, tuple[tuple[str, ...], Callable[[World], None]]] = {
 
 
 # -- Airflow's API server and the browser -----------------------------------------------------------
-class SilentBroker:
-    """A TCP server that accepts connections and never answers: a Kafka cluster that hangs."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                self.held.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
-
-
 class Server:
     """``airflow api-server`` with scripts/airflow-env.sh's settings (login off)."""
 
@@ -466,10 +442,10 @@ def test_the_page_is_in_airflows_navigation_with_its_icon_and_whole_label(server
     page.context.close()
 
 
-def test_a_page_with_unreachable_clusters_renders_the_others_within_3_s(server, browser):
+def test_a_page_with_unreachable_clusters_renders_the_others_within_3_s(server, browser, silent_broker):
     """A cluster whose store is gone and a Kafka cluster that hangs: the others are drawn within
     3 s of the page asking for the clusters, and each error is shown whole."""
-    hung = SilentBroker()
+    hung = silent_broker
     try:
         server.show("unreachable")
         server.connection("streamrep_hung", {"conn_type": "streamrep", "host": f"kafka://127.0.0.1:{hung.port}"})
@@ -499,7 +475,6 @@ def test_a_page_with_unreachable_clusters_renders_the_others_within_3_s(server, 
             page.context.close()
     finally:
         server.request("DELETE", "/api/v2/connections/streamrep_hung")
-        hung.close()
 
 
 def test_the_lag_chart_shows_an_unsampled_stretch_as_a_gap(server, browser):

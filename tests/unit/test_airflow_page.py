@@ -183,35 +183,13 @@ def test_reading_leaves_a_stores_folder_as_it_was(empty_home):
     assert sorted(p.name for p in folder.iterdir()) == before == ["tokyo.db"]
 
 
-class SilentBroker:
-    """A TCP server that accepts connections and never answers: a Kafka cluster that hangs."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
-        self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while True:
-            try:
-                self.held.append(self.sock.accept()[0])
-            except OSError:
-                return
-
-    def close(self):
-        self.sock.close()
-        for conn in self.held:
-            conn.close()
-
-
-def test_a_cluster_that_hangs_or_is_down_answers_within_the_bound_and_delays_no_other(mesh, monkeypatch):
+def test_a_cluster_that_hangs_or_is_down_answers_within_the_bound_and_delays_no_other(mesh, monkeypatch, silent_broker):
     """A Kafka cluster whose broker accepts connections but never answers costs its own answer
     the health check's 2 s, no more; one whose port is closed is refused at once; the embedded
     clusters answer within 3 s, although their reads touch both (the gateways they list)."""
     import json
 
-    silent = SilentBroker()
+    silent = silent_broker
     closed = socket.create_server(("127.0.0.1", 0))
     closed_port = closed.getsockname()[1]
     closed.close()
@@ -219,27 +197,24 @@ def test_a_cluster_that_hangs_or_is_down_answers_within_the_bound_and_delays_no_
         conn = {"conn_type": "streamrep", "host": f"kafka://127.0.0.1:{port}"}
         monkeypatch.setenv(f"AIRFLOW_CONN_STREAMREP_{name.upper()}", json.dumps(conn))
     client = client_of()
-    try:
-        answers: dict[str, tuple[float, dict]] = {}
+    answers: dict[str, tuple[float, dict]] = {}
 
-        def fetch(name):
-            start = time.monotonic()
-            body = client.get(f"/api/clusters/{name}").json()
-            answers[name] = (time.monotonic() - start, body)
+    def fetch(name):
+        start = time.monotonic()
+        body = client.get(f"/api/clusters/{name}").json()
+        answers[name] = (time.monotonic() - start, body)
 
-        threads = [threading.Thread(target=fetch, args=(n,)) for n in ("hung", "down", "newyork", "sanfrancisco")]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert answers["hung"][1]["error"] == "Kafka cluster hung is unreachable: it did not answer within 2 s"
-        assert 1.9 < answers["hung"][0] < 4
-        assert answers["down"][1]["error"].startswith("Kafka cluster down is unreachable: no bootstrap server")
-        assert answers["down"][0] < 3
-        for name in ("newyork", "sanfrancisco"):
-            assert answers[name][1]["error"] is None and answers[name][0] < 3, answers[name]
-    finally:
-        silent.close()
+    threads = [threading.Thread(target=fetch, args=(n,)) for n in ("hung", "down", "newyork", "sanfrancisco")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers["hung"][1]["error"] == "Kafka cluster hung is unreachable: it did not answer within 2 s"
+    assert 1.9 < answers["hung"][0] < 4
+    assert answers["down"][1]["error"].startswith("Kafka cluster down is unreachable: no bootstrap server")
+    assert answers["down"][0] < 3
+    for name in ("newyork", "sanfrancisco"):
+        assert answers[name][1]["error"] is None and answers[name][0] < 3, answers[name]
 
 
 def test_the_health_check_remembers_a_down_cluster_and_sees_it_come_back():
