@@ -18,6 +18,12 @@ type Hint = { ok: boolean; text: string; detail?: string };
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
 const forbidden = (e: unknown) => e instanceof ApiError && (e.status === 401 || e.status === 403);
 
+// The two buttons of a cluster's gateways: what they post, and how they look.
+const GATEWAY_ACTIONS = [
+  { action: "start", palette: "green", Icon: LuPlay, label: "Start gateways" },
+  { action: "stop", palette: "red", Icon: LuSquare, label: "Stop gateways" },
+] as const;
+
 function ClusterPanel(props: {
   name: string;
   kind: string;
@@ -46,28 +52,20 @@ function ClusterPanel(props: {
         )}
         {props.mayControl && (
           <HStack gap={2} ml="auto">
-            <Button
-              size="xs"
-              variant="outline"
-              colorPalette="green"
-              loading={props.busy}
-              onClick={() => props.onControl("start")}
-              data-testid="gateway-start"
-              data-cluster={name}
-            >
-              <LuPlay /> Start gateways
-            </Button>
-            <Button
-              size="xs"
-              variant="outline"
-              colorPalette="red"
-              loading={props.busy}
-              onClick={() => props.onControl("stop")}
-              data-testid="gateway-stop"
-              data-cluster={name}
-            >
-              <LuSquare /> Stop gateways
-            </Button>
+            {GATEWAY_ACTIONS.map(({ action, palette, Icon, label }) => (
+              <Button
+                key={action}
+                size="xs"
+                variant="outline"
+                colorPalette={palette}
+                loading={props.busy}
+                onClick={() => props.onControl(action)}
+                data-testid={`gateway-${action}`}
+                data-cluster={name}
+              >
+                <Icon /> {label}
+              </Button>
+            ))}
           </HStack>
         )}
       </Flex>
