@@ -59,7 +59,23 @@ def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | 
     if level:
         spark.sparkContext.setLogLevel(level)
     register(spark)
+    _quiet_accumulator_hangups(spark.sparkContext)
     return spark
+
+
+def _quiet_accumulator_hangups(context) -> None:
+    """PySpark's accumulator server prints a traceback when the JVM hangs up on it (EOFError:
+    the JVM stopped on SIGTERM first). That is shutdown, not an error: say nothing of it."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+    report = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+            report(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def _submitted() -> bool:
