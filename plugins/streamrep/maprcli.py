@@ -5,6 +5,7 @@ what only they show; nothing below this layer builds maprcli rows."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from streamrep.client.results import (
@@ -18,6 +19,7 @@ from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
 from streamrep.replication.service import GatewayRow
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
+from streamrep.replication.verification import NEVER, Verification
 
 
 def stream_info_row(info: StreamInfo) -> dict[str, Any]:
@@ -71,7 +73,8 @@ def upstream_row(row: UpstreamRow) -> dict[str, Any]:
 
 def replica_status_row(status: ReplicaStatus) -> dict[str, Any]:
     """``stream replica list``: MapR's fields, then the live ``gateways``, whether up to date,
-    what is pending, the lag in ms, the alert thresholds and the source's failover (a fence)."""
+    what is pending, the lag in ms, the alert thresholds, the source's failover (a fence) and the
+    link's last verification."""
     pending = status.pending
     return {
         **replica_row(status),
@@ -86,6 +89,22 @@ def replica_status_row(status: ReplicaStatus) -> dict[str, Any]:
         "maxLagMillis": status.thresholds.max_lag_millis,
         "maxLagMessages": status.thresholds.max_lag_messages,
         "failover": status.failover,
+        **verification_fields(status.verification),
+    }
+
+
+def utc_time(ms: int) -> str:
+    """A time (ms since the epoch) as ``replica lag`` and ``replica list`` show it: UTC, to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ms / 1000))
+
+
+def verification_fields(done: Verification | None) -> dict[str, Any]:
+    """A link's last verification in ``replica list``: ``verification`` (``same``, ``differs`` or
+    ``never``), ``lastVerified`` (UTC) and ``verificationSummary`` (the compare's line)."""
+    return {
+        "verification": NEVER if done is None else done.result,
+        "lastVerified": None if done is None else utc_time(done.at),
+        "verificationSummary": None if done is None else done.summary,
     }
 
 

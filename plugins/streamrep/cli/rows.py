@@ -3,7 +3,6 @@ in its order), for the table and for ``-json``. Nothing below the CLI builds the
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from streamrep.client.results import (
@@ -23,6 +22,7 @@ from streamrep.maprcli import (
     topic_lag_row,
     translated_cursor_row,
     upstream_row,
+    utc_time,
 )
 from streamrep.replication.copy import CopySummary
 from streamrep.replication.cursors import SYNCED
@@ -64,7 +64,7 @@ __all__ = [
 def lag_row(sample: LagSample) -> dict[str, Any]:
     """``stream replica lag``: one recorded sample."""
     return {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sample.t / 1000)),
+        "time": utc_time(sample.t),
         "lagMessages": sample.messages,
         "lagBytes": sample.bytes,
         "lagMillis": sample.ms,

@@ -17,6 +17,7 @@ from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thr
 from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
 from streamrep.replication.service import gateway_outage, live_gateways_of
 from streamrep.replication.transfer import HeldCheck, SourcePartition, lost_data
+from streamrep.replication.verification import Verification, verifications
 
 __all__ = [
     "PRECISE_PENDING_MAX",
@@ -179,6 +180,8 @@ class ReplicaStatus(ReplicaRow):
     :param thresholds: the replica's alert thresholds (``stream replica alert``).
     :param failover: the source's failover record, when it names this replica (a FENCED source
         refuses producers until the failover finishes or is aborted), in words.
+    :param verification: the link's last verification (``verification.py``); None: never verified,
+        or the replica's cluster cannot be read (``errors`` says so).
     """
 
     gateways: list[str] | None = None
@@ -187,6 +190,7 @@ class ReplicaStatus(ReplicaRow):
     lag_millis: int = 0
     thresholds: Thresholds = NO_THRESHOLDS
     failover: str | None = None
+    verification: Verification | None = None
 
     @property
     def pending_messages(self) -> int | None:
@@ -199,18 +203,21 @@ class ReplicaStatus(ReplicaRow):
 
 def replica_status(admin: StreamAdmin, source: str) -> list[ReplicaStatus]:
     """``stream replica list``: each replica (``StreamAdmin.list_replicas``), with what it lacks,
-    its lag, the live gateways that serve it and its alert thresholds. Every figure is computed now."""
+    its lag, the live gateways that serve it, its alert thresholds and its last verification. Every
+    figure is computed now."""
     rows = admin.list_replicas(source, health=partial(replica_health, admin))
     source_entry = admin.entry(source) if rows else None
     source_uuid = source_entry.uuid if source_entry is not None else None
     record = source_entry.failover if source_entry is not None else None
     now = int(time.time() * 1000)
     serving: dict[str, list[str] | None] = {}  # by replica cluster
+    verified: dict[str, dict[tuple[str, str], Verification]] = {}  # by replica cluster: one read each
     result = []
     for row in rows:
         cluster = row.path.cluster
         if cluster not in serving:
             serving[cluster] = _serving(admin, admin.path(source).cluster, cluster)
+            verified[cluster] = _verified(admin, cluster)
         errors = row.errors
         info: Pending | None
         try:
@@ -228,9 +235,18 @@ def replica_status(admin: StreamAdmin, source: str) -> list[ReplicaStatus]:
                 lag_millis=lag_millis(None if info is None else info.oldest, now),
                 thresholds=_thresholds(admin, source_uuid, row),
                 failover=record.describe() if record is not None and record.peer == row.replica_path else None,
+                verification=verified[cluster].get((source_uuid or "", row.uuid or "")),
             )
         )
     return result
+
+
+def _verified(admin: StreamAdmin, cluster: str) -> dict[tuple[str, str], Verification]:
+    """The verifications kept in ``cluster`` (none when it cannot be read)."""
+    try:
+        return verifications(admin.clusters.store(cluster))
+    except StreamrepError:
+        return {}
 
 
 def _thresholds(admin: StreamAdmin, source_uuid: str | None, row: ReplicaRow) -> Thresholds:
