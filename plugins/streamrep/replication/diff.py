@@ -24,6 +24,8 @@ partition, so an order difference changes a run's CRC too), then runs the full c
 differences the full compare finds (``tests/unit/test_diffstreams.py`` checks every planted case).
 
 Reads go through the ``Store`` interface only, so both backends (and a mix of them) compare alike.
+The reading and digesting (the expensive step) is a ``Scanner``: ``Reader`` in this process, or
+``streamrep.spark.diff.SparkScanner`` in Spark tasks (``-engine spark``); the compare is this one.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ import hashlib
 import struct
 import zlib
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound, StreamrepError
@@ -202,6 +204,26 @@ class DiffResult:
         stopped = "; stopped at the first difference" if self.stopped_early else ""
         return f"differ: {', '.join(counts)} ({behind}, not counted){stopped}"
 
+    def to_dict(self, outdir: str) -> dict[str, Any]:
+        """The result as the CLI's ``-json`` row, the Spark app's JSON line and the operators'
+        return value: the counts and the summary line (``outdir``: where the ops were written)."""
+        return {
+            "src": str(self.src),
+            "dst": str(self.dst),
+            "same": self.same,
+            "missingInDst": self.count(Kind.MISSING_IN_DST),
+            "extraInDst": self.count(Kind.EXTRA_IN_DST),
+            "changed": self.count(Kind.CHANGED),
+            "outOfOrder": self.count(Kind.OUT_OF_ORDER),
+            "duplicated": self.count(Kind.DUPLICATED),
+            "dstBehind": self.dst_behind,
+            "srcBehind": self.src_behind,
+            "compared": self.compared,
+            "stoppedEarly": self.stopped_early,
+            "outdir": outdir,
+            "summary": self.summary(),
+        }
+
 
 # -- the snapshot --------------------------------------------------------------------------------
 
@@ -220,6 +242,10 @@ class Side:
     def end_of(self, topic: str, partition: int) -> int | None:
         held = self.bounds.get((topic, partition))
         return None if held is None else held[1]
+
+    def held(self) -> int:
+        """How many messages it holds up to the consistent point (``-engine auto`` decides by it)."""
+        return sum(end - start for start, end in self.bounds.values())
 
 
 def check_diff(
@@ -303,7 +329,8 @@ class Scanned(NamedTuple):
 
 @dataclass
 class Reader:
-    """Reads one side's partitions up to the consistent point, counting what it read."""
+    """Reads one side's partitions up to the consistent point, counting what it read: the
+    ``Scanner`` of a comparison in this process, and what a Spark task of one scans with."""
 
     messages: int = 0
     bytes: int = 0
@@ -327,34 +354,91 @@ class Reader:
                 return
             at = after
 
+    def digests(
+        self, sides: Mapping[str, Side], units: Sequence[Unit], keep: set[Group] | None
+    ) -> Iterator[tuple[Unit, list[Scanned]]]:
+        for unit in units:
+            yield unit, scan_digests(self, sides[unit[0]], unit[1], unit[2], keep)
+
+    def crcs(self, sides: Mapping[str, Side], units: Sequence[Unit]) -> Iterator[tuple[Unit, PartitionCrcs]]:
+        for unit in units:
+            yield unit, scan_crcs(self, sides[unit[0]], unit[1], unit[2])
+
+
+Group = tuple[str, int, str, int]  # (topic, stream partition, origin uuid, origin partition): an order group
+Run = tuple[str, str, int, int]  # (topic, origin uuid, origin partition, origin offset // CRC_RUN)
+Unit = tuple[str, str, int]  # ("src" or "dst", topic, partition): what one scan reads
+
+
+class PartitionCrcs(NamedTuple):
+    """One partition's CRC32 of each run it holds messages of, and how many messages it read."""
+
+    crcs: dict[Run, int]
+    messages: int
+
+
+class Scanner(Protocol):
+    """The expensive step of a comparison, pluggable: read partitions up to the consistent point and
+    reduce each message to a ``Scanned`` record (``scan_digests``) or into its run's CRC
+    (``scan_crcs``). ``Reader`` scans in this process; ``streamrep.spark.diff.SparkScanner`` in
+    Spark tasks. Each yields one result per unit, in the order of ``units``, and counts what it read."""
+
+    messages: int
+    bytes: int
+
+    def digests(
+        self, sides: Mapping[str, Side], units: Sequence[Unit], keep: set[Group] | None
+    ) -> Iterable[tuple[Unit, list[Scanned]]]: ...
+
+    def crcs(self, sides: Mapping[str, Side], units: Sequence[Unit]) -> Iterable[tuple[Unit, PartitionCrcs]]: ...
+
 
 def _digest(encoded: bytes) -> bytes:
     return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
-Group = tuple[str, int, str, int]  # (topic, stream partition, origin uuid, origin partition): an order group
+def scan_digests(reader: Reader, side: Side, topic: str, partition: int, keep: set[Group] | None) -> list[Scanned]:
+    """One partition's messages as the full compare keeps them (only those of the order groups in
+    ``keep``, when given)."""
+    found = []
+    for message in reader.scan(side, topic, partition):
+        origin = origin_of(message, side.uuid)
+        if keep is not None and (topic, partition, origin.uuid, origin.partition) not in keep:
+            continue
+        found.append(Scanned(origin, Place(partition, message.offset), _digest(canonical(origin, partition, message))))
+    return found
+
+
+def scan_crcs(reader: Reader, side: Side, topic: str, partition: int) -> PartitionCrcs:
+    """One partition's CRC32 of each run. A message's CRC input is its canonical encoding and the
+    origin offset of the message before it of the same origin partition in this partition (-1: none)."""
+    crcs: dict[Run, int] = {}
+    before: dict[tuple[str, int], int] = {}
+    read = 0
+    for message in reader.scan(side, topic, partition):
+        origin = origin_of(message, side.uuid)
+        group = (origin.uuid, origin.partition)
+        run = (topic, origin.uuid, origin.partition, origin.offset // CRC_RUN)
+        encoded = canonical(origin, partition, message) + _LENGTH.pack(before.get(group, -1))
+        before[group] = origin.offset
+        crcs[run] = zlib.crc32(encoded, crcs.get(run, 0))
+        read += 1
+    return PartitionCrcs(crcs, read)
+
+
+def _units(sides: Mapping[str, Side], topic: str, partitions: Iterable[int] | None = None) -> list[Unit]:
+    """The units of ``topic`` (of ``partitions`` only, when given) each side holds, the source's first,
+    each side's in partition order (the order decides which of two copies is the first)."""
+    wanted = None if partitions is None else set(partitions)
+    return [
+        (name, t, partition)
+        for name, side in sides.items()
+        for t, partition in sorted(side.bounds)
+        if t == topic and (wanted is None or partition in wanted)
+    ]
 
 
 # -- the full compare ----------------------------------------------------------------------------
-
-
-def _collect(
-    reader: Reader, side: Side, topic: str, partitions: Iterable[int], keep: set[Group] | None
-) -> tuple[dict[Origin, Scanned], list[Scanned]]:
-    """A side's messages of ``topic``, by identity (the first copy), and any further copies."""
-    held: dict[Origin, Scanned] = {}
-    again: list[Scanned] = []
-    for partition in partitions:
-        for message in reader.scan(side, topic, partition):
-            origin = origin_of(message, side.uuid)
-            if keep is not None and (topic, partition, origin.uuid, origin.partition) not in keep:
-                continue
-            scanned = Scanned(origin, Place(partition, message.offset), _digest(canonical(origin, partition, message)))
-            if origin in held:
-                again.append(scanned)
-            else:
-                held[origin] = scanned
-    return held, again
 
 
 def _longest_increasing(ranks: list[int]) -> set[int]:
@@ -399,7 +483,7 @@ def _one_only(scanned: Scanned, holder: Side, other: Side, topic: str) -> str:
 
 def _compare_topic(
     result: DiffResult,
-    reader: Reader,
+    scanner: Scanner,
     src: Side,
     dst: Side,
     topic: str,
@@ -407,12 +491,17 @@ def _compare_topic(
 ) -> None:
     """Compare one topic of both sides (only the order groups in ``keep``, when given: only the
     partitions holding them are read)."""
-    if keep is None:
-        partitions = sorted({p for (t, p) in (*src.bounds, *dst.bounds) if t == topic})
-    else:
-        partitions = sorted({p for (_, p, _, _) in keep})
-    src_held, src_again = _collect(reader, src, topic, partitions, keep)
-    dst_held, dst_again = _collect(reader, dst, topic, partitions, keep)
+    sides = {"src": src, "dst": dst}
+    firsts: dict[str, dict[Origin, Scanned]] = {"src": {}, "dst": {}}  # by identity: the first copy
+    copies: dict[str, list[Scanned]] = {"src": [], "dst": []}  # any further copies
+    partitions = None if keep is None else {p for (_, p, _, _) in keep}
+    for (name, _, _), scans in scanner.digests(sides, _units(sides, topic, partitions), keep):
+        for scanned in scans:
+            if scanned.origin in firsts[name]:
+                copies[name].append(scanned)
+            else:
+                firsts[name][scanned.origin] = scanned
+    src_held, src_again, dst_held, dst_again = firsts["src"], copies["src"], firsts["dst"], copies["dst"]
     if keep is None:  # the CRC variant counted every message in its first pass
         result.compared += len(src_held) + len(dst_held) + len(src_again) + len(dst_again)
     found: list[Difference] = []
@@ -472,8 +561,8 @@ def _topics(src: Side, dst: Side) -> list[str]:
     return sorted({t for t, _ in (*src.bounds, *dst.bounds)})
 
 
-def _finish(result: DiffResult, reader: Reader, first_exit: bool) -> DiffResult:
-    result.read_messages, result.read_bytes = reader.messages, reader.bytes
+def _finish(result: DiffResult, scanner: Scanner, first_exit: bool) -> DiffResult:
+    result.read_messages, result.read_bytes = scanner.messages, scanner.bytes
     if first_exit and result.differences:
         result.differences = result.differences[:1]
         result.stopped_early = True
@@ -496,75 +585,57 @@ def _new_result(src: Side, dst: Side, crc: bool) -> DiffResult:
     return result
 
 
-def diff_streams(admin: StreamAdmin, source: str, destination: str, first_exit: bool = False) -> DiffResult:
-    """``diffstreams``, in this process: compare every message of both streams up to the consistent
-    point (``snapshot``). ``first_exit`` stops after the first topic with a difference and keeps
-    only its first difference."""
+def diff_streams(
+    admin: StreamAdmin, source: str, destination: str, first_exit: bool = False, scanner: Scanner | None = None
+) -> DiffResult:
+    """``diffstreams``: compare every message of both streams up to the consistent point
+    (``snapshot``), scanning with ``scanner`` (default: a ``Reader``, in this process).
+    ``first_exit`` stops after the first topic with a difference and keeps only its first difference."""
     src, dst = snapshot(admin, source, destination)
     result = _new_result(src, dst, crc=False)
-    reader = Reader()
+    scanner = Reader() if scanner is None else scanner
     for topic in _topics(src, dst):
-        _compare_topic(result, reader, src, dst, topic)
+        _compare_topic(result, scanner, src, dst, topic)
         if first_exit and result.differences:
             break
-    return _finish(result, reader, first_exit)
+    return _finish(result, scanner, first_exit)
 
 
 # -- the CRC variant -----------------------------------------------------------------------------
 
-Run = tuple[str, str, int, int]  # (topic, origin uuid, origin partition, origin offset // CRC_RUN)
+_PART_CRC = struct.Struct(">qI")
 
 
-def _run_crcs(reader: Reader, side: Side, topic: str) -> tuple[dict[Run, int], dict[Run, set[int]], int]:
-    """Each run's CRC32 on one side, the stream partitions holding its messages, and how many
-    messages were read. A message's CRC
-    input is its canonical encoding and the origin offset of the message before it of the same
-    origin partition in its stream partition (-1: none), in the side's order."""
-    crcs: dict[Run, int] = {}
-    where: dict[Run, set[int]] = defaultdict(set)
-    read = 0
-    for t, partition in sorted(side.bounds):
-        if t != topic:
-            continue
-        before: dict[tuple[str, int], int] = {}
-        for message in reader.scan(side, topic, partition):
-            origin = origin_of(message, side.uuid)
-            group = (origin.uuid, origin.partition)
-            run = (topic, origin.uuid, origin.partition, origin.offset // CRC_RUN)
-            encoded = canonical(origin, partition, message) + _LENGTH.pack(before.get(group, -1))
-            before[group] = origin.offset
-            crcs[run] = zlib.crc32(encoded, crcs.get(run, 0))
-            where[run].add(partition)
-            read += 1
-    return crcs, where, read
-
-
-def diff_streams_crc(admin: StreamAdmin, source: str, destination: str, first_exit: bool = False) -> DiffResult:
-    """``diffstreamswithcrc``, in this process: CRC32s of runs of identities first, then the full
-    compare of the order groups that hold a run whose CRCs differ. The same differences as
-    ``diff_streams``."""
+def diff_streams_crc(
+    admin: StreamAdmin, source: str, destination: str, first_exit: bool = False, scanner: Scanner | None = None
+) -> DiffResult:
+    """``diffstreamswithcrc``: CRC32s of runs of identities first, then the full compare of the
+    order groups that hold a run whose CRCs differ; scanning with ``scanner`` (default: a ``Reader``,
+    in this process). The same differences as ``diff_streams``."""
     src, dst = snapshot(admin, source, destination)
     result = _new_result(src, dst, crc=True)
-    reader = Reader()
+    scanner = Reader() if scanner is None else scanner
+    sides = {"src": src, "dst": dst}
     for topic in _topics(src, dst):
-        src_crcs, src_where, src_read = _run_crcs(reader, src, topic)
-        dst_crcs, dst_where, dst_read = _run_crcs(reader, dst, topic)
-        result.compared += src_read + dst_read
-        runs = set(src_crcs) | set(dst_crcs)
-        differing = {run for run in runs if src_crcs.get(run) != dst_crcs.get(run)}
+        # A run's CRC on a side: the CRCs of its parts in each partition, in partition order.
+        crcs: dict[str, dict[Run, int]] = {"src": {}, "dst": {}}
+        where: dict[Run, set[int]] = defaultdict(set)  # the partitions holding a run's messages, either side
+        for (name, _, partition), part in scanner.crcs(sides, _units(sides, topic)):
+            result.compared += part.messages
+            for run, crc in part.crcs.items():
+                crcs[name][run] = zlib.crc32(_PART_CRC.pack(partition, crc), crcs[name].get(run, 0))
+                where[run].add(partition)
+        runs = set(crcs["src"]) | set(crcs["dst"])
+        differing = {run for run in runs if crcs["src"].get(run) != crcs["dst"].get(run)}
         result.runs += len(runs)
         result.runs_differing += len(differing)
         if not differing:
             continue
-        groups = {
-            (topic, partition, run[1], run[2])
-            for run in differing
-            for partition in src_where.get(run, set()) | dst_where.get(run, set())
-        }
-        _compare_topic(result, reader, src, dst, topic, keep=groups)
+        groups = {(topic, partition, run[1], run[2]) for run in differing for partition in where[run]}
+        _compare_topic(result, scanner, src, dst, topic, keep=groups)
         if first_exit and result.differences:
             break
-    return _finish(result, reader, first_exit)
+    return _finish(result, scanner, first_exit)
 
 
 def fetch(store: Store, uuid: str, topic: str, places: Iterable[Place]) -> dict[Place, Message]:
@@ -595,9 +666,14 @@ __all__ = [
     "Difference",
     "Kind",
     "Origin",
+    "PartitionCrcs",
     "PartitionPoint",
     "Place",
+    "Reader",
+    "Scanned",
+    "Scanner",
     "Side",
+    "Unit",
     "canonical",
     "check_diff",
     "content_headers",
@@ -605,5 +681,7 @@ __all__ = [
     "diff_streams_crc",
     "fetch",
     "origin_of",
+    "scan_crcs",
+    "scan_digests",
     "snapshot",
 ]
