@@ -120,6 +120,29 @@ def test_each_link_carries_its_recorded_lag_in_time_order(mesh):
     assert link["maxLagMessages"] == 50 and link["maxLagMillis"] is None
 
 
+def test_each_link_carries_its_last_verification_whole(mesh):
+    """A real compare of the paused orders link, its replica holding a topic of its own: recorded
+    as the link's last verification, served whole on its link; a link never verified says so."""
+    from streamrep.model.message import Message
+    from streamrep.replication.diff import diff_streams
+    from streamrep.replication.verification import record
+
+    orders_src, orders_dst = "/mapr/sanfrancisco/orders", "/mapr/newyork/orders"
+    dst = mesh.path(orders_dst)
+    store, uuid = mesh.store(dst), mesh.entry(dst).uuid
+    store.create_topic(uuid, "planted", 1)
+    store.append(uuid, "planted", {0: [Message(b"own", b"k")]})
+    done = record(mesh, orders_src, orders_dst, diff_streams(mesh, orders_src, orders_dst).to_dict(""), "spark")
+    link = links_of(views(mesh))[(orders_src, orders_dst)]
+    assert link["verification"] == "differs" and link["verificationSummary"].startswith("differ: ")
+    assert link["lastVerification"]["at"] == done.at and link["lastVerification"]["extraInDst"] == 1
+    assert (link["lastVerification"]["engine"], link["lastVerification"]["by"]) == ("spark", "alice")
+    never = links_of(views(mesh))[(SF, NY)]
+    assert (never["verification"], never["lastVerified"], never["lastVerification"]) == ("never", None, None)
+    served = client_of().get("/api/clusters/sanfrancisco").json()["links"]
+    assert [s["lastVerification"] for s in served if s["replica"] == orders_dst] == [link["lastVerification"]]
+
+
 # -- the API ------------------------------------------------------------------------------------
 async def alice_may_all(request=None) -> PageAccess:
     return PageAccess("alice", True, True, frozenset({"eng"}))

@@ -27,7 +27,7 @@ from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.replication.flows import flows_into
 from streamrep.replication.lag import SAMPLE_SECONDS, lag_history
 from streamrep.replication.service import all_gateways
-from streamrep.replication.status import replica_status
+from streamrep.replication.status import ReplicaStatus, replica_status
 
 PROBE_SECONDS = 2.0  # a Kafka cluster whose catalog is not read within this is down for the page
 PROBE_MEMORY_SECONDS = 15.0  # one probe answers every read of that cluster for this long
@@ -110,7 +110,9 @@ def cluster_view(admin: StreamAdmin, info: ClusterInfo) -> dict[str, Any]:
     return view
 
 
-def _replica_link(admin: StreamAdmin, source: str, status: Any) -> dict[str, Any]:
+def _replica_link(admin: StreamAdmin, source: str, status: ReplicaStatus) -> dict[str, Any]:
+    """A link as ``replica list`` shows it, with its lag history and its last verification whole
+    (``lastVerification``: when in ms, the counts, command, engine and who ran it; None: never)."""
     row = presented.replica_status_row(status)
     return {
         "kind": "replica",
@@ -118,6 +120,7 @@ def _replica_link(admin: StreamAdmin, source: str, status: Any) -> dict[str, Any
         "replica": row["replicaPath"],
         **row,
         "lagHistory": _history(admin, source, row["replicaPath"]),
+        "lastVerification": None if status.verification is None else status.verification.to_dict(),
     }
 
 
@@ -138,6 +141,8 @@ def _half_links(admin: StreamAdmin, cluster: str, listed: list[dict[str, Any]]) 
             "errors": b.reason,
             "paused": False,
             "lagHistory": [],
+            "verification": None,
+            "lastVerification": None,
         }
         for b in blocked
         if (str(b.source), str(b.replica)) not in known
