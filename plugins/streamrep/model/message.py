@@ -34,6 +34,8 @@ class Message(NamedTuple):
 
 
 ORIGIN_HEADER = "streamrep.origin"  # ``<uuid>/<partition>/<offset>`` of the stream a message was first produced in
+# Set by importstream on a message it appended (when, ms): a log cannot insert, so its place is not its source's.
+IMPORTED_HEADER = "streamrep.imported"
 
 
 class OriginRun(Sequence[Message]):

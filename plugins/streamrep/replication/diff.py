@@ -8,6 +8,12 @@ value, headers (but the origin header), timestamp and partition must be equal; a
 of one origin partition must come in the same relative order in each partition of both streams.
 docs/user-guide.md ("Comparing and repairing streams") states it for users.
 
+**Imported messages.** importstream appends what a stream lacks (a log cannot insert) and marks it
+with the header ``streamrep.imported``. That header is not content (like ``streamrep.origin``), and
+a message imported on either side is compared in order only with the other imported messages of
+its order group: its place after what the partition already held says nothing about the source's
+order, while imports append in the source's order (``replication/importstream.py``).
+
 **The consistent point.** Each side is read up to its end when the run starts. When one stream
 replicates the other (a replica link bound by UUID), what the replica has not applied yet of the
 other (its position marks, ``p|<source uuid>|<topic>|<partition>``, as ``replication/pending.py``
@@ -44,7 +50,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
-from streamrep.model.message import ORIGIN_HEADER, Message
+from streamrep.model.message import IMPORTED_HEADER, ORIGIN_HEADER, Message
 from streamrep.model.paths import StreamPath
 from streamrep.replication.pending import applied_position
 from streamrep.store.base import Store
@@ -86,11 +92,14 @@ def _uuid_field(uuid: str) -> bytes:
 
 
 def content_headers(message: Message) -> tuple[tuple[str, bytes], ...]:
-    """The headers compared: all but the origin header, in order."""
+    """The headers compared: all but the origin and the imported header, in order."""
     headers = message.headers
     if not headers or (len(headers) == 1 and headers[0][0] == ORIGIN_HEADER):
         return ()
-    return tuple((k, v) for k, v in headers if k != ORIGIN_HEADER)
+    return tuple((k, v) for k, v in headers if k not in _NOT_CONTENT)
+
+
+_NOT_CONTENT = frozenset({ORIGIN_HEADER, IMPORTED_HEADER})  # where a message came from, not what it holds
 
 
 _LENGTH = struct.Struct(">q")
@@ -320,11 +329,13 @@ def snapshot(admin: StreamAdmin, source: str, destination: str) -> tuple[Side, S
 
 
 class Scanned(NamedTuple):
-    """One message as the comparison keeps it: identity, place, digest of its canonical encoding."""
+    """One message as the comparison keeps it: identity, place, digest of its canonical encoding,
+    and whether importstream appended it (its order is compared only with others imported)."""
 
     origin: Origin
     place: Place
     digest: bytes
+    imported: bool = False
 
 
 @dataclass
@@ -393,6 +404,11 @@ class Scanner(Protocol):
     def crcs(self, sides: Mapping[str, Side], units: Sequence[Unit]) -> Iterable[tuple[Unit, PartitionCrcs]]: ...
 
 
+def _imported(message: Message) -> bool:
+    headers = message.headers
+    return bool(headers) and any(name == IMPORTED_HEADER for name, _ in headers)
+
+
 def _digest(encoded: bytes) -> bytes:
     return hashlib.blake2b(encoded, digest_size=16).digest()
 
@@ -405,7 +421,8 @@ def scan_digests(reader: Reader, side: Side, topic: str, partition: int, keep: s
         origin = origin_of(message, side.uuid)
         if keep is not None and (topic, partition, origin.uuid, origin.partition) not in keep:
             continue
-        found.append(Scanned(origin, Place(partition, message.offset), _digest(canonical(origin, partition, message))))
+        digest = _digest(canonical(origin, partition, message))
+        found.append(Scanned(origin, Place(partition, message.offset), digest, _imported(message)))
     return found
 
 
@@ -515,7 +532,8 @@ def _compare_topic(
                 first if side_name == "dst" else (dst_held[copy.origin].place if copy.origin in dst_held else None)
             )
             found.append(Difference(Kind.DUPLICATED, topic, copy.origin, src_place, dst_place, side_name, copy.place))
-    in_order: dict[Group, list[tuple[int, int, Origin]]] = defaultdict(list)  # dst offset, src offset, identity
+    # dst offset, src offset, identity; by order group, and whether either copy was imported (appended)
+    in_order: dict[tuple[Group, bool], list[tuple[int, int, Origin]]] = defaultdict(list)
     for origin, mine in src_held.items():
         theirs = dst_held.get(origin)
         if theirs is None:
@@ -527,9 +545,8 @@ def _compare_topic(
         elif theirs.digest != mine.digest:  # the digest covers the partition
             found.append(Difference(Kind.CHANGED, topic, origin, mine.place, theirs.place))
         else:
-            in_order[(topic, mine.place.partition, origin.uuid, origin.partition)].append(
-                (theirs.place.offset, mine.place.offset, origin)
-            )
+            group = (topic, mine.place.partition, origin.uuid, origin.partition)
+            in_order[(group, mine.imported or theirs.imported)].append((theirs.place.offset, mine.place.offset, origin))
     for origin, theirs in dst_held.items():
         if origin not in src_held:
             why = _one_only(theirs, dst, src, topic)
@@ -537,7 +554,7 @@ def _compare_topic(
                 result.src_behind += 1
             elif why == "differs":
                 found.append(Difference(Kind.EXTRA_IN_DST, topic, origin, None, theirs.place))
-    for (_, partition, _, _), common in sorted(in_order.items()):
+    for ((_, partition, _, _), _), common in sorted(in_order.items()):
         common.sort()  # the destination's order
         ranks = [src_offset for _, src_offset, _ in common]
         kept = _longest_increasing(ranks)
