@@ -36,6 +36,7 @@ import {
   type StreamBox,
 } from "./layout";
 import { desiredPalette, statePalette, strokeVar, useColorMode } from "./theme";
+import { VerificationBadge } from "./Verification";
 
 type ClusterNodeT = Node<{ box: ClusterBox }, "cluster">;
 type StreamNodeT = Node<{ box: StreamBox }, "stream">;
@@ -224,6 +225,7 @@ function LinkEdge({ data }: EdgeProps<LinkEdgeT>) {
             <Text fontSize="11px" lineHeight="16px" color="fg.muted" truncate>
               {text.lag}
             </Text>
+            {l.kind === "replica" && <VerificationBadge link={l} />}
           </Box>
         </EdgeLabelRenderer>
       )}

@@ -43,6 +43,23 @@ export interface LagSample {
   ms: number | null;
 }
 
+/** A link's last verification (replication/verification.py), whole. */
+export interface Verification {
+  at: number; // epoch ms
+  same: boolean;
+  missingInDst: number;
+  extraInDst: number;
+  changed: number;
+  outOfOrder: number;
+  duplicated: number;
+  dstBehind: number;
+  compared: number;
+  summary: string;
+  command: string; // diffstreams | diffstreamswithcrc
+  engine: string; // local | spark
+  by: string;
+}
+
 export interface Link {
   kind: "replica" | "upstream-only";
   source: string;
@@ -68,6 +85,9 @@ export interface Link {
   maxLagMessages: number | null;
   failover: unknown;
   lagHistory: LagSample[];
+  /** same | differs | never (null on an upstream-only half) */
+  verification: string | null;
+  lastVerification: Verification | null;
 }
 
 export interface Cluster {

@@ -33,3 +33,21 @@ export function hms(t: number): string {
 export function plural(n: number | null | undefined, word: string): string {
   return `${count(n)} ${word}${n === 1 ? "" : "s"}`;
 }
+
+const RELATIVE = new Intl.RelativeTimeFormat("en", { numeric: "auto" });
+const UNITS: [Intl.RelativeTimeFormatUnit, number][] = [
+  ["year", 365 * 86_400],
+  ["month", 30 * 86_400],
+  ["day", 86_400],
+  ["hour", 3600],
+  ["minute", 60],
+  ["second", 1],
+];
+
+/** "5 minutes ago", "yesterday": a past time relative to now, as Airflow's UI shows times. */
+export function ago(t: number, now: number = Date.now()): string {
+  const s = Math.max(0, (now - t) / 1000);
+  if (s < 45) return "a few seconds ago";
+  const [unit, size] = UNITS.find(([, size]) => s >= size) ?? UNITS[UNITS.length - 1];
+  return RELATIVE.format(-Math.round(s / size), unit);
+}

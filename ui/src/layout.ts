@@ -7,6 +7,7 @@ import type { ElkExtendedEdge, ElkNode } from "elkjs/lib/elk-api";
 import type { Cluster, Link, Overview } from "./api";
 import { shortState } from "./api";
 import { count, duration } from "./format";
+import { verificationWord } from "./Verification";
 
 export type ClusterState =
   | { status: "loading" }
@@ -214,14 +215,20 @@ export function labelText(lm: LinkModel): { state: string; lag: string } {
   };
 }
 
-export const LABEL_H = 40;
+/** A replica link's label has a third line: its last verification (Verification.tsx). */
+export const labelHeight = (lm: LinkModel): number => (lm.link.kind === "replica" ? 60 : 40);
 export const FAILED_OVER = "FAILED OVER";
-/** Room for the badges and the lag line; a longer lag line later is cut with an ellipsis. */
+const AGO_ROOM = "23 minutes ago"; // a longer "when" later is cut with an ellipsis
+/** Room for the badges, the lag line and the verification line; a longer lag line later is cut
+ * with an ellipsis. */
 export function labelWidth(lm: LinkModel): number {
   const { state, lag } = labelText(lm);
   const badge = (t: string) => textWidth(t, `500 12px ${FAMILY}`) + 14;
+  const small = (t: string) => textWidth(t, `11px ${FAMILY}`) * 1.15;
   const badges = badge(state) + (lm.link.failover != null ? badge(FAILED_OVER) + 4 : 0);
-  return Math.ceil(Math.max(badges, textWidth(lag, `11px ${FAMILY}`) * 1.15, 96) + 14);
+  const l = lm.link;
+  const verified = l.kind !== "replica" ? 0 : badge(verificationWord(l)) + (l.lastVerification ? 4 + small(AGO_ROOM) : 0);
+  return Math.ceil(Math.max(badges, small(lag), verified, 96) + 14);
 }
 
 // ---- layout ------------------------------------------------------------
@@ -270,7 +277,7 @@ export async function layout(model: Model, direction: Direction = "RIGHT"): Prom
         id: `${lm.id}#label`,
         text: lm.state,
         width: labelWidth(lm),
-        height: LABEL_H,
+        height: labelHeight(lm),
         layoutOptions: { "elk.edgeLabels.inline": "true", "elk.edgeLabels.placement": "CENTER" },
       },
     ],
@@ -370,6 +377,9 @@ export function layoutKey(model: Model): string {
   return JSON.stringify([
     model.clusters.map((c) => [c.name, c.status, c.error, c.desired != null]),
     model.streams.map((s) => [s.path, s.cluster, s.error, s.placeholder]),
-    model.edges.map((e) => [e.id, e.state, e.link.failover != null]),
+    model.edges.map((e) => {
+      const l = e.link;
+      return [e.id, e.state, l.failover != null, l.verification, l.lastVerification != null];
+    }),
   ]);
 }

@@ -4,6 +4,7 @@ import type { Gateway } from "./api";
 import { bytes, count, duration } from "./format";
 import type { LinkModel } from "./layout";
 import { gatewayPalette, statePalette } from "./theme";
+import { VerificationBadge } from "./Verification";
 
 const yesNo = (v: boolean | null) => (v == null ? "—" : v ? "yes" : "no");
 
@@ -30,6 +31,7 @@ export function ReplicasTable({ links }: { links: LinkModel[] }) {
             <Table.ColumnHeader textAlign="end">Pending messages</Table.ColumnHeader>
             <Table.ColumnHeader textAlign="end">Bytes pending</Table.ColumnHeader>
             <Table.ColumnHeader textAlign="end">Lag</Table.ColumnHeader>
+            <Table.ColumnHeader>Last verified</Table.ColumnHeader>
             <Table.ColumnHeader w="28%">Errors</Table.ColumnHeader>
           </Table.Row>
         </Table.Header>
@@ -54,6 +56,7 @@ export function ReplicasTable({ links }: { links: LinkModel[] }) {
               <Table.Cell textAlign="end">{count(l.pendingMessages)}</Table.Cell>
               <Table.Cell textAlign="end">{bytes(l.bytesPending)}</Table.Cell>
               <Table.Cell textAlign="end" whiteSpace="nowrap">{duration(l.replicationLagMillis)}</Table.Cell>
+              <Table.Cell>{l.kind === "replica" && <VerificationBadge link={l} justify="start" />}</Table.Cell>
               <Table.Cell color="fg.error" fontSize="xs">
                 {l.errors && (
                   <Text data-testid="link-errors" whiteSpace="pre-wrap">

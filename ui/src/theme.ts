@@ -19,6 +19,11 @@ export function strokeVar(p: Palette): string {
   return p === "gray" ? "var(--chakra-colors-fg-subtle)" : `var(--chakra-colors-${p}-solid)`;
 }
 
+/** A link's last verification: green same, red differs, grey never. */
+export function verificationPalette(result: string | null): Palette {
+  return result === "same" ? "green" : result === "differs" ? "red" : "gray";
+}
+
 export function gatewayPalette(status: string): Palette {
   return status === "live" ? "green" : status === "stopping" ? "orange" : status === "down" ? "red" : "gray";
 }
