@@ -34,7 +34,7 @@ from streamrep.airflow.operators import (
     UpstreamVerifyOperator,
 )
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
-from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
+from streamrep.airflow.spark_operators import StreamCopyOperator, StreamDiffOperator, StreamGatewayOperator
 from streamrep.airflow.triggers import StreamMessageTrigger
 
 DAGS = Path(__file__).resolve().parents[2] / "dags"
@@ -47,6 +47,7 @@ DAG_IDS = {
     "stream_replica_failover",
     "stream_replica_failback",
     "stream_replica_monitor",
+    "stream_replica_verify",
     "stream_messages_example",
     "stream_replica_uptodate_example",
 }
@@ -54,6 +55,7 @@ DAG_IDS = {
 SCHEDULED = {
     "stream_gateway_service",
     "stream_replica_monitor",
+    "stream_replica_verify",
     "stream_messages_example",
     "stream_replica_uptodate_example",
 }
@@ -116,6 +118,7 @@ def test_manual_setup_is_the_seeds_seven_steps_in_order(dagbag):
         ("add_upstream", UpstreamAddOperator),
         ("verify_upstream", UpstreamVerifyOperator),
         ("copystream", StreamCopyOperator),
+        ("verify", StreamDiffOperator),
         ("resume_replica", ReplicaResumeOperator),
         ("wait_caught_up", ReplicaUpToDateSensor),
     ]
@@ -145,6 +148,7 @@ def test_autosetup_steps_and_the_optional_reverse_link(dagbag):
         "add_replica_paused",
         "add_upstream",
         "copystream",
+        "verify",
         "add_reverse_replica",
         "add_reverse_upstream",
         "resume_reverse_replica",
@@ -399,6 +403,7 @@ def test_the_scheduled_dags_of_the_package_start_paused(dagbag):
     assert {d for d in streamrep.dags.__all__ if dagbag.dags[d].schedule is not None} == {
         "stream_gateway_service",
         "stream_replica_monitor",
+        "stream_replica_verify",
     }
 
 

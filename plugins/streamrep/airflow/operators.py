@@ -32,6 +32,7 @@ from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
+from streamrep.model.paths import StreamPath
 from streamrep.model.stream import StreamMeta
 from streamrep.replication import failover as failovers
 from streamrep.replication import lag, service
@@ -693,6 +694,38 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
         )
         lag.raise_alerts(checks)
         return rows
+
+
+class ReplicaLinksOperator(StreamrepOperator):
+    """Every replica link of the streams on ``cluster``: each stream there and each replica its
+    ``replica list`` names (on any cluster), as ``{"source", "destination"}`` kwargs for a
+    ``StreamDiffOperator`` mapped over them (``expand_kwargs``). A failed-over link is left out: its
+    replica was promoted and takes writes of its own, so it is no longer a copy of the source.
+
+    :param cluster: the source cluster (default: every cluster the hook knows). (templated)
+    :return: (XCom) the links, by source then replica path.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "cluster")
+
+    def __init__(self, *, cluster: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cluster = cluster
+
+    def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, str]]:
+        names = [self.cluster] if self.cluster else known_clusters(admin)
+        links = []
+        for name in names:
+            for entry in admin.list_streams(name):  # NotFound for an unknown cluster
+                source = StreamPath(name, entry.path)
+                for link in entry.replicas:
+                    if link.state is rules.ReplicaState.FAILED_OVER:
+                        self.log.info("%s -> %s: failed over, not verified", source, link.path)
+                        continue
+                    links.append({"source": str(source), "destination": str(admin.path(link.path))})
+        links.sort(key=lambda found: (found["source"], found["destination"]))
+        log_rows(self.log, f"replica links of {', '.join(names) or 'no cluster'}", links, ("source", "destination"))
+        return links
 
 
 def known_clusters(admin: StreamAdmin) -> list[str]:

@@ -14,7 +14,10 @@ import inspect
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -28,12 +31,18 @@ from airflow.sdk.exceptions import (
 )
 
 from streamrep.airflow import rows as presented
+from streamrep.airflow.assets import REPLICAS_ALIAS, emits_caught_up, replica_asset
 from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.provider import spark_conn_id
+from streamrep.errors import InvalidArgument
+from streamrep.model import replication as rules
 from streamrep.model.replication import gateway_interval, validate_gateway_name
+from streamrep.replication import verification
 from streamrep.replication.copy import copy_ended, plan_copy, summary
+from streamrep.replication.diff import check_diff, diff_streams, diff_streams_crc, snapshot
 from streamrep.replication.flows import flows_into
+from streamrep.replication.ops import check_outdir, write_ops
 from streamrep.replication.service import stopped_reason
 from streamrep.spark.jobs import USER_ERROR_EXIT
 from streamrep.spark.submit import (
@@ -73,7 +82,18 @@ class TetheredSparkSubmitHook(SparkSubmitHook):
         self.tether = tether or Tether()
 
     def submit(self, application: str = "", **kwargs: Any) -> str | None:
+        self.json_lines: list[str] = []
         return super().submit(application, **{**kwargs, **self.tether.popen_options()})
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        # The apps print their result as one JSON line on stdout, which the provider only logs.
+        super()._process_spark_submit_log(self._keep_json_lines(itr))
+
+    def _keep_json_lines(self, itr: Iterator[Any]) -> Iterator[Any]:
+        for line in itr:
+            if line.lstrip().startswith("{"):
+                self.json_lines.append(line.strip())
+            yield line
 
     def on_kill(self) -> None:
         running = self.tether.running()
@@ -125,7 +145,7 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
     def app_args(self, hook: StreamrepHook) -> list[str]:
         raise NotImplementedError
 
-    def result(self, hook: StreamrepHook) -> Any:
+    def result(self, hook: StreamrepHook, context: Context) -> Any:
         return None
 
     # -- running --------------------------------------------------------------------------
@@ -180,7 +200,7 @@ class StreamrepSparkSubmitOperator(SparkSubmitOperator):
                 if status and int(status.group(1)) == USER_ERROR_EXIT:  # a user error: retrying cannot help
                     raise AirflowFailException(self._failure(err)) from None
                 raise AirflowException(self._failure(err)) from None
-            return self.result(hook)
+            return self.result(hook, context)
         finally:
             if self.tether is not None:
                 self.tether.close()
@@ -253,7 +273,7 @@ class StreamCopyOperator(StreamrepSparkSubmitOperator):
             args += ["--numthreads", str(self.numthreads)]
         return args
 
-    def result(self, hook: StreamrepHook) -> dict[str, Any]:
+    def result(self, hook: StreamrepHook, context: Context) -> dict[str, Any]:
         """The copy's summary: the copy planned in ``preflight`` (its ends are the positions
         reached), and the messages it wrote: what the destination lacked then and lacks no more."""
         copied = presented.copy_summary_row(summary(self._plan, self._pending - self._plan.total(hook.admin)))
@@ -354,5 +374,169 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
             args += ["--metrics-port", str(self.metrics_port)]
         return args
 
-    def result(self, hook: StreamrepHook) -> dict[str, Any]:
+    def result(self, hook: StreamrepHook, context: Context) -> dict[str, Any]:
         return {"cluster": self.cluster, "gateway": self.gateway_id, "once": as_bool(self.once)}
+
+
+DIFF_ENGINES = ("auto", "local", "spark")
+# engine auto: streams holding up to this many messages together are compared in the task.
+DIFF_IN_PROCESS_MAX = 1_000_000
+
+
+def choose_engine(admin: Any, source: str, destination: str) -> str:
+    """``local`` for streams that hold up to ``DIFF_IN_PROCESS_MAX`` messages together, else ``spark``."""
+    held = sum(end - start for side in snapshot(admin, source, destination) for start, end in side.bounds.values())
+    return "local" if held <= DIFF_IN_PROCESS_MAX else "spark"
+
+
+def fresh_outdir(context: Any, command: str) -> Path:
+    """A new folder in the worker's temporary space for a task's ops directories, named after the
+    task (DAG, task, map index, try) so that its log and result point a person to it."""
+    ti = context.get("ti") if hasattr(context, "get") else None
+    parts = [getattr(ti, name, None) for name in ("dag_id", "task_id", "map_index", "try_number")]
+    name = ".".join(str(p) for p in parts if p is not None and p != -1)
+    return Path(tempfile.mkdtemp(prefix=f"streamrep-{command}-{name}-".replace("/", "_")))
+
+
+class StreamDiffOperator(StreamrepSparkSubmitOperator):
+    """``mapr diffstreams -src <source> -dst <destination> -outdir <dir> [-first_exit]`` (or
+    ``diffstreamswithcrc`` with ``crc``): compare two streams and write the ops directories
+    (``opsForDst``, ``opsForSrc``) that ``importstream`` applies.
+
+    One operator for both engines, as the CLI's ``-engine``: ``spark`` submits
+    ``spark_apps/diffstreams.py``; ``local`` compares in the task's process (``replication/diff.py``),
+    with no Spark start; ``auto`` chooses by the streams' size (``spark.diff.choose_engine``). The
+    rights and the output directory are checked in the task first, so bad input fails in one line
+    before Spark starts.
+
+    When ``destination`` is a replica of ``source`` (a replica link), the result is recorded as the
+    link's last verification (``replication.verification.record``), which ``replica list`` and the
+    Stream replication page show. With ``REPLICAS_ALIAS`` in its outlets, a task that ends well
+    emits an asset event for ``destination`` whose extra holds the result (``verification``).
+
+    :param source: the source stream. (templated)
+    :param destination: the destination stream, usually a replica of ``source``. (templated)
+    :param outdir: a new or empty directory for the ops directories (default: a fresh folder in
+        the worker's temporary space, named in the log and the result). (templated)
+    :param crc: ``diffstreamswithcrc``: CRCs of runs of messages first. (templated)
+    :param first_exit: stop at the first difference. (templated)
+    :param engine: ``auto``, ``local`` or ``spark``. (templated)
+    :param fail_on_difference: fail the task, with the one-line summary, when the streams differ
+        (a difference is a finding: the task is not retried). (templated)
+    :param numthreads: Spark parallelism (the thread count of a local master).
+    :return: (XCom) the result (``DiffResult.to_dict``): ``same``, the counts by kind,
+        ``dstBehind``, ``compared``, ``outdir``, ``summary``; and ``engine``.
+    """
+
+    app = "diffstreams"
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "cluster_conn_ids",
+        "source",
+        "destination",
+        "outdir",
+        "crc",
+        "first_exit",
+        "engine",
+        "fail_on_difference",
+    )
+    ui_color = "#d9f99d"
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        destination: str,
+        outdir: str | None = None,
+        crc: Any = False,
+        first_exit: Any = False,
+        engine: str = "auto",
+        fail_on_difference: Any = True,
+        numthreads: int | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.source = source
+        self.destination = destination
+        self.outdir = outdir
+        self.crc = crc
+        self.first_exit = first_exit
+        self.engine = engine
+        self.fail_on_difference = fail_on_difference
+        self.numthreads = numthreads
+
+    @property
+    def command(self) -> str:
+        return "diffstreamswithcrc" if as_bool(self.crc) else "diffstreams"
+
+    def preflight(self, hook: StreamrepHook, context: Context) -> dict[str, Any] | None:
+        if self.engine not in DIFF_ENGINES:
+            raise InvalidArgument(f"engine must be one of {', '.join(DIFF_ENGINES)}, not {self.engine!r}")
+        admin = hook.admin
+        check_diff(admin, self.source, self.destination)  # rights and streams, before any folder or Spark
+        self._outdir = check_outdir(self.outdir) if self.outdir else fresh_outdir(context, self.command)
+        engine = choose_engine(admin, self.source, self.destination) if self.engine == "auto" else self.engine
+        self.log.info(
+            "%s -src %s -dst %s -outdir %s (engine %s)",
+            self.command,
+            self.source,
+            self.destination,
+            self._outdir,
+            engine,
+        )
+        if engine == "spark":
+            return None
+        compare = diff_streams_crc if as_bool(self.crc) else diff_streams
+        result = compare(admin, self.source, self.destination, first_exit=as_bool(self.first_exit))
+        write_ops(admin, result, self._outdir)
+        return self._conclude(admin, context, result.to_dict(str(self._outdir)), "local")
+
+    def app_args(self, hook: StreamrepHook) -> list[str]:
+        args = ["--src", self.source, "--dst", self.destination, "--outdir", str(self._outdir)]
+        args += ["--home", hook.registry_home()]
+        if as_bool(self.crc):
+            args.append("--crc")
+        if as_bool(self.first_exit):
+            args.append("--first-exit")
+        if self.numthreads:
+            args += ["--numthreads", str(self.numthreads)]
+        return args
+
+    def result(self, hook: StreamrepHook, context: Context) -> dict[str, Any]:
+        """The app's one JSON line (the last the job printed)."""
+        printed = getattr(self._hook, "json_lines", None) or []
+        for line in reversed(printed):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and "summary" in row:
+                with user_errors():
+                    return self._conclude(hook.admin, context, row, "spark")
+        raise AirflowException(f"streamrep {self.app}: the Spark app ended without printing its result")
+
+    def _conclude(self, admin: Any, context: Context, row: dict[str, Any], engine: str) -> dict[str, Any]:
+        """Log and record the result, emit the replica's event, and fail on a difference if asked."""
+        row = {**row, "engine": engine}
+        self.log.info(
+            "%s %s -> %s: %s; ops in %s", self.command, self.source, self.destination, row["summary"], row["outdir"]
+        )
+        src, dst = admin.path(self.source), admin.path(self.destination)
+        linked = rules.agreement(src, admin.entry(src), dst, admin.entry(dst)).link is not None
+        if linked:
+            done = verification.record(admin, str(src), str(dst), row, engine, command=self.command)
+            self.log.info("recorded as the last verification of replica %s of %s (by %s)", dst, src, done.by)
+        differs = not row["same"] and as_bool(self.fail_on_difference)
+        if differs:
+            raise AirflowFailException(
+                f"streamrep {self.command}: {src} and {dst} {row['summary']}; ops in {row['outdir']}"
+            )
+        if emits_caught_up(self):  # the replica's asset event, the result in its extra
+            extra: dict[str, Any] = {
+                "replica": str(dst),
+                "source": str(src),
+                "verification": row,
+                "at": int(time.time() * 1000),
+            }
+            context["outlet_events"][REPLICAS_ALIAS].add(replica_asset(str(dst)), extra=extra)
+        return row

@@ -17,6 +17,7 @@ from streamrep.dags.stream_replica_failback import dag as stream_replica_failbac
 from streamrep.dags.stream_replica_failover import dag as stream_replica_failover
 from streamrep.dags.stream_replica_manual_setup import dag as stream_replica_manual_setup
 from streamrep.dags.stream_replica_monitor import dag as stream_replica_monitor
+from streamrep.dags.stream_replica_verify import dag as stream_replica_verify
 
 __all__ = [
     "stream_gateway_service",
@@ -27,4 +28,5 @@ __all__ = [
     "stream_replica_failover",
     "stream_replica_manual_setup",
     "stream_replica_monitor",
+    "stream_replica_verify",
 ]

@@ -17,7 +17,7 @@ from streamrep.airflow.operators import (
 )
 from streamrep.airflow.params import flag_param, network_params, stream_path_param
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
-from streamrep.airflow.spark_operators import StreamCopyOperator
+from streamrep.airflow.spark_operators import StreamCopyOperator, StreamDiffOperator
 
 DOC = """
 ### Replica autosetup
@@ -32,7 +32,11 @@ as a DAG, one task a step:
 2. `create_replica` — `stream create -copymetafrom` the source (found done by `check`).
 3. `add_replica_paused` — `stream replica add -paused true [-synchronous true]`.
 4. `add_upstream` — `stream upstream add` (the replica's side of the two-way agreement).
-5. `copystream` — copy what the source holds, as a Spark job.
+5. `copystream` — copy what the source holds, as a Spark job; then `verify` —
+   `diffstreams` of the source and the replica (in the task for streams up to a million
+   messages, else on Spark): the run fails, before replication starts, if the copy differs
+   (messages the source took since are in flight, not a difference). Its result is the link's
+   first verification (`replica list`, the Stream replication page).
 6. `add_reverse_replica`, `add_reverse_upstream` — only with `multimaster`: the replica
    replicates back to the source (skipped otherwise).
 7. `resume_reverse_replica` (only with `multimaster`), then `resume_replica` — replication
@@ -86,6 +90,7 @@ with DAG(
         ),
         UpstreamAddOperator(task_id="add_upstream", path=replica, upstream=source),
         StreamCopyOperator(task_id="copystream", source=source, destination=replica),
+        StreamDiffOperator(task_id="verify", source=source, destination=replica),
         ReplicaAddOperator(
             task_id="add_reverse_replica",
             path=replica,
