@@ -555,6 +555,7 @@ class CheckResult:
     gateway: dict  # gateway list's row of gw1 while it ran
     worker_hostnames: list[str]  # of the airflow-worker containers
     spark_apps: list[str]  # the Spark master's applications, finished and running
+    verified_row: dict  # replica list's row of the replica after stream_replica_verify
     timings: dict[str, float]
 
 
@@ -563,7 +564,7 @@ CLI_SERVICE = "airflow-worker"  # the CLI runs where the tasks run, as the same 
 
 def check(stack: Stack) -> CheckResult:
     """The walkthrough of docs/operations.md: autosetup (copystream on Spark), a continuous gateway, produce on
-    sanfrancisco, consume on newyork, and ``replica list`` up to date."""
+    sanfrancisco, consume on newyork, ``replica list`` up to date, and the verification DAG on Spark."""
     down = set(json_config(stack)["services"]) - {"airflow-init"} - stack.running_services()
     if down:
         raise StackError(f"the stack is not up ({', '.join(sorted(down))} not running): run ./run stack up first")
@@ -619,6 +620,14 @@ def check(stack: Stack) -> CheckResult:
         )
         _wait_gateways_stopped(sr, "newyork")
         stack.timed("check: gateway stopped", started)
+    started = time.monotonic()
+    verify = {"cluster": "sanfrancisco", "engine": "spark", "crc": True}  # every replica of sanfrancisco's streams
+    airflow.wait_run("stream_replica_verify", airflow.trigger("stream_replica_verify", verify))
+    rows = _json_lines(sr("stream", "replica", "list", "-path", source, "-json"))
+    verified = next((r for r in rows if r.get("replicaPath") == replica), {})
+    if verified.get("verification") != "same":
+        raise StackError(f"stream_replica_verify succeeded but replica list shows {verified}")
+    stack.timed("check: verification DAG (diffstreamswithcrc on the Spark cluster)", started)
     workers = [c["Config"]["Hostname"] for name, c in stack.containers().items() if name == "airflow-worker"]
     with urllib.request.urlopen(
         f"http://127.0.0.1:{published_ports()['SPARK_MASTER_UI_PORT']}/json/", timeout=30
@@ -631,7 +640,8 @@ def check(stack: Stack) -> CheckResult:
         f"{gateway.get('host')} (workers: {workers}); Spark applications: {apps}",
         flush=True,
     )
-    return CheckResult(source, replica, consumed, row, gateway, workers, apps, dict(stack.timings))
+    print(f"stack: check: verified: {verified.get('verificationSummary')}", flush=True)
+    return CheckResult(source, replica, consumed, row, gateway, workers, apps, verified, dict(stack.timings))
 
 
 def _json_lines(out: str) -> list[dict]:

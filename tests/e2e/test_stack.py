@@ -95,12 +95,17 @@ def test_check_replicates_through_the_stack(stack_run):
     assert result.replica_row["pendingMessages"] == 0
     # copystream and the gateway ran on the stack's Spark cluster, their drivers on the Celery worker
     assert "streamrep-copystream" in result.spark_apps and "streamrep-gateway-newyork" in result.spark_apps
+    # stream_replica_verify compared it on the Spark cluster and recorded it the same (issue 32)
+    assert "streamrep-diffstreams" in result.spark_apps
+    assert result.verified_row["verification"] == "same", result.verified_row
+    assert result.verified_row["verificationSummary"].startswith("same: 6 messages compared")
     assert result.gateway["engine"] == "spark" and result.gateway["master"] == "spark://spark-master:7077"
     assert result.gateway["host"] in result.worker_hostnames
     for part in (
         "up",
         "check: autosetup DAG (copystream on the Spark cluster)",
         "check: gateway started, 1 message produced and replicated",
+        "check: verification DAG (diffstreamswithcrc on the Spark cluster)",
     ):
         assert part in result.timings
 
