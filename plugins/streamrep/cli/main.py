@@ -19,7 +19,19 @@ from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as package_version
 from typing import Any, TextIO, cast
 
-from streamrep.cli import cluster, copystream, cursor, data, diff, gateway, replica, stream, topic, upstream
+from streamrep.cli import (
+    cluster,
+    copystream,
+    cursor,
+    data,
+    diff,
+    gateway,
+    importstream,
+    replica,
+    stream,
+    topic,
+    upstream,
+)
 from streamrep.cli.common import Context, OutputFailed, Rows, reason
 from streamrep.cli.grammar import Command, split_words, wants_help, wants_json
 from streamrep.cli.output import print_error_json, print_rows
@@ -38,13 +50,14 @@ COMMANDS: tuple[Command, ...] = (
     *cursor.COMMANDS,
     *copystream.COMMANDS,
     *diff.COMMANDS,
+    *importstream.COMMANDS,
     *gateway.COMMANDS,
     *upstream.COMMANDS,
     *data.COMMANDS,
 )
 
 # Handlers told whether -json was given: without it they print their own lines (messages, a summary).
-SHOW_THEIR_OWN_JSON = (data.consume, diff.diffstreams, diff.diffstreamswithcrc)
+SHOW_THEIR_OWN_JSON = (data.consume, diff.diffstreams, diff.diffstreamswithcrc, importstream.importstream)
 
 
 def help_text(prefix: tuple[str, ...] = ()) -> str:

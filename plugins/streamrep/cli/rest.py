@@ -57,6 +57,7 @@ REFUSED: dict[tuple[str, ...], str] = {
     ("copystream",): "it runs a Spark job for as long as the copy takes; trigger a DAG that copies instead",
     ("diffstreams",): "it writes its ops directories on the API server's disk; run it with the CLI",
     ("diffstreamswithcrc",): "it writes its ops directories on the API server's disk; run it with the CLI",
+    ("importstream",): "it reads an ops directory on the API server's disk; run it with the CLI",
     ("gateway", "run"): "a gateway runs until stopped; use 'gateway start' or the stream_gateway_service DAG",
     ("stream", "replica", "failover"): "it waits for the replica to catch up; trigger the stream_replica_failover DAG",
     ("stream", "replica", "failback"): "it waits for the replica to catch up; trigger the stream_replica_failback DAG",
