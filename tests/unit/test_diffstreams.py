@@ -28,6 +28,7 @@ from streamrep.replication.diff import Kind, diff_streams, diff_streams_crc
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.ops import FORMAT, MANIFEST, OPS_FOR_DST, OPS_FOR_SRC, read_manifest
 from streamrep.replication.setup import autosetup
+from streamrep.replication.status import acknowledge_loss
 
 # Every case on embedded clusters; those marked ON_BOTH on Kafka too (all pass there: the rest are
 # left to the step of issue 32 that runs each case on both backends and across them).
@@ -275,24 +276,103 @@ def test_a_deleted_replica_topic_is_every_message_missing(replica, compare):
     assert result.dst_behind == 0  # the marks say applied: missing, not in flight
 
 
+def linked(admin) -> None:
+    """NY, SF's replica, linked both ways."""
+    admin.create_stream(NY, copymetafrom=SF)
+    admin.add_replica(SF, NY)
+    admin.add_upstream(NY, SF)
+
+
+def expire(admin, before: int) -> int:
+    """The source's retention, now: SF's messages older than ``before`` (ms) are removed."""
+    sp = admin.path(SF)
+    return admin.store(sp).purge_before(admin.entry(sp).uuid, "t", before)
+
+
 @ON_BOTH
 @VARIANTS
-def test_a_truncated_source_is_found(admin, compare):
-    """The source's retention removed messages the replica still holds."""
+def test_a_truncated_source_is_expired_not_extra(admin, compare):
+    """The source's retention removed messages the replica still holds: they expired in the source,
+    so they are counted, not differences to push back into it."""
     admin.create_stream(SF, ttl=0)
     admin.create_topic(SF, "t", 1)
     old = int(time.time() * 1000) - 2 * HOUR_MS
     produce(admin, SF, 5, timestamp=old)
     produce(admin, SF, 5, start=5)
-    admin.create_stream(NY, copymetafrom=SF)
-    admin.add_replica(SF, NY)
-    admin.add_upstream(NY, SF)
+    linked(admin)
     replicate(admin)
-    sp = admin.path(SF)
-    assert admin.store(sp).purge_before(admin.entry(sp).uuid, "t", old + HOUR_MS) == 5
+    assert expire(admin, old + HOUR_MS) == 5
     result = compare(admin, SF, NY)
-    assert kinds(result) == {"extra in dst": 5}
-    assert sorted(d.origin.offset for d in result.differences) == [0, 1, 2, 3, 4]
+    assert result.same and kinds(result) == {} and (result.expired_in_src, result.expired_in_dst) == (5, 0)
+    assert result.losses == [] and result.compared == 15
+    assert result.summary() == "same: 15 messages compared (dst 0 behind, not counted; 5 expired in src)"
+    write_directly(admin, NY, 1)  # a message of its own is still extra
+    assert kinds(compare(admin, SF, NY)) == {"extra in dst": 1}
+
+
+@ON_BOTH
+@VARIANTS
+def test_a_loss_to_retention_before_replication_differs_until_acknowledged(admin, compare, tmp_path):
+    """Messages the source's retention removed before the replica applied them are held by neither:
+    reported from the replica's position (before a gateway records the loss) and from its loss
+    record (after), exit 1 until an admin acknowledges the loss, then reported as acknowledged."""
+    admin.create_stream(SF, ttl=0)
+    admin.create_topic(SF, "t", 1)
+    old = int(time.time() * 1000) - 2 * HOUR_MS
+    produce(admin, SF, 3, timestamp=old)
+    linked(admin)
+    replicate(admin)  # NY holds SF's 0-2
+    produce(admin, SF, 4, start=3, timestamp=old)  # 3-6: removed before NY gets them
+    produce(admin, SF, 2, start=7)
+    assert expire(admin, old + HOUR_MS) == 7
+    for gateway_ran in (False, True):
+        if gateway_ran:
+            replicate(admin)  # records the loss, and applies 7-8
+        result = compare(admin, SF, NY)
+        assert [(x.source, x.topic, x.partition, x.first, x.last, x.acknowledged) for x in result.losses] == [
+            ("src", "t", 0, 3, 6, False)
+        ]
+        assert not result.same and kinds(result) == {} and result.lost == 4
+        assert (result.expired_in_src, result.dst_behind) == (3, 0 if gateway_ran else 2)
+        assert result.summary() == (
+            "differ: 0 missing in dst, 0 extra in dst, 0 changed, 0 out of order, 4 lost to retention before "
+            f"replication, not acknowledged (dst {0 if gateway_ran else 2} behind, not counted; 3 expired in src)"
+        )
+    status, _, err = cli("diffstreams", "-src", SF, "-dst", NY, "-outdir", str(tmp_path / "lost"), "-json")
+    manifest = read_manifest(tmp_path / "lost" / OPS_FOR_DST)
+    assert status == 1 and "4 lost to retention before replication, not acknowledged" in err
+    assert manifest["counts"]["lost"] == 4 and manifest["counts"]["expiredInSrc"] == 3
+    assert manifest["losses"] == [
+        {"source": "src", "topic": "t", "partition": 0, "first": 3, "last": 6, "acknowledged": False}
+    ]
+    assert manifest["files"] == {}  # neither holds them: nothing to import, nor the expired ones
+    assert acknowledge_loss(admin, SF, NY).acknowledged == 4
+    result = compare(admin, SF, NY)
+    assert result.same and (result.lost, result.lost_acknowledged) == (0, 4)
+    assert result.summary() == (
+        "same: 7 messages compared (dst 0 behind, not counted; 3 expired in src; "
+        "4 lost to retention before replication, acknowledged)"
+    )
+    status, out, _ = cli("diffstreamswithcrc", "-src", SF, "-dst", NY, "-outdir", str(tmp_path / "ok"), "-json")
+    [row] = json.loads(out)["data"]
+    assert status == 0 and (row["lost"], row["lostAcknowledged"], row["expiredInSrc"]) == (0, 4, 3)
+
+
+def test_an_unrecorded_loss_acknowledged_is_acknowledged_too(admin):
+    """Acknowledged before a gateway recorded it: the position moves past it, and a record stays."""
+    admin.create_stream(SF, ttl=0)
+    admin.create_topic(SF, "t", 1)
+    old = int(time.time() * 1000) - 2 * HOUR_MS
+    produce(admin, SF, 2, timestamp=old)
+    linked(admin)
+    replicate(admin)
+    produce(admin, SF, 3, start=2, timestamp=old)
+    produce(admin, SF, 1, start=5)
+    assert expire(admin, old + HOUR_MS) == 5
+    assert diff_streams(admin, SF, NY).lost == 3
+    assert acknowledge_loss(admin, SF, NY).describe_ranges() == "t/0:2-4"
+    result = diff_streams(admin, SF, NY)
+    assert result.same and result.lost_acknowledged == 3 and (result.dst_behind, result.expired_in_src) == (1, 2)
 
 
 @ON_BOTH
@@ -413,8 +493,8 @@ def test_bad_input_is_one_line_and_writes_nothing(replica, bob, tmp_path, comman
     assert "itself" in refused(tmp_path, command, "-src", SF, "-dst", SF)
     assert "itself" in refused(tmp_path, command, "-src", SF, "-dst", "mapr/sanfrancisco/activity")
     assert "itself" in refused(tmp_path, command, "-src", "activity", "-dst", SF)  # the default cluster's
-    assert "not available" in refused(tmp_path, command, "-src", SF, "-dst", NY, "-engine", "spark")
-    assert "not available" in refused(tmp_path, command, "-src", SF, "-dst", NY, "-engine", "auto")
+    assert "-numthreads" in refused(tmp_path, command, "-src", SF, "-dst", NY, "-engine", "spark", "-numthreads", "0")
+    assert "bad Spark master" in refused(tmp_path, command, "-src", SF, "-dst", NY, "-master", "nowhere")
     refused(tmp_path, command, "-src", SF, "-dst", NY, "-engine", "mapreduce", status=2)
     refused(tmp_path, command, "-src", SF, "-dst", NY, "-first_exit", "maybe", status=2)
     full = tmp_path / "full"

@@ -199,6 +199,12 @@ def loss_key(source_uuid: str, topic: str, partition: int, first: int) -> str:
     return f"l|{source_uuid}|{topic}|{partition}|{first}"
 
 
+def acknowledged_key(source_uuid: str, topic: str, partition: int, first: int) -> str:
+    """The replica's record that a loss (``loss_key``, same fields and value) was acknowledged by
+    an admin: kept, so that diffstreams can tell a known, accepted loss from one nobody saw."""
+    return f"a|{source_uuid}|{topic}|{partition}|{first}"
+
+
 def stop_key(source_uuid: str, topic: str, partition: int) -> str:
     """The replica's mark that replication from one source partition was stopped by a failover
     (value: when, ms). While it is there no apply from that partition commits: an apply expects
@@ -306,13 +312,36 @@ def planted_line(replica: StreamPath | str, topic: str, partition: int, bounds: 
     )
 
 
-def parse_loss_key(key: str) -> tuple[str, str, int, int] | None:
-    """``(source uuid, topic, partition, first lost offset)`` of a loss mark, or None for another mark."""
-    if not key.startswith("l|"):
+def parse_loss_key(key: str, prefix: str = "l|") -> tuple[str, str, int, int] | None:
+    """``(source uuid, topic, partition, first lost offset)`` of a loss mark (``prefix`` "a|": of an
+    acknowledged loss), or None for another mark."""
+    if not key.startswith(prefix):
         return None
     source_uuid, rest = key[2:].split("|", 1)
     topic, partition, first = rest.rsplit("|", 2)
     return source_uuid, topic, int(partition), int(first)
+
+
+def recorded_losses(marks: Mapping[str, int], source_uuid: str, prefix: str = "l|") -> dict[str, int]:
+    """A replica's loss marks from one source (key -> end); ``prefix`` "a|": its acknowledged ones."""
+    return {
+        key: end
+        for key, end in marks.items()
+        if (parsed := parse_loss_key(key, prefix)) is not None and parsed[0] == source_uuid
+    }
+
+
+def unrecorded_losses(
+    marks: Mapping[str, int], source_uuid: str, starts: Mapping[tuple[str, int], int]
+) -> list[tuple[str, int, int, int]]:
+    """``(topic, partition, first, end)`` of the losses a gateway has yet to record: the replica's
+    position (in ``marks``) is below the source partition's first offset (``starts``)."""
+    found = []
+    for (topic, partition), start in sorted(starts.items()):
+        lost = retention_loss(marks.get(position_key(source_uuid, topic, partition)), start)
+        if lost is not None:
+            found.append((topic, partition, *lost))
+    return found
 
 
 def find_link(links: Iterable[_Link], path: StreamPath) -> _Link | None:

@@ -14,12 +14,32 @@ a message imported on either side is compared in order only with the other impor
 its order group: its place after what the partition already held says nothing about the source's
 order, while imports append in the source's order (``replication/importstream.py``).
 
-**The consistent point.** Each side is read up to its end when the run starts. When one stream
-replicates the other (a replica link bound by UUID), what the replica has not applied yet of the
-other (its position marks, ``p|<source uuid>|<topic>|<partition>``, as ``replication/pending.py``
-reads them) is **in flight**: counted as how far behind it is, never as a difference. A message
-that originated in a stream past the end it had when the run started is not compared either (the
-other stream may have got it after that end was read).
+**The consistent point.** Each side is read up to its end when the run starts. A message one side
+holds and the other lacks is **in flight** (counted as how far behind the other is, never as a
+difference) when the other has not applied it yet, by either of two marks it read before its ends:
+- its position mark for the holder's partition (``p|<holder uuid>|<topic>|<partition>``, as
+  ``replication/pending.py`` reads it), when it replicates the holder directly;
+- its origin mark for the message's stream of origin (``o|<origin uuid>|<topic>|<partition>``, the
+  next origin offset it needs, whichever path brought the last one), when that origin still flows
+  into it along agreed links (``Feeds``: the walk up its upstreams, less the flows a failover
+  stopped). So in a mesh of three masters, what one side has applied of the third and the other has
+  not yet is in flight; in a chain A->B->C, comparing A with C, what C has not got yet through B is.
+A message that originated in a stream past the end it had when the run started is not compared
+either (the other stream may have got it after that end was read).
+
+**Retention.** A message one side holds that originated in the other below the other's start now
+*expired* there (``expired_in_src``, ``expired_in_dst``): counted, not a difference, nothing to
+import. Messages the source's retention removed before its replica applied them are held by neither:
+they are **lost** (``DiffResult.losses``, from the replica's loss records and a position below the
+source's start), acknowledged or not (``stream replica acknowledge`` keeps an acknowledged record).
+
+**Exit 1** (``DiffResult.same`` false) when there is a difference or an unacknowledged loss: a
+replica about to take over lacks messages nobody accepted losing. Expired messages, acknowledged
+losses and what is in flight do not make it differ; the summary line counts each.
+
+Limits: a path of the walk through a cluster that cannot be read ends there (that upstream still
+counts as feeding); a loss on an intermediate stream of a chain (B, comparing A with C in A->B->C)
+is B's record, not reported here (``stream replica list`` of A shows it).
 
 The full compare (``diff_streams``) keeps a small record per message (identity, place, a digest
 of its content). The CRC variant (``diff_streams_crc``) first sums CRC32s of **runs** of identities
@@ -171,6 +191,25 @@ class PartitionPoint(NamedTuple):
     src_applied: int | None
 
 
+@dataclass(frozen=True)
+class Loss:
+    """Offsets ``first`` to ``last`` of a partition of ``source`` ("src" or "dst") that its retention
+    removed before the other stream, its replica, applied them: neither holds them. From the
+    replica's loss records (``model.replication.loss_key``), or its position below the source's
+    start (a loss a gateway has yet to record); ``acknowledged`` by ``stream replica acknowledge``."""
+
+    source: str
+    topic: str
+    partition: int
+    first: int
+    last: int
+    acknowledged: bool
+
+    @property
+    def messages(self) -> int:
+        return self.last - self.first + 1
+
+
 @dataclass
 class DiffResult:
     """What a comparison found, up to its consistent point."""
@@ -192,26 +231,49 @@ class DiffResult:
     runs: int = 0  # CRC runs compared (the CRC variant)
     runs_differing: int = 0
     stopped_early: bool = False  # -first_exit stopped at the first difference
+    expired_in_src: int = 0  # the destination holds them; the source's retention removed them since
+    expired_in_dst: int = 0  # the source holds them; the destination's retention removed them since
+    losses: list[Loss] = field(default_factory=list)
 
     def count(self, kind: Kind) -> int:
         return sum(1 for d in self.differences if d.kind is kind)
 
     @property
+    def lost(self) -> int:
+        """Messages lost to retention before replication that no admin has acknowledged."""
+        return sum(loss.messages for loss in self.losses if not loss.acknowledged)
+
+    @property
+    def lost_acknowledged(self) -> int:
+        return sum(loss.messages for loss in self.losses if loss.acknowledged)
+
+    @property
     def same(self) -> bool:
-        return not self.differences
+        """No difference and no unacknowledged loss (the rule of exit 1: the module's docstring)."""
+        return not self.differences and not self.lost
 
     def summary(self) -> str:
         """The one line: ``same: ...`` or ``differ: 3 missing in dst, ...``."""
         behind = f"dst {self.dst_behind} behind"
         if self.src_replicates_dst:
             behind += f", src {self.src_behind} behind"
+        notes = [f"{behind}, not counted"]
+        for count, text in (
+            (self.expired_in_src, "expired in src"),
+            (self.expired_in_dst, "expired in dst"),
+            (self.lost_acknowledged, "lost to retention before replication, acknowledged"),
+        ):
+            if count:
+                notes.append(f"{count} {text}")
         if self.same:
-            return f"same: {self.compared} messages compared ({behind}, not counted)"
+            return f"same: {self.compared} messages compared ({'; '.join(notes)})"
         counts = [f"{self.count(k)} {k.value}" for k in Kind if k is not Kind.DUPLICATED]
         if self.count(Kind.DUPLICATED):
             counts.append(f"{self.count(Kind.DUPLICATED)} duplicated")
+        if self.lost:
+            counts.append(f"{self.lost} lost to retention before replication, not acknowledged")
         stopped = "; stopped at the first difference" if self.stopped_early else ""
-        return f"differ: {', '.join(counts)} ({behind}, not counted){stopped}"
+        return f"differ: {', '.join(counts)} ({'; '.join(notes)}){stopped}"
 
     def to_dict(self, outdir: str) -> dict[str, Any]:
         """The result as the CLI's ``-json`` row, the Spark app's JSON line and the operators'
@@ -227,6 +289,10 @@ class DiffResult:
             "duplicated": self.count(Kind.DUPLICATED),
             "dstBehind": self.dst_behind,
             "srcBehind": self.src_behind,
+            "expiredInSrc": self.expired_in_src,
+            "expiredInDst": self.expired_in_dst,
+            "lost": self.lost,
+            "lostAcknowledged": self.lost_acknowledged,
             "compared": self.compared,
             "stoppedEarly": self.stopped_early,
             "outdir": outdir,
@@ -238,15 +304,44 @@ class DiffResult:
 
 
 @dataclass
+class Feeds:
+    """The agreed replica links that carry messages into a stream, walked up from it: the UUIDs of
+    each stream's ``upstreams`` on the walk, and the flows a failover ``stopped`` (replica, upstream,
+    topic, partition). A replicated message keeps its topic and partition along every link."""
+
+    upstreams: dict[str, set[str]] = field(default_factory=dict)
+    stopped: set[tuple[str, str, str, int]] = field(default_factory=set)
+
+    def reaches(self, origin: str, stream: str, topic: str, partition: int) -> bool:
+        """Whether messages first produced in ``origin`` (topic, partition) still flow into ``stream``."""
+        seen, todo = {stream}, [stream]
+        while todo:
+            at = todo.pop()
+            for upstream in self.upstreams.get(at, ()):
+                if upstream in seen or (at, upstream, topic, partition) in self.stopped:
+                    continue
+                if upstream == origin:
+                    return True
+                seen.add(upstream)
+                todo.append(upstream)
+        return False
+
+
+@dataclass
 class Side:
-    """One stream at the start of the run: its partitions' ``[start, end)``, and what it had applied
-    of the other stream (its position marks for it; None when it does not replicate the other)."""
+    """One stream at the start of the run: its partitions' ``[start, end)``, what it had applied of
+    the other stream (its position marks for it; None when it does not replicate the other), how far
+    it had got in each stream of origin (its origin marks: (origin uuid, topic, origin partition) ->
+    the next origin offset it needs), the links that feed it, and its losses from the other stream."""
 
     path: StreamPath
     uuid: str
     store: Store
     bounds: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     applied: dict[tuple[str, int], int] | None = None
+    origins: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    feeds: Feeds = field(default_factory=Feeds)
+    losses: list[Loss] = field(default_factory=list)
 
     def end_of(self, topic: str, partition: int) -> int | None:
         held = self.bounds.get((topic, partition))
@@ -307,21 +402,87 @@ def _applied(marks: dict[str, int], other: Side) -> dict[tuple[str, int], int]:
     }
 
 
+def _origins(marks: Mapping[str, int]) -> dict[tuple[str, str, int], int]:
+    found = {}
+    for key, needed in marks.items():
+        if key.startswith("o|"):
+            origin, rest = key[2:].split("|", 1)
+            topic, partition = rest.rsplit("|", 1)
+            found[(origin, topic, int(partition))] = needed
+    return found
+
+
+def _stops(uuid: str, marks: Mapping[str, int]) -> set[tuple[str, str, str, int]]:
+    return {(uuid, key.split("|")[1], *rules.mark_partition(key)) for key in marks if key.startswith("s|")}
+
+
+def _feeds(admin: StreamAdmin, path: StreamPath, entry: StreamEntry, marks: Mapping[str, int]) -> Feeds:
+    """Walk the agreed links up from a stream (``_replicates``). An upstream whose cluster cannot be
+    read counts by its link's UUID, and the walk stops there: its own upstreams are unknown."""
+    feeds = Feeds(stopped=_stops(entry.uuid, marks))
+    todo, seen = [(path, entry)], {entry.uuid}
+    while todo:
+        replica, replica_entry = todo.pop()
+        ups = feeds.upstreams.setdefault(replica_entry.uuid, set())
+        for link in replica_entry.upstreams:
+            try:
+                up = admin.path(link.path)
+                up_entry = admin.entry(up)
+            except StreamrepError:
+                ups.update([link.uuid] if link.uuid else [])
+                continue
+            if not _replicates(up, up_entry, replica, replica_entry):
+                continue
+            ups.add(up_entry.uuid)
+            if up_entry.uuid not in seen:
+                seen.add(up_entry.uuid)
+                todo.append((up, up_entry))
+                try:
+                    feeds.stopped |= _stops(up_entry.uuid, admin.store(up).marks(up_entry.uuid))
+                except StreamrepError:
+                    pass  # its stop marks unknown: its flows count as running
+    return feeds
+
+
+def _losses(marks: Mapping[str, int], source: Side, name: str) -> list[Loss]:
+    """A replica's losses from ``source`` (named ``name``): its loss records, acknowledged or not
+    (an acknowledged record wins: acknowledge writes it before it drops the loss mark), and the
+    losses a gateway has yet to record (its position is below the source's start)."""
+    found: dict[tuple[str, int, int], Loss] = {}
+    for prefix, acknowledged in (("l|", False), ("a|", True)):
+        for key, end in rules.recorded_losses(marks, source.uuid, prefix).items():
+            parsed = rules.parse_loss_key(key, prefix)
+            assert parsed is not None  # recorded_losses keeps only these
+            _, topic, partition, first = parsed
+            found[(topic, partition, first)] = Loss(name, topic, partition, first, end - 1, acknowledged)
+    starts = {unit: start for unit, (start, _) in source.bounds.items()}
+    for topic, partition, first, end in rules.unrecorded_losses(marks, source.uuid, starts):
+        found.setdefault((topic, partition, first), Loss(name, topic, partition, first, end - 1, False))
+    return [found[k] for k in sorted(found)]
+
+
 def snapshot(admin: StreamAdmin, source: str, destination: str) -> tuple[Side, Side]:
-    """Check the rights (``check_diff``) and fix the consistent point. Each replica's marks are read
+    """Check the rights (``check_diff``) and fix the consistent point. Each side's marks are read
     before its own ends, and the source's ends last, so whatever the destination holds from the
-    source is within the source's ends, and every message a replica had applied is within its own."""
+    source is within the source's ends, and every message a side had applied (by its position or
+    origin marks) is within its own ends."""
     src, src_entry, dst, dst_entry = check_diff(admin, source, destination)
     src_side = Side(src, src_entry.uuid, admin.store(src))
     dst_side = Side(dst, dst_entry.uuid, admin.store(dst))
-    dst_marks = dst_side.store.marks(dst_side.uuid) if _replicates(src, src_entry, dst, dst_entry) else None
+    dst_marks = dst_side.store.marks(dst_side.uuid)
     dst_side.bounds = _bounds(dst_side.store, dst_side.uuid)
-    src_marks = src_side.store.marks(src_side.uuid) if _replicates(dst, dst_entry, src, src_entry) else None
+    src_marks = src_side.store.marks(src_side.uuid)
     src_side.bounds = _bounds(src_side.store, src_side.uuid)
-    if dst_marks is not None:
-        dst_side.applied = _applied(dst_marks, src_side)
-    if src_marks is not None:
-        src_side.applied = _applied(src_marks, dst_side)
+    for side, marks, entry, other, other_entry, other_name in (
+        (dst_side, dst_marks, dst_entry, src_side, src_entry, "src"),
+        (src_side, src_marks, src_entry, dst_side, dst_entry, "dst"),
+    ):
+        side.origins = _origins(marks)
+        side.feeds = _feeds(admin, side.path, entry, marks)
+        if _replicates(other.path, other_entry, side.path, entry):  # it replicates the other directly
+            side.feeds.upstreams[side.uuid].add(other.uuid)
+            side.applied = _applied(marks, other)
+            side.losses = _losses(marks, other, other_name)
     return src_side, dst_side
 
 
@@ -484,17 +645,25 @@ def _longest_increasing(ranks: list[int]) -> set[int]:
 
 def _one_only(scanned: Scanned, holder: Side, other: Side, topic: str) -> str:
     """Why ``holder`` has a message ``other`` lacks: "beyond" (it originated in ``other`` after the
-    end ``other`` had when the run started: not compared), "in flight" (``other`` replicates
-    ``holder`` and has not applied it yet) or "differs"."""
+    end ``other`` had when the run started: not compared), "expired" (it originated in ``other``,
+    whose retention has removed it since), "in flight" (``other`` has not applied it yet: by its
+    position mark for ``holder``'s partition when it replicates ``holder``, or by its origin mark
+    when the message's origin still flows into it along any chain of links) or "differs"."""
     origin = scanned.origin
     if origin.uuid == other.uuid:
-        end = other.end_of(topic, origin.partition)
-        if end is not None and origin.offset >= end:
+        held = other.bounds.get((topic, origin.partition))
+        if held is not None and origin.offset >= held[1]:
             return "beyond"
+        if held is not None and origin.offset < held[0]:
+            return "expired"
+        return "differs"
     if other.applied is not None:
         position = other.applied.get((topic, scanned.place.partition))
         if position is not None and scanned.place.offset >= position:
             return "in flight"
+    needed = other.origins.get((origin.uuid, topic, origin.partition), 0)
+    if origin.offset >= needed and other.feeds.reaches(origin.uuid, other.uuid, topic, origin.partition):
+        return "in flight"
     return "differs"
 
 
@@ -540,6 +709,8 @@ def _compare_topic(
             why = _one_only(mine, src, dst, topic)
             if why == "in flight":
                 result.dst_behind += 1
+            elif why == "expired":
+                result.expired_in_dst += 1
             elif why == "differs":
                 found.append(Difference(Kind.MISSING_IN_DST, topic, origin, mine.place, None))
         elif theirs.digest != mine.digest:  # the digest covers the partition
@@ -552,6 +723,8 @@ def _compare_topic(
             why = _one_only(theirs, dst, src, topic)
             if why == "in flight":
                 result.src_behind += 1
+            elif why == "expired":
+                result.expired_in_src += 1
             elif why == "differs":
                 found.append(Difference(Kind.EXTRA_IN_DST, topic, origin, None, theirs.place))
     for ((_, partition, _, _), _), common in sorted(in_order.items()):
@@ -588,6 +761,7 @@ def _finish(result: DiffResult, scanner: Scanner, first_exit: bool) -> DiffResul
 
 def _new_result(src: Side, dst: Side, crc: bool) -> DiffResult:
     result = DiffResult(src.path, src.uuid, dst.path, dst.uuid, crc, dst.applied is not None, src.applied is not None)
+    result.losses = dst.losses + src.losses
     for topic, partition in sorted({*src.bounds, *dst.bounds}):
         result.points.append(
             PartitionPoint(

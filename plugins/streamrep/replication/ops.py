@@ -17,6 +17,10 @@ Each directory holds JSON Lines files, one per topic partition of the stream it 
 
 The manifest names both streams by path and UUID, the consistent point per partition, the counts
 and ``format``, so an import can refuse a directory made for another stream or by a newer format.
+It also lists the ``losses``: source offsets its retention removed before the replica applied them
+(``DiffResult.losses``). Neither stream holds them, so no operation can repair them; and the
+messages one stream holds that expired in the other (``expiredInSrc``, ``expiredInDst``) are counted,
+not written as puts: importing them would bring back what retention removed.
 """
 
 from __future__ import annotations
@@ -33,7 +37,17 @@ from typing import Any
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument
 from streamrep.model.message import Message
-from streamrep.replication.diff import Difference, DiffResult, Kind, Place, content_headers, fetch
+from streamrep.replication.diff import (
+    Difference,
+    DiffResult,
+    Kind,
+    Place,
+    Scanner,
+    content_headers,
+    diff_streams,
+    diff_streams_crc,
+    fetch,
+)
 
 FORMAT = "streamrep-ops-1"
 OPS_FOR_DST = "opsForDst"
@@ -187,7 +201,22 @@ def manifest(result: DiffResult, direction: str, files: dict[str, int]) -> dict[
             "compared": result.compared,
             "dstBehind": result.dst_behind,
             "srcBehind": result.src_behind,
+            "expiredInSrc": result.expired_in_src,
+            "expiredInDst": result.expired_in_dst,
+            "lost": result.lost,
+            "lostAcknowledged": result.lost_acknowledged,
         },
+        "losses": [
+            {
+                "source": loss.source,
+                "topic": loss.topic,
+                "partition": loss.partition,
+                "first": loss.first,
+                "last": loss.last,
+                "acknowledged": loss.acknowledged,
+            }
+            for loss in result.losses
+        ],
         "point": [
             {
                 "topic": p.topic,
@@ -230,6 +259,25 @@ def write_ops(admin: StreamAdmin, result: DiffResult, outdir: Path) -> None:
             for direction in (OPS_FOR_DST, OPS_FOR_SRC):
                 shutil.rmtree(outdir / direction, ignore_errors=True)
         raise
+
+
+def diff_to_ops(
+    admin: StreamAdmin,
+    source: str,
+    destination: str,
+    outdir: str,
+    crc: bool = False,
+    first_exit: bool = False,
+    scanner: Scanner | None = None,
+) -> DiffResult:
+    """diffstreams (diffstreamswithcrc with ``crc``) as a command runs it: ``outdir`` checked first
+    (``check_outdir``), the comparison (scanning with ``scanner``: default in this process), then
+    ``write_ops``."""
+    target = check_outdir(outdir)
+    compare = diff_streams_crc if crc else diff_streams
+    result = compare(admin, source, destination, first_exit=first_exit, scanner=scanner)
+    write_ops(admin, result, target)
+    return result
 
 
 def read_manifest(folder: str | Path) -> dict[str, Any]:

@@ -12,7 +12,15 @@ from streamrep.client.results import ReplicaRow
 from streamrep.errors import Conflict, RetryNow, StreamrepError
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import ReplicaState, parse_loss_key, position_key, require_link, retention_loss
+from streamrep.model.replication import (
+    ReplicaState,
+    acknowledged_key,
+    parse_loss_key,
+    position_key,
+    recorded_losses,
+    require_link,
+    unrecorded_losses,
+)
 from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thresholds
 from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
 from streamrep.replication.service import gateway_outage, live_gateways_of
@@ -41,17 +49,12 @@ def _losses(
     """The replica's losses from one source: the loss marks a gateway recorded (key -> end),
     and ``(topic, partition, first, end)`` of those not recorded yet (the replica's position is
     below the source's first offset)."""
-    recorded = {
-        key: end for key, end in marks.items() if (parsed := parse_loss_key(key)) is not None and parsed[0] == src_uuid
+    starts = {
+        (topic, partition): source_store.offsets(src_uuid, topic, partition)[0]
+        for topic, count in source_store.topics(src_uuid).items()
+        for partition in range(count)
     }
-    unrecorded = []
-    for topic, count in source_store.topics(src_uuid).items():
-        for partition in range(count):
-            start, _ = source_store.offsets(src_uuid, topic, partition)
-            lost = retention_loss(marks.get(position_key(src_uuid, topic, partition)), start)
-            if lost is not None:
-                unrecorded.append((topic, partition, *lost))
-    return recorded, unrecorded
+    return recorded_losses(marks, src_uuid), unrecorded_losses(marks, src_uuid, starts)
 
 
 def _recorded_range(key: str, end: int) -> tuple[str, int, int, int]:
@@ -109,12 +112,18 @@ def acknowledge_loss(admin: StreamAdmin, path: str, replica: str) -> Acknowledge
         recorded, unrecorded = _losses(store.marks(dst_entry.uuid), source_store, src_entry.uuid)
         try:
             # Not recorded yet: move the position past the loss, unless a gateway moved it meanwhile.
+            # Either way an acknowledged record stays (``acknowledged_key``), for diffstreams.
             for topic, partition, first, end in unrecorded:
                 pkey = position_key(src_entry.uuid, topic, partition)
-                store.apply(dst_entry.uuid, topic, partition, [], {pkey: end}, {pkey: first})
+                akey = acknowledged_key(src_entry.uuid, topic, partition, first)
+                store.apply(dst_entry.uuid, topic, partition, [], {pkey: end, akey: end}, {pkey: first})
                 done.append((topic, partition, first, end - 1))
+            for key, end in recorded.items():
+                topic, partition, first, _ = _recorded_range(key, end)
+                akey = acknowledged_key(src_entry.uuid, topic, partition, first)
+                store.apply(dst_entry.uuid, topic, partition, [], {akey: end}, {key: end})
         except RetryNow:
-            continue  # a gateway recorded it meanwhile: acknowledge its record instead
+            continue  # a gateway recorded it meanwhile (or another acknowledge ran): read again
         store.drop_marks(dst_entry.uuid, recorded)
         done += [_recorded_range(key, end) for key, end in recorded.items()]
         break
