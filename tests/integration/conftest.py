@@ -6,7 +6,10 @@ Every test gets its own ``STREAMREP_HOME`` (a fresh ``tmp_path``) and runs as us
 
 from __future__ import annotations
 
+import logging
+import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -60,3 +63,28 @@ def api(streamrep_home: Path):
     admin = StreamAdmin(Clusters(str(streamrep_home)), Identity(USER))
     yield admin
     admin.clusters.close()
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """One local SparkSession for a module (starting one costs seconds), as user alice (Spark's
+    Python workers inherit the environment of the JVM, fixed when it starts)."""
+    from streamrep.spark.submit import python_env
+
+    saved = {k: os.environ.get(k) for k in ("STREAMREP_USER", "STREAMREP_GROUPS", *python_env())}
+    os.environ.update({"STREAMREP_USER": "alice", "STREAMREP_GROUPS": "", **python_env()})
+    from streamrep.spark import jobs
+
+    started = time.monotonic()
+    session = jobs.session("streamrep-tests")
+    print(f"\nSparkSession started in {time.monotonic() - started:.1f}s")
+    yield session
+    session.stop()
+    # py4j says goodbye from __del__ at interpreter exit, after pytest has closed the streams
+    # its log handler writes to: an INFO line becomes a "Logging error" after the summary.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

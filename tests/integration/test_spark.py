@@ -37,31 +37,6 @@ T0 = int(time.time() * 1000) - 3_600_000  # recent: older messages fall to the d
 
 
 # -- fixtures and helpers ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def spark():
-    """One local SparkSession for the module, as user alice (Spark's Python workers inherit
-    the environment of the JVM, fixed when it starts)."""
-    from streamrep.spark.submit import python_env
-
-    saved = {k: os.environ.get(k) for k in ("STREAMREP_USER", "STREAMREP_GROUPS", *python_env())}
-    os.environ.update({"STREAMREP_USER": "alice", "STREAMREP_GROUPS": "", **python_env()})
-    from streamrep.spark import jobs
-
-    started = time.monotonic()
-    session = jobs.session("streamrep-tests")
-    print(f"\nSparkSession started in {time.monotonic() - started:.1f}s")
-    yield session
-    session.stop()
-    # py4j says goodbye from __del__ at interpreter exit, after pytest has closed the streams
-    # its log handler writes to: an INFO line becomes a "Logging error" after the summary.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
 @pytest.fixture
 def clusters(api, streamrep_home):
     """The admin API (as alice) over a STREAMREP_HOME with embedded clusters sf and ny."""

@@ -1,18 +1,27 @@
 """``streamrep diffstreams`` and ``streamrep diffstreamswithcrc``: compare two streams, as MapR's
-commands do, and write the ops directories a later ``importstream`` applies."""
+commands do, and write the ops directories a later ``importstream`` applies; in this process or,
+as MapR's ``-mapreduce true``, as a Spark application (``spark_apps/diffstreams.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from streamrep.cli import rows
-from streamrep.cli.common import Context, Rows
+from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
+from streamrep.client import StreamAdmin
 from streamrep.errors import InvalidArgument, StreamrepError
-from streamrep.replication.diff import diff_streams, diff_streams_crc
-from streamrep.replication.ops import check_outdir, write_ops
+from streamrep.replication.diff import snapshot
+from streamrep.replication.ops import check_outdir, diff_to_ops
 
 ENGINES = ("auto", "local", "spark")
+# Up to this many messages (both streams together) a comparison runs in this process. Measured on
+# 2 cores with embedded stores (docs/performance.md, "diffstreams on Spark"): in process the full
+# compare runs at ~85k msg/s; on local[2] Spark takes ~10 s to start and then scans at ~95k msg/s,
+# the compare on its driver included, so it pays off only on a cluster with more cores, and for
+# streams whose read dominates: a few million messages. The driver holds ~200 B a message of the
+# largest topic either way.
+DIFF_IN_PROCESS_MAX = 4_000_000
 
 
 class StreamsDiffer(StreamrepError):
@@ -20,24 +29,37 @@ class StreamsDiffer(StreamrepError):
     directories are written, as every exit 1 is one line on stderr."""
 
 
-def _compare(
-    ctx: Context, crc: bool, src: str, dst: str, outdir: str, first_exit: bool, engine: str, as_json: bool
-) -> Rows | None:
-    if engine != "local":
-        raise InvalidArgument(
-            f"-engine {engine} is not available for {'diffstreamswithcrc' if crc else 'diffstreams'} yet "
-            "(it comes with the Spark step of issue 32); use -engine local"
-        )
-    target = check_outdir(outdir)
-    compare = diff_streams_crc if crc else diff_streams
-    result = compare(ctx.admin, src, dst, first_exit=first_exit)
-    write_ops(ctx.admin, result, target)
-    if not result.same:
-        raise StreamsDiffer(result.summary())
-    if as_json:
-        return [rows.diff_row(result, str(target))]
-    ctx.out.write(result.summary() + "\n")
-    return None
+def run_diff(
+    admin: StreamAdmin,
+    src: str,
+    dst: str,
+    outdir: str,
+    crc: bool = False,
+    first_exit: bool = False,
+    engine: str = "auto",
+    numthreads: int | None = None,
+    master: str | None = None,
+) -> dict[str, Any]:
+    """diffstreams (diffstreamswithcrc with ``crc``) in this process, or as the Spark app through
+    spark-submit (on ``master``); returns ``DiffResult.to_dict``."""
+    outdir = str(check_outdir(outdir))  # refused before any work (the job checks it again)
+    if engine == "auto":
+        held = sum(side.held() for side in snapshot(admin, src, dst))
+        engine = "local" if held <= DIFF_IN_PROCESS_MAX else "spark"
+    if engine == "local":
+        return diff_to_ops(admin, src, dst, outdir, crc=crc, first_exit=first_exit).to_dict(outdir)
+    from streamrep.spark.submit import submit_diff  # Spark is only imported when used
+
+    return submit_diff(
+        src,
+        dst,
+        outdir,
+        crc=crc,
+        first_exit=first_exit,
+        home=admin.clusters.home,
+        numthreads=numthreads,
+        master=master,
+    )
 
 
 def _handler(crc: bool) -> Callable[..., Rows | None]:
@@ -49,10 +71,21 @@ def _handler(crc: bool) -> Callable[..., Rows | None]:
         dst: str,
         outdir: str,
         first_exit: bool = False,
-        engine: str = "local",
+        engine: str = "auto",
+        numthreads: int | None = None,
+        master: str | None = None,
         as_json: bool = False,
     ) -> Rows | None:
-        return _compare(ctx, crc, src, dst, outdir, first_exit, engine, as_json)
+        if numthreads is not None and numthreads < 1:
+            raise InvalidArgument("option -numthreads must be 1 or more")
+        spark_master(master)
+        row = run_diff(ctx.admin, src, dst, outdir, crc, first_exit, engine, numthreads, master)
+        if not row["same"]:
+            raise StreamsDiffer(row["summary"])
+        if as_json:
+            return [row]
+        ctx.out.write(row["summary"] + "\n")
+        return None
 
     return handler
 
@@ -66,7 +99,13 @@ OPTIONS = (
     Option("dst", required=True, help="destination stream path"),
     Option("outdir", required=True, help="a new or empty directory for opsForDst/ and opsForSrc/"),
     Option("first_exit", bool, help="stop at the first difference (default false)"),
-    Option("engine", help="local: in this process (spark and auto come later)", choices=ENGINES),
+    Option(
+        "engine",
+        help=f"auto: in this process up to {DIFF_IN_PROCESS_MAX} messages (both streams), else Spark",
+        choices=ENGINES,
+    ),
+    Option("numthreads", int, help="Spark parallelism (a local master's threads)"),
+    SPARK_MASTER,
 )
 
 COMMANDS: tuple[Command, ...] = (

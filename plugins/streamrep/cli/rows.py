@@ -27,7 +27,6 @@ from streamrep.maprcli import (
 from streamrep.replication.copy import CopySummary
 from streamrep.replication.cursors import SYNCED
 from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.diff import DiffResult, Kind
 from streamrep.replication.failover import FailbackResult, FailoverResult
 from streamrep.replication.samples import AlertSetting, LagSample
 from streamrep.replication.service import ServiceRequest
@@ -40,7 +39,6 @@ __all__ = [
     "autosetup_row",
     "cluster_ace_row",
     "copy_row",
-    "diff_row",
     "cursor_row",
     "cursor_sync_row",
     "failback_row",
@@ -122,26 +120,6 @@ def acknowledged_row(done: AcknowledgedLoss) -> dict[str, Any]:
 def copy_row(summary: CopySummary) -> dict[str, Any]:
     """``copystream``: ``source``, ``destination``, ``messages`` written."""
     return {"source": str(summary.source), "destination": str(summary.destination), "messages": summary.messages}
-
-
-def diff_row(result: DiffResult, outdir: str) -> dict[str, Any]:
-    """``diffstreams``, ``diffstreamswithcrc`` with ``-json``: the result, the counts, the summary line."""
-    return {
-        "src": str(result.src),
-        "dst": str(result.dst),
-        "same": result.same,
-        "missingInDst": result.count(Kind.MISSING_IN_DST),
-        "extraInDst": result.count(Kind.EXTRA_IN_DST),
-        "changed": result.count(Kind.CHANGED),
-        "outOfOrder": result.count(Kind.OUT_OF_ORDER),
-        "duplicated": result.count(Kind.DUPLICATED),
-        "dstBehind": result.dst_behind,
-        "srcBehind": result.src_behind,
-        "compared": result.compared,
-        "stoppedEarly": result.stopped_early,
-        "outdir": outdir,
-        "summary": result.summary(),
-    }
 
 
 def autosetup_row(done: AutosetupResult) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Building and running ``spark-submit`` for the two Spark apps (``copystream``, ``gateway``).
+"""Building and running ``spark-submit`` for the Spark apps (``copystream``, ``gateway``, ``diffstreams``).
 
 ``application(app, args)`` gives what Airflow's SparkSubmitOperator needs (application path,
 application args, conf); ``spark_submit_command`` the full command and environment for a
@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streamrep.client.identity import LAUNCHER_USER, current_identity, named_user
 from streamrep.errors import InvalidArgument, Misinstalled, StreamrepError
@@ -44,7 +45,7 @@ class Terminated(StreamrepError):
     stopped first."""
 
 
-APPS = ("copystream", "gateway")
+APPS = ("copystream", "gateway", "diffstreams")
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")  # warnings only, on stderr
 LOG_JAVA_OPTIONS = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG}"  # the driver JVM's option for it
 DEFAULT_MASTER = "local[2]"
@@ -81,10 +82,11 @@ DEFAULT_CONF: dict[str, str] = {
 # Per app, under the caller's conf. copystream's JVM only plans and schedules (its tasks read and
 # apply in Python workers), so its start dominates: the C1 compiler alone and the serial GC cut
 # the JVM's CPU for a copy about 40% (27 s to 15 s, measured on a loaded 2-core machine). The
-# long-running gateway keeps the default JIT, as its JVM moves every row.
-APP_CONF: dict[str, dict[str, str]] = {
-    "copystream": {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"},
-}
+# long-running gateway keeps the default JIT, as its JVM moves every row. diffstreams' JVM, as
+# copystream's, only schedules tasks that read in Python workers.
+_PLANNING_JVM = {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+APP_CONF: dict[str, dict[str, str]] = {"copystream": _PLANNING_JVM, "diffstreams": _PLANNING_JVM}
+THREADED_APPS = ("copystream", "diffstreams")  # their --numthreads N is a local master's thread count
 
 
 def executor_python() -> str:
@@ -151,7 +153,7 @@ def app_path(app: str) -> str:
         if (folder / f"{app}.py").is_file():
             return str(folder / f"{app}.py")
     fix = (
-        "point STREAMREP_SPARK_APPS at a folder holding copystream.py and gateway.py"
+        f"point STREAMREP_SPARK_APPS at a folder holding {', '.join(f'{a}.py' for a in APPS)}"
         if os.environ.get("STREAMREP_SPARK_APPS")
         else "mount spark_apps/ beside plugins/, set STREAMREP_SPARK_APPS, or pip install --force-reinstall streamrep"
     )
@@ -188,15 +190,15 @@ def application(
 
 
 def _numthreads(app: str, args: Sequence[str]) -> int | None:
-    """copystream's ``--numthreads N``: the thread count of a local master."""
+    """copystream's and diffstreams' ``--numthreads N``: the thread count of a local master."""
     args = list(args)
     for i, arg in enumerate(args):
-        if app == "copystream" and arg == "--numthreads" and i + 1 < len(args):
+        if app in THREADED_APPS and arg == "--numthreads" and i + 1 < len(args):
             try:
                 return max(1, int(args[i + 1]))
             except ValueError:
                 return None
-        if app == "copystream" and arg.startswith("--numthreads="):
+        if app in THREADED_APPS and arg.startswith("--numthreads="):
             try:
                 return max(1, int(arg.split("=", 1)[1]))
             except ValueError:
@@ -269,7 +271,7 @@ def spark_submit_command(
     """``(argv, env)`` running ``app`` with ``args`` through spark-submit.
 
     :param master: the Spark master; default ``STREAMREP_SPARK_MASTER``, else ``local[N]`` for a
-        copystream given ``--numthreads N``, else ``local[2]``.
+        copystream or diffstreams given ``--numthreads N``, else ``local[2]``.
     :param env: the base environment (default: this process's).
     """
     path, app_args, merged = application(app, args, conf)
@@ -600,13 +602,41 @@ def submit_copystream(
     args = ["--src", src, "--dst", dst]
     args += ["--home", home] if home else []
     args += ["--numthreads", str(numthreads)] if numthreads else []
-    result = run_app("copystream", args, master)
+    return CopySummary.from_dict(_json_line("copystream", run_app("copystream", args, master)))
+
+
+def submit_diff(
+    src: str,
+    dst: str,
+    outdir: str,
+    *,
+    crc: bool = False,
+    first_exit: bool = False,
+    home: str | None = None,
+    numthreads: int | None = None,
+    master: str | None = None,
+) -> dict[str, Any]:
+    """Run the diffstreams app (diffstreamswithcrc with ``crc``) through spark-submit; it writes
+    the ops directories into ``outdir``. Returns its JSON line (``DiffResult.to_dict``: ``same``,
+    the counts, ``summary``), whether the streams are the same or not; raises on an error.
+
+    :param master: the Spark master (see ``spark_submit_command``)."""
+    args = ["--src", src, "--dst", dst, "--outdir", outdir]
+    args += ["--crc"] if crc else []
+    args += ["--first-exit"] if first_exit else []
+    args += ["--home", home] if home else []
+    args += ["--numthreads", str(numthreads)] if numthreads else []
+    return _json_line("diffstreams", run_app("diffstreams", args, master))
+
+
+def _json_line(app: str, result: AppResult) -> dict[str, Any]:
+    """The last JSON line an app printed on stdout (its result), or its error."""
     if not result.ok:
-        raise _failure("copystream", result)
-    summary = [line for line in result.stdout.splitlines() if line.startswith("{")]
-    if not summary:
-        raise StreamrepError("copystream on Spark printed no summary")
-    return CopySummary.from_dict(json.loads(summary[-1]))
+        raise _failure(app, result)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise StreamrepError(f"{app} on Spark printed no summary")
+    return json.loads(lines[-1])
 
 
 def submit_gateway(
