@@ -24,7 +24,9 @@ from streamrep.cli.main import run
 from streamrep.client import Clusters, Consumer, Producer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.model.stream import PERMISSIONS
+from streamrep.replication.diff import diff_streams
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.ops import check_outdir, write_ops
 
 USER_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user-guide.md"
 SF = "/mapr/sanfrancisco/activity"
@@ -76,6 +78,8 @@ MATRIX: dict[str, tuple[list[str], set[str]]] = {
     "copystream (new destination)": (["-src", SF, "-dst", "/mapr/newyork/fresh", "-engine", "local"], {"owner"}),
     "diffstreams": (["-src", SF, "-dst", NY, "-outdir", "{home}/diff"], {"owner", "consumeperm", "copyperm"}),
     "diffstreamswithcrc": (["-src", SF, "-dst", NY, "-outdir", "{home}/diff"], {"owner", "consumeperm", "copyperm"}),
+    "importstream": (["-src", "{home}/ops/opsForSrc", "-dst", SF], {"owner", "produceperm"}),
+    "importstream (one-way replica)": (["-src", "{home}/ops/opsForDst", "-dst", NY], {"owner", "cluster admin"}),
     "produce": (["-path", f"{SF}:clicks"], {"owner", "produceperm"}),
     "consume": (["-path", f"{SF}:clicks", "-fromstart", "true", "-max", "1", "-group", "g2"], {"owner", "consumeperm"}),
     "stream cursor translate": (
@@ -133,6 +137,8 @@ def build_world(home: Path, add: Callable[[Clusters, str], object] | None = None
     gateway.run_once(whole=True)
     gateway.stop()
     alice.set_gateways("newyork", "gw1", cluster="sanfrancisco")
+    # importstream's ops directories (the streams are the same: the rights are checked all the same)
+    write_ops(alice, diff_streams(alice, SF, NY), check_outdir(str(home / "ops")))
     alice.clusters.close()
 
 
@@ -228,6 +234,9 @@ KAFKA_CASES = [
     ("diffstreams", "copyperm"),
     ("diffstreams", "topicperm"),
     ("diffstreamswithcrc", "consumeperm"),
+    ("importstream", "consumeperm"),
+    ("importstream (one-way replica)", "cluster admin"),
+    ("importstream (one-way replica)", "produceperm"),
     ("cluster gateway set", "adminperm"),
     ("cluster gateway get", "none"),
     ("cluster gateway delete", "none"),
