@@ -218,7 +218,7 @@ def _read(folder: Path, manifest: dict[str, Any], stamp: bytes) -> _Ops:
 def _line(ops: _Ops, name: str, topic: str, partition: int, number: int, text: str, stamp: bytes) -> None:
     try:
         op = json.loads(text)
-    except ValueError as err:
+    except json.JSONDecodeError as err:
         raise _Bad(f"bad JSON ({err.msg})") from None
     if not isinstance(op, dict):
         raise _Bad("not a JSON object")
