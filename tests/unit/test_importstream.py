@@ -175,7 +175,8 @@ def test_an_extra_message_goes_to_the_source_and_the_gateway_does_not_send_it_ba
     its origin (the replica), so a gateway pass never applies it to the replica a second time."""
     linked(admin)
     np_ = admin.path(NY)
-    admin.store(np_).append(admin.entry(np_).uuid, "t", {1: [Message(b"planted", b"x")]})
+    planted = Message(b"planted", b"x", timestamp=int(time.time() * 1000))  # Kafka writes no timestamp 0
+    admin.store(np_).append(admin.entry(np_).uuid, "t", {1: [planted]})
     found, into_dst, into_src = diff_and_import(admin, tmp_path)
     assert found == {"extra in dst": 1}
     assert (into_src.applied, into_dst.applied) == (1, 0)
