@@ -138,6 +138,7 @@ def test_a_difference_can_be_reported_without_failing_and_the_event_carries_it(l
     (event,) = events_of(context)
     assert event.dest_asset_key.uri == asset_uri(DST) and event.source_alias_name == REPLICAS_ALIAS.name
     assert event.extra["verification"] == row and (event.extra["replica"], event.extra["source"]) == (DST, SRC)
+    assert event.extra["pendingMessages"] == 0 and event.extra["isUptodate"] is True  # a caught-up event's keys
 
 
 def test_a_pair_that_is_not_linked_is_compared_but_not_recorded(linked):
@@ -296,3 +297,21 @@ def test_a_setup_run_whose_copy_differs_fails_at_verify_and_never_resumes(admin,
     assert link.paused is True
     (done,) = verification.last(admin, DST).values()
     assert done.same is False and done.counts["extraInDst"] == 1 and done.counts["missingInDst"] == 0
+
+
+def test_import_repairs_what_the_diff_found_once(linked, tmp_path):
+    """diff (differences reported, not failed), import its opsForDst, diff again: the same; a second
+    import applies nothing. Bad input is one line."""
+    from streamrep.airflow.operators import StreamImportOperator
+
+    linked.create_stream(OTHER, copymetafrom=SRC)  # not a replica: all 12 are missing there
+    found = diff_op(destination=OTHER, fail_on_difference=False, outdir=str(tmp_path / "ops")).execute(ctx())
+    assert found["same"] is False and found["missingInDst"] == 12
+    ops = f"{found['outdir']}/{OPS_FOR_DST}"
+    done = StreamImportOperator(task_id="import", folder=ops, destination=OTHER).execute(ctx())
+    assert done["applied"] == 12 and done["leftForAPerson"] == 0 and "\n" not in done["summary"]
+    assert diff_op(destination=OTHER, outdir=str(tmp_path / "again")).execute(ctx())["same"] is True
+    again = StreamImportOperator(task_id="import", folder=ops, destination=OTHER).execute(ctx())
+    assert again["applied"] == 0 and again["alreadyPresent"] == 12
+    fails_with(StreamImportOperator(task_id="import", folder=str(tmp_path), destination=OTHER), "ops directory")
+    fails_with(StreamImportOperator(task_id="import", folder=ops, destination=DST), OTHER)  # made for another

@@ -38,6 +38,7 @@ from streamrep.replication import failover as failovers
 from streamrep.replication import lag, service
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import default_gateway_id
+from streamrep.replication.importstream import import_stream
 from streamrep.replication.setup import begin_autosetup, ensure_replica, ensure_upstream
 from streamrep.replication.status import replica_status
 
@@ -694,6 +695,31 @@ class ReplicaLagMonitorOperator(StreamrepOperator):
         )
         lag.raise_alerts(checks)
         return rows
+
+
+class StreamImportOperator(StreamrepOperator):
+    """``mapr importstream -src <ops dir> -dst <stream>``: apply an ``opsForDst`` or ``opsForSrc``
+    directory that ``StreamDiffOperator`` (diffstreams) wrote, exactly once
+    (``replication.importstream.import_stream``): a retry, or a second run, applies nothing twice.
+    Its ``differs`` lines (a changed or misplaced message, which a log cannot fix in place) are
+    left for a person, and the result's summary says so.
+
+    :param folder: the ops directory, e.g. ``{{ ti.xcom_pull(task_ids='diff')['outdir'] }}/opsForDst``. (templated)
+    :param destination: the stream the directory was made for. (templated)
+    :return: (XCom) what was applied, already present and left for a person, and the summary line.
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "folder", "destination")
+
+    def __init__(self, *, folder: str, destination: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.folder = folder
+        self.destination = destination
+
+    def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
+        done = import_stream(admin, self.folder, self.destination)
+        self.log.info("importstream -src %s -dst %s: %s", self.folder, self.destination, done.summary())
+        return done.to_dict()
 
 
 class ReplicaLinksOperator(StreamrepOperator):

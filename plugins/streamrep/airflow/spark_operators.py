@@ -15,7 +15,6 @@ import json
 import os
 import re
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +30,7 @@ from airflow.sdk.exceptions import (
 )
 
 from streamrep.airflow import rows as presented
-from streamrep.airflow.assets import REPLICAS_ALIAS, emits_caught_up, replica_asset
+from streamrep.airflow.assets import REPLICAS_ALIAS, caught_up_extra, emits_caught_up, replica_asset
 from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_errors
 from streamrep.airflow.params import as_bool
 from streamrep.airflow.provider import spark_conn_id
@@ -531,12 +530,7 @@ class StreamDiffOperator(StreamrepSparkSubmitOperator):
             raise AirflowFailException(
                 f"streamrep {self.command}: {src} and {dst} {row['summary']}; ops in {row['outdir']}"
             )
-        if emits_caught_up(self):  # the replica's asset event, the result in its extra
-            extra: dict[str, Any] = {
-                "replica": str(dst),
-                "source": str(src),
-                "verification": row,
-                "at": int(time.time() * 1000),
-            }
+        if emits_caught_up(self):  # the replica's event: its lag now, as a caught-up event's, and the result
+            extra = {**caught_up_extra(admin, str(dst), str(src)), "verification": row}
             context["outlet_events"][REPLICAS_ALIAS].add(replica_asset(str(dst)), extra=extra)
         return row
