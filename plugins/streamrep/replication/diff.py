@@ -294,6 +294,8 @@ class DiffResult:
             "lost": self.lost,
             "lostAcknowledged": self.lost_acknowledged,
             "compared": self.compared,
+            "readMessages": self.read_messages,
+            "readBytes": self.read_bytes,
             "stoppedEarly": self.stopped_early,
             "outdir": outdir,
             "summary": self.summary(),
