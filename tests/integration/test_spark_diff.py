@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from replication_helpers import STREAMREP_EXE, clean_env
 
-from streamrep.cli import diff as diff_cli
 from streamrep.cli.main import run
 from streamrep.model.message import ORIGIN_HEADER, Message
+from streamrep.replication import ops as ops_module
 from streamrep.replication.diff import DiffResult, Kind
 from streamrep.replication.ops import MANIFEST, OPS_FOR_DST, OPS_FOR_SRC, diff_to_ops
 from streamrep.spark.diff import diff_job
@@ -193,7 +193,7 @@ def test_auto_runs_the_spark_app_above_its_threshold_and_in_process_below(admin,
         assert not (tmp_path / "s").exists()
     assert ops_files(tmp_path / "a") == ops_files(tmp_path / "l")
     # Above it, the Spark app through spark-submit: the same line, the same ops.
-    monkeypatch.setattr(diff_cli, "DIFF_IN_PROCESS_MAX", 10)
+    monkeypatch.setattr(ops_module, "DIFF_IN_PROCESS_MAX", 10)  # ops.diff_engine decides for the CLI
     started = time.monotonic()
     status, _, err = cli("diffstreamswithcrc", "-src", SF, "-dst", NY, "-outdir", str(tmp_path / "x"))
     print(f"\ndiffstreamswithcrc on Spark through spark-submit: {time.monotonic() - started:.1f} s")

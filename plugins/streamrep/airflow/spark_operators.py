@@ -39,9 +39,9 @@ from streamrep.model import replication as rules
 from streamrep.model.replication import gateway_interval, validate_gateway_name
 from streamrep.replication import verification
 from streamrep.replication.copy import copy_ended, plan_copy, summary
-from streamrep.replication.diff import check_diff, diff_streams, diff_streams_crc, snapshot
+from streamrep.replication.diff import check_diff
 from streamrep.replication.flows import flows_into
-from streamrep.replication.ops import check_outdir, write_ops
+from streamrep.replication.ops import check_outdir, diff_engine, diff_to_ops
 from streamrep.replication.service import stopped_reason
 from streamrep.spark.jobs import USER_ERROR_EXIT
 from streamrep.spark.submit import (
@@ -378,14 +378,6 @@ class StreamGatewayOperator(StreamrepSparkSubmitOperator):
 
 
 DIFF_ENGINES = ("auto", "local", "spark")
-# engine auto: streams holding up to this many messages together are compared in the task.
-DIFF_IN_PROCESS_MAX = 1_000_000
-
-
-def choose_engine(admin: Any, source: str, destination: str) -> str:
-    """``local`` for streams that hold up to ``DIFF_IN_PROCESS_MAX`` messages together, else ``spark``."""
-    held = sum(end - start for side in snapshot(admin, source, destination) for start, end in side.bounds.values())
-    return "local" if held <= DIFF_IN_PROCESS_MAX else "spark"
 
 
 def fresh_outdir(context: Any, command: str) -> Path:
@@ -404,7 +396,7 @@ class StreamDiffOperator(StreamrepSparkSubmitOperator):
 
     One operator for both engines, as the CLI's ``-engine``: ``spark`` submits
     ``spark_apps/diffstreams.py``; ``local`` compares in the task's process (``replication/diff.py``),
-    with no Spark start; ``auto`` chooses by the streams' size (``spark.diff.choose_engine``). The
+    with no Spark start; ``auto`` chooses by the streams' size (``ops.diff_engine``, as the CLI). The
     rights and the output directory are checked in the task first, so bad input fails in one line
     before Spark starts.
 
@@ -474,7 +466,7 @@ class StreamDiffOperator(StreamrepSparkSubmitOperator):
         admin = hook.admin
         check_diff(admin, self.source, self.destination)  # rights and streams, before any folder or Spark
         self._outdir = check_outdir(self.outdir) if self.outdir else fresh_outdir(context, self.command)
-        engine = choose_engine(admin, self.source, self.destination) if self.engine == "auto" else self.engine
+        engine = diff_engine(admin, self.source, self.destination) if self.engine == "auto" else self.engine
         self.log.info(
             "%s -src %s -dst %s -outdir %s (engine %s)",
             self.command,
@@ -485,10 +477,9 @@ class StreamDiffOperator(StreamrepSparkSubmitOperator):
         )
         if engine == "spark":
             return None
-        compare = diff_streams_crc if as_bool(self.crc) else diff_streams
-        result = compare(admin, self.source, self.destination, first_exit=as_bool(self.first_exit))
-        write_ops(admin, result, self._outdir)
-        return self._conclude(admin, context, result.to_dict(str(self._outdir)), "local")
+        outdir = str(self._outdir)
+        result = diff_to_ops(admin, self.source, self.destination, outdir, as_bool(self.crc), as_bool(self.first_exit))
+        return self._conclude(admin, context, result.to_dict(outdir), "local")
 
     def app_args(self, hook: StreamrepHook) -> list[str]:
         args = ["--src", self.source, "--dst", self.destination, "--outdir", str(self._outdir)]

@@ -11,17 +11,9 @@ from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
 from streamrep.client import StreamAdmin
 from streamrep.errors import InvalidArgument, StreamrepError
-from streamrep.replication.diff import snapshot
-from streamrep.replication.ops import check_outdir, diff_to_ops
+from streamrep.replication.ops import DIFF_IN_PROCESS_MAX, check_outdir, diff_engine, diff_to_ops
 
 ENGINES = ("auto", "local", "spark")
-# Up to this many messages (both streams together) a comparison runs in this process. Measured on
-# 2 cores with embedded stores (docs/performance.md, "diffstreams on Spark"): in process the full
-# compare runs at ~85k msg/s; on local[2] Spark takes ~10 s to start and then scans at ~95k msg/s,
-# the compare on its driver included, so it pays off only on a cluster with more cores, and for
-# streams whose read dominates: a few million messages. The driver holds ~200 B a message of the
-# largest topic either way.
-DIFF_IN_PROCESS_MAX = 4_000_000
 
 
 class StreamsDiffer(StreamrepError):
@@ -44,8 +36,7 @@ def run_diff(
     spark-submit (on ``master``); returns ``DiffResult.to_dict``."""
     outdir = str(check_outdir(outdir))  # refused before any work (the job checks it again)
     if engine == "auto":
-        held = sum(side.held() for side in snapshot(admin, src, dst))
-        engine = "local" if held <= DIFF_IN_PROCESS_MAX else "spark"
+        engine = diff_engine(admin, src, dst)
     if engine == "local":
         return diff_to_ops(admin, src, dst, outdir, crc=crc, first_exit=first_exit).to_dict(outdir)
     from streamrep.spark.submit import submit_diff  # Spark is only imported when used
