@@ -28,7 +28,9 @@ from conftest import REPO, Session, _stop_group, free_port
 from streamrep.airflow.page import supervisor_note
 from streamrep.client import Clusters, Producer, StreamAdmin
 from streamrep.model.ace import Identity
-from streamrep.replication import lag
+from streamrep.model.message import Message
+from streamrep.replication import lag, verification
+from streamrep.replication.diff import diff_streams
 from streamrep.replication.failover import failover
 from streamrep.replication.flows import flows_into
 from streamrep.replication.gateway import Gateway
@@ -80,6 +82,10 @@ class World:
     def replicate(self, cluster: str) -> None:
         Gateway(self.admin, cluster, "gw1").run_once()
 
+    def verify(self, source: str, replica: str) -> None:
+        """Compare ``source`` with its replica and record it as the link's last verification."""
+        verification.record(self.admin, source, replica, diff_streams(self.admin, source, replica).to_dict(""), "local")
+
     def close(self) -> None:
         self.admin.clusters.close()
 
@@ -106,6 +112,16 @@ def two_clusters(world: World) -> None:
         lag.record(store, flow, lag.LagSample(t=start + at * 1000, messages=behind, bytes=behind, ms=behind * 1000))
     world.replicate("newyork")
     world.replicate("sanfrancisco")
+    # Each link's last verification, from real compares: the pair is the same; the paused orders
+    # replica holds a topic of its own (written as a plain client would), so it differs; the way
+    # back (newyork -> sanfrancisco) was never verified.
+    world.verify(sf, ny)
+    orders = world.admin.path("/mapr/newyork/orders")
+    store, uuid = world.admin.store(orders), world.admin.entry(orders).uuid
+    store.create_topic(uuid, "planted", 1)
+    planted = Message(b"own", b"k", timestamp=int(time.time() * 1000))  # within the stream's ttl
+    store.append(uuid, "planted", {0: [planted]})
+    world.verify("/mapr/sanfrancisco/orders", str(orders))
 
 
 FOUR = ("amsterdam", "berlin", "chicago", "denver")
@@ -493,6 +509,54 @@ def test_the_lag_chart_shows_an_unsampled_stretch_as_a_gap(server, browser):
         )
         assert drawn.get_attribute("data-live-gateway") == str(bool(link["gateways"])).lower(), link
     page.context.close()
+
+
+# The badge's word and colours, read in the browser as [r, g, b] (a canvas converts the oklch()
+# colours Chakra's tokens resolve to).
+BADGE_COLOURS = """(e) => {
+  const b = e.querySelector('.chakra-badge') || e.firstElementChild, s = getComputedStyle(b);
+  const ctx = document.createElement('canvas').getContext('2d', {willReadFrequently: true});
+  const rgb = (c) => { ctx.clearRect(0, 0, 1, 1); ctx.fillStyle = c; ctx.fillRect(0, 0, 1, 1);
+    return [...ctx.getImageData(0, 0, 1, 1).data.slice(0, 3)]; };
+  return {text: rgb(s.color), background: rgb(s.backgroundColor), word: b.textContent};
+}"""
+
+
+def test_each_link_shows_its_last_verification_when_and_its_result(server, browser):
+    """On each replica link's label and in the replicas table: green ``same``, red ``differs``,
+    grey ``never verified``; when, relative to now; the compare's summary on hover."""
+    server.show("two")
+    _, answers = server.data()
+    links = {(one["source"], one["replica"]): one for a in answers.values() for one in a["links"]}
+    assert sorted(one["verification"] for one in links.values()) == ["differs", "never", "same"]
+    for scheme in SCHEMES:
+        page = open_page(browser, server, scheme)
+        laid_out(page, 2)
+        assert all(s["error"] is None for a in answers.values() for s in a["streams"]), answers
+        for (source, replica), link in links.items():
+            where = f'[data-source="{source}"][data-replica="{replica}"]'
+            for holder in (f"[data-testid=link-label]{where}", f"[data-testid=replica-row]{where}"):
+                badge = page.locator(f"{holder} [data-testid=link-verification]")
+                assert badge.get_attribute("data-verification") == link["verification"]
+                colours = badge.evaluate(BADGE_COLOURS)
+                r, g, b = colours["text"]
+                if link["verification"] == "same":
+                    assert colours["word"] == "same" and g > r + 30, colours
+                elif link["verification"] == "differs":
+                    assert colours["word"] == "differs" and r > g + 30, colours
+                else:
+                    assert colours["word"] == "never verified" and abs(r - g) < 30, colours  # grey: neither
+                title = badge.get_attribute("title")
+                if link["lastVerification"] is None:
+                    assert "never verified" in title and "ago" not in badge.inner_text()
+                else:
+                    assert title.startswith(link["verificationSummary"]) and "diffstreams (local) by alice" in title
+                    assert "ago" in badge.inner_text()  # "a few seconds ago", "3 minutes ago"
+                    assert badge.evaluate("(e) => e.scrollWidth <= e.clientWidth + 1"), holder  # not cut off
+        differs = page.locator("[data-testid=link-label] [data-testid=link-verification][data-verification=differs]")
+        differs.hover()
+        screenshot(page, f"verification-{scheme}")
+        page.context.close()
 
 
 def test_start_and_stop_say_what_happens_next_and_update_in_place(server, browser):

@@ -18,23 +18,26 @@ export function verificationTitle(l: Link): string {
   return `${v.summary}\n${v.command} (${v.engine}) by ${v.by}, ${when}`;
 }
 
-export function VerificationBadge({ link: l, justify = "center" }: { link: Link; justify?: "center" | "start" }) {
+/** On a link's label (one line, cut with an ellipsis), or in the replicas table (`wrap`: its
+ * cell may shrink, so badge and time wrap rather than push the table wider). */
+export function VerificationBadge({ link: l, wrap = false }: { link: Link; wrap?: boolean }) {
   const v = l.lastVerification;
   return (
     <HStack
       gap={1}
-      justify={justify}
+      justify={wrap ? "start" : "center"}
+      flexWrap={wrap ? "wrap" : "nowrap"}
       data-testid="link-verification"
       data-source={l.source}
       data-replica={l.replica}
       data-verification={l.verification ?? "never"}
       title={verificationTitle(l)}
     >
-      <Badge size="sm" colorPalette={verificationPalette(l.verification)} variant="subtle">
+      <Badge size="sm" colorPalette={verificationPalette(l.verification)} variant="subtle" whiteSpace="normal">
         {verificationWord(l)}
       </Badge>
       {v && (
-        <Text as="span" fontSize="11px" lineHeight="16px" color="fg.muted" whiteSpace="nowrap" truncate>
+        <Text as="span" fontSize="11px" lineHeight="16px" color="fg.muted" truncate={!wrap}>
           {ago(v.at)}
         </Text>
       )}
