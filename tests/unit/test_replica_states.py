@@ -104,6 +104,9 @@ def test_replica_list_uses_maprs_field_names(linked):
         "maxLagMillis",
         "maxLagMessages",
         "failover",
+        "verification",
+        "lastVerified",
+        "verificationSummary",
     } == set(replica_status_row(row))  # the CLI's presenter: MapR's field names
     assert (row.path.cluster, row.path.path, row.replica_path, row.idx) == ("newyork", "/activity", NY, 1)
     assert row.uuid == linked.entry(NY).uuid
