@@ -264,11 +264,10 @@ def write_ops(admin: StreamAdmin, result: DiffResult, outdir: Path) -> None:
 
 # Up to this many messages (both streams together) a comparison runs in this process. Measured on
 # 2 cores with embedded stores (docs/performance.md, "diffstreams on Spark"): in process the full
-# compare runs at ~85k msg/s; on local[2] Spark takes ~10 s to start and then scans at ~95k msg/s,
-# the compare on its driver included, so it pays off only on a cluster with more cores, and for
-# streams whose read dominates: a few million messages. The driver holds ~200 B a message of the
-# largest topic either way.
-DIFF_IN_PROCESS_MAX = 4_000_000
+# compare runs at 78-93k msg/s; Spark takes ~15 s to start, and its tasks then scan at ~50k msg/s
+# a core before the driver compares (~250k msg/s). So it never pays off on local[2]; with 8
+# executor cores its start is repaid from about 2M messages.
+DIFF_IN_PROCESS_MAX = 2_000_000
 
 
 def diff_engine(admin: StreamAdmin, source: str, destination: str) -> str:
