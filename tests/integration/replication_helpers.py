@@ -276,3 +276,24 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.005)
+
+
+def alive(pids: Iterable[int]) -> list[int]:
+    """The processes of ``pids`` still running (a zombie has ended: only its parent's wait is left)."""
+    living = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            living.append(pid)
+    return living
+
+
+def command(pid: int) -> str:
+    """``pid``'s command line ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

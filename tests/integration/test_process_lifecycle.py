@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from replication_helpers import STREAMREP_EXE, USER, contents, count, produce
+from replication_helpers import STREAMREP_EXE, USER, command, contents, count, produce
 
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.errors import NotFound
@@ -59,13 +59,6 @@ def tree(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
-
-
-def command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def alive(pids: list[int]) -> list[int]:

@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from replication_helpers import alive
 
 from streamrep.client import Producer
 from streamrep.errors import Misinstalled
@@ -622,18 +623,6 @@ def kill_everything(proc: subprocess.Popen) -> list[int]:
             pass
     proc.wait()
     return pids
-
-
-def alive(pids: list[int]) -> list[int]:
-    living = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            living.append(pid)
-    return living
 
 
 def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, child_env, tmp_path):

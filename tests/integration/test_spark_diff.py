@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from replication_helpers import STREAMREP_EXE, clean_env
+from replication_helpers import STREAMREP_EXE, alive, clean_env, command
 
 from streamrep.cli.main import run
 from streamrep.model.message import ORIGIN_HEADER, Message
@@ -167,18 +167,13 @@ def test_spark_finds_exactly_what_the_local_engine_finds(spark, admin, tmp_path)
 
 
 def cli(*argv: str) -> tuple[int, str, str]:
+    """The CLI in this process (so that a test can lower the threshold of ``-engine auto``)."""
     out, err = io.StringIO(), io.StringIO()
-    status = run(list(argv), out, err, io.StringIO())
-    return status, out.getvalue(), err.getvalue()
+    return run(list(argv), out, err, io.StringIO()), out.getvalue(), err.getvalue()
 
 
-@pytest.fixture
-def as_alice(monkeypatch):
-    monkeypatch.setenv("STREAMREP_USER", "alice")
-    monkeypatch.setenv("STREAMREP_GROUPS", "eng")
-
-
-def test_auto_runs_the_spark_app_above_its_threshold_and_in_process_below(admin, as_alice, tmp_path, monkeypatch):
+def test_auto_runs_the_spark_app_above_its_threshold_and_in_process_below(admin, tmp_path, monkeypatch):
+    monkeypatch.setenv("STREAMREP_USER", "alice")  # the CLI acts as alice, who made the streams
     plant(admin)
     local_status, _, local_err = cli("diffstreamswithcrc", "-src", SF, "-dst", NY, "-outdir", str(tmp_path / "l"))
     assert local_status == 1 and local_err.startswith("streamrep: error: differ: 1 missing in dst, 1 extra in dst,")
@@ -199,25 +194,6 @@ def test_auto_runs_the_spark_app_above_its_threshold_and_in_process_below(admin,
     print(f"\ndiffstreamswithcrc on Spark through spark-submit: {time.monotonic() - started:.1f} s")
     assert (status, err) == (1, local_err)
     assert ops_files(tmp_path / "x") == ops_files(tmp_path / "l")
-
-
-def alive(pids: list[int]) -> list[int]:
-    found = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            found.append(pid)
-    return found
-
-
-def command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 BIG = 150_000  # messages of each stream in the kill test: the scan is still running when it is killed
