@@ -190,6 +190,20 @@ def test_bad_input_is_one_line_and_records_nothing(linked):
     assert admin.store(admin.path(NY)).catalog_list(VERIFICATION_KIND) == {}
 
 
+def test_an_unacknowledged_loss_is_recorded_as_a_difference(linked):
+    """``DiffResult.same`` is false for messages lost to the source's retention and not acknowledged,
+    with no other difference: such a result is recorded as ``differs``, with its count."""
+    admin = linked
+    clean = compare(admin)
+    assert clean["same"] and clean["lost"] == 0
+    lost = {**clean, "same": False, "lost": 2, "summary": "differ: 0 missing in dst, ...; 2 lost"}
+    done = record(admin, SF, NY, lost, "local")
+    assert (done.result, done.counts["lost"]) == ("differs", 2)
+    assert listed(admin)["verification"] == "differs"
+    with pytest.raises(InvalidArgument, match="says same=True with .* lost 2"):
+        record(admin, SF, NY, {**lost, "same": True}, "local")
+
+
 def test_a_foreign_document_is_left_out_of_the_reads(linked):
     """A document of the kind written by someone else without a verification's fields (the
     catalog holds any JSON object) neither breaks ``replica list`` nor shows as a verification."""

@@ -52,6 +52,7 @@ export interface Verification {
   changed: number;
   outOfOrder: number;
   duplicated: number;
+  lost: number; // lost to the source's retention, unacknowledged
   dstBehind: number;
   compared: number;
   summary: string;

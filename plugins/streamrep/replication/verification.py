@@ -38,8 +38,10 @@ VERIFICATION_KIND = "replica-verification"
 COMMANDS = ("diffstreams", "diffstreamswithcrc")
 ENGINES = ("local", "spark")  # what ran the compare (an ``auto`` choice is recorded as what it chose)
 # The counts of a compare's result (``DiffResult.to_dict``, the ``-json`` row), in that row's names.
-COUNTS = ("missingInDst", "extraInDst", "changed", "outOfOrder", "duplicated", "dstBehind", "compared")
-DIFFERENCES = COUNTS[:5]  # those that make two streams differ (behind is in flight, not a difference)
+COUNTS = ("missingInDst", "extraInDst", "changed", "outOfOrder", "duplicated", "lost", "dstBehind", "compared")
+# Those that make two streams differ (``DiffResult.same``): the differences, and messages lost to the
+# source's retention unacknowledged; behind is in flight, not a difference.
+DIFFERENCES = COUNTS[:6]
 MAX_SUMMARY = 500  # characters of the summary line kept: the document stays small
 
 SAME, DIFFERS, NEVER = "same", "differs", "never"  # a link's verification, as ``replica list`` shows it
@@ -99,7 +101,7 @@ class Verification:
             replica_uuid=doc["replicaUuid"],
             at=doc["at"],
             same=doc["same"],
-            counts={name: doc[name] for name in COUNTS},
+            counts={name: doc.get(name, 0) for name in COUNTS},  # a count added later: 0 in older records
             summary=doc["summary"],
             command=doc["command"],
             engine=doc["engine"],
