@@ -1,4 +1,4 @@
-"""copystream and a gateway on a real Spark standalone cluster, through the CLI's ``-master``.
+"""copystream, a gateway and diffstreams on a real Spark standalone cluster, through the CLI's ``-master``.
 
 The cluster (``spark_cluster``) is a master and one worker from pyspark's own ``spark-class``,
 started without PYTHONPATH. The executors run a Python of their own (``STREAMREP_SPARK_PYTHON``)
@@ -138,8 +138,10 @@ def applications(cluster) -> list[dict]:
     return status["activeapps"] + status["completedapps"]
 
 
-@pytest.mark.timeout(1200)  # the cluster's start and two apps; each app alone took 2-3 min on a busy machine
-def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_python, cli, api, streamrep_home):
+@pytest.mark.timeout(1500)  # the cluster's start and three apps; each app alone took 2-3 min on a busy machine
+def test_copystream_gateway_and_diffstreams_on_a_standalone_cluster(
+    spark_cluster, worker_python, cli, api, streamrep_home, tmp_path
+):
     cluster = spark_cluster
     api.clusters.add(SF)
     api.clusters.add(NY)
@@ -155,21 +157,13 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     api.add_upstream(REPLICA, SOURCE)
     on_cluster = {"STREAMREP_SPARK_PYTHON": str(worker_python)}
 
+    def on_spark(*args: str) -> tuple[int, str, str]:
+        """A command run as a Spark app on the cluster, with ``-json``."""
+        spark = ("-engine", "spark", "-master", cluster.master_url, "-json")
+        return cli(*args, *spark, timeout=SPARK_TIMEOUT, **on_cluster)
+
     started = time.monotonic()
-    code, out, err = cli(
-        "copystream",
-        "-src",
-        SOURCE,
-        "-dst",
-        REPLICA,
-        "-engine",
-        "spark",
-        "-master",
-        cluster.master_url,
-        "-json",
-        timeout=SPARK_TIMEOUT,
-        **on_cluster,
-    )
+    code, out, err = on_spark("copystream", "-src", SOURCE, "-dst", REPLICA)
     print(f"\ncopystream of {len(before)} messages on {cluster.master_url}: {time.monotonic() - started:.1f} s")
     assert code == 0, err[-3000:]
     assert json.loads(out)["data"][0]["messages"] == len(before)
@@ -193,15 +187,25 @@ def test_copystream_and_gateway_on_a_standalone_cluster(spark_cluster, worker_py
     )
     print(f"gateway -once of {len(after)} messages: {time.monotonic() - started:.1f} s")
     assert code == 0, err[-3000:]
-    assert assert_replica_exactly_once(api, SOURCE, REPLICA) == len(before) + len(after)
+    total = len(before) + len(after)
+    assert assert_replica_exactly_once(api, SOURCE, REPLICA) == total
 
-    # Both apps ran on the cluster: the master lists them as finished, the worker kept their
+    # The replica checked by its content, on the cluster: the same.
+    started = time.monotonic()
+    code, out, err = on_spark("diffstreamswithcrc", "-src", SOURCE, "-dst", REPLICA, "-outdir", str(tmp_path / "diff"))
+    print(f"diffstreamswithcrc of {2 * total} messages: {time.monotonic() - started:.1f} s")
+    assert code == 0, err[-3000:]
+    [row] = json.loads(out)["data"]
+    assert row["same"] and row["compared"] == 2 * total and row["dstBehind"] == 0
+    assert (tmp_path / "diff" / "opsForDst" / "manifest.json").is_file()
+
+    # The three apps ran on the cluster: the master lists them as finished, the worker kept their
     # executors' folders, and the executors started the worker Python.
     apps = {app["name"]: app for app in applications(cluster)}
-    ours = ("streamrep-copystream", f"streamrep-gateway-{NY}")  # the names the apps give their sessions
+    ours = ("streamrep-copystream", f"streamrep-gateway-{NY}", "streamrep-diffstreams")  # the sessions' names
     assert set(ours) <= set(apps), sorted(apps)
-    assert [apps[name]["state"] for name in ours] == ["FINISHED", "FINISHED"]
+    assert [apps[name]["state"] for name in ours] == ["FINISHED"] * 3
     folders = {p.name for p in cluster.work_dir.iterdir()}
     assert {apps[name]["id"] for name in ours} <= folders
     parents = (worker_python.parents[2] / "started.log").read_text().splitlines()
-    assert sum(EXECUTOR in parent for parent in parents) >= 2, parents  # at least once for each app
+    assert sum(EXECUTOR in parent for parent in parents) >= 3, parents  # at least once for each app
