@@ -206,6 +206,27 @@ def test_reading_leaves_a_stores_folder_as_it_was(empty_home):
     assert sorted(p.name for p in folder.iterdir()) == before == ["tokyo.db"]
 
 
+def test_a_stream_holding_messages_past_its_ttl_is_shown_and_left_to_its_writers(empty_home):
+    """Retention is a write: the page's read-only store shows such a stream (the messages counted
+    until a writer purges them) instead of failing on "attempt to write a readonly database"."""
+    from streamrep.client import Clusters, StreamAdmin
+    from streamrep.model.ace import Identity
+
+    clusters = Clusters()
+    clusters.add("tokyo")
+    admin = StreamAdmin(clusters, Identity("alice"))
+    admin.create_stream("/mapr/tokyo/a", ttl=0)
+    admin.create_topic("/mapr/tokyo/a", "t")
+    with Producer(admin) as producer:
+        producer.send("/mapr/tokyo/a:t", b"old", timestamp=1_000)
+    admin.edit_stream("/mapr/tokyo/a", ttl=60)  # the message is now far past the ttl, not yet purged
+    clusters.close()
+    answer = client_of().get("/api/clusters/tokyo").json()
+    assert answer.get("error") is None, answer
+    [stream] = answer["streams"]
+    assert stream["path"] == "/mapr/tokyo/a" and stream.get("error") is None, stream["error"]
+
+
 def test_a_cluster_that_hangs_or_is_down_answers_within_the_bound_and_delays_no_other(mesh, monkeypatch, silent_broker):
     """A Kafka cluster whose broker accepts connections but never answers costs its own answer
     the health check's 2 s, no more; one whose port is closed is refused at once; the embedded

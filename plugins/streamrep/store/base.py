@@ -59,6 +59,8 @@ ApplyResult = int | StreamrepError | RetryNow  # the first offset assigned, or w
 class Store(ABC):
     """One cluster's storage: the catalog, topics and partitions, messages, and cursors."""
 
+    read_only = False  # a reader that must change nothing (the page): retention is left to the writers
+
     def __init__(self, cluster: str):
         self.cluster = cluster
         self._retained: dict[tuple[str, str], float] = {}  # (stream, topic) -> monotonic time of the last run
@@ -201,6 +203,8 @@ class Store(ABC):
         :param force: run now, even if it ran for this topic less than a second ago.
         :return: how many messages were dropped.
         """
+        if self.read_only:
+            return 0
         now = time.monotonic()
         last = self._retained.get((stream, topic))
         if not force and last is not None and now - last < RETENTION_CHECK_SECONDS:

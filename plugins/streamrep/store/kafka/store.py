@@ -118,6 +118,7 @@ class KafkaStore(Store):
     ):
         super().__init__(cluster)
         self.create_internal = create_internal  # False: a reader that must change nothing (the page)
+        self.read_only = not create_internal
         everything = {str(k): v for k, v in (settings or {}).items()}
         self.namespace = str(everything.get(NAMESPACE_SETTING, "") or "")
         # streamrep.* settings are streamrep's own (namespace, groups mapping); the rest is confluent-kafka's.
