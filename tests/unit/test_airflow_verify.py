@@ -233,6 +233,7 @@ def test_the_setup_dags_verify_the_copy_in_the_task_before_replication_resumes(d
     assert isinstance(verify, StreamDiffOperator)
     assert (verify.source, verify.destination) == ("{{ params.path }}", "{{ params.replica }}")
     assert verify.engine == "auto" and verify.fail_on_difference is True and verify.retries >= 1
+    assert verify.command == "diffstreamswithcrc"  # finds what the full compare finds, in flat memory
     assert verify.upstream_task_ids == {"copystream"}
     assert "resume_replica" in verify.get_flat_relative_ids(upstream=False)
     assert not verify.outlets  # the setup's event is wait_caught_up's

@@ -33,8 +33,9 @@ as a DAG, one task a step:
 3. `add_replica_paused` — `stream replica add -paused true [-synchronous true]`.
 4. `add_upstream` — `stream upstream add` (the replica's side of the two-way agreement).
 5. `copystream` — copy what the source holds, as a Spark job; then `verify` —
-   `diffstreams` of the source and the replica (in the task for streams up to a million
-   messages, else on Spark): the run fails, before replication starts, if the copy differs
+   `diffstreamswithcrc` of the source and the replica (in the task for streams up to a million
+   messages, else on Spark; the CRC variant finds what the full compare finds, in flat memory):
+   the run fails, before replication starts, if the copy differs
    (messages the source took since are in flight, not a difference). Its result is the link's
    first verification (`replica list`, the Stream replication page).
 6. `add_reverse_replica`, `add_reverse_upstream` — only with `multimaster`: the replica
@@ -90,7 +91,7 @@ with DAG(
         ),
         UpstreamAddOperator(task_id="add_upstream", path=replica, upstream=source),
         StreamCopyOperator(task_id="copystream", source=source, destination=replica),
-        StreamDiffOperator(task_id="verify", source=source, destination=replica),
+        StreamDiffOperator(task_id="verify", source=source, destination=replica, crc=True),
         ReplicaAddOperator(
             task_id="add_reverse_replica",
             path=replica,

@@ -33,12 +33,13 @@ The seven steps of *Setting Up Primary-Secondary Stream Replication Manually*, o
 | 4 | `add_upstream` | `stream upstream add -path <replica> -upstream <path>` |
 | 5 | `verify_upstream` | `stream upstream list -path <replica>` (the source must be listed) |
 | 6 | `copystream` | `mapr copystream -src <path> -dst <replica>`, as a Spark job |
-| | `verify` | `mapr diffstreams -src <path> -dst <replica>`: the run fails if the copy differs |
+| | `verify` | `mapr diffstreamswithcrc -src <path> -dst <replica>`: the run fails if the copy differs |
 | 7 | `resume_replica` | `stream replica resume -path <path> -replica <replica>` |
 | then | `wait_caught_up` | waits until `stream replica list` says the replica is up to date |
 
-`verify` compares the replica with its source (`StreamDiffOperator`, engine `auto`: in the task
-for streams up to a million messages, else on Spark) and fails the run, before replication starts,
+`verify` compares the replica with its source (`StreamDiffOperator`, the CRC variant, which finds
+what the full compare finds in flat memory; engine `auto`: in the task for streams up to a million
+messages, else on Spark) and fails the run, before replication starts,
 if the copy differs: a message missing, extra, changed or out of order (messages the source took
 since the copy are in flight, not a difference). Its result is the link's first verification
 (`replica list`, the Stream replication page); the ops directories it wrote are named in its log.
@@ -91,7 +92,9 @@ with DAG(
         UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         StreamCopyOperator(task_id="copystream", source="{{ params.path }}", destination="{{ params.replica }}"),
-        StreamDiffOperator(task_id="verify", source="{{ params.path }}", destination="{{ params.replica }}"),
+        StreamDiffOperator(
+            task_id="verify", source="{{ params.path }}", destination="{{ params.replica }}", crc=True
+        ),
         ReplicaResumeOperator(task_id="resume_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
         ReplicaUpToDateSensor(
             task_id="wait_caught_up",
