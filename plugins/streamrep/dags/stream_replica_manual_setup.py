@@ -92,9 +92,7 @@ with DAG(
         UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
         StreamCopyOperator(task_id="copystream", source="{{ params.path }}", destination="{{ params.replica }}"),
-        StreamDiffOperator(
-            task_id="verify", source="{{ params.path }}", destination="{{ params.replica }}", crc=True
-        ),
+        StreamDiffOperator(task_id="verify", source="{{ params.path }}", destination="{{ params.replica }}", crc=True),
         ReplicaResumeOperator(task_id="resume_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
         ReplicaUpToDateSensor(
             task_id="wait_caught_up",
