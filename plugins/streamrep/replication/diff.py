@@ -669,6 +669,10 @@ def _one_only(scanned: Scanned, holder: Side, other: Side, topic: str) -> str:
     return "differs"
 
 
+Held = dict[Origin, Scanned]  # one side's first copy of each identity
+InOrder = dict[tuple[Group, bool], list[tuple[int, int, Origin]]]
+
+
 def _compare_topic(
     result: DiffResult,
     scanner: Scanner,
@@ -680,68 +684,95 @@ def _compare_topic(
     """Compare one topic of both sides (only the order groups in ``keep``, when given: only the
     partitions holding them are read)."""
     sides = {"src": src, "dst": dst}
-    firsts: dict[str, dict[Origin, Scanned]] = {"src": {}, "dst": {}}  # by identity: the first copy
-    copies: dict[str, list[Scanned]] = {"src": [], "dst": []}  # any further copies
     partitions = None if keep is None else {p for (_, p, _, _) in keep}
-    for (name, _, _), scans in scanner.digests(sides, _units(sides, topic, partitions), keep):
-        for scanned in scans:
-            if scanned.origin in firsts[name]:
-                copies[name].append(scanned)
-            else:
-                firsts[name][scanned.origin] = scanned
-    src_held, src_again, dst_held, dst_again = firsts["src"], copies["src"], firsts["dst"], copies["dst"]
+    held, again = _first_copies(scanner.digests(sides, _units(sides, topic, partitions), keep))
     if keep is None:  # the CRC variant counted every message in its first pass
-        result.compared += len(src_held) + len(dst_held) + len(src_again) + len(dst_again)
-    found: list[Difference] = []
-    for side_name, again, held in (("src", src_again, src_held), ("dst", dst_again, dst_held)):
-        for copy in again:
-            first = held[copy.origin].place
-            src_place = (
-                first if side_name == "src" else (src_held[copy.origin].place if copy.origin in src_held else None)
-            )
-            dst_place = (
-                first if side_name == "dst" else (dst_held[copy.origin].place if copy.origin in dst_held else None)
-            )
-            found.append(Difference(Kind.DUPLICATED, topic, copy.origin, src_place, dst_place, side_name, copy.place))
-    # dst offset, src offset, identity; by order group, and whether either copy was imported (appended)
-    in_order: dict[tuple[Group, bool], list[tuple[int, int, Origin]]] = defaultdict(list)
+        result.compared += sum(len(held[name]) + len(again[name]) for name in sides)
+    # the final sort is stable: a duplicate stays before a difference of the same identity and place
+    found = _duplicates(topic, held, again)
+    only_src = _only_in(src, dst, held["src"], held["dst"], topic)
+    result.dst_behind += len(only_src["in flight"])
+    result.expired_in_dst += len(only_src["expired"])
+    changed, in_order = _matched(topic, held["src"], held["dst"])
+    found += [Difference(Kind.MISSING_IN_DST, topic, s.origin, s.place, None) for s in only_src["differs"]]
+    found += changed
+    only_dst = _only_in(dst, src, held["dst"], held["src"], topic)
+    result.src_behind += len(only_dst["in flight"])
+    result.expired_in_src += len(only_dst["expired"])
+    found += [Difference(Kind.EXTRA_IN_DST, topic, s.origin, None, s.place) for s in only_dst["differs"]]
+    found += _out_of_order(topic, in_order)
+    found.sort(key=_where)
+    result.differences += found
+
+
+def _first_copies(
+    digests: Iterable[tuple[Unit, Iterable[Scanned]]],
+) -> tuple[dict[str, Held], dict[str, list[Scanned]]]:
+    """Each side's first copy of each identity (in the order the units come), and any further copies."""
+    held: dict[str, Held] = {"src": {}, "dst": {}}
+    again: dict[str, list[Scanned]] = {"src": [], "dst": []}
+    for (name, _, _), scans in digests:
+        for scanned in scans:
+            if scanned.origin in held[name]:
+                again[name].append(scanned)
+            else:
+                held[name][scanned.origin] = scanned
+    return held, again
+
+
+def _duplicates(topic: str, held: dict[str, Held], again: dict[str, list[Scanned]]) -> list[Difference]:
+    """A ``DUPLICATED`` difference for each further copy, with where each side holds the first."""
+
+    def first(name: str, origin: Origin) -> Place | None:
+        return held[name][origin].place if origin in held[name] else None
+
+    return [
+        Difference(
+            Kind.DUPLICATED, topic, copy.origin, first("src", copy.origin), first("dst", copy.origin), name, copy.place
+        )
+        for name in ("src", "dst")
+        for copy in again[name]
+    ]
+
+
+def _only_in(holder: Side, other: Side, held: Held, others: Held, topic: str) -> dict[str, list[Scanned]]:
+    """The messages ``holder`` holds and ``other`` lacks, by why (``_one_only``)."""
+    why: dict[str, list[Scanned]] = defaultdict(list)
+    for origin, scanned in held.items():
+        if origin not in others:
+            why[_one_only(scanned, holder, other, topic)].append(scanned)
+    return why
+
+
+def _matched(topic: str, src_held: Held, dst_held: Held) -> tuple[list[Difference], InOrder]:
+    """The identities both sides hold: a ``CHANGED`` difference where the digests differ, else their
+    offsets (dst, src) by order group and whether either copy was imported (appended), to order."""
+    changed: list[Difference] = []
+    in_order: InOrder = defaultdict(list)
     for origin, mine in src_held.items():
         theirs = dst_held.get(origin)
         if theirs is None:
-            why = _one_only(mine, src, dst, topic)
-            if why == "in flight":
-                result.dst_behind += 1
-            elif why == "expired":
-                result.expired_in_dst += 1
-            elif why == "differs":
-                found.append(Difference(Kind.MISSING_IN_DST, topic, origin, mine.place, None))
-        elif theirs.digest != mine.digest:  # the digest covers the partition
-            found.append(Difference(Kind.CHANGED, topic, origin, mine.place, theirs.place))
+            continue
+        if theirs.digest != mine.digest:  # the digest covers the partition
+            changed.append(Difference(Kind.CHANGED, topic, origin, mine.place, theirs.place))
         else:
             group = (topic, mine.place.partition, origin.uuid, origin.partition)
             in_order[(group, mine.imported or theirs.imported)].append((theirs.place.offset, mine.place.offset, origin))
-    for origin, theirs in dst_held.items():
-        if origin not in src_held:
-            why = _one_only(theirs, dst, src, topic)
-            if why == "in flight":
-                result.src_behind += 1
-            elif why == "expired":
-                result.expired_in_src += 1
-            elif why == "differs":
-                found.append(Difference(Kind.EXTRA_IN_DST, topic, origin, None, theirs.place))
+    return changed, in_order
+
+
+def _out_of_order(topic: str, in_order: InOrder) -> list[Difference]:
+    """An ``OUT_OF_ORDER`` difference for each message outside one longest run in the same order on both sides."""
+    found: list[Difference] = []
     for ((_, partition, _, _), _), common in sorted(in_order.items()):
         common.sort()  # the destination's order
-        ranks = [src_offset for _, src_offset, _ in common]
-        kept = _longest_increasing(ranks)
-        for i, (dst_offset, src_offset, origin) in enumerate(common):
-            if i not in kept:
-                found.append(
-                    Difference(
-                        Kind.OUT_OF_ORDER, topic, origin, Place(partition, src_offset), Place(partition, dst_offset)
-                    )
-                )
-    found.sort(key=_where)
-    result.differences += found
+        kept = _longest_increasing([src_offset for _, src_offset, _ in common])
+        found += [
+            Difference(Kind.OUT_OF_ORDER, topic, origin, Place(partition, src_offset), Place(partition, dst_offset))
+            for i, (dst_offset, src_offset, origin) in enumerate(common)
+            if i not in kept
+        ]
+    return found
 
 
 def _where(difference: Difference) -> tuple[int, int, str, int, int]:
