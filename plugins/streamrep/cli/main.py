@@ -134,56 +134,70 @@ def run(argv: list[str], out: TextIO | None = None, err: TextIO | None = None, s
     stdin = stdin if stdin is not None else sys.stdin
     words, options = split_words(argv)
     as_json = wants_json(options)
-
-    def fail(message: str, status: int) -> int:
-        message = one_line(message)
-        if as_json:
-            try:
-                print_error_json(message, out)
-                out.flush()
-            except (OSError, ValueError):
-                pass  # stdout is gone: the line on stderr still says it
-        try:
-            err.write(f"streamrep: error: {message}\n")
-            err.flush()
-        except (OSError, ValueError):
-            pass
-        return status
-
     ctx = Context(out, err, stdin)
     try:
         try:
-            if argv[:1] and argv[0].lower() in ("--version", "-version", "version"):
-                return write_out(out, f"streamrep {streamrep_version()}")
-            if not words or words[0].lower() in ("help", "-help", "--help", "-h"):
-                return write_out(out, help_text(tuple(words[1:])))
-            if wants_help(options):
-                return write_out(out, help_text(tuple(words)))
+            text = help_or_version(argv, words, options)
+            if text is not None:
+                return write_out(out, text)
             cmd = find_command(words)
             values, as_json = cmd.parse(options)
         except InvalidArgument as usage_error:
-            return fail(str(usage_error), EXIT_USAGE)
+            return report_error(str(usage_error), EXIT_USAGE, as_json, out, err)
         if cmd.handler in SHOW_THEIR_OWN_JSON:
             values["as_json"] = as_json
         rows = cmd.handler(ctx, **values)
         if rows is not None:
-            try:
-                print_rows(rows, as_json, out)
-                out.flush()
-            except (OSError, ValueError) as error:
-                why = reason(error) if isinstance(error, OSError) else "stdout is closed"
-                raise OutputFailed(f"cannot write the result to stdout ({why}); {succeeded(rows)}") from None
+            print_result(rows, as_json, out)
         return 0
     except StreamrepError as error:
-        return fail(str(error), EXIT_USER_ERROR)
+        return report_error(str(error), EXIT_USER_ERROR, as_json, out, err)
     except OSError as error:  # the environment (a file, a pipe, a disk), not the input
         where = f": {error.filename}" if error.filename else ""
-        return fail(f"{reason(error)}{where}", EXIT_USER_ERROR)
+        return report_error(f"{reason(error)}{where}", EXIT_USER_ERROR, as_json, out, err)
     except KeyboardInterrupt:
         return 130
     finally:
         if ctx._admin is not None:
             ctx._admin.clusters.close()
+
+
+def help_or_version(argv: list[str], words: list[str], options: list[str]) -> str | None:
+    """The text to print when the command line asks for the version or help, else None."""
+    if argv[:1] and argv[0].lower() in ("--version", "-version", "version"):
+        return f"streamrep {streamrep_version()}"
+    if not words or words[0].lower() in ("help", "-help", "--help", "-h"):
+        return help_text(tuple(words[1:]))
+    if wants_help(options):
+        return help_text(tuple(words))
+    return None
+
+
+def print_result(rows: Rows, as_json: bool, out: TextIO) -> None:
+    """Print a command's rows; OutputFailed, saying what the command did anyway, if stdout cannot take them."""
+    try:
+        print_rows(rows, as_json, out)
+        out.flush()
+    except (OSError, ValueError) as error:
+        why = reason(error) if isinstance(error, OSError) else "stdout is closed"
+        raise OutputFailed(f"cannot write the result to stdout ({why}); {succeeded(rows)}") from None
+
+
+def report_error(message: str, status: int, as_json: bool, out: TextIO, err: TextIO) -> int:
+    """Report an error as one line on ``err`` (and with ``-json`` an error envelope on ``out``); returns ``status``."""
+    message = one_line(message)
+    if as_json:
+        try:
+            print_error_json(message, out)
+            out.flush()
+        except (OSError, ValueError):
+            pass  # stdout is gone: the line on stderr still says it
+    try:
+        err.write(f"streamrep: error: {message}\n")
+        err.flush()
+    except (OSError, ValueError):
+        pass
+    return status
 
 
 class ClosedStream:
