@@ -81,22 +81,33 @@ def stream_message_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
     :raises ValueError: with one line naming the bad argument.
     """
-    unknown = sorted(set(kwargs) - set(ARGUMENTS))
-    if unknown:
-        hint = ""
-        if "path" in unknown:
-            hint = f' (the topic is {_EXAMPLE}, or stream="/mapr/<cluster>/<stream>:<topic>")'
-        elif "topics" in unknown:
-            hint = ' (one topic per trigger: topic="<topic>")'
-        names = ", ".join(repr(n) for n in unknown)
-        raise _refuse(f"unknown argument {names}{hint}; it takes {', '.join(ARGUMENTS)}")
+    _refuse_unknown(kwargs)
     if "stream" not in kwargs:
         raise _refuse(f"stream is required, as in {_EXAMPLE}")
-    out: dict[str, Any] = {"path": _topic_path(kwargs["stream"], kwargs.get("topic"))}
+    path = _topic_path(kwargs["stream"], kwargs.get("topic"))
     group = kwargs.get("group", DEFAULT_WATCHER_GROUP)
     if not isinstance(group, str) or not group.strip():
         raise _refuse(f"group must be a consumer group name; got {group!r}")
-    out["group"] = group
+    return {"path": path, "group": group, **_optional_arguments(kwargs)}
+
+
+def _refuse_unknown(kwargs: dict[str, Any]) -> None:
+    """ValueError naming the arguments ``StreamMessageTrigger`` does not take, with a hint for the likely mix-ups."""
+    unknown = sorted(set(kwargs) - set(ARGUMENTS))
+    if not unknown:
+        return
+    hint = ""
+    if "path" in unknown:
+        hint = f' (the topic is {_EXAMPLE}, or stream="/mapr/<cluster>/<stream>:<topic>")'
+    elif "topics" in unknown:
+        hint = ' (one topic per trigger: topic="<topic>")'
+    names = ", ".join(repr(n) for n in unknown)
+    raise _refuse(f"unknown argument {names}{hint}; it takes {', '.join(ARGUMENTS)}")
+
+
+def _optional_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The connections and polling arguments given in ``kwargs``, each checked."""
+    out: dict[str, Any] = {}
     if "streamrep_conn_id" in kwargs:
         conn_id = kwargs["streamrep_conn_id"]
         if not isinstance(conn_id, str) or not conn_id:
