@@ -340,13 +340,13 @@ def test_copystream_job_shows_copy_in_progress_and_resumes(spark, clusters):
     first = min(plan.ends)
     done = copy_partition(admin.store(plan.source), admin.store(plan.destination), plan, first)
     states = []
-    original = admin.catalog.set_replica_state
+    original = admin.set_replica_state
 
     def spy(path, rep, state, error=None, **kwargs):
         states.append(state.value)
         return original(path, rep, state, error, **kwargs)
 
-    admin.catalog.set_replica_state = spy
+    admin.set_replica_state = spy
     summary = jobs.copystream_job(spark, admin, source, replica)
     assert summary.messages == 2000 - done
     assert states == ["REPLICA_STATE_COPY_IN_PROGRESS", "REPLICA_STATE_WAITING_FOR_GATEWAY"]

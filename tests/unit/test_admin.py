@@ -357,17 +357,17 @@ def test_replica_waits_for_gateway_after_upstream_added(admin, pair):
 def test_replica_list_shows_synchronous_and_stored_state(admin, pair):
     admin.add_replica(SF, NY, synchronous=True)
     admin.add_upstream(NY, SF)
-    admin.catalog.set_replica_state(SF, NY, ReplicaState.REPLICATING)
+    admin.set_replica_state(SF, NY, ReplicaState.REPLICATING)
     (row,) = admin.list_replicas(SF)
     assert (row.synchronous, row.paused, row.state) == (True, False, "REPLICA_STATE_REPLICATING")
-    admin.catalog.set_replica_state(SF, NY, ReplicaState.REPLICATING, error="apply failed: disk full")
+    admin.set_replica_state(SF, NY, ReplicaState.REPLICATING, error="apply failed: disk full")
     (row,) = admin.list_replicas(SF)
     assert (row.state, row.errors) == ("REPLICA_STATE_UNEXPECTED", "apply failed: disk full")
 
 
 def test_set_state_of_unknown_replica(admin, sf):
     with pytest.raises(NotFound, match="is not a replica of"):
-        admin.catalog.set_replica_state(SF, NY, ReplicaState.REPLICATING)
+        admin.set_replica_state(SF, NY, ReplicaState.REPLICATING)
 
 
 def test_replica_stream_must_exist(admin, sf):

@@ -97,7 +97,7 @@ def test_a_stream_the_page_may_administer_but_not_count_still_shows_its_links(me
 
 def test_the_page_shows_an_error_above_a_pause(mesh):
     """The drawn state is ``replicaState`` (an error outranks a pause), not a second ranking."""
-    mesh.catalog.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
+    mesh.set_replica_state(SF, NY, ReplicaState.UNEXPECTED, "boom")
     mesh.pause_replica(SF, NY)
     link = links_of(views(mesh))[(SF, NY)]
     assert link["paused"] and link["replicaState"] == "REPLICA_STATE_UNEXPECTED"

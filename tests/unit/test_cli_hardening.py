@@ -429,7 +429,7 @@ def test_a_gateway_id_is_a_host_name(cli, stream, gateway_id):
 
     result = cli("gateway", "run", "-cluster", "newyork", "-id", gateway_id, "-engine", "local", "-once")
     assert result.status in (1, 2) and "gateway name" in result.line
-    assert heartbeats(stream.catalog.clusters.store("newyork")) == {}  # it never started
+    assert heartbeats(stream.clusters.store("newyork")) == {}  # it never started
 
 
 def test_a_synchronous_produce_that_waited_out_its_timeout_says_so_in_one_warning(cli, stream, monkeypatch):

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from streamrep.client import consumer as consumer_module
-from streamrep.client.admin import now_ms
+from streamrep.client.catalog import now_ms
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
 from streamrep.client.results import TopicSummary

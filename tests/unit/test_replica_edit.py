@@ -79,7 +79,7 @@ def test_every_network_option_of_replica_add_is_editable(linked):
 
 def test_made_asynchronous_a_replica_that_fell_back_is_replicating_again(linked):
     linked.edit_replica(SF, NY, synchronous=True)
-    linked.catalog.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
+    linked.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
     linked.edit_replica(SF, NY, synchronous=False)
     assert linked.entry(SF).replicas[0].state is ReplicaState.REPLICATING
 

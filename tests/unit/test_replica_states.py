@@ -13,7 +13,7 @@ import pytest
 
 from streamrep.cli.main import run
 from streamrep.cli.rows import replica_status_row
-from streamrep.client.admin import now_ms
+from streamrep.client.catalog import now_ms
 from streamrep.client.producer import Producer
 from streamrep.errors import PermissionDenied
 from streamrep.model.message import Message
@@ -341,5 +341,5 @@ def test_the_end_of_a_copy_keeps_a_state_a_gateway_recorded_meanwhile(linked):
     from streamrep.replication.copy import copying, plan_copy
 
     with copying(linked, plan_copy(linked, SF, NY)):
-        linked.catalog.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
+        linked.set_replica_state(SF, NY, ReplicaState.SYNC_FALLBACK)
     assert linked.entry(SF).replicas[0].state == ReplicaState.SYNC_FALLBACK.value

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from streamrep.cli.main import run
-from streamrep.client.admin import now_ms
+from streamrep.client.catalog import now_ms
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
 from streamrep.errors import CorruptStore, InvalidArgument

@@ -1,10 +1,10 @@
-"""The stream catalog, unchecked: what the engine reads and records.
+"""The stream catalog, unchecked: what ``StreamAdmin`` reads and changes, private to ``client/``.
 
 Each cluster keeps the catalog of its own streams (``model/catalog.py``). ``Catalog`` reads
-and changes those documents with no access control expression checked: the replication
-layer, the Spark jobs and the gateways use it, with the implicit authority of a gateway (for
-example to record a replica's state). Users go through ``StreamAdmin`` (``client/admin.py``),
-which checks the caller's ACEs and is built on this class.
+and changes those documents with no access control expression checked. ``StreamAdmin``
+(``client/admin.py``) holds one, bound to its caller, as ``_catalog``, and checks the caller's
+ACEs before it changes anything through it; the engine (replication, Spark, Airflow) calls the
+admin, never this class.
 
 Only one check is made here, and only when the owner asks for it: ``guard`` is called with a
 cluster's name before its store is used, which is how ``StreamAdmin`` refuses to act as someone
@@ -15,27 +15,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from streamrep.client.config import Clusters
 from streamrep.errors import NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name
-from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
 from streamrep.store.base import Store
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-class HasCatalog(Protocol):
-    """Anything that can hand the engine a catalog: a ``Catalog`` itself, or a ``StreamAdmin``
-    (whose catalog keeps its identity binding)."""
-
-    @property
-    def catalog(self) -> Catalog: ...
 
 
 class Catalog:
@@ -48,10 +38,6 @@ class Catalog:
     def __init__(self, clusters: Clusters, guard: Callable[[str], object] | None = None):
         self.clusters = clusters
         self._guard = guard
-
-    @property
-    def catalog(self) -> Catalog:
-        return self
 
     def path(self, text: str | StreamPath) -> StreamPath:
         """Parse a stream path against the default cluster."""
@@ -148,39 +134,6 @@ class Catalog:
             if others:
                 lineage = self.lineage(sp) if lineage is None else lineage
                 rules.check_new_topic(sp, topic, lineage, replica, others)
-
-    def replica_links(self, path: str | StreamPath) -> list[ReplicaLink]:
-        return list(self.entry(path).replicas)
-
-    def upstream_links(self, path: str | StreamPath) -> list[UpstreamLink]:
-        return list(self.entry(path).upstreams)
-
-    def set_replica_state(
-        self,
-        path: str | StreamPath,
-        replica: str | StreamPath,
-        state: ReplicaState,
-        error: str | None = None,
-        only_from: ReplicaState | None = None,
-    ) -> None:
-        """Record a replica's state. No ACE is checked: the replication layer (gateways,
-        copystream, a synchronous producer's fallback, failover) records what it observed.
-
-        :param only_from: change it only while the link is in this state (in the same atomic
-            update), so a state someone else set meanwhile is kept.
-        """
-        src, dst = self.path(path), self.path(replica)
-
-        def apply(entry: StreamEntry) -> StreamEntry:
-            link = rules.require_link(entry.replicas, dst, src, "replica")
-            if only_from is not None and link.state is not only_from:
-                return entry
-            if link.state is ReplicaState.FAILED_OVER and only_from is not ReplicaState.FAILED_OVER:
-                return entry  # a failover's own record: only failback (only_from=FAILED_OVER) changes it
-            new = link.with_changes(state=state, error=error)
-            return entry.with_changes(replicas=tuple(new if r is link else r for r in entry.replicas))
-
-        self.update(src, apply)
 
     # -- clusters: administration ACE and gateway lists ------------------------------
     def cluster_ace(self, cluster: str) -> ClusterAce | None:

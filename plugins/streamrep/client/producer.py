@@ -128,7 +128,7 @@ class Producer:
         if topic.topic not in topics:
             if not entry.meta.autocreate:
                 raise NotFound(f"topic {topic} does not exist and stream {topic.stream} does not autocreate topics")
-            self.admin.catalog.check_new_topic(topic.stream, entry, topic.topic)  # the fan-in topic rule
+            self.admin.check_new_topic(topic.stream, entry, topic.topic)  # the fan-in topic rule
             try:
                 self.admin.store(topic.stream).create_topic(entry.uuid, topic.topic, entry.meta.defaultpartitions)
             except AlreadyExists:
@@ -308,7 +308,7 @@ class Producer:
         while not covers(store.marks(replica_entry.uuid), targets):
             if time.monotonic() >= deadline:
                 if not fell_back:
-                    self.admin.catalog.set_replica_state(sp, replica, ReplicaState.SYNC_FALLBACK)
+                    self.admin.set_replica_state(sp, replica, ReplicaState.SYNC_FALLBACK)
                 self._warn(
                     f"synchronous replica {replica} did not apply the messages within {self.sync_timeout:g} s: "
                     f"it is replicated asynchronously until it catches up ({ReplicaState.SYNC_FALLBACK.value}); "
@@ -317,4 +317,4 @@ class Producer:
                 return
             time.sleep(SYNC_POLL_SECONDS)
         if fell_back:  # caught up: synchronous again
-            self.admin.catalog.set_replica_state(sp, replica, ReplicaState.REPLICATING)
+            self.admin.set_replica_state(sp, replica, ReplicaState.REPLICATING)

@@ -121,9 +121,7 @@ def copy_ended(admin: StreamAdmin, plan: CopyPlan, error: str | None = None) -> 
     so a state a gateway recorded meanwhile (an error, a fallback) is kept."""
     if _is_its_replica(admin, plan):
         state = ReplicaState.UNEXPECTED if error else ReplicaState.WAITING_FOR_GATEWAY
-        admin.catalog.set_replica_state(
-            plan.source, plan.destination, state, error, only_from=ReplicaState.COPY_IN_PROGRESS
-        )
+        admin.set_replica_state(plan.source, plan.destination, state, error, only_from=ReplicaState.COPY_IN_PROGRESS)
 
 
 @contextmanager
@@ -132,7 +130,7 @@ def copying(admin: StreamAdmin, plan: CopyPlan) -> Iterator[None]:
     registered replica of the source), and say how it ended. Only a killed process leaves
     COPY_IN_PROGRESS behind; running the copy again ends it."""
     if _is_its_replica(admin, plan):
-        admin.catalog.set_replica_state(plan.source, plan.destination, ReplicaState.COPY_IN_PROGRESS)
+        admin.set_replica_state(plan.source, plan.destination, ReplicaState.COPY_IN_PROGRESS)
     try:
         yield
     except BaseException as err:

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.client.catalog import HasCatalog
 from streamrep.errors import Conflict, StreamrepError
 from streamrep.model.replication import position_key
 from streamrep.replication.flows import Flow
@@ -331,17 +330,17 @@ class CursorSync:
         self.errors: dict[str, str] = {}  # replica path -> the last pass's error
 
     def maybe_sync(
-        self, catalog: HasCatalog, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]
+        self, admin: StreamAdmin, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]
     ) -> bool:
         """Sync if a pass is due; returns whether one ran."""
         now = time.monotonic()
         if self.interval is None or now - self._last < self.interval:
             return False
         self._last = now
-        self.sync(catalog, replica_store, units)
+        self.sync(admin, replica_store, units)
         return True
 
-    def sync(self, catalog: HasCatalog, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]) -> None:
+    def sync(self, admin: StreamAdmin, replica_store: Store, units: Mapping[SourcePartition, Sequence[Flow]]) -> None:
         """One pass now. ``replica_store`` is the gateway's cluster (where its replicas are)."""
         work: dict[tuple[str, str], list[tuple[str, int]]] = defaultdict(list)
         flows: dict[tuple[str, str], Flow] = {}
@@ -355,7 +354,7 @@ class CursorSync:
             flow = flows[pair]
             try:
                 rows += sync_partitions(
-                    catalog.catalog.store(flow.source), flow.source_uuid, replica_store, flow.replica_uuid, partitions
+                    admin.store(flow.source), flow.source_uuid, replica_store, flow.replica_uuid, partitions
                 )
             except StreamrepError as err:
                 errors[str(flow.replica)] = str(err)

@@ -48,7 +48,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamrep.client.admin import StreamAdmin, now_ms
+from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import now_ms
 from streamrep.client.producer import FAILOVER_CHECK_SECONDS
 from streamrep.errors import (
     Conflict,
@@ -529,7 +530,7 @@ def _mark_link_failed_over(admin: StreamAdmin, src: StreamPath, dst: StreamPath)
     if rules.find_link(admin.entry(src).replicas, dst) is None:
         return
     admin.pause_replica(str(src), str(dst))
-    admin.catalog.set_replica_state(src, dst, ReplicaState.FAILED_OVER)
+    admin.set_replica_state(src, dst, ReplicaState.FAILED_OVER)
 
 
 def failover(
@@ -933,7 +934,7 @@ def _return(
     if rules.find_link(src_entry.replicas, dst) is None:
         ensure_replica(admin, src, dst, paused=False)
     else:
-        admin.catalog.set_replica_state(src, dst, ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER)
+        admin.set_replica_state(src, dst, ReplicaState.WAITING_FOR_GATEWAY, only_from=ReplicaState.FAILED_OVER)
         admin.resume_replica(str(src), str(dst))
     admin.set_failover(src, None)  # first: producers sent to the source write there at once
     admin.set_failover(dst, None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from streamrep.client.catalog import HasCatalog
+from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
@@ -55,17 +55,16 @@ class Blocked:
     unreadable: bool = False
 
 
-def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocked]]:
+def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Blocked]]:
     """Every agreed flow into the replicas on ``cluster``, and every upstream that is blocked."""
-    catalog = admin.catalog
     flows: list[Flow] = []
     blocked: list[Blocked] = []
-    for replica_entry in catalog.list_streams(cluster):
+    for replica_entry in admin.list_streams(cluster):
         replica = StreamPath(cluster, replica_entry.path)
         for upstream in replica_entry.upstreams:
-            source = catalog.path(upstream.path)
+            source = admin.path(upstream.path)
             try:
-                source_entry = catalog.entry(source)
+                source_entry = admin.entry(source)
             except StreamrepError as err:
                 blocked.append(Blocked(source, replica, str(err), unreadable=True))
                 continue
@@ -77,11 +76,10 @@ def flows_into(admin: HasCatalog, cluster: str) -> tuple[list[Flow], list[Blocke
     return with_topic_conflicts(admin, flows), blocked
 
 
-def with_topic_conflicts(admin: HasCatalog, flows: list[Flow]) -> list[Flow]:
+def with_topic_conflicts(admin: StreamAdmin, flows: list[Flow]) -> list[Flow]:
     """``flows``, each with the topics it must not carry under the fan-in topic rule
     (``rules.topic_conflicts``): read from the sources' topics, and, only where two upstreams
     of a replica share a name, their lineages and the replica's positions."""
-    catalog = admin.catalog
     by_replica: dict[str, list[Flow]] = {}
     for flow in flows:
         by_replica.setdefault(flow.replica_uuid, []).append(flow)
@@ -90,15 +88,15 @@ def with_topic_conflicts(admin: HasCatalog, flows: list[Flow]) -> list[Flow]:
         if len(into) < 2:
             continue
         try:
-            topics = {f.source_uuid: set(catalog.store(f.source).topics(f.source_uuid)) for f in into}
+            topics = {f.source_uuid: set(admin.store(f.source).topics(f.source_uuid)) for f in into}
         except StreamrepError:
             continue  # a source that cannot be read moves nothing this pass
         names = [name for found in topics.values() for name in found]
         if len(names) == len(set(names)):
             continue
-        marks = catalog.store(into[0].replica).marks(replica_uuid)
+        marks = admin.store(into[0].replica).marks(replica_uuid)
         upstreams = [(str(f.source), topics[f.source_uuid]) for f in into]
-        lineages = {str(f.source): catalog.lineage(f.source) for f in into}
+        lineages = {str(f.source): admin.lineage(f.source) for f in into}
         holds = {str(f.source): {k.split("|")[2] for k in marks if k.startswith(f"p|{f.source_uuid}|")} for f in into}
         for conflict in rules.topic_conflicts(into[0].replica, upstreams, lineages, holds):
             stopped.setdefault((replica_uuid, conflict.stopped), []).append(conflict)

@@ -140,18 +140,16 @@ class Gateway:
     ):
         admin.require_gateway(cluster)  # its cluster admin, or the cluster's authenticated gateway principal
         self.admin = admin
-        # From here on the gateway acts with that authority: on the unchecked catalog.
-        self.catalog = admin.catalog
         self.cluster = cluster
         self.id = validate_gateway_name(gateway_id or default_gateway_id())
         self.expiry = expiry
-        self.store = self.catalog.clusters.store(cluster)
+        self.store = self.admin.clusters.store(cluster)
         self.watch = StopWatch(self.store)
         self._share: list[str] | None = None  # the share last written to the heartbeat document
         self.unlisted_by: set[str] = set()  # source clusters whose gateway list leaves this gateway out
         self._last_beat = float("-inf")  # monotonic time of this gateway's last heartbeat
         self.cursor_sync = CursorSync()  # consumer groups' cursors, carried to the replicas (cursors.py)
-        self.lag = LagRecorder(self.catalog, cluster)  # lag history and metrics (replication/lag.py)
+        self.lag = LagRecorder(self.admin, cluster)  # lag history and metrics (replication/lag.py)
         self.applied = 0  # messages written to replicas (read ones skipped by loop prevention are not)
         self.served: set[Flow] = set()  # the flows of its last share
         self.errors: dict[Flow, str] = {}  # the flows its last pass could not serve, and why
@@ -220,7 +218,7 @@ class Gateway:
             first = sorted(set(self.errors.values()))
             more = f" (and {len(first) - 1} more errors)" if len(first) > 1 else ""
             raise StreamrepError(f"replication stopped: {first[0]}{more}")
-        self.cursor_sync.sync(self.catalog, self.store, self.assignment(whole=True).units)
+        self.cursor_sync.sync(self.admin, self.store, self.assignment(whole=True).units)
         if self.unreadable:
             raise Unavailable(
                 "; ".join(f"upstream {b.source} of {b.replica} cannot be read: {b.reason}" for b in self.unreadable)
@@ -234,7 +232,7 @@ class Gateway:
         for network encryption while this gateway would reach its source or this cluster in
         plaintext is left out and its replica put in error, with the reason, until it can be
         given (the clusters' settings are read now: they may have changed since ``replica add``)."""
-        flows, blocked = flows_into(self.catalog, self.cluster)
+        flows, blocked = flows_into(self.admin, self.cluster)
         self.unreadable = [b for b in blocked if b.unreadable]
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
@@ -252,7 +250,7 @@ class Gateway:
     def _encryption_refusal(self, flow: Flow) -> str | None:
         if not flow.networkencryption:
             return None
-        clusters = self.catalog.clusters
+        clusters = self.admin.clusters
         return network.encryption_refusal(clusters.get(flow.source.cluster), clusters.get(self.cluster))
 
     def assignment(self, whole: bool = False) -> Assignment:
@@ -274,7 +272,7 @@ class Gateway:
             for flow in all_flows:
                 try:
                     topics = ensure_topics(
-                        self.catalog.clusters.store(source.cluster),
+                        self.admin.clusters.store(source.cluster),
                         source_uuid,
                         self.store,
                         flow.replica_uuid,
@@ -299,7 +297,7 @@ class Gateway:
         holders: dict[str, set[str]] = defaultdict(set)  # replica UUID -> the gateways holding its partitions
         for source_cluster, units in units_by_cluster.items():
             try:
-                listed = self.catalog.gateways(source_cluster).get(self.cluster)
+                listed = self.admin.gateways(source_cluster).get(self.cluster)
             except Unavailable:
                 raise
             except StreamrepError as err:  # that cluster was removed meanwhile
@@ -327,7 +325,7 @@ class Gateway:
             beat(self.store, self.id, share=names)
             self._share = names
         # Every pass of both engines starts here, idle or not: the cursors of this share follow.
-        self.cursor_sync.maybe_sync(self.catalog, self.store, result.units)
+        self.cursor_sync.maybe_sync(self.admin, self.store, result.units)
         return result
 
     def _drop(self, flow: Flow, err: StreamrepError) -> None:
@@ -347,7 +345,7 @@ class Gateway:
         """Whether ``flow``'s link still holds, as read now: both streams still name each other, by
         the same UUIDs, and it is not paused. A read that fails counts as no."""
         try:
-            source_entry, replica_entry = self.catalog.entry(flow.source), self.catalog.entry(flow.replica)
+            source_entry, replica_entry = self.admin.entry(flow.source), self.admin.entry(flow.replica)
         except StreamrepError:
             return False
         found = agreement(flow.source, source_entry, flow.replica, replica_entry)
@@ -367,7 +365,7 @@ class Gateway:
 
         def entry(path: StreamPath) -> StreamEntry:
             if path not in entries:
-                entries[path] = self.catalog.entry(path)
+                entries[path] = self.admin.entry(path)
             return entries[path]
 
         began = time.perf_counter()
@@ -375,7 +373,7 @@ class Gateway:
             lines = lost_data(
                 self.store,
                 [HeldCheck(unit, flow.replica, flow.replica_uuid) for unit, flow in pairs],
-                lambda unit: self.catalog.clusters.store(unit.source.cluster),
+                lambda unit: self.admin.clusters.store(unit.source.cluster),
                 entry,
             )
         except Unavailable:
@@ -450,7 +448,7 @@ class Gateway:
         bounds: dict[SourcePartition, tuple[int, int] | StreamrepError] = {}
         for cluster, mine in by_source_cluster(units).items():
             try:
-                asked = self.catalog.clusters.store(cluster).offsets_many(
+                asked = self.admin.clusters.store(cluster).offsets_many(
                     [(unit.source_uuid, unit.topic, unit.partition) for unit in mine]
                 )
             except StreamrepError as err:
@@ -505,7 +503,7 @@ class Gateway:
         :param end: read nothing at or beyond this source offset.
         """
         [progress] = self.progress({unit: flows}).values()
-        source_store = self.catalog.clusters.store(unit.source.cluster)
+        source_store = self.admin.clusters.store(unit.source.cluster)
         return read_source(source_store, unit, progress.position, max_messages, end)
 
     def apply(
@@ -707,7 +705,7 @@ class Gateway:
         result: dict[SourcePartition, SourceRead | StreamrepError] = {}
         for cluster, units in by_source_cluster(due).items():
             try:
-                source_store = self.catalog.clusters.store(cluster)
+                source_store = self.admin.clusters.store(cluster)
             except StreamrepError as err:
                 result.update((unit, err) for unit in units)
                 continue
@@ -734,7 +732,7 @@ class Gateway:
         result: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
         for cluster, units in by_source_cluster(positions).items():
             try:
-                asked = self.catalog.clusters.store(cluster).offsets_many(
+                asked = self.admin.clusters.store(cluster).offsets_many(
                     [(unit.source_uuid, unit.topic, unit.partition) for unit in units]
                 )
             except StreamrepError:
@@ -752,7 +750,7 @@ class Gateway:
         fresh = [f for f in flows if (unit, f.replica_uuid) not in self._prepared and f.carries(unit.topic)]
         if not fresh:
             return
-        self.catalog.clusters.store(unit.source.cluster).prepare_read(
+        self.admin.clusters.store(unit.source.cluster).prepare_read(
             unit.source_uuid, unit.topic, unit.partition, position
         )
         for flow in fresh:
@@ -835,7 +833,7 @@ class Gateway:
         None at once where a source store cannot tell."""
         try:
             clusters = {flow.source.cluster for flow in self.served}
-            stores = [self.catalog.clusters.store(cluster) for cluster in sorted(clusters)]
+            stores = [self.admin.clusters.store(cluster) for cluster in sorted(clusters)]
         except StreamrepError:
             return None
         if not stores:
@@ -867,6 +865,6 @@ class Gateway:
         if flow.state is ReplicaState.SYNC_FALLBACK and state is ReplicaState.REPLICATING:
             return  # the synchronous path clears its own fallback once caught up
         try:
-            self.catalog.set_replica_state(flow.source, flow.replica, state, error)
+            self.admin.set_replica_state(flow.source, flow.replica, state, error)
         except StreamrepError:
             pass  # the link was removed meanwhile: nothing to report on

@@ -32,7 +32,6 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.client.catalog import HasCatalog
 from streamrep.errors import AlertRaised, InvalidArgument, StreamrepError
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import require_link
@@ -69,7 +68,7 @@ def lag_millis(oldest_pending_ts: int | None, now_ms: int) -> int:
     return 0 if oldest_pending_ts is None else max(0, now_ms - oldest_pending_ts)
 
 
-def measure(admin: HasCatalog, source: str, replica: str, now_ms: int | None = None) -> LagSample:
+def measure(admin: StreamAdmin, source: str, replica: str, now_ms: int | None = None) -> LagSample:
     """The lag of ``replica`` behind ``source`` now."""
     info = pending(admin, source, replica)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -145,13 +144,13 @@ class LagRecorder:
     their lag grows) and records the samples that are due. A failure to sample is logged, never
     raised: lag is an observation and must not stop replication.
 
-    :param catalog: the gateway's catalog.
+    :param admin: the gateway's admin.
     :param cluster: the gateway's (destination) cluster.
     :param every: seconds between two samples.
     """
 
-    def __init__(self, catalog: HasCatalog, cluster: str, every: float = SAMPLE_SECONDS):
-        self.catalog = catalog.catalog
+    def __init__(self, admin: StreamAdmin, cluster: str, every: float = SAMPLE_SECONDS):
+        self.admin = admin
         self.cluster = cluster
         self.every = every
         self.metrics: GatewayMetrics | None = None
@@ -190,7 +189,7 @@ class LagRecorder:
             return {}
         self._next = now + self.every
         try:
-            flows, _ = flows_into(self.catalog, self.cluster)
+            flows, _ = flows_into(self.admin, self.cluster)
         except StreamrepError as err:
             log.warning("lag of the replicas on %s not sampled: %s", self.cluster, err)
             return {}
@@ -200,7 +199,7 @@ class LagRecorder:
             self._next = now + max(self.every, (time.monotonic() - now) / MAX_SAMPLING_SHARE)
 
     def _sample(self, flows: list[Flow], every: float) -> dict[Flow, LagSample]:
-        store = self.catalog.clusters.store(self.cluster)
+        store = self.admin.clusters.store(self.cluster)
         taken: dict[Flow, LagSample] = {}
         for flow in flows:
             try:
@@ -208,7 +207,7 @@ class LagRecorder:
                 fresh = not due(store.catalog_get(LAG_KIND, key), int(time.time() * 1000), every)
                 if fresh and self.metrics is None:
                     continue  # another gateway sampled it just now, and nobody scrapes this one
-                sample = measure(self.catalog, str(flow.source), str(flow.replica))
+                sample = measure(self.admin, str(flow.source), str(flow.replica))
                 if not fresh:
                     record(store, flow, sample, every)
                 taken[flow] = sample

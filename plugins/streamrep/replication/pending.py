@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from streamrep.client.catalog import HasCatalog
+from streamrep.client.admin import StreamAdmin
 from streamrep.model.message import Message
 from streamrep.model.replication import position_key
 from streamrep.replication.apply import ORIGIN_HEADER
@@ -136,13 +136,12 @@ class Pending:
     estimate: bool = False  # ``messages`` and ``bytes`` are estimates (``partition_pending``)
 
 
-def pending(admin: HasCatalog, source: str, replica: str) -> Pending:
+def pending(admin: StreamAdmin, source: str, replica: str) -> Pending:
     """What the source holds that ``replica`` has not applied: messages, bytes, and the
     timestamps of the oldest and newest of them."""
-    catalog = admin.catalog
-    src, dst = catalog.path(source), catalog.path(replica)
-    src_entry, dst_entry = catalog.entry(src), catalog.entry(dst)
-    source_store, replica_store = catalog.store(src), catalog.store(dst)
+    src, dst = admin.path(source), admin.path(replica)
+    src_entry, dst_entry = admin.entry(src), admin.entry(dst)
+    source_store, replica_store = admin.store(src), admin.store(dst)
     marks = replica_store.marks(dst_entry.uuid)
     messages = size = 0
     oldest: int | None = None

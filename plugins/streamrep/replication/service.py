@@ -45,7 +45,6 @@ from enum import Enum
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.client.catalog import HasCatalog
 from streamrep.errors import InvalidArgument, StreamrepError
 from streamrep.model.paths import validate_cluster_name
 from streamrep.replication.assignment import (
@@ -396,14 +395,13 @@ def heartbeats(store: Store) -> dict[str, float]:
 
 
 def gateway_outage(
-    admin: HasCatalog, source_cluster: str, cluster: str, expiry: float = HEARTBEAT_EXPIRY_SECONDS
+    admin: StreamAdmin, source_cluster: str, cluster: str, expiry: float = HEARTBEAT_EXPIRY_SECONDS
 ) -> str | None:
     """Why no gateway replicates from ``source_cluster`` into ``cluster`` now (MapR's
     ErrAllGatewaysUnreachable), or None while one is live: one the source cluster lists for
     ``cluster`` (``cluster gateway set``), or any gateway of ``cluster`` if it lists none."""
-    catalog = admin.catalog
-    listed = catalog.gateways(source_cluster).get(cluster)
-    if live_gateways(eligible(heartbeats(catalog.clusters.store(cluster)), listed), time.time(), expiry):
+    listed = admin.gateways(source_cluster).get(cluster)
+    if live_gateways(eligible(heartbeats(admin.clusters.store(cluster)), listed), time.time(), expiry):
         return None
     if listed:
         return (

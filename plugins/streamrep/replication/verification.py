@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streamrep.client.admin import StreamAdmin, now_ms
+from streamrep.client.admin import StreamAdmin
+from streamrep.client.catalog import now_ms
 from streamrep.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
 from streamrep.model import replication as rules
 from streamrep.model.catalog import STREAM_KIND
