@@ -31,6 +31,9 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
 from streamrep.model.ace import Identity
 
+# The fixtures users get (opt-in, as in a user's repository): tests/unit/test_provider_distribution.py uses them.
+pytest_plugins = ["streamrep.testing"]
+
 ALICE = Identity(user="alice", groups=frozenset({"eng"}))
 BOB = Identity(user="bob", groups=frozenset({"sales"}))
 CAROL = Identity(user="carol", groups=frozenset({"eng"}))

@@ -1,8 +1,10 @@
 """pytest fixtures for testing DAGs and operators that use streamrep, in your own repository.
 
-Installed with the package and loaded by pytest on its own (the ``pytest11`` entry point), so a
-test needs no import and no conftest. Every fixture works on embedded clusters in the test's
-temporary folder: no broker, no Spark cluster, no Airflow server.
+Installed with the package, and loaded only where a test session asks for it: one line in the
+conftest.py at the root of your tests, ``pytest_plugins = ["streamrep.testing"]``, or ``pytest -p
+streamrep.testing``. It is no ``pytest11`` entry point, so it stays out of every other pytest session
+of an environment that has the wheel (it sets ``AIRFLOW_HOME``). Every fixture works on embedded
+clusters in the test's temporary folder: no broker, no Spark cluster, no Airflow server.
 
 ``streamrep_clusters``
     Embedded clusters (``streamrep_cluster_names``, by default ``sanfrancisco`` and ``newyork``),

@@ -235,8 +235,8 @@ def test_the_manual_setup_dag_copies_on_spark_with_the_packaged_app(installed):
 def test_the_guides_example_user_test_passes_with_the_packaged_fixtures(installed):
     user_repo = installed.root / "user-dag-repo"
     (user_repo / "tests").mkdir(parents=True)
-    name = "tests/test_orders_replication.py"
-    (user_repo / name).write_text(documented_files()[name])
+    for name in ("tests/conftest.py", "tests/test_orders_replication.py"):  # the plugin is opt-in
+        (user_repo / name).write_text(documented_files()[name])
     env = {k: v for k, v in installed.env.items() if not k.startswith("AIRFLOW")}  # the plugin's own home
     done = installed.run("pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=user_repo, env=env, timeout=600)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
