@@ -21,7 +21,7 @@ from streamrep.errors import NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name
-from streamrep.store.base import Store
+from streamrep.store.base import CatalogDoc, Store
 
 
 def now_ms() -> int:
@@ -66,7 +66,7 @@ class Catalog:
     def update(self, sp: StreamPath, change: Callable[[StreamEntry], StreamEntry | None]) -> StreamEntry | None:
         """Atomically change an existing stream's entry (None deletes it)."""
 
-        def apply(doc: dict | None) -> dict | None:
+        def apply(doc: CatalogDoc | None) -> CatalogDoc | None:
             if doc is None:
                 raise NotFound(f"stream {sp} does not exist")
             new = change(StreamEntry.from_dict(doc))

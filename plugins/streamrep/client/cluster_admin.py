@@ -16,6 +16,7 @@ from streamrep.model import replication as rules
 from streamrep.model.ace import validate_ace
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce
 from streamrep.model.paths import validate_cluster_name
+from streamrep.store.base import CatalogDoc
 
 
 class ClusterCommands(Permissions):
@@ -37,7 +38,7 @@ class ClusterCommands(Permissions):
         if store.catalog_get(CLUSTER_KIND, CLUSTER_ACE_KEY) is not None or store.catalog_list(STREAM_KIND):
             return info  # nothing to write: a principal that may not write the catalog can register it too
 
-        def claim_if_new(doc: dict | None) -> dict | None:
+        def claim_if_new(doc: CatalogDoc | None) -> CatalogDoc | None:
             return doc if doc is not None or store.catalog_list(STREAM_KIND) else ace.to_dict()
 
         store.catalog_update(CLUSTER_KIND, CLUSTER_ACE_KEY, claim_if_new)
@@ -56,7 +57,7 @@ class ClusterCommands(Permissions):
         if not text:
             raise InvalidArgument(f"cluster {name} needs an adminperm: an empty ACE would lock everyone out")
 
-        def change(doc: dict | None) -> dict:
+        def change(doc: CatalogDoc | None) -> CatalogDoc:
             old = None if doc is None else ClusterAce.from_dict(doc)
             self._check_cluster_ace(old, name)  # inside the update: no change slips in between
             if old is None:
@@ -94,7 +95,7 @@ class ClusterCommands(Permissions):
         source = self._source_cluster(cluster)
         self.require_cluster_admin(source)
 
-        def delete(doc: dict | None) -> None:
+        def delete(doc: CatalogDoc | None) -> None:
             if doc is None:
                 raise NotFound(f"cluster {source} lists no gateways for destination cluster {dstcluster}")
             return None

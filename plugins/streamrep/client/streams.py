@@ -16,6 +16,7 @@ from streamrep.model.catalog import STREAM_KIND, StreamEntry
 from streamrep.model.failover import FailoverRecord, FailoverState
 from streamrep.model.paths import StreamPath, validate_topic_name
 from streamrep.model.stream import StreamMeta, validate_partition_count
+from streamrep.store.base import CatalogDoc
 
 # Any one of these lets a caller see a stream's topics with their offsets and message counts.
 TOPIC_READ_PERMS = ("consumeperm", "produceperm", "topicperm")
@@ -63,7 +64,7 @@ class StreamCommands(Permissions):
         others = {path: doc.get("naming") for path, doc in store.catalog_list(STREAM_KIND).items()}
         store.check_naming(sp.path, entry.naming, others)
 
-        def create(doc: dict | None) -> dict:
+        def create(doc: CatalogDoc | None) -> CatalogDoc:
             if doc is not None:
                 raise AlreadyExists(f"stream {sp} already exists")
             return entry.to_dict()
