@@ -124,7 +124,7 @@ def gateway_row(row: GatewayRow) -> dict[str, Any]:
         "partitions": row.partitions,
         "share": list(row.share),
         "listedBy": list(row.listed_by),
-        "desired": row.desired,
+        "desired": None if row.desired is None else row.desired.value,
     }
 
 

@@ -449,7 +449,7 @@ def test_an_idle_gateway_waits_for_a_message_rather_than_passing_every_interval(
 
     outcome: list = []
     before = len(passes)
-    runner = threading.Thread(target=lambda: outcome.append(gw.run(interval=600)))
+    runner = threading.Thread(target=lambda: outcome.append(str(gw.run(interval=600))))
     runner.start()
     try:
         deadline = time.monotonic() + 30

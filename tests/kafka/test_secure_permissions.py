@@ -42,6 +42,7 @@ from streamrep.client import Clusters, StreamAdmin
 from streamrep.errors import PermissionDenied, StreamrepError
 from streamrep.model.ace import Identity
 from streamrep.model.failover import FailoverRecord, FailoverState
+from streamrep.model.gateways import DesiredState
 from streamrep.replication import service
 from streamrep.replication.failover import failback, failover
 from streamrep.replication.gateway import Gateway
@@ -328,7 +329,7 @@ def test_the_fence_is_the_brokers_and_the_gateway_needs_no_admin_rights(world):
     refusals = {
         "cluster ace set": lambda: gw.set_cluster_ace("u:gateway", cluster="newyork"),
         "cluster gateway set": lambda: gw.set_gateways("newyork", "g2", cluster="sanfrancisco"),
-        "gateway stop": lambda: service.request(gw, "newyork", service.STOPPED),
+        "gateway stop": lambda: service.request(gw, "newyork", DesiredState.STOPPED),
         "stream edit": lambda: gw.edit_stream(src, produceperm="p"),
         "stream create": lambda: gw.create_stream("/mapr/newyork/mine"),
     }

@@ -209,9 +209,10 @@ def test_stream_gateways_on_a_stopped_cluster_ends_in_seconds_without_spark(
     import time
 
     from streamrep.dags.stream_gateways import dag
+    from streamrep.model.gateways import DesiredState
     from streamrep.replication import service
 
-    service.request(linked, "newyork", service.STOPPED)
+    service.request(linked, "newyork", DesiredState.STOPPED)
     started = time.monotonic()
     result = streamrep_run_dag(dag, {"cluster": "newyork", "gateways": "gw1 gw2"})
     took = time.monotonic() - started
@@ -228,15 +229,16 @@ def test_stream_gateways_on_a_stopped_cluster_ends_in_seconds_without_spark(
 
 def test_stream_gateways_on_a_started_or_unmanaged_cluster_still_submits(linked, stub_gateway_app, streamrep_run_dag):
     from streamrep.dags.stream_gateways import dag
+    from streamrep.model.gateways import DesiredState
     from streamrep.replication import service
 
     assert service.desired_state(linked.clusters.store("newyork")) is None  # not managed
     unmanaged = streamrep_run_dag(dag, {"cluster": "newyork", "gateways": "gw1"})
     assert unmanaged.tasks == {"plan_gateways": "success", "gateway": "success"}, unmanaged
-    service.request(linked, "newyork", service.RUNNING)
+    service.request(linked, "newyork", DesiredState.RUNNING)
     op = StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw2")
     assert op.execute(ctx()) == {"cluster": "newyork", "gateway": "gw2", "once": False}
-    service.request(linked, "newyork", service.STOPPED)  # a drain (once) ignores the stop, as the app does
+    service.request(linked, "newyork", DesiredState.STOPPED)  # a drain (once) ignores the stop, as the app does
     StreamGatewayOperator(task_id="gateway", cluster="newyork", gateway_id="gw3", once=True).execute(ctx())
     submitted = stub_gateway_app.read_text().splitlines()
     assert [line.split("--id ")[1].split()[0] for line in submitted] == ["gw1", "gw2", "gw3"], submitted

@@ -12,9 +12,11 @@ from datetime import timedelta
 
 import pytest
 
+from streamrep.airflow import supervisor
 from streamrep.cli.main import run
 from streamrep.client.producer import Producer
 from streamrep.errors import NotFound, PermissionDenied
+from streamrep.model.gateways import DesiredState
 from streamrep.replication import service
 from streamrep.replication.gateway import HEARTBEAT_KIND, Gateway
 from streamrep.replication.status import replica_status
@@ -69,17 +71,17 @@ def replica_values(admin) -> list[str]:
 @ON_BOTH
 def test_start_and_stop_record_the_desired_state_with_who_and_when(linked):
     assert service.desired_state(linked.clusters.store("newyork")) is None  # not managed yet
-    row = service.request(linked, "newyork", service.STOPPED)
+    row = service.request(linked, "newyork", DesiredState.STOPPED)
     assert row.desired == "stopped" and row.by == "alice" and row.live == ()
     assert service.desired_state(linked.clusters.store("newyork")) == "stopped"
-    assert service.request(linked, "newyork", service.RUNNING).desired == "running"
+    assert service.request(linked, "newyork", DesiredState.RUNNING).desired == "running"
     assert service.desired_state(linked.clusters.store("newyork")) == "running"
 
 
 def test_only_a_cluster_admin_may_start_or_stop_its_gateways(linked, bob, as_alice):
     linked.set_cluster_ace("u:alice", "newyork")
     with pytest.raises(PermissionDenied, match="adminperm on cluster newyork"):
-        service.request(bob, "newyork", service.STOPPED)
+        service.request(bob, "newyork", DesiredState.STOPPED)
     assert service.desired_state(linked.clusters.store("newyork")) is None  # nothing written
     status, out, err = cli("gateway", "stop", "-cluster", "newyork")  # alice: allowed
     assert status == 0, err
@@ -94,7 +96,7 @@ def test_only_a_cluster_admin_may_start_or_stop_its_gateways(linked, bob, as_ali
 
 def test_unknown_cluster_and_bad_options_are_one_line_errors(linked, as_alice):
     with pytest.raises(NotFound):
-        service.request(linked, "boston", service.RUNNING)
+        service.request(linked, "boston", DesiredState.RUNNING)
     for argv, status in (
         (("gateway", "start", "-cluster", "boston"), 1),
         (("gateway", "list", "-cluster", "boston"), 1),
@@ -175,7 +177,7 @@ def test_a_running_gateway_stops_after_its_pass_and_withdraws_its_heartbeat(link
     gateway = Gateway(linked, "newyork", "g1")
     gateway.watch.interval = 0.05
     result: dict = {}
-    worker = threading.Thread(target=lambda: result.update(line=gateway.run(interval=0.01)))
+    worker = threading.Thread(target=lambda: result.update(line=str(gateway.run(interval=0.01))))
     worker.start()
     deadline = time.monotonic() + 20
     while len(replica_values(linked)) < 200 and time.monotonic() < deadline:
@@ -191,13 +193,13 @@ def test_a_running_gateway_stops_after_its_pass_and_withdraws_its_heartbeat(link
     assert "g1" not in linked.clusters.store("newyork").catalog_list(HEARTBEAT_KIND)
     assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(200))  # exactly once
     # started while stopped: does not start, and says how to start again
-    line = Gateway(linked, "newyork", "g1").run(interval=0.01)
+    line = str(Gateway(linked, "newyork", "g1").run(interval=0.01))
     assert line.startswith("gateway g1 not started") and "gateway start -cluster newyork" in line
     assert "g1" not in linked.clusters.store("newyork").catalog_list(HEARTBEAT_KIND)
 
 
 def test_gateway_run_local_while_stopped_exits_0_with_one_line(linked, as_alice):
-    service.request(linked, "newyork", service.STOPPED)
+    service.request(linked, "newyork", DesiredState.STOPPED)
     code, out, err = cli("gateway", "run", "-cluster", "newyork", "-engine", "local")
     assert code == 0 and err.count("\n") == 1 and "not started" in err
     produce(linked, 3)  # a drain (-once) ignores the desired state
@@ -216,32 +218,32 @@ def test_stop_wait_times_out_with_one_line_while_a_gateway_stays_live(linked, as
 # -- the supervisor's decision -----------------------------------------------------------------
 def test_supervisor_launches_with_doubling_backoff_and_deterministic_run_ids(linked):
     t0 = 1_000_000.0
-    assert not service.supervise(linked, "newyork", now=t0).launch  # not managed: left alone
-    service.request(linked, "newyork", service.RUNNING)
-    first = service.supervise(linked, "newyork", now=t0)
+    assert not supervisor.supervise(linked, "newyork", now=t0).launch  # not managed: left alone
+    service.request(linked, "newyork", DesiredState.RUNNING)
+    first = supervisor.supervise(linked, "newyork", now=t0)
     assert first.launch and first.run_id.startswith("gateway_service__newyork__") and first.run_id.endswith("__1")
-    assert not service.supervise(linked, "newyork", now=t0 + 29).launch  # in flight / backing off
-    second = service.supervise(linked, "newyork", now=t0 + 30)
+    assert not supervisor.supervise(linked, "newyork", now=t0 + 29).launch  # in flight / backing off
+    second = supervisor.supervise(linked, "newyork", now=t0 + 30)
     assert second.launch and second.run_id.endswith("__2")
-    assert not service.supervise(linked, "newyork", now=t0 + 30 + 59).launch  # backoff doubled to 60 s
-    third = service.supervise(linked, "newyork", now=t0 + 30 + 60)
+    assert not supervisor.supervise(linked, "newyork", now=t0 + 30 + 59).launch  # backoff doubled to 60 s
+    third = supervisor.supervise(linked, "newyork", now=t0 + 30 + 60)
     assert third.launch and third.run_id.endswith("__3")
     # a launch whose run is still active is in flight, whatever the backoff says
-    active = service.supervise(linked, "newyork", run_state=lambda rid: "running", now=t0 + 10_000)
+    active = supervisor.supervise(linked, "newyork", run_state=lambda rid: "running", now=t0 + 10_000)
     assert not active.launch and "in flight" in active.reason
     # ended runs: launch again; the backoff is capped at 5 minutes
     for _ in range(6):
-        service.supervise(linked, "newyork", run_state=lambda rid: "failed", now=t0 + 10_000)
-    assert service.launch_backoff(10) == service.LAUNCH_BACKOFF_MAX_SECONDS
+        supervisor.supervise(linked, "newyork", run_state=lambda rid: "failed", now=t0 + 10_000)
+    assert supervisor.launch_backoff(10) == supervisor.LAUNCH_BACKOFF_MAX_SECONDS
     # a live gateway: nothing to launch, and the backoff starts afresh
     Gateway(linked, "newyork", "g1").heartbeat()
-    decision = service.supervise(linked, "newyork")
+    decision = supervisor.supervise(linked, "newyork")
     assert not decision.launch and "live gateways g1" in decision.reason
-    assert service.desired(linked.clusters.store("newyork"))["launch"]["attempts"] == 0
+    assert service.desired(linked.clusters.store("newyork")).launch.attempts == 0
     # stopped: nothing to supervise
-    service.request(linked, "newyork", service.STOPPED)
-    assert not service.supervise(linked, "newyork", now=t0 + 20_000).launch
-    assert service.managed_clusters(linked, ["newyork", "sanfrancisco"]) == []
+    service.request(linked, "newyork", DesiredState.STOPPED)
+    assert not supervisor.supervise(linked, "newyork", now=t0 + 20_000).launch
+    assert supervisor.managed_clusters(linked, ["newyork", "sanfrancisco"]) == []
 
 
 @pytest.mark.parametrize("marked", ["success", "failed"])
@@ -249,29 +251,29 @@ def test_a_gateway_run_marked_in_the_ui_is_restarted_and_only_gateway_stop_stops
     """Issue 21, item 17: the one way to stop a continuous gateway is ``gateway stop`` (the
     service DAG's ``stop``). A run marked success or failed by hand killed its gateway; while the
     cluster is started, the supervisor (every minute) launches a new run within a minute."""
-    service.request(linked, "newyork", service.RUNNING)
-    first = service.supervise(linked, "newyork")
+    service.request(linked, "newyork", DesiredState.RUNNING)
+    first = supervisor.supervise(linked, "newyork")
     assert first.launch
     gateway = Gateway(linked, "newyork", "g1")
     gateway.heartbeat()  # the launched run's gateway is live: healthy
-    assert not service.supervise(linked, "newyork", run_state=lambda rid: "running").launch
+    assert not supervisor.supervise(linked, "newyork", run_state=lambda rid: "running").launch
     gateway.stop()  # the run marked by hand: Airflow's on_kill ended the gateway
-    launched_at = service.desired(linked.clusters.store("newyork"))["launch"]["at"]
+    launched_at = service.desired(linked.clusters.store("newyork")).launch.at
     states = {first.run_id: marked}
     ended = lambda rid: states.get(rid, "running")  # noqa: E731 - the relaunched run runs
-    again = service.supervise(linked, "newyork", run_state=ended, now=launched_at + 60)
+    again = supervisor.supervise(linked, "newyork", run_state=ended, now=launched_at + 60)
     assert again.launch and again.run_id != first.run_id, again.reason  # restarted, not stopped
-    assert not service.supervise(linked, "newyork", run_state=ended, now=launched_at + 120).launch  # in flight
+    assert not supervisor.supervise(linked, "newyork", run_state=ended, now=launched_at + 120).launch  # in flight
     # gateway stop: the supervisor leaves the cluster alone, and a gateway started anyway exits at once
-    service.request(linked, "newyork", service.STOPPED)
-    assert not service.supervise(linked, "newyork", run_state=ended, now=launched_at + 600).launch
+    service.request(linked, "newyork", DesiredState.STOPPED)
+    assert not supervisor.supervise(linked, "newyork", run_state=ended, now=launched_at + 600).launch
 
 
 def test_supervisor_needs_adminperm_to_launch(linked, bob):
-    service.request(linked, "newyork", service.RUNNING)
+    service.request(linked, "newyork", DesiredState.RUNNING)
     linked.set_cluster_ace("u:alice", "newyork")
     with pytest.raises(PermissionDenied):
-        service.supervise(bob, "newyork")
+        supervisor.supervise(bob, "newyork")
 
 
 # -- the supervisor DAG -------------------------------------------------------------------------
@@ -372,7 +374,7 @@ def test_the_page_starts_and_stops_gateways_and_shows_their_shares(linked, as_al
 def test_a_spark_gateway_started_while_stopped_returns_at_once_with_one_line(linked, capsys):
     from streamrep.spark.jobs import gateway_job
 
-    service.request(linked, "newyork", service.STOPPED)
+    service.request(linked, "newyork", DesiredState.STOPPED)
     gateway_job(None, linked, "newyork", "g1")  # returns before it needs a Spark session
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(
@@ -385,8 +387,8 @@ def test_a_cluster_the_supervisor_may_not_launch_does_not_keep_the_others_down(l
     from airflow.sdk.exceptions import AirflowFailException
 
     op = type(service_dag.get_task("gateway_service"))
-    service.request(linked, "sanfrancisco", service.RUNNING)
-    service.request(linked, "newyork", service.RUNNING)
+    service.request(linked, "sanfrancisco", DesiredState.RUNNING)
+    service.request(linked, "newyork", DesiredState.RUNNING)
     linked.set_cluster_ace("u:alice", "sanfrancisco")
     monkeypatch.setenv("STREAMREP_USER", "bob")  # the hook's identity: no adminperm on sanfrancisco
     monkeypatch.setenv("STREAMREP_GROUPS", "")

@@ -26,11 +26,13 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from streamrep.airflow import rows as presented
+from streamrep.airflow import supervisor
 from streamrep.airflow.assets import emit_replica_caught_up, emits_caught_up
 from streamrep.airflow.hook import ConnectionClusters, StreamrepHook, discover_connection_clusters, user_errors
 from streamrep.airflow.params import as_bool
+from streamrep.airflow.supervisor import GATEWAYS_DAG_ID, ServiceAction
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import AlreadyExists, InvalidArgument, NotFound, StreamrepError
+from streamrep.errors import AlreadyExists, InvalidArgument, NotFound
 from streamrep.model import replication as rules
 from streamrep.model.paths import StreamPath
 from streamrep.model.stream import StreamMeta
@@ -580,10 +582,6 @@ class GatewayPlanOperator(StreamrepOperator):
         return sorted(names)
 
 
-GATEWAYS_DAG_ID = "stream_gateways"
-SERVICE_ACTIONS = ("supervise", "start", "stop")
-
-
 class GatewayServiceOperator(StreamrepOperator):
     """The gateways as a service (``streamrep.replication.service``): ``start`` or ``stop`` a
     cluster's gateways (``gateway start|stop -cluster C``), or ``supervise``: for each cluster
@@ -615,46 +613,29 @@ class GatewayServiceOperator(StreamrepOperator):
         self.gateways_dag_id = gateways_dag_id
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
-        if self.action not in SERVICE_ACTIONS:
-            raise InvalidArgument(f"action must be one of {', '.join(SERVICE_ACTIONS)}, not {self.action!r}")
+        action = ServiceAction.parse(self.action)
         cluster = self.cluster or None
-        if self.action != "supervise":
+        if action is not ServiceAction.SUPERVISE:
             if cluster is None:
-                raise InvalidArgument(f"action {self.action} needs a cluster")
-            req = service.request(admin, cluster, service.RUNNING if self.action == "start" else service.STOPPED)
+                raise InvalidArgument(f"action {action.value} needs a cluster")
+            req = service.request(admin, cluster, action.desired)
             self.log.info(
                 "gateways of %s: desired state %s (by %s); live now: %s",
                 cluster,
-                req.desired,
+                req.desired.value,
                 req.by,
                 " ".join(req.live) or "none",
             )
-            if self.action == "stop":
+            if action is ServiceAction.STOP:
                 if req.live:
                     self.log.info("%s stop after their current batch; their runs end as success", " ".join(req.live))
                 return []
-        if cluster is not None:
-            names = [cluster]
-        else:
-            names = service.managed_clusters(admin, known_clusters(admin))
+        names = [cluster] if cluster is not None else supervisor.managed_clusters(admin, known_clusters(admin))
         ti = context.get("ti") if hasattr(context, "get") else None
         run_state = None
         if ti is not None and hasattr(ti, "get_dagrun_state"):
             run_state = lambda run_id: ti.get_dagrun_state(self.gateways_dag_id, run_id)  # noqa: E731
-        launches, failed = [], []
-        for name in names:
-            try:
-                decision = service.supervise(admin, name, run_state)
-            except StreamrepError as err:  # one cluster down or refused must not keep the others down
-                self.log.error("%s: cannot supervise: %s", name, err)
-                failed.append(err)
-                continue
-            self.log.info("%s", decision.reason)
-            if decision.launch:
-                launches.append({"trigger_run_id": decision.run_id, "conf": {"cluster": name, "once": False}})
-        if failed and len(failed) == len(names):
-            raise failed[0]  # nothing could be supervised: the run says so
-        return launches
+        return supervisor.launches(admin, names, run_state, self.log)
 
 
 class ReplicaLagMonitorOperator(StreamrepOperator):

@@ -34,6 +34,7 @@ from streamrep.airflow.page_access import (
     location_scrubber,
 )
 from streamrep.airflow.page_data import ClusterHealth, blank_view, cluster_list, cluster_view
+from streamrep.airflow.supervisor import ServiceAction
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import NotFound, StreamrepError, http_status
 from streamrep.replication import service
@@ -188,7 +189,7 @@ def create_app(
         try:
             hook.discover_clusters()
             admin = StreamAdmin(hook.clusters, caller.identity)
-            req = service.request(admin, cluster, service.RUNNING if action == "start" else service.STOPPED)
+            req = service.request(admin, cluster, ServiceAction(action).desired)
         except StreamrepError as err:
             return error(http_status(err), str(err))
         finally:

@@ -114,4 +114,4 @@ def copy_summary_row(summary: CopySummary) -> dict[str, Any]:
 
 def service_request_row(req: ServiceRequest) -> dict[str, Any]:
     """A ``gateway start`` / ``stop`` request: ``cluster``, ``desired``, ``by``, ``at``, ``live``."""
-    return {"cluster": req.cluster, "desired": req.desired, "by": req.by, "at": req.at, "live": list(req.live)}
+    return {"cluster": req.cluster, "desired": req.desired.value, "by": req.by, "at": req.at, "live": list(req.live)}

@@ -14,6 +14,7 @@ from streamrep.cli import rows
 from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
 from streamrep.errors import StreamrepError
+from streamrep.model.gateways import DesiredState
 from streamrep.model.replication import MAX_GATEWAY_INTERVAL
 from streamrep.replication import service
 from streamrep.replication.gateway import Gateway
@@ -65,9 +66,9 @@ def gateway_run(
             )
         return [{"cluster": cluster, "gateway": gateway.id, "messages": moved}]
     with stop_on_signals(gateway):
-        line = gateway.run(interval=interval)
-    if line:  # stopped by a signal or 'gateway stop', or not started: a requested state, so exit status 0
-        ctx.err.write(f"streamrep: {line}\n")
+        ended = gateway.run(interval=interval)
+    if ended:  # stopped by a signal or 'gateway stop', or not started: a requested state, so exit status 0
+        ctx.err.write(f"streamrep: {ended}\n")
     return []
 
 
@@ -96,14 +97,14 @@ def _when(at: float | None) -> str | None:
 
 def gateway_start(ctx: Context, cluster: str) -> Rows:
     """Record that ``cluster``'s gateways should run, and say who starts them."""
-    req = service.request(ctx.admin, cluster, service.RUNNING)
+    req = service.request(ctx.admin, cluster, DesiredState.RUNNING)
     then = service.next_step(req, "the stream_gateway_service DAG starts them within a minute (if it is unpaused)")
     return [rows.service_row(req, _when(req.at), then)]
 
 
 def gateway_stop(ctx: Context, cluster: str, wait: bool = False, timeout: float = DEFAULT_STOP_TIMEOUT) -> Rows:
     """Ask ``cluster``'s gateways to stop after their current batch; with ``-wait``, until none is live."""
-    req = service.request(ctx.admin, cluster, service.STOPPED)
+    req = service.request(ctx.admin, cluster, DesiredState.STOPPED)
     live = service.wait_stopped(ctx.admin, cluster, timeout) if wait else list(req.live)
     if wait and live:
         raise StreamrepError(

@@ -177,4 +177,4 @@ def cluster_ace_row(info: ClusterAceInfo) -> dict[str, Any]:
 
 def service_row(req: ServiceRequest, at: str | None, then: str) -> dict[str, Any]:
     """``gateway start`` / ``stop``: ``cluster``, ``desired``, ``by``, ``at`` (as shown), ``next`` (what happens now)."""
-    return {"cluster": req.cluster, "desired": req.desired, "by": req.by, "at": at, "next": then}
+    return {"cluster": req.cluster, "desired": req.desired.value, "by": req.by, "at": at, "next": then}

@@ -7,15 +7,17 @@ from datetime import timedelta
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Param
 
-from streamrep.airflow.operators import GATEWAYS_DAG_ID, SERVICE_ACTIONS, GatewayServiceOperator
+from streamrep.airflow.operators import GatewayServiceOperator
 from streamrep.airflow.params import optional_cluster_param
+from streamrep.airflow.supervisor import GATEWAYS_DAG_ID, ServiceAction
 
 DOC = """
 ### Gateways as a service
 
 Keeps the gateways of every cluster whose gateways should run (`streamrep gateway start
 -cluster C`) running, and starts or stops them on request. The desired state lives in each
-destination cluster's catalog (`streamrep.replication.service`), so the CLI, this DAG, the REST
+destination cluster's catalog (`streamrep.replication.service`; the supervisor's decision is
+`streamrep.airflow.supervisor`), so the CLI, this DAG, the REST
 API and the page all act on the same state.
 
 | action | what it does |
@@ -75,7 +77,7 @@ with DAG(
         "action": Param(
             "supervise",
             type="string",
-            enum=list(SERVICE_ACTIONS),
+            enum=[action.value for action in ServiceAction],
             title="Action",
             description="supervise (what scheduled runs do), start or stop.",
         ),

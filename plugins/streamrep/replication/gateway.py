@@ -27,6 +27,7 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import RetryNow, StoreFull, StreamrepError, Unavailable
 from streamrep.model import network
 from streamrep.model.catalog import StreamEntry
+from streamrep.model.gateways import GatewayStop, StopCause
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, agreement, stop_key, validate_gateway_name
@@ -194,15 +195,18 @@ class Gateway:
         interval unless ``force``)."""
         return self.watch.stop_requested(force)
 
-    def stopped_line(self) -> str:
-        return stopped_line(self.cluster, self.watch.doc)
+    def service_stop(self, cause: StopCause) -> GatewayStop:
+        """This gateway does not run (``cause``: not started, or stopped) because its cluster's
+        gateways are stopped: the stop request, and how to start them again."""
+        return GatewayStop(self.id, cause, stopped_line(self.cluster, self.watch.doc))
 
     def stop(self) -> None:
         """Withdraw this gateway's heartbeat so the others take its share at once."""
         withdraw(self.store, self.id)
 
     def request_stop(self, reason: str) -> None:
-        """End ``run`` after the batch in progress (its positions commit with it), saying ``reason``."""
+        """End ``run`` after the batch in progress (its positions commit with it), saying ``reason``
+        (its ``GatewayStop`` reads "gateway <id> <reason>")."""
         self.stop_reason = reason
         self.stopping.set()
 
@@ -778,15 +782,17 @@ class Gateway:
         when there is some calls this when it takes its share)."""
         self.record_states([f for f in flows if f.state is ReplicaState.WAITING_FOR_GATEWAY], {})
 
-    def run(self, interval: float = 0.2, stop_after: float | None = None, where: dict | None = None) -> str | None:
+    def run(
+        self, interval: float = 0.2, stop_after: float | None = None, where: dict | None = None
+    ) -> GatewayStop | None:
         """Replicate until asked to stop (``gateway stop``), interrupted, or for ``stop_after``
         seconds. A gateway whose cluster's gateways are stopped does not start.
 
         :param where: where it runs (``service.placement``; default: this process, engine local).
-        :return: None after ``stop_after``, else one line: why it stopped or did not start.
+        :return: None after ``stop_after``, else why it stopped or did not start.
         """
         if self.stop_requested(force=True):
-            return f"gateway {self.id} not started: {self.stopped_line()}"
+            return self.service_stop(StopCause.NOT_STARTED)
         deadline = None if stop_after is None else time.monotonic() + stop_after
         self.announce(where or placement("local"))
         outage = Outage(self.id, interval, wait=self.stopping.wait)
@@ -796,10 +802,10 @@ class Gateway:
         try:
             while deadline is None or time.monotonic() < deadline:
                 if self.stopping.is_set():  # a signal: the last batch's positions are committed
-                    return f"gateway {self.id} {self.stop_reason}"
+                    return GatewayStop(self.id, StopCause.REQUESTED, self.stop_reason)
                 try:
                     if self.stop_requested():  # between passes: the last pass's positions are committed
-                        return f"gateway {self.id} stopped: {self.stopped_line()}"
+                        return self.service_stop(StopCause.SERVICE_STOPPED)
                     moved = self.run_once()
                 except Unavailable as err:
                     outage.failed(err)

@@ -39,7 +39,7 @@ from streamrep.replication.flows import Flow, flows_into
 from streamrep.replication.pending import pending
 from streamrep.replication.samples import FIELDS as FIELDS  # re-exported: the stored row
 from streamrep.replication.samples import NO_THRESHOLDS as NO_THRESHOLDS
-from streamrep.replication.samples import AlertCheck, AlertSetting, LagSample, Thresholds
+from streamrep.replication.samples import AlertCheck, AlertSetting, LagHistory, LagSample, Thresholds
 from streamrep.replication.service import gateway_outage
 from streamrep.store.base import Store
 
@@ -80,14 +80,9 @@ class _NotDue(Exception):
     """Another gateway sampled the flow less than ``every`` seconds ago: nothing to write."""
 
 
-def _newest(doc: Mapping[str, Any] | None) -> int | None:
-    rows = (doc or {}).get("samples") or []
-    return rows[-1][0] if rows else None
-
-
-def due(doc: Mapping[str, Any] | None, now_ms: int, every: float = SAMPLE_SECONDS) -> bool:
-    """Whether a flow whose history document is ``doc`` takes a sample at ``now_ms``."""
-    newest = _newest(doc)
+def due(history: LagHistory, now_ms: int, every: float = SAMPLE_SECONDS) -> bool:
+    """Whether a flow with ``history`` takes a sample at ``now_ms``."""
+    newest = history.newest
     return newest is None or now_ms - newest >= every * 1000
 
 
@@ -101,10 +96,10 @@ def appended(
     """``doc`` with ``sample`` added and only the newest ``keep`` samples kept; raises
     ``_NotDue`` when its newest sample is younger than ``every`` seconds (pure: a catalog
     change may run more than once)."""
-    if not due(doc, sample.t, every):
+    history = LagHistory.from_doc(doc)
+    if not due(history, sample.t, every):
         raise _NotDue()
-    rows = list((doc or {}).get("samples") or []) + [sample.row()]
-    return {"source": str(flow.source), "replica": str(flow.replica), "every": every, "samples": rows[-keep:]}
+    return LagHistory(str(flow.source), str(flow.replica), every, (*history.samples, sample)[-keep:]).to_doc()
 
 
 def record(
@@ -134,7 +129,8 @@ def lag_history(admin: StreamAdmin, source: str, replica: str) -> list[LagSample
 
 
 def samples_of(doc: Mapping[str, Any] | None) -> list[LagSample]:
-    return [LagSample(*row) for row in (doc or {}).get("samples") or []]
+    """The samples of a stored ``replica-lag`` document, oldest first."""
+    return list(LagHistory.from_doc(doc).samples)
 
 
 # -- what a gateway does ---------------------------------------------------------------------
@@ -204,7 +200,8 @@ class LagRecorder:
         for flow in flows:
             try:
                 key = flow_key(flow.source_uuid, flow.replica_uuid)
-                fresh = not due(store.catalog_get(LAG_KIND, key), int(time.time() * 1000), every)
+                history = LagHistory.from_doc(store.catalog_get(LAG_KIND, key))
+                fresh = not due(history, int(time.time() * 1000), every)
                 if fresh and self.metrics is None:
                     continue  # another gateway sampled it just now, and nobody scrapes this one
                 sample = measure(self.admin, str(flow.source), str(flow.replica))

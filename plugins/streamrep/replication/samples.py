@@ -1,9 +1,12 @@
-"""A replica's lag as measured (``LagSample``) and the thresholds it is held to (``Thresholds``):
-the values ``lag.py`` records and checks, and ``metrics.py`` exports."""
+"""A replica's lag as measured (``LagSample``), its recorded history (``LagHistory``) and the
+thresholds it is held to (``Thresholds``): the values ``lag.py`` records and checks, and
+``metrics.py`` exports."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from streamrep.model.paths import StreamPath
 
@@ -23,6 +26,33 @@ class LagSample:
     def row(self) -> list[int]:
         """As stored: ``FIELDS`` in order."""
         return [int(getattr(self, name)) for name in FIELDS]
+
+
+@dataclass(frozen=True)
+class LagHistory:
+    """A flow's ``replica-lag`` document: its ``source`` and ``replica`` paths, the sampling
+    interval it was written with (``every``, seconds) and its ``samples``, oldest first (stored
+    as compact ``FIELDS`` rows). A field missing from an older document is None."""
+
+    source: str | None = None
+    replica: str | None = None
+    every: float | None = None
+    samples: tuple[LagSample, ...] = ()
+
+    @property
+    def newest(self) -> int | None:
+        """When the newest sample was taken (ms since the epoch), or None."""
+        return self.samples[-1].t if self.samples else None
+
+    def to_doc(self) -> dict[str, Any]:
+        rows = [sample.row() for sample in self.samples]
+        return {"source": self.source, "replica": self.replica, "every": self.every, "samples": rows}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any] | None) -> LagHistory:
+        doc = doc or {}
+        rows = doc.get("samples") or ()
+        return cls(doc.get("source"), doc.get("replica"), doc.get("every"), tuple(LagSample(*row) for row in rows))
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
-"""Gateways as a service: the desired state of a cluster's gateways, what each live gateway
-reports about itself, and the supervisor's decision. One place for these rules; the CLI
-(``gateway start/stop/list``), the page, the supervisor DAG and the gateways themselves call it.
+"""Gateways as a service: the desired state of a cluster's gateways and what each live gateway
+reports about itself. One place for these rules; the CLI (``gateway start/stop/list``), the
+page, the supervisor (``airflow/supervisor.py``) and the gateways themselves call it.
 
 Documents, all in the catalog of the destination cluster the gateways serve (a gateway acts
 with its cluster's authority, so its cluster is where its state belongs, and a cluster's state
 travels with it):
 
-- ``gateway-heartbeat/<gateway id>``: written by the gateway. ``ts`` (its last beat), ``host``,
+- ``gateway-heartbeat/<gateway id>`` (``model.gateways.HeartbeatDoc``): written by the gateway. ``ts`` (its last beat), ``host``,
   ``pid``, where it runs (``engine`` local|spark; on Spark the ``master`` and ``appId``; under
   Airflow the ``airflow`` task: dag id, run id, task id and try, from the ``AIRFLOW_CTX_*``
   variables Airflow exports to the task process), and its ``share``: the source partitions it
   holds, written whenever its assignment changes (not per beat: the catalog is not written more
   than needed). A gateway withdraws the document when it stops.
-- ``gateway-service/desired``: ``state`` running|stopped, ``by`` and ``at`` of the last request,
+- ``gateway-service/desired`` (``model.gateways.ServiceDoc``): ``state`` running|stopped, ``by`` and ``at`` of the last request,
   and the supervisor's ``launch`` record. No document means the gateways are not managed: they
   run when someone starts them (``gateway run``) and the supervisor leaves the cluster alone.
 
@@ -24,14 +24,6 @@ state is ``stopped`` exits at once with status 0 and one line saying so: stopped
 that was asked for, so finding it is not an error (a stop that races a supervisor's launch, or a
 task retried after ``gateway stop``, must not turn into a failed run), and the line names the
 command that starts them again. ``gateway run -once`` (a drain) ignores the desired state.
-
-Supervision (``supervise``): for a cluster whose desired state is ``running`` with no live
-gateway and no launch in flight, launch (the caller triggers a ``stream_gateways`` run). Each
-launch is recorded with a deterministic run id (so a retried supervisor triggers the same run
-twice, harmlessly), and while launches produce no live heartbeat the wait before the next one
-doubles from 30 s to 5 minutes. A launch is in flight while its run is queued or running (the
-run's own task retries bring a dying gateway back), or, when the caller cannot tell, until the
-backoff has passed.
 """
 
 from __future__ import annotations
@@ -39,13 +31,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
-from streamrep.errors import InvalidArgument, StreamrepError
+from streamrep.errors import StreamrepError
+from streamrep.model.gateways import DesiredState, HeartbeatDoc, LaunchRecord, ServiceDoc
 from streamrep.model.paths import validate_cluster_name
 from streamrep.replication.assignment import (
     HEARTBEAT_EXPIRY_SECONDS,
@@ -58,12 +51,6 @@ from streamrep.store.base import Store
 HEARTBEAT_KIND = "gateway-heartbeat"
 SERVICE_KIND = "gateway-service"
 SERVICE_KEY = "desired"
-RUNNING, STOPPED = "running", "stopped"
-STATES = (RUNNING, STOPPED)
-LAUNCH_BACKOFF_MIN_SECONDS = 30.0
-LAUNCH_BACKOFF_MAX_SECONDS = 300.0
-# The stream_gateways run states in which a launch is still in flight.
-ACTIVE_RUN_STATES = ("queued", "running")
 AIRFLOW_CONTEXT = {
     "dagId": "AIRFLOW_CTX_DAG_ID",
     "runId": "AIRFLOW_CTX_DAG_RUN_ID",
@@ -98,7 +85,7 @@ class GatewayRow:
     :param heartbeat_age: seconds since its last heartbeat (None: it has none).
     :param share: the source partitions it holds (``stream:topic/partition``), sorted.
     :param listed_by: the source clusters listing it for this cluster (``cluster gateway set``).
-    :param desired: its cluster's desired state (``RUNNING``, ``STOPPED``; None: not managed).
+    :param desired: its cluster's desired state (None: not managed).
     """
 
     id: str
@@ -112,7 +99,7 @@ class GatewayRow:
     heartbeat_age: float | None
     share: tuple[str, ...]
     listed_by: tuple[str, ...]
-    desired: str | None
+    desired: DesiredState | None
 
     @property
     def partitions(self) -> int:
@@ -123,7 +110,7 @@ class GatewayRow:
 class ClusterGateways:
     """A cluster's gateways for the page (``all_gateways``): its ``desired`` state and its gateways."""
 
-    desired: str | None
+    desired: DesiredState | None
     gateways: tuple[GatewayRow, ...]
 
 
@@ -133,7 +120,7 @@ class ServiceRequest:
     when (``at``, seconds since the epoch), and the gateways ``live`` now."""
 
     cluster: str
-    desired: str
+    desired: DesiredState
     by: str | None
     at: float | None
     live: tuple[str, ...]
@@ -163,18 +150,20 @@ def placement(
 
 
 def announce(store: Store, gateway_id: str, where: Mapping[str, Any]) -> None:
-    """A gateway's first beat: its whole document, replacing what an earlier run left."""
-    store.catalog_update(HEARTBEAT_KIND, gateway_id, lambda _: {"ts": time.time(), **where})
+    """A gateway's first beat: its whole document (``where``: ``placement``), replacing what an
+    earlier run left."""
+    doc = HeartbeatDoc.from_doc({**where, "ts": time.time()})
+    store.catalog_update(HEARTBEAT_KIND, gateway_id, lambda _: doc.to_doc())
 
 
-def beat(store: Store, gateway_id: str, **fields: Any) -> None:
-    """A heartbeat (and ``fields``, e.g. the share), keeping what the gateway announced. A
-    gateway that never announced (a Spark reader process, ``run_once``) records this process."""
+def beat(store: Store, gateway_id: str, share: Sequence[str] | None = None) -> None:
+    """A heartbeat (and the gateway's ``share``, when given), keeping what the gateway announced.
+    A gateway that never announced (a Spark reader process, ``run_once``) records this process."""
 
     def change(old: dict | None) -> dict:
-        doc = dict(old) if old else {"host": socket.gethostname(), "pid": os.getpid()}
-        doc.update(fields, ts=time.time())
-        return doc
+        doc = HeartbeatDoc.from_doc(old) if old else HeartbeatDoc(0.0, socket.gethostname(), os.getpid())
+        doc = replace(doc, ts=time.time(), share=doc.share if share is None else tuple(share))
+        return doc.to_doc()
 
     store.catalog_update(HEARTBEAT_KIND, gateway_id, change)
 
@@ -189,19 +178,20 @@ def share_names(units: Iterable[Any]) -> list[str]:
 
 
 # -- desired state ----------------------------------------------------------------------
-def desired(store: Store) -> dict[str, Any] | None:
+def desired(store: Store) -> ServiceDoc | None:
     """The cluster's service document, or None when its gateways are not managed."""
-    return store.catalog_get(SERVICE_KIND, SERVICE_KEY)
+    doc = store.catalog_get(SERVICE_KIND, SERVICE_KEY)
+    return None if doc is None else ServiceDoc.from_doc(doc)
 
 
-def desired_state(store: Store) -> str | None:
+def desired_state(store: Store) -> DesiredState | None:
     doc = desired(store)
-    return None if doc is None else doc.get("state")
+    return None if doc is None else doc.state
 
 
-def is_stopped(doc: Mapping[str, Any] | None) -> bool:
+def is_stopped(doc: ServiceDoc | None) -> bool:
     """Whether a service document (``desired``) asks the gateways to stop."""
-    return doc is not None and doc.get("state") == STOPPED
+    return doc is not None and doc.stopped
 
 
 def stopped_reason(store: Store, cluster: str) -> str | None:
@@ -211,10 +201,10 @@ def stopped_reason(store: Store, cluster: str) -> str | None:
     return stopped_line(cluster, doc) if is_stopped(doc) else None
 
 
-def stopped_line(cluster: str, doc: Mapping[str, Any] | None) -> str:
+def stopped_line(cluster: str, doc: ServiceDoc | None) -> str:
     """Why a gateway of ``cluster`` does not run: the stop request, and how to start again."""
-    by = f" by {doc.get('by')}" if doc and doc.get("by") else ""
-    at = f" at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(doc['at']))}" if doc and doc.get("at") else ""
+    by = f" by {doc.by}" if doc and doc.by else ""
+    at = f" at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(doc.at))}" if doc and doc.at else ""
     return (
         f"the gateways of cluster {cluster} are stopped (gateway stop{by}{at}); "
         f"start them with 'streamrep gateway start -cluster {cluster}'"
@@ -232,7 +222,7 @@ class StopWatch:
     def __init__(self, store: Store, interval: float = HEARTBEAT_INTERVAL_SECONDS):
         self.store = store
         self.interval = interval
-        self.doc: dict[str, Any] | None = None
+        self.doc: ServiceDoc | None = None
         self._read_at: float | None = None
 
     def stop_requested(self, force: bool = False) -> bool:
@@ -243,37 +233,49 @@ class StopWatch:
         return is_stopped(self.doc)
 
 
-def request(admin: StreamAdmin, cluster: str, state: str) -> ServiceRequest:
+def request(admin: StreamAdmin, cluster: str, state: DesiredState) -> ServiceRequest:
     """``gateway start`` / ``gateway stop``: record the desired state of ``cluster``'s gateways.
     Needs adminperm on the cluster. Safe to repeat: asking for the state in force records the
     new request and changes nothing else.
 
     :return: the request as recorded, and the gateways live now.
     """
-    if state not in STATES:
-        raise InvalidArgument(f"gateway state must be one of {', '.join(STATES)}, not {state!r}")
     admin.clusters.get(validate_cluster_name(cluster))  # NotFound for an unknown cluster
     admin.require_cluster_admin(cluster)
     store = admin.clusters.store(cluster)
     now = time.time()
 
     def change(old: dict | None) -> dict:
-        doc = {"state": state, "by": admin.identity.user, "at": now}
-        if old and old.get("state") == state and state == RUNNING:
-            doc["launch"] = old.get("launch")  # a repeated start keeps the supervisor's backoff
-            doc["since"] = old.get("since", now)
-        else:
-            doc["since"] = now  # a new generation: the supervisor's run ids start afresh
-        return doc
+        doc = ServiceDoc(state, admin.identity.user, now, since=now)  # a new generation: run ids start afresh
+        if old and state is DesiredState.RUNNING:
+            seen = ServiceDoc.from_doc(old)
+            if seen.state is state:  # a repeated start keeps the supervisor's backoff
+                doc = replace(doc, launch=seen.launch, since=now if seen.since is None else seen.since)
+        return doc.to_doc()
 
-    doc = store.catalog_update(SERVICE_KIND, SERVICE_KEY, change) or {}
-    return ServiceRequest(cluster, doc.get("state", state), doc.get("by"), doc.get("at"), tuple(_live(admin, cluster)))
+    doc = ServiceDoc.from_doc(store.catalog_update(SERVICE_KIND, SERVICE_KEY, change) or {"state": state})
+    return ServiceRequest(cluster, doc.state, doc.by, doc.at, tuple(_live(admin, cluster)))
+
+
+def record_launch(store: Store, seen: ServiceDoc, launch: LaunchRecord) -> None:
+    """Record the supervisor's ``launch`` in the service document read as ``seen``, unless the
+    desired state changed since (a stop or a new start came in between: it is left as it is)."""
+
+    def change(old: dict | None) -> dict | None:
+        if old is None:
+            return old
+        doc = ServiceDoc.from_doc(old)
+        if (doc.state, doc.since) != (seen.state, seen.since):
+            return old
+        return replace(doc, launch=launch).to_doc()
+
+    store.catalog_update(SERVICE_KIND, SERVICE_KEY, change)
 
 
 def next_step(req: ServiceRequest, supervisor: str) -> str:
     """What happens after ``req``, in words: who starts the gateways (``supervisor`` says what the
     supervisor DAG will do), or which ones are still to stop."""
-    if req.desired == RUNNING:
+    if req.desired is DesiredState.RUNNING:
         if req.live:
             return f"already running: {', '.join(req.live)}"
         return f"{supervisor}, or run 'streamrep gateway run -cluster {req.cluster}'"
@@ -314,7 +316,7 @@ def _listed_by(admin: StreamAdmin, sources: Iterable[str]) -> dict[str, dict[str
 
 def gateway_rows(
     beats: Mapping[str, Mapping[str, Any]],
-    wanted: str | None,
+    wanted: DesiredState | None,
     listed: Mapping[str, list[str]],
     now: float,
     expiry: float = HEARTBEAT_EXPIRY_SECONDS,
@@ -323,25 +325,26 @@ def gateway_rows(
     documents) and those listed (gateway -> source clusters), given the ``wanted`` state."""
     rows = []
     for gid in sorted(set(beats) | set(listed)):
-        beat_doc = beats.get(gid) or {}
-        age = None if not beat_doc else max(0.0, now - float(beat_doc.get("ts", 0)))
+        found = beats.get(gid)
+        hb = HeartbeatDoc.from_doc(found) if found else HeartbeatDoc(ts=0.0)
+        age = None if not found else max(0.0, now - hb.ts)
         if age is None:
             status = GatewayStatus.DOWN
         elif age >= expiry:
             status = GatewayStatus.EXPIRED
         else:
-            status = GatewayStatus.STOPPING if wanted == STOPPED else GatewayStatus.LIVE
-        share = tuple(beat_doc.get("share") or ()) if status.holds_share else ()
+            status = GatewayStatus.STOPPING if wanted is DesiredState.STOPPED else GatewayStatus.LIVE
+        share = (hb.share or ()) if status.holds_share else ()
         rows.append(
             GatewayRow(
                 id=gid,
                 status=status,
-                host=beat_doc.get("host"),
-                pid=beat_doc.get("pid"),
-                engine=beat_doc.get("engine"),
-                master=beat_doc.get("master"),
-                app_id=beat_doc.get("appId"),
-                airflow=airflow_text(beat_doc.get("airflow")),
+                host=hb.host,
+                pid=hb.pid,
+                engine=hb.engine,
+                master=hb.master,
+                app_id=hb.app_id,
+                airflow=airflow_text(hb.airflow),
                 heartbeat_age=age,
                 share=share,
                 listed_by=tuple(sorted(listed.get(gid, []))),
@@ -391,7 +394,7 @@ def all_gateways(
 
 def heartbeats(store: Store) -> dict[str, float]:
     """The last heartbeat (seconds since the epoch) of every gateway of ``store``'s cluster."""
-    return {gid: doc["ts"] for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()}
+    return {gid: HeartbeatDoc.from_doc(doc).ts for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()}
 
 
 def gateway_outage(
@@ -420,111 +423,4 @@ def live_gateways_of(
     """The gateways of ``store``'s cluster with a live heartbeat (only those in ``listed``, if given)."""
     now = time.time() if now is None else now
     names = None if listed is None else set(listed)
-    return sorted(
-        gid
-        for gid, doc in store.catalog_list(HEARTBEAT_KIND).items()
-        if now - float(doc.get("ts", 0)) < expiry and (names is None or gid in names)
-    )
-
-
-# -- supervision --------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Decision:
-    """What the supervisor does for one cluster.
-
-    :param cluster: the destination cluster.
-    :param launch: whether to trigger a ``stream_gateways`` run now.
-    :param run_id: the run to trigger (deterministic: the same launch always has the same id).
-    :param reason: one line for the log.
-    """
-
-    cluster: str
-    launch: bool
-    run_id: str | None
-    reason: str
-
-
-def launch_backoff(attempts: int) -> float:
-    """Seconds to wait after the ``attempts``-th launch that produced no live gateway."""
-    return min(LAUNCH_BACKOFF_MAX_SECONDS, LAUNCH_BACKOFF_MIN_SECONDS * 2 ** max(0, attempts - 1))
-
-
-def launch_run_id(cluster: str, since: float, attempt: int) -> str:
-    return f"gateway_service__{cluster}__{int(since * 1000)}__{attempt}"
-
-
-RunState = Callable[[str], "str | None"]
-
-
-def supervise(
-    admin: StreamAdmin, cluster: str, run_state: RunState | None = None, now: float | None = None
-) -> Decision:
-    """The supervisor's decision for ``cluster`` (and its record of a launch). Needs adminperm
-    on the cluster, as starting a gateway does.
-
-    :param run_state: the state of a ``stream_gateways`` run by run id (``queued``, ``running``,
-        ``success``, ``failed``; None when unknown): a launch whose run is still active is in
-        flight, whatever the backoff says.
-    :param now: the time (seconds since the epoch).
-    """
-    now = time.time() if now is None else now
-    store = admin.clusters.store(cluster)
-    doc = desired(store)
-    if doc is None or doc.get("state") != RUNNING:
-        state = "not managed" if doc is None else doc.get("state")
-        return Decision(cluster, False, None, f"{cluster}: desired state is {state}: nothing to supervise")
-    live = live_gateways_of(store, now)
-    launch = dict(doc.get("launch") or {})
-    if live:
-        if launch.get("attempts"):  # healthy again: the next outage starts from the shortest wait
-            _record(store, doc, {**launch, "attempts": 0})
-        return Decision(cluster, False, None, f"{cluster}: live gateways {', '.join(live)}")
-    last_run = launch.get("runId")
-    if last_run and run_state is not None:
-        state = _safe_state(run_state, last_run)
-        if state in ACTIVE_RUN_STATES:
-            return Decision(cluster, False, None, f"{cluster}: launch {last_run} is {state}: in flight")
-    attempts = int(launch.get("attempts") or 0)
-    if last_run and now < float(launch.get("at") or 0) + launch_backoff(attempts):
-        wait = float(launch["at"]) + launch_backoff(attempts) - now
-        return Decision(
-            cluster,
-            False,
-            None,
-            f"{cluster}: no live gateway; next launch in {wait:.0f} s (backoff after {attempts} launches)",
-        )
-    admin.require_cluster_admin(cluster)
-    run_id = launch_run_id(cluster, float(doc.get("since") or doc.get("at") or now), int(launch.get("seq") or 0) + 1)
-    _record(store, doc, {"runId": run_id, "at": now, "attempts": attempts + 1, "seq": int(launch.get("seq") or 0) + 1})
-    return Decision(cluster, True, run_id, f"{cluster}: no live gateway: launching {run_id}")
-
-
-def _safe_state(run_state: RunState, run_id: str) -> str | None:
-    try:
-        state = run_state(run_id)
-    except Exception:  # noqa: BLE001 - unknown (never created, or Airflow cannot say): use the backoff
-        return None
-    return None if state is None else str(getattr(state, "value", state)).lower()
-
-
-def _record(store: Store, seen: Mapping[str, Any], launch: dict[str, Any]) -> None:
-    """Record the supervisor's launch, unless the desired state changed since it was read."""
-
-    def change(old: dict | None) -> dict | None:
-        if old is None or old.get("state") != seen.get("state") or old.get("since") != seen.get("since"):
-            return old  # a stop or a new start came in between: leave it as it is
-        return {**old, "launch": launch}
-
-    store.catalog_update(SERVICE_KIND, SERVICE_KEY, change)
-
-
-def managed_clusters(admin: StreamAdmin, names: Iterable[str]) -> list[str]:
-    """The clusters of ``names`` whose gateways' desired state is running (unreadable ones skipped)."""
-    result = []
-    for name in names:
-        try:
-            if desired_state(admin.clusters.store(name)) == RUNNING:
-                result.append(name)
-        except StreamrepError:
-            continue
-    return sorted(result)
+    return sorted(gid for gid, ts in heartbeats(store).items() if now - ts < expiry and (names is None or gid in names))

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
+from streamrep.model.gateways import StopCause
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import CopySummary, copying, plan_copy, summary
 from streamrep.replication.gateway import Gateway, Outage
@@ -151,7 +152,7 @@ def gateway_job(
     stored positions are the only truth, and each pass starts from them (no Spark checkpoint)."""
     gateway = Gateway(admin, cluster, gateway_id)
     if not once and gateway.stop_requested(force=True):
-        print(f"gateway {gateway.id} not started: {gateway.stopped_line()}", file=sys.stderr, flush=True)
+        print(gateway.service_stop(StopCause.NOT_STARTED), file=sys.stderr, flush=True)
         return
     metrics = gateway.lag.export(gateway.id, metrics_port) if metrics_port else None
     stop = stop if stop is not None else threading.Event()
@@ -187,7 +188,7 @@ def gateway_job(
         sampler.join(timeout=30)
         gateway.lag.sample(final=True)
         if stop.is_set() and gateway.stop_requested():
-            print(f"gateway {gateway.id} stopped: {gateway.stopped_line()}", file=sys.stderr, flush=True)
+            print(gateway.service_stop(StopCause.SERVICE_STOPPED), file=sys.stderr, flush=True)
     finally:
         beat.halt.set()
         sampler.halt.set()
