@@ -41,11 +41,23 @@ from benchlib import (
 
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.message import Message
+from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.transfer import SourcePartition
 
 SIZE = 1000  # bytes a message of the throttle case (value only; no key: what -maxbytespersec counts)
 LIMITS = (1_000_000, 10_000_000)  # 1 MB/s and 10 MB/s (decimal, as the option's units)
 PER_SECOND = 1000  # messages a second at the limit: values of limit / 1000 bytes (1 KB, 10 KB)
+
+
+def one_batch(gateway: Gateway, unit: SourcePartition, flows: list[Flow], max_messages: int) -> int:
+    """Move one batch of one source partition into its replicas, as a gateway's pass does (read, then
+    apply); returns how many source messages were read."""
+    read = gateway.read(unit, flows, max_messages)
+    _, errors = gateway.apply(unit, flows, read.messages, read.source_start, read.span)
+    if errors:
+        raise RuntimeError(next(iter(errors.values())))
+    return len(read.messages)
 
 
 def rate_run(point: tuple[int, bool], seconds: float, bootstrap: str | None = None) -> tuple[float, bool]:
@@ -70,7 +82,7 @@ def rate_run(point: tuple[int, bool], seconds: float, bootstrap: str | None = No
         moved, first, began, ended = 0, 0, 0.0, 0.0
         while moved < count:
             for unit, flows in units.items():
-                step = gateway.replicate(unit, flows, PER_SECOND // PARTITIONS)
+                step = one_batch(gateway, unit, flows, PER_SECOND // PARTITIONS)
                 if step and not first:
                     first, began = step, time.monotonic()
                 moved += step
@@ -153,7 +165,7 @@ def throttle_run(throttle: bool | None, seconds: float, backlog: int) -> tuple[f
             def replicate() -> None:  # batch by batch, so that it stops when the window ends
                 while not stop.is_set():
                     for unit, flows in units.items():
-                        moved[0] += gateway.replicate(unit, flows, 1000)
+                        moved[0] += one_batch(gateway, unit, flows, 1000)
 
             worker = threading.Thread(target=replicate, daemon=True)
             worker.start()

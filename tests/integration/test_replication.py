@@ -980,7 +980,8 @@ def test_two_gateways_share_and_take_over(api3, backend):
             sent.append(v)
     # g1 applies part of each of its partitions, then dies; g2 does its own share
     for unit, flows in g1.assignment().units.items():
-        g1.replicate(unit, flows, max_messages=7)
+        read = g1.read(unit, flows, 7)
+        assert not g1.apply(unit, flows, read.messages, read.source_start, read.span)[1]
     g1.heartbeat()  # still alive when g2 runs
     g2.run_once(max_messages=10)
     assert 0 < count(api, NY) < len(sent)
@@ -1424,7 +1425,8 @@ def test_status_counts_are_exact_before_and_zero_after(api3):
     gw = Gateway(api, "newyork", "g1")
     units = gw.assignment().units
     [(unit, flows)] = [(u, f) for u, f in units.items() if (u.topic, u.partition) == ("u", 0)]
-    gw.replicate(unit, flows)
+    read = gw.read(unit, flows)
+    assert not gw.apply(unit, flows, read.messages, read.source_start, read.span)[1]
     rest = [(i, v) for i, v in enumerate(sent) if i % 3]
     row = status(api, SF, NY)
     assert row.pending_messages == len(rest)

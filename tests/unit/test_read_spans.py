@@ -424,7 +424,8 @@ def test_messages_removed_by_retention_just_before_a_read_are_recorded_as_lost(g
     gateway = Gateway(admin, "newyork", "gw1")
     units = gateway.assignment().units
     unit = unit_of(admin, 0)
-    gateway.replicate(unit, units[unit], max_messages=2)
+    read = gateway.read(unit, units[unit], 2)
+    assert not gateway.apply(unit, units[unit], read.messages, read.source_start, read.span)[1]
     assert positions(admin)[0] == 2
     uuid = admin.entry(SF).uuid
     source.before_read = lambda: source.purge_before(uuid, TOPIC, 1004)  # drops offsets 0-3

@@ -244,14 +244,16 @@ def test_throttle_backs_off_while_the_replica_cluster_is_busy(admin, throttled):
     produce(admin, 150, 1)
     [(unit, flows)] = gateway.assignment().units.items()
     for _ in range(20):  # 20 applies with no competing writer: the baseline
-        gateway.replicate(unit, flows, 5)
+        read = gateway.read(unit, flows, 5)
+        assert not gateway.apply(unit, flows, read.messages, read.source_start, read.span)[1]
     quiet = gateway.pacer.backed_off  # a loaded machine may already count as load: no assertion on it
     holder = LockHolder(admin.clusters.store("newyork").path)
     holder.start()
     try:
         assert holder.holding.wait(60)
         for _ in range(10):  # the first waits for the competing writer (apply is its first write)
-            gateway.replicate(unit, flows, 5)
+            read = gateway.read(unit, flows, 5)
+            assert not gateway.apply(unit, flows, read.messages, read.source_start, read.span)[1]
     finally:
         holder.halt.set()
         holder.join()

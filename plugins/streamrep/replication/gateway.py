@@ -586,23 +586,6 @@ class Gateway:
             if self._beating:
                 self.keep_alive()
 
-    def replicate(
-        self, unit: SourcePartition, flows: list[Flow], max_messages: int = DEFAULT_BATCH, end: int | None = None
-    ) -> int:
-        """Move up to ``max_messages`` of one source partition into its replicas; returns how
-        many source messages were read.
-
-        :param end: move nothing at or beyond this source offset.
-        """
-        return len(self._replicate(unit, flows, max_messages, end).messages)
-
-    def _replicate(self, unit: SourcePartition, flows: list[Flow], max_messages: int, end: int | None) -> SourceRead:
-        read = self.read(unit, flows, max_messages, end)
-        _, errors = self._apply(unit, flows, read.messages, read.source_start, read.span)
-        if errors:  # the other replicas have the batch; the pass reports this unit as failed
-            raise next(iter(errors.values()))
-        return read
-
     def run_once(self, max_messages: int = DEFAULT_BATCH, whole: bool = False) -> int:
         """Heartbeat if due, then replicate everything available now from this gateway's share
         (all of it with ``whole``). Returns how many source messages were read."""
