@@ -167,13 +167,13 @@ def test_a_replica_that_lost_the_race_is_planned_again_and_reports_no_error(tmp_
     class Racing(EmbeddedStore):
         raced = False
 
-        def apply_many(self, topic, partition, applies, source=""):
+        def apply_partitions(self, batches):
             if not self.raced:
                 self.raced = True
                 other = EmbeddedStore("ny", path)  # the other gateway, with its own connection
                 apply_batch(other, "r1", unit(), source_batch(0, 4))
                 other.close()
-            return super().apply_many(topic, partition, applies, source)
+            return super().apply_partitions(batches)
 
     store = Racing("ny", path)
     store.create_topic("r1", T, 1)

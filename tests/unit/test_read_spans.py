@@ -156,8 +156,8 @@ class GappedStore(Store):
     def marks(self, stream):
         return self.inner.marks(stream)
 
-    def apply(self, stream, topic, partition, messages, marks, expect, source="", syncs=()):
-        return self.inner.apply(stream, topic, partition, messages, marks, expect, source, syncs)
+    def apply_partitions(self, batches):
+        return self.inner.apply_partitions(batches)
 
     def drop_marks(self, stream, marks):
         return self.inner.drop_marks(stream, marks)

@@ -7,6 +7,7 @@ under the same path never sees the old stream's data.
 from __future__ import annotations
 
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -17,6 +18,7 @@ from streamrep.model.message import Message
 from streamrep.model.offsetsyncs import PRUNE_EVERY
 
 CatalogDoc = dict[str, Any]
+STORE_ID_KIND = "store"  # the catalog kind of the default ``Store.store_id``
 
 # Without ``force``, retention runs at most this often per topic and store object, like a log cleaner.
 RETENTION_CHECK_SECONDS = 1.0
@@ -57,7 +59,23 @@ ApplyResult = int | StreamrepError | RetryNow  # the first offset assigned, or w
 
 
 class Store(ABC):
-    """One cluster's storage: the catalog, topics and partitions, messages, and cursors."""
+    """One cluster's storage: the catalog, topics and partitions, messages, cursors and marks.
+
+    A backend writes the 19 abstract methods, by concern:
+
+    - catalog: ``catalog_list``, ``catalog_update``;
+    - topics: ``create_topic``, ``add_partitions``, ``delete_topic``, ``topics``, ``drop_stream``;
+    - messages: ``append``, ``read``, ``offsets``, ``purge_before``, ``range_stats``;
+    - consumer-group cursors: ``commit_cursors``, ``cursors``, ``groups``;
+    - replication marks: ``marks``, ``apply_partitions``, ``drop_marks``, ``offset_syncs``.
+
+    Everything else is built here from those. A backend may override, for speed or for its
+    network: ``store_id``, ``catalog_get``, ``check_naming``, ``native_topic``, ``read_span``,
+    ``read_spans``, ``offsets_many``, ``written_ends``, ``active_groups``, ``counts_cheaply``,
+    ``offset_syncs_many``, ``prepare_read``, ``await_messages``, ``prepare_apply``, ``close``.
+    ``apply``, ``apply_many``, ``retain`` and ``prune_due`` are the rules every backend shares:
+    not overridden. ``tests/store/test_conformance.py``, run on every backend, is the contract.
+    """
 
     read_only = False  # a reader that must change nothing (the page): retention is left to the writers
 
@@ -67,14 +85,20 @@ class Store(ABC):
         self._ttls: tuple[float, dict[str, int]] | None = None  # when read, and every stream's ttl by UUID
         self._syncs_written: dict[tuple[str, str], int] = {}  # (stream, source) -> runs written since a prune
 
-    @abstractmethod
-    def store_id(self) -> str:
-        """The store's identity: written once into the store, the same under any name or path."""
-
     # -- catalog -------------------------------------------------------------------
-    @abstractmethod
+    def store_id(self) -> str:
+        """The store's identity: written once into the store, the same under any name or path.
+        This default keeps it in the catalog (document ``store``/``id``), created by the first caller."""
+        doc = self.catalog_get(STORE_ID_KIND, "id") or self.catalog_update(
+            STORE_ID_KIND, "id", lambda cur: cur or {"store_id": str(uuid.uuid4())}
+        )
+        if doc is None:  # the change never deletes: only a broken catalog_update gets here
+            raise StreamrepError(f"cluster {self.cluster}: the store's identity could not be written")
+        return str(doc["store_id"])
+
     def catalog_get(self, kind: str, key: str) -> CatalogDoc | None:
-        """The catalog document ``kind``/``key``, or None."""
+        """The catalog document ``kind``/``key``, or None. This default lists the kind."""
+        return self.catalog_list(kind).get(key)
 
     @abstractmethod
     def catalog_list(self, kind: str) -> dict[str, CatalogDoc]:
@@ -193,6 +217,16 @@ class Store(ABC):
         """Retention: drop each partition's oldest messages up to the first one at or after
         ``timestamp`` (ms). Offsets are never reused. Returns how many were dropped."""
 
+    # Whether ``range_stats`` counts without reading every message (the embedded store's index).
+    counts_cheaply = True
+
+    @abstractmethod
+    def range_stats(
+        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
+    ) -> tuple[int, int, int | None, int | None]:
+        """From ``start`` to ``stop`` (None: the end): ``(messages, value bytes, oldest timestamp,
+        newest timestamp)``."""
+
     def retain(self, stream: str, topic: str, ttl: int | None = None, force: bool = False) -> int:
         """Retention, the one routine every path runs: drop ``topic``'s messages older than the
         stream's ttl (seconds; 0 keeps them forever). Producers and replication run it after
@@ -237,22 +271,11 @@ class Store(ABC):
         joins no group (it only commits cursors); Kafka's own consumers do."""
         return set()
 
-    # Whether ``range_stats`` counts without reading every message (the embedded store's index).
-    counts_cheaply = True
-
-    @abstractmethod
-    def range_stats(
-        self, stream: str, topic: str, partition: int, start: int, stop: int | None = None
-    ) -> tuple[int, int, int | None, int | None]:
-        """From ``start`` to ``stop`` (None: the end): ``(messages, value bytes, oldest timestamp,
-        newest timestamp)``."""
-
     # -- replication marks (kept with the replica, written with its messages) ------
     @abstractmethod
     def marks(self, stream: str) -> dict[str, int]:
         """Every replication mark stored for ``stream`` (positions and origin marks)."""
 
-    @abstractmethod
     def apply(
         self,
         stream: str,
@@ -279,6 +302,11 @@ class Store(ABC):
             None: the store's default. A store that sends nothing over a network ignores it.
         :return: the first offset assigned.
         """
+        replica = ReplicaApply(stream, messages, marks, expect, syncs, compression)
+        [result] = self.apply_many(topic, partition, [replica], source)
+        if isinstance(result, int):
+            return result
+        raise result
 
     def apply_many(
         self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
@@ -286,22 +314,20 @@ class Store(ABC):
         """``apply`` for several replicas of one source partition (a gateway's fan-out): each is
         all or nothing and checked against its own ``expect``; one whose marks moved gets its
         ``RetryNow`` in the result (one that fails otherwise, its error) and the others are still
-        written. This default applies them one by one; a backend may write them all in one
-        transaction.
+        written.
 
         :param applies: one per replica stream, none twice.
         :param source: the position key of the source partition (``apply``).
         :return: per apply, in order, the first offset assigned or the error.
         """
-        results: list[ApplyResult] = []
-        for stream, messages, marks, expect, syncs, compression in applies:
-            try:
-                results.append(
-                    self.apply(stream, topic, partition, messages, marks, expect, source, syncs, compression)
-                )
-            except (StreamrepError, RetryNow) as err:
-                results.append(err)
-        return results
+        return self.apply_partitions([PartitionApplies(topic, partition, source, applies)])[0]
+
+    @abstractmethod
+    def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
+        """``apply_many`` for several source partitions at once (a gateway's pass), the one apply a
+        backend writes: every apply is its own all-or-nothing write, checked against its own
+        ``expect`` (``apply`` says what it writes), with its result in the same place as in
+        ``batches``. A backend may write several in one transaction, or overlap their round trips."""
 
     def prepare_read(self, stream: str, topic: str, partition: int, start: int) -> None:  # noqa: B027
         """Make ready a reader of one partition at ``start`` before its first ``read_span`` from
@@ -323,13 +349,6 @@ class Store(ABC):
 
         :param compression: as ``apply``.
         """
-
-    def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
-        """``apply_many`` for several source partitions at once (a gateway's pass): every apply is still
-        its own all-or-nothing write, checked against its own ``expect``, with its result in the same
-        place as in ``batches``. This default applies them one partition after another; a backend may
-        overlap their round trips."""
-        return [self.apply_many(b.topic, b.partition, b.applies, b.source) for b in batches]
 
     @abstractmethod
     def drop_marks(self, stream: str, marks: Mapping[str, int]) -> int:

@@ -41,7 +41,7 @@ from streamrep.errors import (
 )
 from streamrep.model.message import ORIGIN_HEADER, Headers, Message, OriginRun
 from streamrep.model.offsetsyncs import prune
-from streamrep.store.base import CatalogDoc, ReplicaApply, Store
+from streamrep.store.base import ApplyResult, CatalogDoc, PartitionApplies, ReplicaApply, Store
 
 FORMAT = "streamrep-embedded-2"
 FORMAT_1 = "streamrep-embedded-1"  # no origin_runs table: upgraded in place when opened
@@ -681,29 +681,16 @@ class EmbeddedStore(Store):
     def marks(self, stream: str) -> dict[str, int]:
         return dict(self._integers("marks", self._query("SELECT key, value FROM marks WHERE stream=?", (stream,))))
 
-    def apply(
-        self,
-        stream: str,
-        topic: str,
-        partition: int,
-        messages: Sequence[Message],
-        marks: Mapping[str, int],
-        expect: Mapping[str, int | None],
-        source: str = "",
-        syncs: Sequence[tuple[int, int]] = (),
-        compression: str | None = None,
-    ) -> int:
-        (result,) = self.apply_many(topic, partition, [ReplicaApply(stream, messages, marks, expect, syncs)], source)
-        if isinstance(result, (StreamrepError, RetryNow)):
-            raise result
-        return result
+    def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
+        # One SQLite transaction per source partition, so none holds the file's write lock for a whole pass.
+        return [self._apply_many(b.topic, b.partition, b.applies, b.source) for b in batches]
 
-    def apply_many(
-        self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
-    ) -> list[int | StreamrepError | RetryNow]:
-        # One SQLite transaction for all: a replica's messages equal to those already written
-        # to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row.
-        results: list[int | StreamrepError | RetryNow] = []
+    def _apply_many(
+        self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str
+    ) -> list[ApplyResult]:
+        """``apply_many`` in one SQLite transaction: a replica's messages equal to those already
+        written to another one in it are copied by SQLite (INSERT ... SELECT), not sent row by row."""
+        results: list[ApplyResult] = []
         written: list[tuple[Sequence[Message], int]] = []  # (messages, their first rowid)
         with self._write() as con:
             # The codec is not used: a write to a local file crosses no network (model/network.py).

@@ -37,7 +37,6 @@ import json
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
@@ -86,7 +85,6 @@ from streamrep.store.kafka.reader import SharedReader, Span
 from streamrep.store.kafka.serialized import serialized, unheld
 from streamrep.store.kafka.transactions import TRANSACTION_TIMEOUT_MS, Transaction, Transactions
 
-_STORE_KIND = "store"
 # A stream's ttl is enforced by ``retain()`` on message timestamps; Kafka's default retention (7 days,
 # also by timestamp) would silently drop older messages, such as a replicated or copied backlog.
 _STREAM_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
@@ -295,13 +293,6 @@ class KafkaStore(Store):
         return self._transactions.transaction(txid, reads, compression)
 
     # -- identity and catalog ------------------------------------------------------
-    def store_id(self) -> str:
-        doc = self.catalog_get(_STORE_KIND, "id")
-        if doc is None:
-            doc = self.catalog_update(_STORE_KIND, "id", lambda cur: cur or {"store_id": str(uuid.uuid4())})
-        assert doc is not None  # the change never deletes
-        return str(doc["store_id"])
-
     def _catalog(self) -> dict[tuple[str, str], CatalogDoc]:
         fold = self._fold("catalog", CatalogFold)
         fold.catch_up()
@@ -900,29 +891,6 @@ class KafkaStore(Store):
 
         with ThreadPoolExecutor(FENCE_THREADS) as pool:
             list(pool.map(fence, ids))
-
-    def apply(
-        self,
-        stream: str,
-        topic: str,
-        partition: int,
-        messages: Sequence[Message],
-        marks: Mapping[str, int],
-        expect: Mapping[str, int | None],
-        source: str = "",
-        syncs: Sequence[tuple[int, int]] = (),
-        compression: str | None = None,
-    ) -> int:
-        replica = ReplicaApply(stream, messages, marks, expect, syncs, compression)
-        [[result]] = self.apply_partitions([PartitionApplies(topic, partition, source, [replica])])
-        if isinstance(result, int):
-            return result
-        raise result
-
-    def apply_many(
-        self, topic: str, partition: int, applies: Sequence[ReplicaApply], source: str = ""
-    ) -> list[ApplyResult]:
-        return self.apply_partitions([PartitionApplies(topic, partition, source, applies)])[0]
 
     def apply_partitions(self, batches: Sequence[PartitionApplies]) -> list[list[ApplyResult]]:
         """Each apply goes in the transaction of its replica partition's lane (``keys.apply_txid``):
