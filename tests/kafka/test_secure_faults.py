@@ -63,6 +63,7 @@ from matrix import full_matrix_only
 from streamrep.client import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.model.ace import Identity
+from streamrep.store.kafka import keys
 
 pytestmark = [pytest.mark.kafka, pytest.mark.secure_kafka, pytest.mark.slow]
 
@@ -194,7 +195,7 @@ def apply_txids(api: StreamAdmin) -> list[str]:
     """The replica's apply transactional ids (one per partition, as ``KafkaStore.apply`` names them)."""
     store = api.store(api.path(NY))
     replica = api.entry(NY).uuid
-    return [store._txid("apply", replica, "t", str(partition)) for partition in range(PARTITIONS)]
+    return [keys.partition_txid(store.internal_prefix, replica, "t", partition) for partition in range(PARTITIONS)]
 
 
 def coordinators(txids: list[str], cluster: SecureCluster) -> Counter:

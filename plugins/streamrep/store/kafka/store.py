@@ -281,10 +281,6 @@ class KafkaStore(Store):
         return self._fold("syncs", SyncsFold)
 
     # -- transactions ----------------------------------------------------------------
-    def _txid(self, *parts: str) -> str:
-        """The transactional id of the writes of ``parts[0]`` to the thing ``parts[1:]`` names."""
-        return keys.transactional_id(self._internal, *parts)
-
     def _transaction(
         self, txid: str, reads: str, compression: str | None = None
     ) -> AbstractContextManager[Transaction]:
