@@ -3,7 +3,7 @@ to store with it in the same destination transaction.
 
 Three kinds of marks are planned here, all kept in the replica's cluster (a fourth, the failover's
 stop mark ``s|<source uuid>|<topic>|<partition>`` of ``model.replication.stop_key``, is written by
-``replication/failover.py`` and checked by ``transfer.apply_batch``, never planned here):
+``replication/failover/steps.py`` and checked by ``transfer.apply_batch``, never planned here):
 
 - **position** ``p|<source uuid>|<topic>|<partition>``: the next source offset to apply from
   that source partition. A replayed or overlapping batch is skipped below it; a batch whose
@@ -112,6 +112,23 @@ def plan_apply(
     own_prefix = f"{source_uuid}/{partition}/".encode("ascii")
     if own_messages(batch):
         return _plan_unreplicated(plan, batch, topic, max(position, marks.get(own_key, 0)), own_key, own_prefix)
+    return _plan_mixed(plan, batch, replica_uuid, source_uuid, topic, position, marks, own_key, own_prefix)
+
+
+def _plan_mixed(
+    plan: ApplyPlan,
+    batch: Sequence[Message],
+    replica_uuid: str,
+    source_uuid: str,
+    topic: str,
+    position: int,
+    marks: Mapping[str, int],
+    own_key: str,
+    own_prefix: bytes,
+) -> ApplyPlan:
+    """``plan_apply`` for a batch that is not all the source's own consecutive messages: per
+    message, skip it below ``position``, at its origin's mark or back at the replica (a loop), else
+    write it with an origin header and move its origin mark. The position mark is already planned."""
     next_needed: dict[str, int] = {}
     out: list[Message] = []  # a mixed batch: a plain list (an OriginRun holds only own messages)
     plan.messages, syncs = out, plan.syncs
