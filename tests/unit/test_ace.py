@@ -18,7 +18,6 @@ from streamrep.model.ace import (
     Public,
     Role,
     User,
-    ace_allows,
     parse_ace,
     validate_ace,
 )
@@ -163,11 +162,11 @@ def test_validate_ace_returns_canonical_form(text, canonical):
 
 
 def test_ace_allows():
-    assert ace_allows("g:dev & !u:bob", ALICE)
-    assert not ace_allows("g:dev & !u:bob", BOB)
-    assert not ace_allows("", ALICE)
+    assert parse_ace("g:dev & !u:bob").allows(ALICE)
+    assert not parse_ace("g:dev & !u:bob").allows(BOB)
+    assert not parse_ace("").allows(ALICE)
     with pytest.raises(InvalidArgument):
-        ace_allows("u:", ALICE)
+        parse_ace("u:").allows(ALICE)
 
 
 def test_identity_accepts_any_iterables():

@@ -15,7 +15,7 @@ from streamrep.model.lanes import APPLY_LANES, apply_lane
 from streamrep.model.message import Message
 from streamrep.model.replication import origin_key, position_key
 from streamrep.replication.apply import ORIGIN_HEADER, plan_apply
-from streamrep.replication.assignment import deal, live_gateways, share_of
+from streamrep.replication.assignment import deal, live_gateways, shares_seen_by
 from streamrep.replication.translate import translate_offset
 
 SRC = "11111111-aaaa-4aaa-8aaa-000000000001"
@@ -369,11 +369,11 @@ def test_live_gateways_and_expiry():
 def test_share_of_counts_itself_live_and_others_take_over_an_expired_one():
     parts = list(range(10))
     beats = {"g1": 100.0, "g2": 100.0}
-    s1 = share_of("g1", parts, beats, now=101.0, expiry=5.0)
-    s2 = share_of("g2", parts, beats, now=101.0, expiry=5.0)
+    s1 = shares_seen_by("g1", parts, beats, now=101.0, expiry=5.0)["g1"]
+    s2 = shares_seen_by("g2", parts, beats, now=101.0, expiry=5.0)["g2"]
     assert set(s1).isdisjoint(s2) and sorted(s1 + s2) == parts
     # g1 stopped heartbeating: g2 takes everything
-    assert share_of("g2", parts, {"g1": 100.0, "g2": 110.0}, now=110.0, expiry=5.0) == parts
+    assert shares_seen_by("g2", parts, {"g1": 100.0, "g2": 110.0}, now=110.0, expiry=5.0)["g2"] == parts
     # a gateway that has not heartbeated yet still counts itself
-    s3 = share_of("g3", parts, beats, now=101.0, expiry=5.0)
+    s3 = shares_seen_by("g3", parts, beats, now=101.0, expiry=5.0)["g3"]
     assert s3 == deal(parts, ["g1", "g2", "g3"])["g3"] and s3

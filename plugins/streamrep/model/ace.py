@@ -319,11 +319,6 @@ def parse_ace(text: str) -> Ace:
     return _Parser(text).parse()
 
 
-def ace_allows(text: str, identity: Identity) -> bool:
-    """Whether the ACE ``text`` allows ``identity``."""
-    return parse_ace(text).allows(identity)
-
-
 def validate_ace(text: str) -> str:
     """Check an ACE and return its canonical form (raises InvalidArgument)."""
     return str(parse_ace(text))

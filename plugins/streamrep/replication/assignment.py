@@ -50,18 +50,6 @@ def deal(
     return {g: sorted(share) for g, share in shares.items()}
 
 
-def share_of(
-    gateway: str,
-    partitions: Iterable[P],
-    heartbeats: Mapping[str, float],
-    now: float,
-    expiry: float = HEARTBEAT_EXPIRY_SECONDS,
-    group: Callable[[P], Any] | None = None,
-) -> list[P]:
-    """The partitions ``gateway`` should replicate now. A gateway always counts itself live."""
-    return shares_seen_by(gateway, partitions, heartbeats, now, expiry, group)[gateway]
-
-
 def shares_seen_by(
     gateway: str,
     partitions: Iterable[P],
@@ -70,6 +58,6 @@ def shares_seen_by(
     expiry: float = HEARTBEAT_EXPIRY_SECONDS,
     group: Callable[[P], Any] | None = None,
 ) -> dict[str, list[P]]:
-    """Every live gateway's share as ``gateway`` computes it (``share_of``: it counts itself live)."""
+    """Every live gateway's share as ``gateway`` computes it: a gateway always counts itself live."""
     live = set(live_gateways(heartbeats, now, expiry)) | {gateway}
     return deal(partitions, sorted(live), group)
