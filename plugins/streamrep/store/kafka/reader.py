@@ -61,6 +61,11 @@ class _Part:
         self.paused = False
 
 
+# A span's result: its messages and the offset to read next, or its error.
+Result = tuple[list[Message], int] | StreamrepError | RetryNow
+Active = dict[int, tuple[Span, _Part, list[Message]]]  # the reads under way, by their index in spans
+
+
 class SharedReader:
     """The reads of one store object (``KafkaStore``): one read_committed consumer, made at the first
     read, and the state of each partition it is assigned to."""
@@ -141,12 +146,25 @@ class SharedReader:
         part.asked = time.monotonic()
         return part
 
-    def read(self, spans: Sequence[Span]) -> list[tuple[list[Message], int] | StreamrepError | RetryNow]:
+    def read(self, spans: Sequence[Span]) -> list[Result]:
         """Each span's messages and the offset to read next (every message of the partition in
         ``[start, next)`` is in the list), or its error; in the order of ``spans``. A partition that
         holds messages up to its end but returns none before ``TIMEOUT_SECONDS`` is ``Unavailable``."""
-        results: list[tuple[list[Message], int] | StreamrepError | RetryNow | None] = [None] * len(spans)
-        active: dict[int, tuple[Span, _Part, list[Message]]] = {}
+        results: list[Result | None] = [None] * len(spans)
+        active = self._begin(spans, results)
+        if active:
+            self._gather(self._client(), active, results)
+        stale = self._time_out(active, results)
+        if stale:  # records there, none fetched: a client whose metadata went stale is replaced
+            self.close()
+        else:
+            self._tidy({(s.name, s.partition) for s in spans})
+        return cast("list[Result]", results)
+
+    def _begin(self, spans: Sequence[Span], results: list[Result | None]) -> Active:
+        """Position the partition of each span that can hold messages; the others' results (empty, or
+        the error positioning met) go in ``results`` at once."""
+        active: Active = {}
         for i, span in enumerate(spans):
             if span.start >= span.end or span.limit <= 0:
                 results[i] = ([], span.start)
@@ -156,40 +174,54 @@ class SharedReader:
                     active[i] = (span, self._at(span.name, span.partition, span.start), [])
             except (StreamrepError, RetryNow) as err:
                 results[i] = err
-        consumer = self._client() if active else None
+        return active
+
+    def _gather(self, consumer: Consumer, active: Active, results: list[Result | None]) -> None:
+        """Poll until every read in ``active`` is done (its result in ``results``) or ``TIMEOUT_SECONDS``
+        passed: what ``active`` still holds then timed out."""
         deadline = time.monotonic() + TIMEOUT_SECONDS
-        while active:
-            for i, (span, part, out) in list(active.items()):
-                done = _take(span, part, out)
-                if done is not None:
-                    results[i] = (out, done)
-                    del active[i]
-            if active:
-                self._past_markers(active.values())
-                for i, (span, part, out) in list(active.items()):
-                    if part.pos >= span.end:
-                        results[i] = (out, _finish(part, span.end))
-                        del active[i]
+        while True:
+            self._settle(active, results)
             if not active or time.monotonic() >= deadline:
-                break
-            assert consumer is not None
-            try:
-                with self.store._errors("cannot read"):
-                    batch = fetched(consumer, POLL_BATCH)
-            except (StreamrepError, RetryNow) as failure:
-                for i in active:
-                    results[i] = failure
-                active.clear()
-                break
-            for failed_key, error in self._file(batch).items():
-                hit = [i for i, (span, _, _) in active.items() if failed_key in ((span.name, span.partition), None)]
-                for i in hit:
-                    results[i] = error
+                return
+            self._poll(consumer, active, results)
+
+    def _settle(self, active: Active, results: list[Result | None]) -> None:
+        """End the reads that their buffered messages complete, or whose partition's position reached their end."""
+        for i, (span, part, out) in list(active.items()):
+            done = _take(span, part, out)
+            if done is not None:
+                results[i] = (out, done)
+                del active[i]
+        if active:
+            self._past_markers(active.values())
+            for i, (span, part, out) in list(active.items()):
+                if part.pos >= span.end:
+                    results[i] = (out, _finish(part, span.end))
                     del active[i]
-                if not hit and failed_key is not None:  # a partition no read asks for now: its errors stop
-                    self._drop([failed_key])
+
+    def _poll(self, consumer: Consumer, active: Active, results: list[Result | None]) -> None:
+        """One poll, its messages filed: an error ends the reads of its partition (the client's: every read)."""
+        try:
+            with self.store._errors("cannot read"):
+                batch = fetched(consumer, POLL_BATCH)
+        except (StreamrepError, RetryNow) as failure:
+            for i in active:
+                results[i] = failure
+            active.clear()
+            return
+        for failed_key, error in self._file(batch).items():
+            hit = [i for i, (span, _, _) in active.items() if failed_key in ((span.name, span.partition), None)]
+            for i in hit:
+                results[i] = error
+                del active[i]
+            if not hit and failed_key is not None:  # a partition no read asks for now: its errors stop
+                self._drop([failed_key])
+
+    def _time_out(self, active: Active, results: list[Result | None]) -> bool:
+        """The results of the reads the deadline ended: what they got, else ``Unavailable``. Whether one got none."""
         stale = False
-        for i, (span, part, out) in active.items():  # the deadline passed
+        for i, (span, part, out) in active.items():
             if out:
                 results[i] = (out, _finish(part, min(part.pos, span.end)))
             else:
@@ -197,11 +229,7 @@ class SharedReader:
                 results[i] = Unavailable(
                     f"cluster {self.store.cluster}: reading {span.name} timed out at offset {part.pos} of {span.end}"
                 )
-        if stale:  # records there, none fetched: a client whose metadata went stale is replaced
-            self.close()
-        else:
-            self._tidy({(s.name, s.partition) for s in spans})
-        return cast("list[tuple[list[Message], int] | StreamrepError | RetryNow]", results)
+        return stale
 
     def _past_markers(self, reads: Any) -> None:
         """Move each waiting partition with an empty buffer to the consumer's position: every message
