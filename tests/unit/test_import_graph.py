@@ -1,6 +1,6 @@
 """The package's import graph: no module imports itself round a circle, and each layer of
-DESIGN.md ("Layers (each imports only the ones above it)") imports only itself and the layers
-above it. Every import counts, those inside functions and under TYPE_CHECKING too: a circle
+docs/internals.md ("Layout (each layer imports only the ones above it)") imports only itself and
+the layers above it. Every import counts, those inside functions and under TYPE_CHECKING too: a circle
 that an import inside a function hides is still a circle."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import streamrep
 
 PACKAGE = Path(streamrep.__file__).parent
 
-# DESIGN.md's order, top first: model, store, client, replication, the Spark engine, maprcli's rows
+# docs/internals.md's order, top first: model, store, client, replication, the Spark engine, maprcli's rows
 # (shared by the two front ends), Airflow
 # (its DAGs after the provider they use), and the CLI. ``errors`` is shared by every layer;
 # ``testing`` (fixtures for users' tests) may use them all.
