@@ -77,7 +77,17 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": _modules("hook"),
-        "operators": _modules("operators", "spark_operators"),
+        # one module per area, as Airflow's own providers list theirs
+        "operators": _modules(
+            "operators.base",
+            "operators.streams",
+            "operators.links",
+            "operators.gateways",
+            "operators.monitor",
+            "operators.verify",
+            "operators.failover",
+            "spark_operators",
+        ),
         "sensors": _modules("sensors"),
         "triggers": _modules("triggers"),
         # No "plugins" entry: the page registers through the airflow.plugins entry point, which Airflow

@@ -8,13 +8,13 @@ from airflow.sdk import DAG, TriggerRule, chain
 
 from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import (
-    NETWORK_FIELDS,
     AutosetupCheckOperator,
     ReplicaAddOperator,
     ReplicaResumeOperator,
     StreamCreateOperator,
     UpstreamAddOperator,
 )
+from streamrep.airflow.operators.base import NETWORK_FIELDS
 from streamrep.airflow.params import flag_param, network_params, stream_path_param
 from streamrep.airflow.sensors import ReplicaUpToDateSensor
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamDiffOperator

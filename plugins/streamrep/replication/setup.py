@@ -1,4 +1,6 @@
-"""``stream replica autosetup``: the whole setup as one command, in the seeds' order.
+"""``stream replica autosetup``: the whole setup as one command, in the seeds' order; and its
+steps safe to retry one by one (``ensure_stream``, ``ensure_replica``, ``ensure_upstream``), as the
+Airflow setup DAGs run them.
 
 An autosetup that fails part-way (an error, a lost cluster, a ``kill -9``) is completed by
 running the same command again; it is never rolled back. The replica it creates carries the
@@ -12,7 +14,7 @@ stream made any other way) is refused, as the seeds say.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
@@ -21,6 +23,7 @@ from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaLink, UpstreamLink
+from streamrep.model.stream import StreamMeta
 from streamrep.replication.copy import CopySummary, copy_stream
 
 Copier = Callable[[StreamAdmin, str, str], CopySummary]
@@ -84,6 +87,39 @@ def begin_autosetup(admin: StreamAdmin, path: str, replica: str, **network: Any)
         if admin.entry(dst).autosetup_from != source_uuid:  # created by someone else meanwhile
             raise
     return src, dst
+
+
+def ensure_stream(
+    admin: StreamAdmin, path: str | StreamPath, copymetafrom: str | None = None, **settings: Any
+) -> tuple[StreamPath, bool]:
+    """``stream create [-copymetafrom]``, or the stream an earlier run (or try) created: safe to
+    retry. An existing stream is accepted only if it has the metadata it would have been created
+    with. (The CLI's ``stream create`` refuses any existing stream, as maprcli's does.)
+
+    :param path: the stream to create.
+    :param copymetafrom: a stream whose metadata (settings and ACEs) the new stream copies.
+    :param settings: stream settings; with ``copymetafrom`` they override the copied ones.
+    :return: the stream's path, and whether this call created it.
+    :raises AlreadyExists: the stream exists with other metadata (each difference named).
+    """
+    sp = admin.path(path)
+    try:
+        admin.create_stream(str(sp), copymetafrom=copymetafrom, **settings)
+        return sp, True
+    except AlreadyExists as exists:
+        if copymetafrom:
+            wanted = admin.entry(copymetafrom).meta.edited(**settings)
+        else:
+            wanted = StreamMeta.for_creator(admin.identity.user, **settings)
+        have = admin.entry(sp).meta
+        differences = [
+            f"{f.name} is {getattr(have, f.name)!r}, not {getattr(wanted, f.name)!r}"
+            for f in fields(StreamMeta)
+            if getattr(have, f.name) != getattr(wanted, f.name)
+        ]
+        if differences:
+            raise AlreadyExists(f"stream {sp} already exists with other metadata: {'; '.join(differences)}") from exists
+    return sp, False
 
 
 def ensure_replica(
