@@ -1,5 +1,6 @@
 """maprcli's field names for the domain's typed answers, where the CLI and Airflow show the same
-row: ``stream info``, ``replica list``, ``upstream list``, gateways, cursors and failover plans.
+row: ``stream info``, ``replica list``, ``upstream list``, gateways, cursors, failover plans and
+the failover and failback results.
 Both front ends' presenters (``cli/rows.py``, ``airflow/rows.py``) take these from here and add
 what only they show; nothing below this layer builds maprcli rows."""
 
@@ -13,9 +14,9 @@ from streamrep.client.results import (
     StreamInfo,
     UpstreamRow,
 )
-from streamrep.replication.cursors import CursorRow
+from streamrep.replication.cursors import SYNCED, CursorRow
 from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackPlan, FailoverPlan, TopicLag
+from streamrep.replication.failover import FailbackPlan, FailbackResult, FailoverPlan, FailoverResult, TopicLag
 from streamrep.replication.service import GatewayRow
 from streamrep.replication.status import ReplicaStatus
 from streamrep.replication.translate import TranslatedCursor
@@ -194,3 +195,38 @@ def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
         fields.update(forceNeeded=plan.force_needed)
     fields.update(steps=list(plan.steps))
     return fields
+
+
+def _synced(placed: tuple[CursorSyncRow, ...]) -> int:
+    return sum(1 for row in placed if row.action == SYNCED)
+
+
+def failover_row(done: FailoverResult) -> dict[str, Any]:
+    """``stream replica failover`` and the failover operator's XCom: what was done (``aborted``
+    for ``-abort``), and how many cursors were synced."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "alreadyDone": done.already_done,
+        "aborted": done.aborted,
+        "forced": done.forced,
+        "missing": done.missing,
+        "lateMessages": done.late_messages,
+        "result": done.result,
+        "cursorsSynced": _synced(done.cursors),
+    }
+
+
+def failback_row(done: FailbackResult) -> dict[str, Any]:
+    """``stream replica failback`` and the failback operator's XCom: what was done, and how many
+    cursors were synced."""
+    return {
+        "path": str(done.path),
+        "replica": str(done.replica),
+        "phase": done.phase,
+        "alreadyDone": done.already_done,
+        "copiedBack": done.copied_back,
+        "lacked": done.lacked,
+        "result": done.result,
+        "cursorsSynced": _synced(done.cursors),
+    }

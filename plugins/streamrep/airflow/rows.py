@@ -9,6 +9,8 @@ from typing import Any
 from streamrep.maprcli import (
     cursor_row,
     cursor_sync_row,
+    failback_row,
+    failover_row,
     gateway_row,
     plan_fields,
     replica_row,
@@ -19,7 +21,6 @@ from streamrep.maprcli import (
     upstream_row,
 )
 from streamrep.replication.copy import CopySummary
-from streamrep.replication.failover import FailbackResult, FailoverResult
 from streamrep.replication.samples import AlertCheck, LagSample
 from streamrep.replication.service import ServiceRequest
 from streamrep.replication.status import ReplicaStatus
@@ -52,36 +53,6 @@ def replica_status_rows(statuses: list[ReplicaStatus]) -> list[dict[str, Any]]:
 def lag_sample_row(sample: LagSample) -> dict[str, int]:
     """A recorded lag sample as the page draws it: ``t``, ``messages``, ``bytes``, ``ms``."""
     return {"t": sample.t, "messages": sample.messages, "bytes": sample.bytes, "ms": sample.ms}
-
-
-def failover_row(done: FailoverResult) -> dict[str, Any]:
-    """The failover operator's XCom: ``path``, ``replica``, ``alreadyDone``, ``forced``,
-    ``missing``, ``lateMessages``, ``cursors`` (``cursor_sync_row``s), ``result``."""
-    return {
-        "path": str(done.path),
-        "replica": str(done.replica),
-        "alreadyDone": done.already_done,
-        "forced": done.forced,
-        "missing": done.missing,
-        "lateMessages": done.late_messages,
-        "cursors": [cursor_sync_row(row) for row in done.cursors],
-        "result": done.result,
-    }
-
-
-def failback_row(done: FailbackResult) -> dict[str, Any]:
-    """The failback operator's XCom: ``path``, ``replica``, ``phase``, ``alreadyDone``,
-    ``copiedBack``, ``lacked``, ``cursors`` (``cursor_sync_row``s), ``result``."""
-    return {
-        "path": str(done.path),
-        "replica": str(done.replica),
-        "phase": done.phase,
-        "alreadyDone": done.already_done,
-        "copiedBack": done.copied_back,
-        "lacked": done.lacked,
-        "cursors": [cursor_sync_row(row) for row in done.cursors],
-        "result": done.result,
-    }
 
 
 def alert_check_row(check: AlertCheck) -> dict[str, Any]:

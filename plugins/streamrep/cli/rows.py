@@ -14,6 +14,8 @@ from streamrep.client.results import (
 from streamrep.maprcli import (
     cursor_row,
     cursor_sync_row,
+    failback_row,
+    failover_row,
     gateway_row,
     plan_fields,
     replica_row,
@@ -25,9 +27,6 @@ from streamrep.maprcli import (
     utc_time,
 )
 from streamrep.replication.copy import CopySummary
-from streamrep.replication.cursors import SYNCED
-from streamrep.replication.cursors import Row as CursorSyncRow
-from streamrep.replication.failover import FailbackResult, FailoverResult
 from streamrep.replication.samples import AlertSetting, LagSample
 from streamrep.replication.service import ServiceRequest
 from streamrep.replication.setup import AutosetupResult
@@ -66,39 +65,6 @@ def lag_row(sample: LagSample) -> dict[str, Any]:
         "lagMessages": sample.messages,
         "lagBytes": sample.bytes,
         "lagMillis": sample.ms,
-    }
-
-
-def _synced(placed: tuple[CursorSyncRow, ...]) -> int:
-    return sum(1 for row in placed if row.action == SYNCED)
-
-
-def failover_row(done: FailoverResult) -> dict[str, Any]:
-    """``stream replica failover``: what was done, and how many cursors were synced."""
-    return {
-        "path": str(done.path),
-        "replica": str(done.replica),
-        "alreadyDone": done.already_done,
-        "aborted": done.aborted,
-        "forced": done.forced,
-        "missing": done.missing,
-        "lateMessages": done.late_messages,
-        "result": done.result,
-        "cursorsSynced": _synced(done.cursors),
-    }
-
-
-def failback_row(done: FailbackResult) -> dict[str, Any]:
-    """``stream replica failback``: what was done, and how many cursors were synced."""
-    return {
-        "path": str(done.path),
-        "replica": str(done.replica),
-        "phase": done.phase,
-        "alreadyDone": done.already_done,
-        "copiedBack": done.copied_back,
-        "lacked": done.lacked,
-        "result": done.result,
-        "cursorsSynced": _synced(done.cursors),
     }
 
 
