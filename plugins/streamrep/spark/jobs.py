@@ -167,22 +167,7 @@ def gateway_job(
     try:
         if not once:  # a drain's first pass starts the workers anyway; a running gateway's must be quick
             passes.warm()
-        outage = Outage(gateway.id, interval, stop.wait)
-        while not stop.is_set():
-            try:
-                moved = passes.run_one()
-            except Unavailable as err:
-                if once:  # a drain reports the outage; a running gateway rides it out
-                    raise
-                outage.failed(err)
-                continue
-            outage.ended()
-            if moved is None:  # once: nothing left to drain
-                break
-            gateway.lag.passed(moved)  # the pass counted; the lag itself is sampled by ``sampler``
-            progress.passed(moved)
-            if not moved:
-                stop.wait(interval)
+        _run_passes(passes, gateway, progress, once, interval, stop)
         progress.report(final=True)
         sampler.halt.set()
         sampler.join(timeout=30)
@@ -309,6 +294,29 @@ class _Passes:
                     by_source[flow.source_uuid].append(flow)
         record_pass(gateway, total, by_source)
         return total.rows
+
+
+def _run_passes(
+    passes: _Passes, gateway: Gateway, progress: ProgressReport, once: bool, interval: float, stop: threading.Event
+) -> None:
+    """Run passes until ``stop`` is set or, ``once``, nothing is left to drain; an idle pass waits
+    ``interval`` before the next."""
+    outage = Outage(gateway.id, interval, stop.wait)
+    while not stop.is_set():
+        try:
+            moved = passes.run_one()
+        except Unavailable as err:
+            if once:  # a drain reports the outage; a running gateway rides it out
+                raise
+            outage.failed(err)
+            continue
+        outage.ended()
+        if moved is None:  # once: nothing left to drain
+            break
+        gateway.lag.passed(moved)  # the pass counted; the lag itself is sampled by ``sampler``
+        progress.passed(moved)
+        if not moved:
+            stop.wait(interval)
 
 
 class ProgressReport:
