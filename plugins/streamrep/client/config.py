@@ -115,7 +115,7 @@ class Clusters:
     def registry_path(self) -> str:
         return os.path.join(self.home, "clusters.json")
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         try:
             with open(self.registry_path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -133,7 +133,7 @@ class Clusters:
         return data
 
     @contextmanager
-    def _editing(self) -> Iterator[dict]:
+    def _editing(self) -> Iterator[dict[str, Any]]:
         """Read-modify-write the registry under a file lock, replacing it atomically."""
         try:
             os.makedirs(self.home, mode=0o700, exist_ok=True)  # the registry may hold Kafka credentials
@@ -209,7 +209,7 @@ class Clusters:
         self._stores[name] = store
         return info
 
-    def _refuse_registered(self, data: dict, store: Store, store_id: str) -> None:
+    def _refuse_registered(self, data: dict[str, Any], store: Store, store_id: str) -> None:
         """AlreadyExists if ``store`` is the store of a registered cluster: the same file by
         another path, or the same store id."""
         real = os.path.realpath(store.path) if isinstance(store, EmbeddedStore) else None

@@ -23,11 +23,12 @@ from streamrep.client.catalog import now_ms
 from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.acls import one_way_replica
+from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverRecord, check_writable
 from streamrep.model.message import Headers, Message
 from streamrep.model.partitioner import partition_for_key
 from streamrep.model.paths import StreamPath, TopicPath, parse_topic_path
-from streamrep.model.replication import ReplicaState
+from streamrep.model.replication import ReplicaLink, ReplicaState
 
 _new_tuple = tuple.__new__
 
@@ -86,7 +87,9 @@ class Producer:
         self.warnings: list[str] = []  # what went wrong after a commit (the messages were written)
         self._pending: dict[TopicPath, dict[int, list[Message]]] = defaultdict(lambda: defaultdict(list))
         self._count = 0
-        self._streams: dict[StreamPath, tuple] = {}  # path -> (entry, topics) resolved once per producer
+        self._streams: dict[
+            StreamPath, tuple[StreamEntry, dict[str, int]]
+        ] = {}  # path -> (entry, topics) resolved once per producer
         # Parsing a topic string reads the registry (for the default cluster): once per string.
         self._parsed: dict[str, TopicPath] = {}
         # send()'s fast path: topic as given -> (path, partition count, its pending batches).
@@ -100,11 +103,11 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
             self.flush()
 
-    def _stream(self, sp: StreamPath, refresh: bool = False):
+    def _stream(self, sp: StreamPath, refresh: bool = False) -> tuple[StreamEntry, dict[str, int]]:
         cached = self._streams.get(sp)
         if cached is None or refresh:
             self._open.clear()
@@ -273,7 +276,9 @@ class Producer:
                     f"waiting for synchronous replica {link.path}", lambda: self._await_replica(sp, entry, link, acked)
                 )
 
-    def _await_replica(self, sp: StreamPath, entry, link, acked: dict[TopicPath, dict[int, tuple[int, int]]]) -> None:
+    def _await_replica(
+        self, sp: StreamPath, entry: StreamEntry, link: ReplicaLink, acked: dict[TopicPath, dict[int, tuple[int, int]]]
+    ) -> None:
         """Wait until the synchronous replica of ``link`` has applied ``acked``, or fall back."""
         replica = self.admin.path(link.path)
         try:
