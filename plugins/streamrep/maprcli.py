@@ -173,7 +173,7 @@ def plan_fields(plan: FailoverPlan | FailbackPlan) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "path": str(plan.path),
         "replica": str(plan.replica),
-        "stage": plan.stage,
+        "stage": plan.stage.value,
         "sourceReachable": plan.source_reachable,
         "sourceError": plan.source_error,
     }
@@ -223,7 +223,7 @@ def failback_row(done: FailbackResult) -> dict[str, Any]:
     return {
         "path": str(done.path),
         "replica": str(done.replica),
-        "phase": done.phase,
+        "phase": done.phase.value,
         "alreadyDone": done.already_done,
         "copiedBack": done.copied_back,
         "lacked": done.lacked,

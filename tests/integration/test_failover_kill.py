@@ -23,7 +23,7 @@ NY = "/mapr/newyork/activity"
 # The CLI, killed with SIGKILL when the failover calls the step named in argv[1] ("" for none).
 KILLED_AT = textwrap.dedent("""
     import os, signal, sys
-    from streamrep.replication import failover
+    from streamrep.replication.failover import promote as failover
     if sys.argv[1]:
         setattr(failover, sys.argv[1], lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL))
     from streamrep.cli.main import main
@@ -32,7 +32,7 @@ KILLED_AT = textwrap.dedent("""
 """)
 FAILOVER = ("stream", "replica", "failover", "-path", SF, "-replica", NY)
 BEFORE_PROMOTING = ["stop_flow", "place_cursors"]  # the failover's steps, in order, before PROMOTED
-AFTER_PROMOTING = ["_withdraw", "_demote_source"]
+AFTER_PROMOTING = ["_withdraw", "demote_source"]
 
 
 @pytest.fixture

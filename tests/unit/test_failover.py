@@ -1,4 +1,4 @@
-"""Failover and failback (``replication/failover.py``) on real embedded and Kafka clusters, with
+"""Failover and failback (``replication/failover/``) on real embedded and Kafka clusters, with
 in-process gateways: the plan, failover with the source up and with its cluster unreachable,
 failback copying back only what the source lacks, retries and refusals."""
 
@@ -21,10 +21,10 @@ from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
 from streamrep.errors import Conflict, InvalidArgument, NotFound, PermissionDenied, RetryNow, Unavailable
 from streamrep.model.ace import Identity
-from streamrep.model.failover import FailoverRecord, FailoverState, WritesRefused
+from streamrep.model.failover import FailoverRecord, FailoverStage, FailoverState, WritesRefused
 from streamrep.model.message import Message
 from streamrep.model.replication import stop_key
-from streamrep.replication.failover import FAILED_OVER, LINKED, failback, failback_plan, failover, failover_plan
+from streamrep.replication.failover import failback, failback_plan, failover, failover_plan
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.status import replica_status
 from streamrep.replication.transfer import FlowStopped, SourcePartition, apply_batch
@@ -32,6 +32,7 @@ from streamrep.replication.transfer import FlowStopped, SourcePartition, apply_b
 ON_BOTH = pytest.mark.backends("embedded", "kafka")
 SF = "/mapr/sanfrancisco/activity"
 NY = "/mapr/newyork/activity"
+LINKED, FAILED_OVER = FailoverStage.LINKED, FailoverStage.FAILED_OVER
 GRACE = 1.1  # > 2 * FAILOVER_CHECK_SECONDS: the producers below see a record change within it
 
 

@@ -14,7 +14,7 @@ from streamrep.cli.copystream import COPY_ENGINE, run_copy
 from streamrep.cli.grammar import Command, Option
 from streamrep.model import network
 from streamrep.replication import failover as failovers
-from streamrep.replication.failover import FailbackPlan, FailoverPlan
+from streamrep.replication.failover import FailbackPhase, FailbackPlan, FailoverPlan
 from streamrep.replication.lag import lag_history, set_alert
 from streamrep.replication.setup import autosetup
 from streamrep.replication.status import acknowledge_loss, replica_status
@@ -137,7 +137,7 @@ def replica_failback(
     path: str,
     replica: str,
     plan: bool = False,
-    phase: str = "all",
+    phase: str = FailbackPhase.ALL.value,
     timeout: float = failovers.DEFAULT_TIMEOUT,
 ) -> Rows:
     if plan:
@@ -238,7 +238,9 @@ COMMANDS: tuple[Command, ...] = (
             REPLICA,
             Option("plan", bool, help="print what would happen and change nothing"),
             Option(
-                "phase", help="all (default), reverse (copy back only), return (switch back)", choices=failovers.PHASES
+                "phase",
+                help="all (default), reverse (copy back only), return (switch back)",
+                choices=tuple(p.value for p in FailbackPhase),
             ),
             Option(
                 "timeout",

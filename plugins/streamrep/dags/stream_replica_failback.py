@@ -10,7 +10,7 @@ from airflow.sdk import DAG, Param
 from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import FailbackOperator, FailoverPlanOperator
 from streamrep.airflow.params import seconds_param, stream_path_param
-from streamrep.replication.failover import DEFAULT_TIMEOUT, PHASES
+from streamrep.replication.failover import DEFAULT_TIMEOUT, FailbackPhase
 
 DOC = """
 ### Replica failback
@@ -46,9 +46,9 @@ with DAG(
         ),
         "replica": stream_path_param(None, "Promoted replica", "The replica that was promoted (required)."),
         "phase": Param(
-            "all",
+            FailbackPhase.ALL.value,
             type="string",
-            enum=list(PHASES),
+            enum=[p.value for p in FailbackPhase],
             title="Phase",
             description="all: copy back and return; reverse: only add the reverse link; "
             "return: only switch back (after reverse).",

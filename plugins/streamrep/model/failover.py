@@ -17,6 +17,9 @@ failback: done            (none)                 (none)                 to the s
 
 The short refusals (FENCED, TAKING_BACK) are the clean cut: nothing is written anywhere while the
 last messages drain, so nothing is written on the side being left that the other side lacks.
+
+Where the pair stands, from both records, is its ``FailoverStage`` (``replication/failover/stage.py``
+reads it): a plan shows it and each procedure starts from it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,22 @@ class FailoverState(str, Enum):
     FAILING_BACK = "FAILING_BACK"  # a former source receiving back what the promoted stream has
     RETURNING = "RETURNING"  # a promoted stream handing the role back: writes go to the source
     TAKING_BACK = "TAKING_BACK"  # a former source taking its role back: writes refused while it drains
+
+
+class FailoverStage(str, Enum):
+    """Where a source and its replica stand, read from both streams' records and links (one
+    stream's own side is its ``FailoverState``). The values are what plans show."""
+
+    LINKED = "linked"  # source -> replica flows (or may): a failover can start
+    FAILING_OVER = "failing over"  # an earlier failover stopped part-way (the source is FENCED)
+    FAILED_OVER = "failed over"  # the replica is PROMOTED
+    FAILING_BACK = "failing back"  # the reverse link is in place
+    RETURNING = "returning"  # the return step stopped part-way (the replica is RETURNING)
+
+    @property
+    def promoted(self) -> bool:
+        """The replica has been promoted: failed over, or a failback is under way."""
+        return self in (FailoverStage.FAILED_OVER, FailoverStage.FAILING_BACK, FailoverStage.RETURNING)
 
 
 # A stream in one of these states refuses producers.
