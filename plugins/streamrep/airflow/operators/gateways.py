@@ -70,11 +70,12 @@ class GatewayPlanOperator(StreamrepOperator):
 
 
 class GatewayServiceOperator(StreamrepOperator):
-    """The gateways as a service (``streamrep.replication.service``): ``start`` or ``stop`` a
-    cluster's gateways (``gateway start|stop -cluster C``), or ``supervise``: for each cluster
-    whose gateways should run and have no live heartbeat and no launch in flight, plan a
-    ``stream_gateways`` run, with a deterministic run id and a doubling backoff between launches.
-    ``start`` also supervises its cluster, so the gateways start in this run.
+    """The gateways as a service (``streamrep.replication.service``, ``airflow/supervisor.py``):
+    ``start`` or ``stop`` a cluster's gateways (``gateway start|stop -cluster C``), or
+    ``supervise``: for each cluster whose gateways should run and have no live heartbeat and no
+    launch in flight, plan a ``stream_gateways`` run, with a deterministic run id and a doubling
+    backoff between launches. ``start`` also supervises its cluster, so the gateways start in
+    this run.
 
     :param action: ``supervise``, ``start`` or ``stop``. (templated)
     :param cluster: the cluster to start or stop; for ``supervise``, only this cluster (default:
