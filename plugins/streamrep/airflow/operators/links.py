@@ -18,6 +18,7 @@ from streamrep.airflow.params import as_bool
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model import replication as rules
+from streamrep.model.paths import StreamPath
 from streamrep.replication.setup import begin_autosetup, ensure_replica, ensure_upstream
 from streamrep.replication.status import replica_status
 
@@ -27,7 +28,37 @@ if TYPE_CHECKING:
 UPSTREAM_COLUMNS = ("cluster", "stream", "idx", "uuid")  # the ``stream upstream list`` fields
 
 
-class ReplicaAddOperator(NetworkOptionsMixin, StreamrepOperator):
+class _ReplicaLinkOperator(StreamrepOperator):
+    """An operator on the replica link from ``path`` to ``replica``.
+
+    :param path: the source stream. (templated)
+    :param replica: the replica stream. (templated)
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
+
+    def __init__(self, *, path: str, replica: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.replica = replica
+
+
+class _UpstreamLinkOperator(StreamrepOperator):
+    """An operator on the upstream link of ``path`` from ``upstream``.
+
+    :param path: the replica stream. (templated)
+    :param upstream: the source stream it accepts updates from. (templated)
+    """
+
+    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
+
+    def __init__(self, *, path: str, upstream: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.path = path
+        self.upstream = upstream
+
+
+class ReplicaAddOperator(NetworkOptionsMixin, _ReplicaLinkOperator):
     """``maprcli stream replica add -path <source> -replica <replica> [-paused] [-synchronous]
     [-throttle] [-networkencryption] [-networkcompression]``, and streamrep's ``[-maxbytespersec]``.
 
@@ -46,26 +77,14 @@ class ReplicaAddOperator(NetworkOptionsMixin, StreamrepOperator):
     """
 
     template_fields: Sequence[str] = (
-        *StreamrepOperator.template_fields,
-        "path",
-        "replica",
+        *_ReplicaLinkOperator.template_fields,
         "paused",
         "synchronous",
         *NetworkOptionsMixin.template_fields,
     )
 
-    def __init__(
-        self,
-        *,
-        path: str,
-        replica: str,
-        paused: Any = False,
-        synchronous: Any = False,
-        **kwargs: Any,
-    ):
+    def __init__(self, *, paused: Any = False, synchronous: Any = False, **kwargs: Any):
         super().__init__(**kwargs)
-        self.path = path
-        self.replica = replica
         self.paused = paused
         self.synchronous = synchronous
 
@@ -91,7 +110,7 @@ class ReplicaAddOperator(NetworkOptionsMixin, StreamrepOperator):
         return {"source": str(src), **link.to_dict()}
 
 
-class ReplicaVerifyOperator(StreamrepOperator):
+class ReplicaVerifyOperator(_ReplicaLinkOperator):
     """``maprcli stream replica list -path <source>``, checking that ``replica`` is listed.
 
     :param path: the source stream. (templated)
@@ -99,20 +118,12 @@ class ReplicaVerifyOperator(StreamrepOperator):
     :return: (XCom) the ``replica list`` rows, with state, pending messages and lag.
     """
 
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
-
-    def __init__(self, *, path: str, replica: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.path = path
-        self.replica = replica
-
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src, dst = admin.path(self.path), admin.path(self.replica)
-        rows = presented.replica_status_rows(replica_status(admin, str(src)))
-        log_rows(
+        rows = replica_list(
+            admin,
+            src,
             self.log,
-            f"stream replica list -path {src}",
-            rows,
             ("replicaPath", "paused", "synchronous", "replicaState", "pendingMessages", "replicationLagMillis"),
         )
         rules.require_link(admin.entry(src).replicas, dst, src, "replica")
@@ -120,7 +131,7 @@ class ReplicaVerifyOperator(StreamrepOperator):
         return rows
 
 
-class UpstreamAddOperator(StreamrepOperator):
+class UpstreamAddOperator(_UpstreamLinkOperator):
     """``maprcli stream upstream add -path <replica> -upstream <source>``: the replica's side of
     the two-way agreement. Succeeds on a retry (or a rerun of the DAG) when the link is already
     there to the same upstream stream, by UUID (``setup.ensure_upstream``); fails if it names a
@@ -131,13 +142,6 @@ class UpstreamAddOperator(StreamrepOperator):
     :return: (XCom) the ``upstream list`` rows of the replica: ``cluster``, ``stream``, ``idx``, ``uuid``.
     """
 
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
-
-    def __init__(self, *, path: str, upstream: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.path = path
-        self.upstream = upstream
-
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         dst, src = admin.path(self.path), admin.path(self.upstream)
         _, added = ensure_upstream(admin, dst, src)
@@ -145,12 +149,10 @@ class UpstreamAddOperator(StreamrepOperator):
             self.log.info("stream upstream add -path %s -upstream %s: registered", dst, src)
         else:
             self.log.info("%s is already an upstream of %s (the same stream): nothing to do", src, dst)
-        rows = [presented.upstream_row(row) for row in admin.list_upstreams(str(dst))]
-        log_rows(self.log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
-        return rows
+        return upstream_list(admin, dst, self.log)
 
 
-class UpstreamVerifyOperator(StreamrepOperator):
+class UpstreamVerifyOperator(_UpstreamLinkOperator):
     """``maprcli stream upstream list -path <replica>``, checking that ``upstream`` is listed.
 
     :param path: the replica stream. (templated)
@@ -158,36 +160,20 @@ class UpstreamVerifyOperator(StreamrepOperator):
     :return: (XCom) the ``upstream list`` rows: ``cluster``, ``stream``, ``idx``, ``uuid``.
     """
 
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "upstream")
-
-    def __init__(self, *, path: str, upstream: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.path = path
-        self.upstream = upstream
-
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         dst, src = admin.path(self.path), admin.path(self.upstream)
-        rows = [presented.upstream_row(row) for row in admin.list_upstreams(str(dst))]
-        log_rows(self.log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
+        rows = upstream_list(admin, dst, self.log)
         rules.require_link(admin.entry(dst).upstreams, src, dst, "upstream")
         self.log.info("verified: %s is an upstream of %s", src, dst)
         return rows
 
 
-class _ReplicaChangeOperator(StreamrepOperator):
+class _ReplicaChangeOperator(_ReplicaLinkOperator):
     """A change to one replica link of a source stream; returns the ``replica list`` after it.
 
     :param path: the source stream. (templated)
     :param replica: the replica stream. (templated)
     """
-
-    template_fields: Sequence[str] = (*StreamrepOperator.template_fields, "path", "replica")
-    verb = ""
-
-    def __init__(self, *, path: str, replica: str, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.path = path
-        self.replica = replica
 
     def change(self, admin: StreamAdmin, src: str, dst: str, context: Context) -> None:
         raise NotImplementedError
@@ -195,14 +181,9 @@ class _ReplicaChangeOperator(StreamrepOperator):
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src, dst = admin.path(self.path), admin.path(self.replica)
         self.change(admin, str(src), str(dst), context)
-        rows = presented.replica_status_rows(replica_status(admin, str(src)))
-        log_rows(
-            self.log,
-            f"stream replica list -path {src}",
-            rows,
-            ("replicaPath", "paused", "replicaState", "pendingMessages", "replicationLagMillis"),
+        return replica_list(
+            admin, src, self.log, ("replicaPath", "paused", "replicaState", "pendingMessages", "replicationLagMillis")
         )
-        return rows
 
 
 class ReplicaResumeOperator(_ReplicaChangeOperator):
@@ -325,17 +306,15 @@ class ReplicaStatusOperator(StreamrepOperator):
 
     def run(self, admin: StreamAdmin, context: Context) -> list[dict[str, Any]]:
         src = admin.path(self.path)
-        rows = presented.replica_status_rows(replica_status(admin, str(src)))
-        log_rows(
+        return replica_list(
+            admin,
+            src,
             self.log,
-            f"stream replica list -path {src}",
-            rows,
             ("replicaPath", "paused", "replicaState", "isUptodate", "pendingMessages", "replicationLagMillis"),
         )
-        return rows
 
 
-class AutosetupCheckOperator(NetworkOptionsMixin, StreamrepOperator):
+class AutosetupCheckOperator(NetworkOptionsMixin, _ReplicaLinkOperator):
     """The precondition of ``maprcli stream replica autosetup``: the network options are valid
     and can be given, the source exists, the caller may administer and copy it, and the replica
     stream does not exist yet (autosetup creates it), or an unfinished autosetup of this source
@@ -349,25 +328,23 @@ class AutosetupCheckOperator(NetworkOptionsMixin, StreamrepOperator):
     :return: (XCom) ``stream info`` of the source.
     """
 
-    template_fields: Sequence[str] = (
-        *StreamrepOperator.template_fields,
-        "path",
-        "replica",
-        *NetworkOptionsMixin.template_fields,
-    )
-
-    def __init__(
-        self,
-        *,
-        path: str,
-        replica: str,
-        **kwargs: Any,
-    ):
-        super().__init__(**kwargs)
-        self.path = path
-        self.replica = replica
+    template_fields: Sequence[str] = (*_ReplicaLinkOperator.template_fields, *NetworkOptionsMixin.template_fields)
 
     def run(self, admin: StreamAdmin, context: Context) -> dict[str, Any]:
         src, dst = begin_autosetup(admin, self.path, self.replica, **self.network_options())
         self.log.info("autosetup of %s from %s can go on: the replica stream is this autosetup's", dst, src)
         return presented.stream_info_row(admin.stream_info(str(src)))
+
+
+def replica_list(admin: StreamAdmin, src: StreamPath, log: Any, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """``stream replica list -path <src>``: its rows, logged with ``columns`` as the CLI prints them."""
+    rows = presented.replica_status_rows(replica_status(admin, str(src)))
+    log_rows(log, f"stream replica list -path {src}", rows, columns)
+    return rows
+
+
+def upstream_list(admin: StreamAdmin, dst: StreamPath, log: Any) -> list[dict[str, Any]]:
+    """``stream upstream list -path <dst>``: its rows, logged as the CLI prints them."""
+    rows = [presented.upstream_row(row) for row in admin.list_upstreams(str(dst))]
+    log_rows(log, f"stream upstream list -path {dst}", rows, UPSTREAM_COLUMNS)
+    return rows
