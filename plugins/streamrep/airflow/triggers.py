@@ -264,6 +264,6 @@ class StreamMessageTrigger(BaseEventTrigger):
             if opened is not None:
                 try:
                     await loop.run_in_executor(executor, opened[0].close)
-                except Exception:  # noqa: BLE001 - closing is best effort; nothing is lost
+                except Exception:  # closing is best effort; nothing is lost (logged with its traceback)
                     self.log.warning("could not close the connections of %s", self.path, exc_info=True)
             executor.shutdown(wait=False)

@@ -64,7 +64,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import InvalidArgument, NotFound, StreamrepError
@@ -453,9 +453,8 @@ def _losses(marks: Mapping[str, int], source: Side, name: str) -> list[Loss]:
     found: dict[tuple[str, int, int], Loss] = {}
     for prefix, acknowledged in (("l|", False), ("a|", True)):
         for key, end in rules.recorded_losses(marks, source.uuid, prefix).items():
-            parsed = rules.parse_loss_key(key, prefix)
-            assert parsed is not None  # recorded_losses keeps only these
-            _, topic, partition, first = parsed
+            # recorded_losses keeps only the keys parse_loss_key reads
+            _, topic, partition, first = cast("tuple[str, str, int, int]", rules.parse_loss_key(key, prefix))
             found[(topic, partition, first)] = Loss(name, topic, partition, first, end - 1, acknowledged)
     starts = {unit: start for unit, (start, _) in source.bounds.items()}
     for topic, partition, first, end in rules.unrecorded_losses(marks, source.uuid, starts):

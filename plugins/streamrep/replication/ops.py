@@ -174,11 +174,10 @@ def _ops(
             for_src[(d.topic, d.dst.partition)].append(_put(d, dst_msgs[d.dst], d.dst, str(result.dst)))
         else:
             line = _differs(d, src_msgs, dst_msgs)
-            src_place = d.src or d.dst
-            dst_place = d.dst or d.src
-            assert src_place is not None and dst_place is not None  # every difference has a place
-            for_dst[(d.topic, src_place.partition)].append(line)
-            for_src[(d.topic, dst_place.partition)].append(line)
+            # every difference has a place on one side or both: the source's first, else the destination's
+            places = [place for place in (d.src, d.dst) if place is not None]
+            for_dst[(d.topic, places[0].partition)].append(line)
+            for_src[(d.topic, places[-1].partition)].append(line)
     return for_dst, for_src
 
 

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from functools import partial
+from typing import cast
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.results import ReplicaRow
@@ -58,9 +59,8 @@ def _losses(
 
 
 def _recorded_range(key: str, end: int) -> tuple[str, int, int, int]:
-    parsed = parse_loss_key(key)
-    assert parsed is not None  # only loss marks are recorded as losses
-    _, topic, partition, first = parsed
+    # only loss marks are recorded as losses: parse_loss_key reads each
+    _, topic, partition, first = cast("tuple[str, str, int, int]", parse_loss_key(key))
     return topic, partition, first, end - 1
 
 

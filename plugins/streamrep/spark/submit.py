@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from streamrep.client.identity import LAUNCHER_USER, current_identity, named_user
 from streamrep.errors import InvalidArgument, Misinstalled, StreamrepError
@@ -660,8 +660,8 @@ def submit_gateway(
     argv, run_env = spark_submit_command("gateway", args, master)
     errors = []
     with foreground_job(argv, run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        assert proc.stdout is not None  # stdout=PIPE
-        for line in proc.stdout:  # passed through as it comes; the app's own error line is kept
+        lines = cast("IO[str]", proc.stdout)  # stdout=PIPE
+        for line in lines:  # passed through as it comes; the app's own error line is kept
             if not line.startswith(JVM_NOISE):
                 sys.stderr.write(line)
             if line.startswith("ERROR: "):
