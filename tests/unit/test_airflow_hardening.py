@@ -662,6 +662,8 @@ BAD_PARAMS = {
     "phase": ("sideways", "is not one of"),
     "timeout": (-1, "is less than the minimum of 0"),
     "force": ("yes", "is not of type 'boolean'"),
+    "crc": ("yes", "is not of type 'boolean'"),
+    "engine": ("mapreduce", "is not one of"),
 }
 # Values the docs and the CLI's grammar use, beyond the defaults; each must pass.
 GOOD_PARAMS = {
@@ -670,6 +672,7 @@ GOOD_PARAMS = {
     "timeout": [0, 30, 86_400],
     "networkcompression": ["off", "zlib", "zstd"],
     "cluster": ["newyork"],
+    "engine": ["auto", "local", "spark"],
 }
 # A bad value whose range depends on its unit, which no JSON schema keyword says: the format
 # (parse_max_bytes_per_sec) refuses it.
