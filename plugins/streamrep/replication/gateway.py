@@ -73,7 +73,7 @@ from streamrep.replication.transfer import (
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
 UNAVAILABLE_RETRY_MAX_SECONDS = 5.0  # a gateway retries a cluster that is down at least this often
-# A running gateway's pass keeps moving what arrives in its share for up to this long, then reads its
+# A running gateway's pass keeps this_pass what arrives in its share for up to this long, then reads its
 # assignment again: pauses, removals, new topics and other gateways' shares take effect within it.
 PASS_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.1  # an idle gateway waiting for messages sees a stop request within this
@@ -126,6 +126,36 @@ class Progress:
     @property
     def pending(self) -> int:
         return max(0, self.source_end - self.position)
+
+
+_Due = dict[SourcePartition, tuple[int, tuple[int, int]]]  # partition -> (its position, the source's bounds)
+
+
+@dataclass
+class _PassState:
+    """What one pass of ``Gateway.run_once`` keeps as it goes: the flows it still serves by source
+    partition (its assignment's, failing ones taken out), the errors so far by flow, each replica's
+    marks (read once), each served partition's next offset to move, and the messages moved."""
+
+    units: dict[SourcePartition, list[Flow]]
+    errors: dict[Flow, str]
+    marks: dict[str, dict[str, int]]
+    positions: dict[SourcePartition, int] = field(default_factory=dict)
+    moved: int = 0
+
+    def failed(self, unit: SourcePartition, err: StreamrepError, flows: Iterable[Flow] | None = None) -> bool:
+        """Record ``err`` for ``flows`` (all of the unit's by default) and leave them out of the rest
+        of the pass. Returns whether the unit still has flows to serve."""
+        if isinstance(err, StoreFull):
+            raise err  # the whole destination is full, not this partition: the gateway stops, saying so
+        failing = set(self.units[unit] if flows is None else flows)
+        self.errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in failing)
+        # A new list: the old one is shared by the topic's other partitions.
+        self.units[unit] = [f for f in self.units[unit] if f not in failing]
+        if self.units[unit]:
+            return True
+        self.positions.pop(unit, None)
+        return False
 
 
 class Gateway:
@@ -267,59 +297,9 @@ class Gateway:
         by_source = self.active_flows()
         now = time.time()
         beats = self.heartbeats()
-        result = Assignment()
-        units_by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
-        for source_uuid, all_flows in by_source.items():
-            source = all_flows[0].source
-            topics: dict[str, int] = {}
-            source_flows = []
-            for flow in all_flows:
-                try:
-                    topics = ensure_topics(
-                        self.admin.clusters.store(source.cluster),
-                        source_uuid,
-                        self.store,
-                        flow.replica_uuid,
-                        exclude=flow.stopped_topics,
-                    )
-                except Unavailable:
-                    raise
-                except StreamrepError as err:
-                    self._drop(flow, err)
-                    continue
-                source_flows.append(flow)
-            for topic, count in topics.items():
-                carrying = [flow for flow in source_flows if flow.carries(topic)]
-                if not carrying:
-                    continue
-                for partition in range(count):
-                    unit = SourcePartition(source_uuid, topic, partition, source)
-                    result.units[unit] = carrying
-                    units_by_cluster[source.cluster].append(unit)
-        mine: set[SourcePartition] = set()
-        self.unlisted_by = set()
-        holders: dict[str, set[str]] = defaultdict(set)  # replica UUID -> the gateways holding its partitions
-        for source_cluster, units in units_by_cluster.items():
-            try:
-                listed = self.admin.gateways(source_cluster).get(self.cluster)
-            except Unavailable:
-                raise
-            except StreamrepError as err:  # that cluster was removed meanwhile
-                for flow in {f for unit in units for f in result.units[unit]}:
-                    self._drop(flow, err)
-                continue
-            if listed is not None and self.id not in listed:
-                self.unlisted_by.add(source_cluster)
-                continue  # that source cluster does not send to this gateway
-            dealt = shares_seen_by(
-                self.id, units, eligible(beats, listed), now, self.expiry, SourcePartition.lane_group
-            )
-            mine.update(units if whole else dealt[self.id])
-            for holder, held in dealt.items():
-                for unit in held:
-                    for flow in result.units[unit]:
-                        holders[flow.replica_uuid].add(holder)
-        result.units = {u: f for u, f in result.units.items() if u in mine}
+        units = self._units(by_source)
+        mine, holders = self._shares(units, beats, now, whole)
+        result = Assignment({u: f for u, f in units.items() if u in mine})
         self.lost = self._check_held(result.units)
         # Each holder of a replica's partitions takes an equal part of its byte-rate limit (throttle.py);
         # a drain (whole) may apply partitions it does not hold, so it counts itself a holder.
@@ -332,9 +312,78 @@ class Gateway:
         self.cursor_sync.maybe_sync(self.admin, self.store, result.units)
         return result
 
+    def _units(self, by_source: Mapping[str, list[Flow]]) -> dict[SourcePartition, list[Flow]]:
+        """Every partition of the source streams, with the flows that carry its topic (one list per topic,
+        shared by its partitions), by source stream UUID as ``active_flows`` gives them."""
+        units: dict[SourcePartition, list[Flow]] = {}
+        for source_uuid, all_flows in by_source.items():
+            source = all_flows[0].source
+            topics, ready = self._ready_flows(source_uuid, all_flows)
+            for topic, count in topics.items():
+                carrying = [flow for flow in ready if flow.carries(topic)]
+                if not carrying:
+                    continue
+                for partition in range(count):
+                    units[SourcePartition(source_uuid, topic, partition, source)] = carrying
+        return units
+
+    def _ready_flows(self, source_uuid: str, flows: Sequence[Flow]) -> tuple[dict[str, int], list[Flow]]:
+        """The source stream's topics (partitions by name, as the last replica made ready found them) and
+        the flows whose replica has them now (``transfer.ensure_topics``); a flow whose replica cannot be
+        made ready is left out of this pass (``_drop``)."""
+        topics: dict[str, int] = {}
+        ready = []
+        for flow in flows:
+            try:
+                topics = ensure_topics(
+                    self.admin.clusters.store(flow.source.cluster),
+                    source_uuid,
+                    self.store,
+                    flow.replica_uuid,
+                    exclude=flow.stopped_topics,
+                )
+            except Unavailable:
+                raise
+            except StreamrepError as err:
+                self._drop(flow, err)
+                continue
+            ready.append(flow)
+        return topics, ready
+
+    def _shares(
+        self, units: Mapping[SourcePartition, list[Flow]], beats: Mapping[str, float], now: float, whole: bool
+    ) -> tuple[set[SourcePartition], dict[str, set[str]]]:
+        """This gateway's share of ``units`` (all that its source clusters let it pull, with ``whole``),
+        dealt per source cluster among the live gateways it lists for this cluster, and the gateways
+        holding each replica's partitions, by replica UUID. Sets ``unlisted_by``."""
+        mine: set[SourcePartition] = set()
+        self.unlisted_by = set()
+        holders: dict[str, set[str]] = defaultdict(set)  # replica UUID -> the gateways holding its partitions
+        for source_cluster, cluster_units in by_source_cluster(units).items():
+            try:
+                listed = self.admin.gateways(source_cluster).get(self.cluster)
+            except Unavailable:
+                raise
+            except StreamrepError as err:  # that cluster was removed meanwhile
+                for flow in {f for unit in cluster_units for f in units[unit]}:
+                    self._drop(flow, err)
+                continue
+            if listed is not None and self.id not in listed:
+                self.unlisted_by.add(source_cluster)
+                continue  # that source cluster does not send to this gateway
+            dealt = shares_seen_by(
+                self.id, cluster_units, eligible(beats, listed), now, self.expiry, SourcePartition.lane_group
+            )
+            mine.update(cluster_units if whole else dealt[self.id])
+            for holder, held in dealt.items():
+                for unit in held:
+                    for flow in units[unit]:
+                        holders[flow.replica_uuid].add(holder)
+        return mine, holders
+
     def _drop(self, flow: Flow, err: StreamrepError) -> None:
         """Leave ``flow`` out of this pass: its link changed or went away while the pass was being
-        planned (a failover moving the upstream, a replica or cluster removed), or its replica
+        planned (a failover this_pass the upstream, a replica or cluster removed), or its replica
         cannot be set up. Only a link that still holds is put in error; the gateway serves the rest."""
         if self.still_agreed(flow):
             log.warning("gateway %s: %s -> %s left out of this pass: %s", self.id, flow.source, flow.replica, err)
@@ -599,90 +648,97 @@ class Gateway:
             self._beating = False
 
     def _run_pass(self, assignment: Assignment, max_messages: int) -> int:
-        moved = 0
+        """One pass over ``assignment``: the partitions due (``_plan_pass``), then rounds of a batch of each
+        (``_round``), and, within ``run``, what arrives meanwhile (``_arrivals``). Returns the messages read."""
         errors: dict[Flow, str] = dict(self.lost)
         marks = self.read_marks(assignment.units)  # each replica's marks, read once per pass
-        positions: dict[SourcePartition, int] = {}  # each partition's next offset to move, while it is served
-
-        def failed(unit: SourcePartition, err: StreamrepError, flows: Iterable[Flow] | None = None) -> bool:
-            """Record ``err`` for ``flows`` (all of the unit's by default) and leave them out of the rest
-            of the pass. Returns whether the unit still has flows to serve."""
-            if isinstance(err, StoreFull):
-                raise err  # the whole destination is full, not this partition: the gateway stops, saying so
-            failing = set(assignment.units[unit] if flows is None else flows)
-            errors.update((flow, f"{unit.topic}/{unit.partition}: {err}") for flow in failing)
-            # A new list: the old one is shared by the topic's other partitions.
-            assignment.units[unit] = [f for f in assignment.units[unit] if f not in failing]
-            if assignment.units[unit]:
-                return True
-            positions.pop(unit, None)
-            return False
-
+        this_pass = _PassState(assignment.units, errors, marks)
         # What is there now, not what producers add meanwhile: a pass must end, so that the gateway
-        # heartbeats and sees pauses, removals and new topics. Each partition's next batch starts where
-        # its last one ended: each apply moved every flow's stored position to at least there, and it
-        # checks the positions in its own transaction.
-        due: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}  # unit -> (position, the source's bounds)
-        progressed = self._progress_each(dict(sorted(assignment.units.items())), marks)
-        for unit, progress in progressed.items():
-            flows = assignment.units[unit]
+        # heartbeats and sees pauses, removals and new topics.
+        due = self._plan_pass(this_pass)
+        # A running gateway takes what arrived meanwhile for a while before it reads its assignment again.
+        until = time.monotonic() + (PASS_SECONDS if self._running else 0.0)
+        while due and not self.stopping.is_set():  # a signal: the batches in progress were the last
+            due, stalled = self._round(this_pass, due, max_messages)
+            due.update(self._arrivals(this_pass.positions, due, stalled, until))
+            self.keep_alive()
+        self.record_states(self._still_served(assignment, errors), errors)
+        self.errors = errors
+        if self._sampler is None:
+            self.lag.after_pass(this_pass.moved)
+        else:
+            self.lag.passed(this_pass.moved)  # the pass counted; ``_sampler`` samples the lag
+        return this_pass.moved
+
+    def _plan_pass(self, this_pass: _PassState) -> _Due:
+        """The partitions of the share with something to apply, each with its position and the source's
+        bounds now; a running gateway makes each partition's read and apply ready on the way
+        (``_prepare``). Each partition's next batch starts where its last one ended: each apply moved
+        every flow's stored position to at least there, and it checks the positions in its own
+        transaction."""
+        due: _Due = {}
+        for unit, progress in self._progress_each(dict(sorted(this_pass.units.items())), this_pass.marks).items():
+            flows = this_pass.units[unit]
             try:
                 if isinstance(progress, StreamrepError):
                     raise progress
                 if self._running:  # a one-off drain makes nothing ready ahead
                     self._prepare(unit, flows, progress.position)
-                positions[unit] = progress.position
-                if self._apply_due(unit, flows, progress, marks):  # else nothing new: no read, no apply
+                this_pass.positions[unit] = progress.position
+                if self._apply_due(unit, flows, progress, this_pass.marks):  # else nothing new: no read, no apply
                     due[unit] = (progress.position, (progress.source_start, progress.source_end))
             except StreamrepError as err:
-                failed(unit, err)
+                this_pass.failed(unit, err)
         # Only what the share holds now: the set stays as small as the share.
-        self._prepared = {(unit, replica) for unit, replica in self._prepared if unit in assignment.units}
-        # A running gateway takes what arrived meanwhile for a while before it reads its assignment again.
-        until = time.monotonic() + (PASS_SECONDS if self._running else 0.0)
-        while due and not self.stopping.is_set():  # a signal: the batches in progress were the last
-            reads: dict[SourcePartition, SourceRead] = {}
-            for unit, found in self._read_due(due, max_messages).items():
-                if isinstance(found, StreamrepError):
-                    failed(unit, found)
-                else:
-                    reads[unit] = found
-            # Every partition's batch at once: a store may overlap their transactions.
-            applied = self._apply_reads(
-                {u: (assignment.units[u], r.messages, r.source_start, r.span) for u, r in reads.items()}, marks
-            )
-            still: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
-            stalled: set[SourcePartition] = set()  # read, but not moved on (a read that found nothing): done this pass
-            for unit, read in reads.items():
-                _, unit_errors = applied[unit]
-                for flow, flow_error in unit_errors.items():  # the other replicas have the batch and go on
-                    if not failed(unit, flow_error, [flow]):
-                        break
-                if unit not in positions:
-                    continue
-                moved += len(read.messages)
-                read_from, positions[unit] = read.span
-                bounds = due[unit][1]
-                if positions[unit] == read_from:
-                    stalled.add(unit)
-                elif positions[unit] < bounds[1]:
-                    still[unit] = (positions[unit], bounds)
-            due = still
-            if time.monotonic() < until:
-                watched = {u: at for u, at in positions.items() if u not in due and u not in stalled}
-                due.update(self._arrived(watched))
-                # Nothing more now: wait for the next message within the pass rather than end it and
-                # pay a new pass's assignment, marks and bounds for it.
-                while not due and watched and self._await_sources(until):
-                    due.update(self._arrived(watched))
-            self.keep_alive()
-        self.record_states(self._still_served(assignment, errors), errors)
-        self.errors = errors
-        if self._sampler is None:
-            self.lag.after_pass(moved)
-        else:
-            self.lag.passed(moved)  # the pass counted; ``_sampler`` samples the lag
-        return moved
+        self._prepared = {(unit, replica) for unit, replica in self._prepared if unit in this_pass.units}
+        return due
+
+    def _round(self, this_pass: _PassState, due: _Due, max_messages: int) -> tuple[_Due, set[SourcePartition]]:
+        """One round of a pass: the next batch of every ``due`` partition, read together and applied
+        together (a store may overlap their transactions). Returns the partitions still due (short of
+        the bounds the pass read) and those stalled (read, but not moved on: a read that found
+        nothing), which are done for this pass."""
+        reads: dict[SourcePartition, SourceRead] = {}
+        for unit, found in self._read_due(due, max_messages).items():
+            if isinstance(found, StreamrepError):
+                this_pass.failed(unit, found)
+            else:
+                reads[unit] = found
+        applied = self._apply_reads(
+            {u: (this_pass.units[u], r.messages, r.source_start, r.span) for u, r in reads.items()}, this_pass.marks
+        )
+        still: _Due = {}
+        stalled: set[SourcePartition] = set()
+        for unit, read in reads.items():
+            _, unit_errors = applied[unit]
+            for flow, flow_error in unit_errors.items():  # the other replicas have the batch and go on
+                if not this_pass.failed(unit, flow_error, [flow]):
+                    break
+            if unit not in this_pass.positions:
+                continue
+            this_pass.moved += len(read.messages)
+            read_from, this_pass.positions[unit] = read.span
+            bounds = due[unit][1]
+            if this_pass.positions[unit] == read_from:
+                stalled.add(unit)
+            elif this_pass.positions[unit] < bounds[1]:
+                still[unit] = (this_pass.positions[unit], bounds)
+        return still, stalled
+
+    def _arrivals(
+        self, positions: Mapping[SourcePartition, int], due: _Due, stalled: set[SourcePartition], until: float
+    ) -> _Due:
+        """Before the monotonic time ``until``: what arrived at the pass's other partitions (neither
+        ``due`` nor ``stalled``) since their last batch. With nothing due and nothing arrived, it waits
+        for the next message within ``until`` rather than end the pass and pay a new pass's assignment,
+        marks and bounds for it."""
+        if time.monotonic() >= until:
+            return {}
+        watched = {u: at for u, at in positions.items() if u not in due and u not in stalled}
+        arrived = self._arrived(watched)
+        while not due and not arrived and watched and self._await_sources(until):
+            arrived = self._arrived(watched)
+        return arrived
 
     def _read_due(
         self, due: Mapping[SourcePartition, tuple[int, tuple[int, int]]], max_messages: int
@@ -711,12 +767,12 @@ class Gateway:
             self._changed(flow, errors[flow])
         return (served | failing) - changed
 
-    def _arrived(self, positions: Mapping[SourcePartition, int]) -> dict[SourcePartition, tuple[int, tuple[int, int]]]:
+    def _arrived(self, positions: Mapping[SourcePartition, int]) -> _Due:
         """Those of ``positions``' partitions with messages past their position now, each with its
         position and the source's bounds: what a running pass moves next without a new assignment.
         Each source cluster is asked once for all of its partitions; a partition whose bounds cannot
         be read now waits for the next pass."""
-        result: dict[SourcePartition, tuple[int, tuple[int, int]]] = {}
+        result: _Due = {}
         for cluster, units in by_source_cluster(positions).items():
             try:
                 asked = self.admin.clusters.store(cluster).offsets_many(
