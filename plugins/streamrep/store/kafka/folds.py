@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from confluent_kafka import KafkaError, Message, TopicPartition
 
@@ -112,10 +112,9 @@ class Fold:
                     if err.code() == KafkaError._PARTITION_EOF:
                         continue
                     raise store._translate(err, f"cannot read {self.name}")
-                offset = msg.offset()
-                assert offset is not None  # a consumed record has one
+                offset = cast("int", msg.offset())  # a record consumed without an error has one
                 try:
-                    self._take(msg)
+                    self._take(msg, offset)
                 except _UNPARSABLE as bad:  # not streamrep's: skipped, and the next records still count
                     report(self.name, 0, offset, f"skipped, not a record of this streamrep: {_why(bad)}")
                 self.position = offset + 1
@@ -124,8 +123,9 @@ class Fold:
             if at > self.position:
                 self.position = at  # past transaction markers
 
-    def _take(self, msg: Message) -> None:
-        """Fold ``msg``, or hold it back if it is of a newer format; ``_UNPARSABLE`` if it is no record of ours."""
+    def _take(self, msg: Message, offset: int) -> None:
+        """Fold ``msg`` (at ``offset``), or hold it back if it is of a newer format; ``_UNPARSABLE`` if it is
+        no record of ours."""
         raw = msg.key()
         if raw is None:
             raise ValueError("the record has no key")
@@ -136,8 +136,6 @@ class Fold:
         version = keys.record_format(msg.headers())  # type: ignore[arg-type]  # a list of pairs when consumed
         if version > keys.FORMAT:
             scope = self.scope(key)
-            offset = msg.offset()
-            assert offset is not None
             self.apply(key, None)  # its older version is not served in its stead either
             self.newer[key] = Newer(scope, version, offset)
             report(

@@ -271,8 +271,7 @@ class KafkaStore(Store):
         if fold is None:
             self._ensure_internal()
             fold = self._folds[name] = kind(self, self._topics[name])
-        assert isinstance(fold, kind)
-        return fold
+        return cast("_F", fold)  # each topic's fold is of the one kind its accessor names
 
     def _marks_fold(self) -> MarksFold:
         return self._fold("marks", MarksFold)

@@ -169,7 +169,7 @@ class Transactions:
         txn = Transaction(self.store._topics, producer, txid)
         try:
             producer.begin_transaction()
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001  # not swallowed: aborted, then raised as ``fail`` translates it
             raise self.fail(txn, exc) from None
         return txn
 
