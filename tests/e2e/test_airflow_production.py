@@ -125,6 +125,7 @@ def test_production_airflow_replicates_exactly_once_through_kill_stop_and_restar
             "add_upstream",
             "verify_upstream",
             "copystream",
+            "verify",
             "resume_replica",
             "wait_caught_up",
         ),

@@ -84,7 +84,10 @@ FREEZE_ON_SIGNAL_CHILD = (
 def freeze(gateway: Child) -> None:
     """Make ``gateway`` (a FREEZE_ON_SIGNAL_CHILD) stop inside its next apply commit."""
     gateway.signal(signal.SIGUSR2)
-    wait_until(lambda: "FROZEN" in gateway.lines, 120, "the gateway to freeze inside a transaction")
+    try:
+        wait_until(lambda: "FROZEN" in gateway.lines, 120, "the gateway to freeze inside a transaction")
+    except AssertionError as err:  # it made no apply commit since: say what it was doing
+        raise AssertionError(f"{err}; its last output:\n{gateway.stderr()[-3000:]}") from None
 
 
 def zombie_outcome(gateway: Child) -> str:

@@ -73,7 +73,7 @@ from streamrep.replication.transfer import (
 __all__ = ["HEARTBEAT_KIND", "Gateway", "default_gateway_id", "heartbeats", "gateway_outage"]
 DEFAULT_BATCH = 5000
 UNAVAILABLE_RETRY_MAX_SECONDS = 5.0  # a gateway retries a cluster that is down at least this often
-# A running gateway's pass keeps this_pass what arrives in its share for up to this long, then reads its
+# A running gateway's pass keeps moving what arrives in its share for up to this long, then reads its
 # assignment again: pauses, removals, new topics and other gateways' shares take effect within it.
 PASS_SECONDS = 0.5
 STOP_CHECK_SECONDS = 0.1  # an idle gateway waiting for messages sees a stop request within this
@@ -383,7 +383,7 @@ class Gateway:
 
     def _drop(self, flow: Flow, err: StreamrepError) -> None:
         """Leave ``flow`` out of this pass: its link changed or went away while the pass was being
-        planned (a failover this_pass the upstream, a replica or cluster removed), or its replica
+        planned (a failover moving the upstream, a replica or cluster removed), or its replica
         cannot be set up. Only a link that still holds is put in error; the gateway serves the rest."""
         if self.still_agreed(flow):
             log.warning("gateway %s: %s -> %s left out of this pass: %s", self.id, flow.source, flow.replica, err)
