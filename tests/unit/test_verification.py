@@ -132,6 +132,7 @@ def test_a_stream_created_again_at_the_replica_path_inherits_no_verification(lin
     record(admin, SF, NY, compare(admin), "local", "airflow")
     old = admin.entry(NY).uuid
 
+    before = compare(admin)  # a compare of the old stream, recorded only after it is made again
     admin.delete_stream(NY)
     admin.create_stream(NY, copymetafrom=SF)
     # The source's link still names the old stream: nothing is recorded against the new one.
@@ -140,6 +141,8 @@ def test_a_stream_created_again_at_the_replica_path_inherits_no_verification(lin
     admin.remove_replica(SF, NY)
     admin.add_replica(SF, NY)
     admin.add_upstream(NY, SF)
+    with pytest.raises(Conflict, match=f"is for stream {old} at {NY}, which is now "):
+        record(admin, SF, NY, before, "local")  # the link holds again, but not for the stream compared
     assert last(admin, NY) == {}
     assert listed(admin)["verification"] == "never"
 

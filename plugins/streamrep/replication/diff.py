@@ -280,7 +280,9 @@ class DiffResult:
         return value: the counts and the summary line (``outdir``: where the ops were written)."""
         return {
             "src": str(self.src),
+            "srcUuid": self.src_uuid,
             "dst": str(self.dst),
+            "dstUuid": self.dst_uuid,
             "same": self.same,
             "missingInDst": self.count(Kind.MISSING_IN_DST),
             "extraInDst": self.count(Kind.EXTRA_IN_DST),

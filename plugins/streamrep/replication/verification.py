@@ -152,7 +152,7 @@ def record(
     :param command: ``diffstreams`` or ``diffstreamswithcrc``.
     :raises NotFound: ``source`` does not list ``replica``, or either stream does not exist.
     :raises Conflict: the link names another stream now (one was deleted and created again), or
-        the result names other streams than these two.
+        the result names other streams than these two (by path or, when it has them, by UUID).
     :raises PermissionDenied: the caller administers neither the replica's cluster nor is its
         gateway principal.
     """
@@ -172,6 +172,13 @@ def record(
         raise NotFound(f"{dst} is not a replica of {src}: only a replica link's verification is recorded")
     if found.broken:
         raise Conflict(f"no verification recorded: {found.reason}")
+    for side, path, entry in (("src", src, src_entry), ("dst", dst, dst_entry)):
+        compared = result.get(f"{side}Uuid")  # identity is the UUID: a stream made again since is another one
+        if compared is not None and compared != entry.uuid:
+            raise Conflict(
+                f"the compare's result is for stream {compared} at {path}, which is now {entry.uuid}: "
+                "no verification recorded"
+            )
     try:
         admin.require_gateway(dst.cluster)
     except PermissionDenied as err:
