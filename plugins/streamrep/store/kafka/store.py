@@ -676,9 +676,22 @@ class KafkaStore(Store):
     ) -> list[tuple[int, ...] | StreamrepError]:
         """One ListOffsets request per spec for every partition of ``named`` at once: each one's
         offsets in the order of ``specs``, or its error (an error in ``named`` is passed through)."""
-        wanted = {tp for tp in named if isinstance(tp, TopicPartition)}
-        if not wanted:
-            return cast("list[tuple[int, ...] | StreamrepError]", list(named))
+        result: list[tuple[int, ...] | StreamrepError | None] = [
+            tp if isinstance(tp, StreamrepError) else None for tp in named
+        ]
+        deadline = time.monotonic() + TIMEOUT_SECONDS
+        while pending := {i: tp for i, tp in enumerate(named) if isinstance(tp, TopicPartition) and result[i] is None}:
+            answers = self._ask_offsets(set(pending.values()), specs, isolation)
+            for i, tp in pending.items():
+                result[i] = self._offsets_answer(tp, answers[tp], topics, deadline)
+            if any(got is None for got in result):
+                time.sleep(0.05)
+        return cast("list[tuple[int, ...] | StreamrepError]", result)
+
+    def _ask_offsets(
+        self, wanted: set[TopicPartition], specs: Sequence[OffsetSpec], isolation: IsolationLevel
+    ) -> dict[TopicPartition, tuple[int, ...] | KafkaException]:
+        """One ListOffsets request per spec for all of ``wanted``: each one's offsets, or its error."""
         with self._errors("cannot read offsets"):
             asked = [
                 self._admin().list_offsets(
@@ -686,20 +699,35 @@ class KafkaStore(Store):
                 )
                 for spec in specs
             ]
-        result: list[tuple[int, ...] | StreamrepError] = []
-        for tp in named:
-            if not isinstance(tp, TopicPartition):
-                result.append(tp)
-                continue
+        answers: dict[TopicPartition, tuple[int, ...] | KafkaException] = {}
+        for tp in wanted:
             try:
-                result.append(tuple(futures[tp].result().offset for futures in asked))
+                answers[tp] = tuple(futures[tp].result().offset for futures in asked)
             except KafkaException as exc:
-                reason = kafka_error(exc)
-                unknown = reason is not None and reason.code() in UNKNOWN_PART
-                missing = self._no_partition(tp.topic, topics[tp.topic], tp.partition) if unknown else None
-                failure = missing or self._translate(exc, f"cannot read offsets of {tp.topic}")
-                result.append(failure if isinstance(failure, StreamrepError) else Unavailable(str(failure)))
-        return result
+                answers[tp] = exc
+        return answers
+
+    def _offsets_answer(
+        self,
+        tp: TopicPartition,
+        answer: tuple[int, ...] | KafkaException,
+        topics: Mapping[str, str],
+        deadline: float,
+    ) -> tuple[int, ...] | StreamrepError | None:
+        """A partition's offsets, its error, or None to ask again: a partition whose leader moves (a
+        topic just recreated, a broker restarting) says "Not leader" briefly, as ``_watermarks`` knows."""
+        if not isinstance(answer, KafkaException):
+            return answer
+        reason = kafka_error(answer)
+        code = reason.code() if reason is not None else None
+        if code in UNKNOWN_PART:
+            missing = self._no_partition(tp.topic, topics[tp.topic], tp.partition)
+            if missing is not None:
+                return missing
+        if code in TRANSIENT and time.monotonic() < deadline:
+            return None
+        failure = self._translate(answer, f"cannot read offsets of {tp.topic}")
+        return failure if isinstance(failure, StreamrepError) else Unavailable(str(failure))
 
     def purge_before(self, stream: str, topic: str, timestamp: int) -> int:
         name = self._kafka_name(stream, topic)
