@@ -58,7 +58,10 @@ def load_script(name: str):
 kafka_local = load_script("kafka_local")
 wheel_envs = load_script("wheel_envs")
 
-BACKENDS = ("embedded", "kafka")
+BACKENDS = ("embedded", "kafka")  # the cluster backends: ``add_cluster`` registers a cluster on each
+# A Store with no cluster behind it (tests/store/memory_store.py): for the Store suites of tests/store alone.
+STORE_ONLY_BACKENDS = ("memory",)
+STORE_TESTS = Path(__file__).resolve().parent / "store"
 # This worker's session-wide servers, each with its stop. ``session_servers_stopped`` stops them before
 # the module that runs alone (``ALONE``), this worker's last: seven idle brokers took about a core.
 SESSION_SERVERS: dict[str, Callable[[], object]] = {}
@@ -181,7 +184,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         "backends(*names): run the test on each named cluster backend "
-        "(embedded, kafka); its clusters come from the home fixture",
+        "(embedded, kafka; memory in tests/store); its clusters come from the home fixture",
     )
     config.addinivalue_line(
         "markers",
@@ -284,10 +287,13 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_generate_tests(metafunc):
     """Tests marked ``backends(...)`` run once per backend: the ``backend`` fixture decides what
-    ``home`` registers. A Kafka run is also marked ``kafka``."""
+    ``home`` registers. A Kafka run is also marked ``kafka``. ``STORE_ONLY_BACKENDS`` have no
+    cluster to register: only tests/store may name them."""
     marker = metafunc.definition.get_closest_marker("backends")
     if marker is not None and "backend" in metafunc.fixturenames:
         names = marker.args or BACKENDS
+        if set(names) & set(STORE_ONLY_BACKENDS) and not metafunc.definition.path.is_relative_to(STORE_TESTS):
+            raise pytest.UsageError(f"{metafunc.definition.nodeid}: {STORE_ONLY_BACKENDS} are for tests/store only")
         metafunc.parametrize(
             "backend", [pytest.param(n, marks=[pytest.mark.kafka] if n == "kafka" else []) for n in names]
         )

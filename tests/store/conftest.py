@@ -1,16 +1,19 @@
 """Fixtures of the Store conformance suite: one store per test on each backend.
 
-Embedded: a fresh SQLite file per test. Kafka: a fresh store object per test on the session's broker
-(``kafka_broker`` in tests/conftest.py), all in one namespace for the module, so its internal topics
-are made once; tests keep apart by their own stream UUIDs, catalog kinds and group names.
+Embedded: a fresh SQLite file per test. Memory: a fresh ``MemoryState`` per test (``memory_store.py``,
+test code). Kafka: a fresh store object per test on the session's broker (``kafka_broker`` in
+tests/conftest.py), all in one namespace for the module, so its internal topics are made once; tests
+keep apart by their own stream UUIDs, catalog kinds and group names.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
+from memory_store import MemoryState, MemoryStore
 
 from streamrep.store.base import Store
 from streamrep.store.embedded import EmbeddedStore
@@ -35,15 +38,18 @@ def kafka_conformance_namespace(kafka_broker: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def open_store(request: pytest.FixtureRequest, backend: str, tmp_path) -> Iterator[OpenStore]:
-    """``open_store()``: another store object on the test's backing store (the same file, or the same
-    Kafka namespace), as a second process or gateway would have. Closed after the test."""
+def open_store(request: pytest.FixtureRequest, backend: str, tmp_path: Path) -> Iterator[OpenStore]:
+    """``open_store()``: another store object on the test's backing store (the same file, memory
+    state or Kafka namespace), as a second process or gateway would have. Closed after the test."""
     opened: list[Store] = []
+    memory = MemoryState()
 
     def open_() -> Store:
         store: Store
         if backend == "embedded":
             store = EmbeddedStore("conformance", str(tmp_path / "conformance.db"))
+        elif backend == "memory":
+            store = MemoryStore("conformance", memory)
         else:
             from streamrep.store.kafka import KafkaStore
 

@@ -1,5 +1,6 @@
 """The Store conformance suite: what ``store/base.py`` promises, checked through the Store interface
-alone on every backend (embedded SQLite, and Kafka on a real broker).
+alone on every backend (embedded SQLite, Kafka on a real broker, and ``memory_store.py``: the smallest
+backend that passes, test code).
 
 A backend that offers more (the embedded store's offsets that survive a topic's deletion, Kafka's
 transaction markers, naming and adoption of topics) is tested in its own module; what is here
@@ -19,7 +20,7 @@ from streamrep.model.message import Message
 from streamrep.model.offsetsyncs import KEEP_RECENT, PRUNE_EVERY, translate_offset
 from streamrep.store.base import PartitionApplies, ReplicaApply, Store
 
-pytestmark = pytest.mark.backends("embedded", "kafka")
+pytestmark = pytest.mark.backends("embedded", "memory", "kafka")
 
 TS = 1_700_000_000_000  # a fixed message timestamp (ms); retention tests use their own
 
