@@ -96,6 +96,8 @@ TRANSIENT = {
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.REQUEST_TIMED_OUT,
 }
+# Among them, a partition the client does not know: NotFound, unless the brokers' metadata lists it.
+UNKNOWN_PART = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 def kafka_error(err: Any) -> KafkaError | None:

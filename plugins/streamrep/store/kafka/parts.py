@@ -1,6 +1,7 @@
 """What the Kafka store's parts (its transactions, folds, installations and ACLs) need of the
 store that owns them, named as a protocol: the store imports its parts, so a part that imported
-the store would close a circle. ``KafkaStore`` satisfies it (mypy checks where a part is built)."""
+the store would close a circle. ``KafkaCore``, the base of ``KafkaStore``, satisfies it (mypy
+checks where a part is built)."""
 
 from __future__ import annotations
 
