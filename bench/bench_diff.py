@@ -42,7 +42,8 @@ import benchlib  # noqa: E402
 from streamrep.client import Clusters, StreamAdmin  # noqa: E402
 from streamrep.model.message import Message  # noqa: E402
 from streamrep.replication.copy import copy_stream  # noqa: E402
-from streamrep.replication.diff import READ_BATCH, diff_streams, diff_streams_crc  # noqa: E402
+from streamrep.replication.diff import diff_streams, diff_streams_crc  # noqa: E402
+from streamrep.replication.diff.scan import READ_BATCH  # noqa: E402
 
 SRC, DST = "/mapr/sf/src", "/mapr/ny/dst"
 TOPIC = "t"
