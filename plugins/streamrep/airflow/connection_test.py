@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from streamrep.airflow.provider import CONN_TYPE
+
+if TYPE_CHECKING:  # Airflow's API server brings Starlette; only its ASGI types are named here
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 TEST_PATH = re.compile(r"/api/v2/connections/test/?$")  # under any [api] base_url
 
@@ -24,10 +27,10 @@ class PortlessConnectionTest:
     """ASGI middleware of the API server: a connection test of a streamrep connection whose body
     says ``"port": 0`` reaches Airflow without that port. Other requests pass as they are."""
 
-    def __init__(self, app: Any):
+    def __init__(self, app: ASGIApp):
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or not TEST_PATH.search(scope.get("path", "")):
             await self.app(scope, receive, send)
             return
@@ -42,7 +45,7 @@ class PortlessConnectionTest:
         body = without_port_zero(b"".join(chunks))
         replayed = False
 
-        async def replay() -> dict[str, Any]:
+        async def replay() -> Message:
             nonlocal replayed
             if replayed:
                 return await receive()

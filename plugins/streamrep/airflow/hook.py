@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import Any
 
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from streamrep.airflow.provider import CONN_TYPE, HOOK_NAME, UI_FIELD_BEHAVIOUR
@@ -199,7 +199,7 @@ class StreamrepHook(BaseHook):
         self.cluster_conn_ids = validated_conn_ids(cluster_conn_ids)
 
     # -- connections ---------------------------------------------------------------
-    def _connection(self, conn_id: str):
+    def _connection(self, conn_id: str) -> Connection | None:
         try:
             return self.get_connection(conn_id)
         except AirflowNotFoundException:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamrep.airflow import rows as presented
 from streamrep.airflow.hook import StreamrepHook
@@ -38,6 +38,9 @@ from streamrep.airflow.supervisor import ServiceAction
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import NotFound, StreamrepError, http_status
 from streamrep.replication import service
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
 
 STATIC = Path(__file__).parent / "static"
 BUNDLE = "replication.js"
@@ -94,7 +97,7 @@ def create_app(
     access: Callable[..., Awaitable[PageAccess]] = airflow_access,
     control: Callable[..., Awaitable[PageAccess]] = airflow_control,
     paused: Callable[[], bool | None] = service_dag_paused,
-):
+) -> FastAPI:
     """The FastAPI app of the page.
 
     :param hook_factory: makes the hook that resolves the clusters.

@@ -72,9 +72,10 @@ def allowed_to_control(manager: Any, user: Any) -> bool:
     """Whether the auth manager lets ``user`` trigger runs of the gateway service DAG."""
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
 
-    return manager.is_authorized_dag(
+    allowed: bool = manager.is_authorized_dag(
         method="POST", access_entity=DagAccessEntity.RUN, details=DagDetails(id=SERVICE_DAG_ID), user=user
     )
+    return allowed
 
 
 async def airflow_access(request: Request) -> PageAccess:

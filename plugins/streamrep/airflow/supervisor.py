@@ -86,7 +86,7 @@ class Decision:
 
 def launch_backoff(attempts: int) -> float:
     """Seconds to wait after the ``attempts``-th launch that produced no live gateway."""
-    return min(LAUNCH_BACKOFF_MAX_SECONDS, LAUNCH_BACKOFF_MIN_SECONDS * 2 ** max(0, attempts - 1))
+    return min(LAUNCH_BACKOFF_MAX_SECONDS, LAUNCH_BACKOFF_MIN_SECONDS * 2.0 ** max(0, attempts - 1))
 
 
 def launch_run_id(cluster: str, since: float, attempt: int) -> str:

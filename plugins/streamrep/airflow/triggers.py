@@ -37,6 +37,11 @@ DEFAULT_WATCHER_GROUP = "airflow-asset-watcher"
 MAX_VALUE_CHARS = 4096  # of each message's value in an event: events are stored in Airflow's database
 
 
+def event(payload: dict[str, Any]) -> TriggerEvent:
+    """Airflow's ``TriggerEvent`` of ``payload``, typed."""
+    return TriggerEvent(payload)  # type: ignore[no-untyped-call]  # Airflow's TriggerEvent.__init__ is unannotated
+
+
 def replica_row(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
     """The ``replica list`` row of ``replica`` on source ``path`` (NotFound if not registered,
     for instance once removed)."""
@@ -79,7 +84,7 @@ class ReplicaUpToDateTrigger(BaseTrigger):
     def __init__(
         self, path: str, replica: str, home: str, clusters: dict[str, Any] | None = None, poll_interval: float = 10.0
     ):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is unannotated
         self.path = path
         self.replica = replica
         self.home = home
@@ -111,14 +116,14 @@ class ReplicaUpToDateTrigger(BaseTrigger):
             try:
                 row = await asyncio.to_thread(self.check)
             except StreamrepError as err:
-                yield TriggerEvent({"status": "error", "message": f"streamrep: {err}"})
+                yield event({"status": "error", "message": f"streamrep: {err}"})
                 return
             if row["isUptodate"]:
-                yield TriggerEvent({"status": "uptodate", "row": row})
+                yield event({"status": "uptodate", "row": row})
                 return
             reason = stuck_reason(self.path, row)
             if reason:
-                yield TriggerEvent({"status": "error", "message": f"streamrep: {reason}"})
+                yield event({"status": "error", "message": f"streamrep: {reason}"})
                 return
             self.log.info(
                 "%s is not up to date yet: %s, %s messages pending",
@@ -174,7 +179,7 @@ class StreamMessageTrigger(BaseEventTrigger):
         from_start: bool = False,
         cluster_conn_ids: dict[str, str] | None = None,
     ):
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is unannotated
         self.path = path
         self.group = group
         self.streamrep_conn_id = streamrep_conn_id
@@ -217,7 +222,7 @@ class StreamMessageTrigger(BaseEventTrigger):
         return batch
 
     def _event(self, consumer: Consumer, batch: list[Message]) -> TriggerEvent:
-        return TriggerEvent(
+        return event(
             {
                 "path": str(consumer.topic),
                 "group": self.group,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.plugins_manager import AirflowPlugin
 from starlette.requests import Request
@@ -48,6 +48,9 @@ from streamrep.cli.output import envelope, error_envelope
 from streamrep.client import StreamAdmin
 from streamrep.errors import InvalidArgument, StreamrepError, http_status
 from streamrep.model.ace import Identity
+
+if TYPE_CHECKING:  # imported where the app is made: the CLI runs without FastAPI loaded
+    from fastapi import FastAPI
 
 PREFIX = "/streamrep/rest"
 READ_VERBS = frozenset({"list", "info", "get", "lag"})
@@ -147,7 +150,7 @@ def answer(status: int, body: dict[str, Any]) -> Any:
 def create_rest_app(
     hook_factory: Callable[[], StreamrepHook] = StreamrepHook,
     access: Callable[[Request], Awaitable[PageAccess]] = airflow_access,
-):
+) -> FastAPI:
     """The FastAPI app of the REST form, its routes under ``PREFIX``.
 
     :param hook_factory: makes the hook that resolves the clusters (as the page's).

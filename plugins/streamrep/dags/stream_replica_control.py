@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from airflow.sdk import DAG, Param, TriggerRule, task
 
@@ -62,9 +63,9 @@ with DAG(
 ) as dag:
 
     @task.branch(task_id="choose_action")
-    def choose_action(params=None) -> str:
-        """The task of the chosen action."""
-        return params["action"]
+    def choose_action(params: dict[str, Any] | None = None) -> str:
+        """The task of the chosen action (Airflow passes the run's ``params``)."""
+        return str((params or {})["action"])
 
     branch = choose_action()
     status = ReplicaStatusOperator(

@@ -45,7 +45,7 @@ from streamrep.model.replication import position_key
 from streamrep.replication.flows import Flow
 from streamrep.replication.transfer import SourcePartition
 from streamrep.replication.translate import check_translate, translate_partition
-from streamrep.store.base import Store
+from streamrep.store.base import CatalogDoc, Store
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def _record(
 ) -> None:
     """Record ``(offset, prior)`` per topic and partition as written by the sync from ``source_uuid``."""
 
-    def change(doc: dict | None) -> dict:
+    def change(doc: CatalogDoc | None) -> CatalogDoc:
         topics = {t: dict(ps) for t, ps in (doc or {}).get("topics", {}).items()}
         for topic, parts in records.items():
             for p, (offset, prior) in parts.items():

@@ -41,7 +41,7 @@ from streamrep.replication.samples import FIELDS as FIELDS  # re-exported: the s
 from streamrep.replication.samples import NO_THRESHOLDS as NO_THRESHOLDS
 from streamrep.replication.samples import AlertCheck, AlertSetting, LagHistory, LagSample, Thresholds
 from streamrep.replication.service import gateway_outage
-from streamrep.store.base import Store
+from streamrep.store.base import CatalogDoc, Store
 
 if TYPE_CHECKING:
     from streamrep.replication.metrics import GatewayMetrics
@@ -283,7 +283,7 @@ def set_alert(
     src, src_entry, dst, dst_entry = _link(admin, source, replica)
     admin.require(src_entry, src, "adminperm")
 
-    def change(old: dict | None) -> dict | None:
+    def change(old: CatalogDoc | None) -> CatalogDoc | None:
         doc = {k: v for k, v in (old or {}).items() if k in THRESHOLDS}
         for name, value in given.items():
             if value == 0:

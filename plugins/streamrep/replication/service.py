@@ -46,7 +46,7 @@ from streamrep.replication.assignment import (
     eligible,
     live_gateways,
 )
-from streamrep.store.base import Store
+from streamrep.store.base import CatalogDoc, Store
 
 HEARTBEAT_KIND = "gateway-heartbeat"
 SERVICE_KIND = "gateway-service"
@@ -160,7 +160,7 @@ def beat(store: Store, gateway_id: str, share: Sequence[str] | None = None) -> N
     """A heartbeat (and the gateway's ``share``, when given), keeping what the gateway announced.
     A gateway that never announced (a Spark reader process, ``run_once``) records this process."""
 
-    def change(old: dict | None) -> dict:
+    def change(old: CatalogDoc | None) -> CatalogDoc:
         doc = HeartbeatDoc.from_doc(old) if old else HeartbeatDoc(0.0, socket.gethostname(), os.getpid())
         doc = replace(doc, ts=time.time(), share=doc.share if share is None else tuple(share))
         return doc.to_doc()
@@ -245,7 +245,7 @@ def request(admin: StreamAdmin, cluster: str, state: DesiredState) -> ServiceReq
     store = admin.clusters.store(cluster)
     now = time.time()
 
-    def change(old: dict | None) -> dict:
+    def change(old: CatalogDoc | None) -> CatalogDoc:
         doc = ServiceDoc(state, admin.identity.user, now, since=now)  # a new generation: run ids start afresh
         if old and state is DesiredState.RUNNING:
             seen = ServiceDoc.from_doc(old)
@@ -261,7 +261,7 @@ def record_launch(store: Store, seen: ServiceDoc, launch: LaunchRecord) -> None:
     """Record the supervisor's ``launch`` in the service document read as ``seen``, unless the
     desired state changed since (a stop or a new start came in between: it is left as it is)."""
 
-    def change(old: dict | None) -> dict | None:
+    def change(old: CatalogDoc | None) -> CatalogDoc | None:
         if old is None:
             return old
         doc = ServiceDoc.from_doc(old)

@@ -209,7 +209,10 @@ def _drain_and_stop(
         admin.set_failover(src, fence)
     wait_out_grace(fence, grace)
     link = rules.find_link(pair.source.replicas, dst)
-    count = lambda: pending(admin, str(src), str(dst)).messages  # noqa: E731
+
+    def count() -> int:
+        return pending(admin, str(src), str(dst)).messages
+
     if link is not None and link.paused and count() and not force:
         _unfence(admin, src)
         raise Conflict(

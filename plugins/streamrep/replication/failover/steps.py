@@ -21,6 +21,7 @@ from streamrep.replication.cursors import Row as CursorSyncRow
 from streamrep.replication.cursors import adopt_cursors, sync_partitions
 from streamrep.replication.failover.stage import Pair
 from streamrep.replication.transfer import CONFLICT_RETRIES, ensure_topics
+from streamrep.store.base import Store
 
 # Longer than a producer's view of a failover record may be stale, plus an append in flight.
 FENCE_GRACE_SECONDS = 2 * FAILOVER_CHECK_SECONDS + 0.5
@@ -79,7 +80,7 @@ def stop_flow(
     return stopped
 
 
-def _write_stop(store: Any, dst: StreamPath, dst_uuid: str, topic: str, partition: int, key: str) -> dict[str, int]:
+def _write_stop(store: Store, dst: StreamPath, dst_uuid: str, topic: str, partition: int, key: str) -> dict[str, int]:
     """Commit the stop mark ``key`` into one replica partition; returns the replica's marks after.
 
     The apply shares its transactional id with the running gateway's writer of that partition, so
