@@ -7,7 +7,7 @@
 
 Airflow registers each DAG as defined in that file (its ``fileloc``), so the scheduler, the
 workers and ``airflow dags test`` all find them through it. Each module holds one DAG, named
-after the module.
+after the module, but ``common``: what they share (how a replica DAG and a scheduled DAG run).
 """
 
 from streamrep.dags.stream_gateway_service import dag as stream_gateway_service

@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import Param
 
 from streamrep.airflow.operators import GatewayServiceOperator
 from streamrep.airflow.params import optional_cluster_param
 from streamrep.airflow.supervisor import GATEWAYS_DAG_ID, ServiceAction
+from streamrep.dags.common import scheduled_dag
 
 DOC = """
 ### Gateways as a service
@@ -63,14 +64,11 @@ never start would hide it.
 (required for start and stop; for supervise, only this cluster instead of every known one).
 """
 
-with DAG(
-    dag_id="stream_gateway_service",
+with scheduled_dag(
+    "stream_gateway_service",
     description="Start, stop and supervise the replication gateways of every cluster",
     doc_md=DOC,
     schedule=timedelta(minutes=1),
-    catchup=False,
-    max_active_runs=1,
-    is_paused_upon_creation=True,  # scheduled: runs once someone unpauses it (docs/airflow.md, 'The DAGs')
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "gateways"],
     params={

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from airflow.sdk import TriggerRule, chain
 
-from airflow.sdk import DAG, TriggerRule, chain
-
-from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import (
     AutosetupCheckOperator,
     ReplicaAddOperator,
@@ -14,10 +11,8 @@ from streamrep.airflow.operators import (
     StreamCreateOperator,
     UpstreamAddOperator,
 )
-from streamrep.airflow.operators.base import NETWORK_FIELDS
 from streamrep.airflow.params import flag_param, network_params, stream_path_param
-from streamrep.airflow.sensors import ReplicaUpToDateSensor
-from streamrep.airflow.spark_operators import StreamCopyOperator, StreamDiffOperator
+from streamrep.dags.common import REPLICA, SOURCE, copy_and_verify, network_options, replica_dag, wait_caught_up
 
 DOC = """
 ### Replica autosetup
@@ -56,14 +51,11 @@ Data flows once gateways run (DAG `stream_gateways`, on the replica's cluster,
 and on the source's cluster too for multi-master).
 """
 
-with DAG(
-    dag_id="stream_replica_autosetup",
+with replica_dag(
+    "stream_replica_autosetup",
     description="Create, register, copy and start a replica in one run",
     doc_md=DOC,
-    schedule=None,
-    tags=["streamrep", "replication"],
-    render_template_as_native_obj=True,
-    max_active_runs=1,
+    retries=2,
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
         "replica": stream_path_param(
@@ -77,49 +69,37 @@ with DAG(
         ),
         **network_params(),
     },
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
-    source, replica = "{{ params.path }}", "{{ params.replica }}"
     multimaster, synchronous = "{{ params.multimaster }}", "{{ params.synchronous }}"
-    # the replica's network options, for both links of multi-master (as stream replica autosetup)
-    network = {name: f"{{{{ params.{name} }}}}" for name in NETWORK_FIELDS}
+    network = network_options()  # for both links of multi-master (as stream replica autosetup)
     chain(
-        AutosetupCheckOperator(task_id="check", path=source, replica=replica, **network),
-        StreamCreateOperator(task_id="create_replica", path=replica, copymetafrom=source),
+        AutosetupCheckOperator(task_id="check", path=SOURCE, replica=REPLICA, **network),
+        StreamCreateOperator(task_id="create_replica", path=REPLICA, copymetafrom=SOURCE),
         ReplicaAddOperator(
-            task_id="add_replica_paused", path=source, replica=replica, paused=True, synchronous=synchronous, **network
+            task_id="add_replica_paused", path=SOURCE, replica=REPLICA, paused=True, synchronous=synchronous, **network
         ),
-        UpstreamAddOperator(task_id="add_upstream", path=replica, upstream=source),
-        StreamCopyOperator(task_id="copystream", source=source, destination=replica),
-        StreamDiffOperator(task_id="verify", source=source, destination=replica, crc=True),
+        UpstreamAddOperator(task_id="add_upstream", path=REPLICA, upstream=SOURCE),
+        *copy_and_verify(),
         ReplicaAddOperator(
             task_id="add_reverse_replica",
-            path=replica,
-            replica=source,
+            path=REPLICA,
+            replica=SOURCE,
             paused=True,
             synchronous=synchronous,
             only_if=multimaster,
             **network,
         ),
-        UpstreamAddOperator(task_id="add_reverse_upstream", path=source, upstream=replica, only_if=multimaster),
+        UpstreamAddOperator(task_id="add_reverse_upstream", path=SOURCE, upstream=REPLICA, only_if=multimaster),
         ReplicaResumeOperator(
             task_id="resume_reverse_replica",
-            path=replica,
-            replica=source,
+            path=REPLICA,
+            replica=SOURCE,
             only_if=multimaster,
             trigger_rule=TriggerRule.NONE_FAILED,
         ),
         # last: it finishes the autosetup, so a rerun after any earlier failure is still accepted
         ReplicaResumeOperator(
-            task_id="resume_replica", path=source, replica=replica, trigger_rule=TriggerRule.NONE_FAILED
+            task_id="resume_replica", path=SOURCE, replica=REPLICA, trigger_rule=TriggerRule.NONE_FAILED
         ),
-        ReplicaUpToDateSensor(
-            task_id="wait_caught_up",
-            path=source,
-            replica=replica,
-            deferrable=True,
-            poke_interval=15,
-            timeout=3600,
-            outlets=[REPLICAS_ALIAS],
-        ),
+        wait_caught_up(),
     )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import DAG, Param, TriggerRule, task
+from airflow.sdk import Param, TriggerRule, task
 
 from streamrep.airflow.operators import (
     ReplicaPauseOperator,
@@ -14,6 +13,7 @@ from streamrep.airflow.operators import (
     ReplicaStatusOperator,
 )
 from streamrep.airflow.params import flag_param, stream_path_param
+from streamrep.dags.common import REPLICA, SOURCE, replica_dag
 
 DOC = """
 ### Replica control
@@ -37,14 +37,11 @@ removed).
 
 ACTIONS = {"pause": ReplicaPauseOperator, "resume": ReplicaResumeOperator, "remove": ReplicaRemoveOperator}
 
-with DAG(
-    dag_id="stream_replica_control",
+with replica_dag(
+    "stream_replica_control",
     description="Pause, resume or remove a replica",
     doc_md=DOC,
-    schedule=None,
-    max_active_runs=1,  # two runs at once would race on the same links and fences
-    tags=["streamrep", "replication"],
-    render_template_as_native_obj=True,
+    retries=2,
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The replicated stream."),
         "replica": stream_path_param(None, "Replica stream", "One of its replicas (required)."),
@@ -59,7 +56,6 @@ with DAG(
             False, "Confirm remove", "Must be true for action remove: the replica stops for good."
         ),
     },
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
 
     @task.branch(task_id="choose_action")
@@ -69,12 +65,8 @@ with DAG(
 
     branch = choose_action()
     status = ReplicaStatusOperator(
-        task_id="replica_list", path="{{ params.path }}", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
+        task_id="replica_list", path=SOURCE, trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS
     )
     for action, operator in ACTIONS.items():
         confirmation = {"confirmed": "{{ params.confirm_remove }}"} if action == "remove" else {}
-        (
-            branch
-            >> operator(task_id=action, path="{{ params.path }}", replica="{{ params.replica }}", **confirmation)
-            >> status
-        )
+        (branch >> operator(task_id=action, path=SOURCE, replica=REPLICA, **confirmation) >> status)

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import Param
 
 from streamrep.airflow.assets import REPLICAS_ALIAS
-from streamrep.airflow.operators import FailbackOperator, FailoverPlanOperator
+from streamrep.airflow.operators import FailbackOperator
 from streamrep.airflow.params import seconds_param, stream_path_param
+from streamrep.dags.common import REPLICA, SOURCE, approved_plan, replica_dag
 from streamrep.replication.failover import DEFAULT_TIMEOUT, FailbackPhase
 
 DOC = """
@@ -32,14 +30,12 @@ DOC = """
 `phase` (`all`, `reverse` or `return`), `timeout` (seconds each wait lasts at most).
 """
 
-with DAG(
-    dag_id="stream_replica_failback",
+with replica_dag(
+    "stream_replica_failback",
     description="Give a failed-over source its role back after a person approves the plan",
     doc_md=DOC,
-    schedule=None,
-    max_active_runs=1,  # two runs at once would race on the same links and fences
-    tags=["streamrep", "replication", "failover"],
-    render_template_as_native_obj=True,
+    retries=1,
+    tags=("failover",),
     params={
         "path": stream_path_param(
             "/mapr/sanfrancisco/activity", "Source stream", "The original source, failed over from."
@@ -55,23 +51,14 @@ with DAG(
         ),
         "timeout": seconds_param(DEFAULT_TIMEOUT, "Timeout", "How long each wait lasts at most."),
     },
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=10)},
 ) as dag:
-    plan = FailoverPlanOperator(
-        task_id="plan", procedure="failback", path="{{ params.path }}", replica="{{ params.replica }}"
-    )
-    approve = ApprovalOperator(
-        task_id="approve",
-        subject="Fail back {{ params.replica }} to {{ params.path }}?",
-        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
-        retries=0,
-    )
+    approve = approved_plan("failback", "Fail back {{ params.replica }} to {{ params.path }}?")
     back = FailbackOperator(
         task_id="failback",
-        path="{{ params.path }}",
-        replica="{{ params.replica }}",
+        path=SOURCE,
+        replica=REPLICA,
         phase="{{ params.phase }}",
         timeout="{{ params.timeout }}",
         outlets=[REPLICAS_ALIAS],
     )  # the source caught up: an asset event
-    plan >> approve >> back
+    approve >> back

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
-from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk import DAG
-
 from streamrep.airflow.assets import REPLICAS_ALIAS
-from streamrep.airflow.operators import FailoverOperator, FailoverPlanOperator
+from streamrep.airflow.operators import FailoverOperator
 from streamrep.airflow.params import flag_param, seconds_param, stream_path_param
+from streamrep.dags.common import REPLICA, SOURCE, approved_plan, replica_dag
 from streamrep.replication.failover import DEFAULT_TIMEOUT
 
 DOC = """
@@ -34,35 +30,26 @@ promotes at once, and its result says how many messages may be missing (the last
 for the replica to catch up).
 """
 
-with DAG(
-    dag_id="stream_replica_failover",
+with replica_dag(
+    "stream_replica_failover",
     description="Promote a replica after a person approves the plan",
     doc_md=DOC,
-    schedule=None,
-    max_active_runs=1,  # two runs at once would race on the same links and fences
-    tags=["streamrep", "replication", "failover"],
-    render_template_as_native_obj=True,
+    retries=1,
+    tags=("failover",),
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to fail over from."),
         "replica": stream_path_param(None, "Replica stream", "The replica to promote (required)."),
         "force": flag_param(False, "Force", "Promote even if the source is unreachable or does not drain in time."),
         "timeout": seconds_param(DEFAULT_TIMEOUT, "Timeout", "How long to wait for the replica to catch up."),
     },
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=10)},
 ) as dag:
-    plan = FailoverPlanOperator(task_id="plan", path="{{ params.path }}", replica="{{ params.replica }}")
-    approve = ApprovalOperator(
-        task_id="approve",
-        subject="Fail over {{ params.path }} to {{ params.replica }}?",
-        body="{{ ti.xcom_pull(task_ids='plan')['markdown'] }}",
-        retries=0,
-    )
+    approve = approved_plan("failover", "Fail over {{ params.path }} to {{ params.replica }}?")
     promote = FailoverOperator(
         task_id="failover",
-        path="{{ params.path }}",
-        replica="{{ params.replica }}",
+        path=SOURCE,
+        replica=REPLICA,
         force="{{ params.force }}",
         timeout="{{ params.timeout }}",
         outlets=[REPLICAS_ALIAS],
     )  # the promoted replica: an asset event
-    plan >> approve >> promote
+    approve >> promote

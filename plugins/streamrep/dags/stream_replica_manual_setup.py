@@ -3,11 +3,8 @@ Replication Manually", one task each, in the seeds' order."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from airflow.sdk import chain
 
-from airflow.sdk import DAG, chain
-
-from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import (
     ReplicaAddOperator,
     ReplicaResumeOperator,
@@ -17,8 +14,7 @@ from streamrep.airflow.operators import (
     UpstreamVerifyOperator,
 )
 from streamrep.airflow.params import network_params, stream_path_param
-from streamrep.airflow.sensors import ReplicaUpToDateSensor
-from streamrep.airflow.spark_operators import StreamCopyOperator, StreamDiffOperator
+from streamrep.dags.common import REPLICA, SOURCE, copy_and_verify, network_options, replica_dag, wait_caught_up
 
 DOC = """
 ### Primary-secondary replication, set up manually
@@ -59,14 +55,11 @@ metadata, replica registered with the same settings, upstream registered, nothin
 and succeeds, or fails with streamrep's one-line message.
 """
 
-with DAG(
-    dag_id="stream_replica_manual_setup",
+with replica_dag(
+    "stream_replica_manual_setup",
     description="Primary-secondary stream replication, the seven manual steps",
     doc_md=DOC,
-    schedule=None,
-    tags=["streamrep", "replication"],
-    render_template_as_native_obj=True,
-    max_active_runs=1,
+    retries=2,
     params={
         "path": stream_path_param("/mapr/sanfrancisco/activity", "Source stream", "The stream to replicate."),
         "replica": stream_path_param(
@@ -74,33 +67,16 @@ with DAG(
         ),
         **network_params(),
     },
-    default_args={"retries": 2, "retry_delay": timedelta(seconds=10)},
 ) as dag:
     chain(
-        StreamCreateOperator(task_id="create_replica", path="{{ params.replica }}", copymetafrom="{{ params.path }}"),
+        StreamCreateOperator(task_id="create_replica", path=REPLICA, copymetafrom=SOURCE),
         ReplicaAddOperator(
-            task_id="add_replica_paused",
-            path="{{ params.path }}",
-            replica="{{ params.replica }}",
-            paused=True,
-            throttle="{{ params.throttle }}",
-            networkencryption="{{ params.networkencryption }}",
-            networkcompression="{{ params.networkcompression }}",
-            maxbytespersec="{{ params.maxbytespersec }}",
+            task_id="add_replica_paused", path=SOURCE, replica=REPLICA, paused=True, **network_options()
         ),
-        ReplicaVerifyOperator(task_id="verify_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
-        UpstreamAddOperator(task_id="add_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
-        UpstreamVerifyOperator(task_id="verify_upstream", path="{{ params.replica }}", upstream="{{ params.path }}"),
-        StreamCopyOperator(task_id="copystream", source="{{ params.path }}", destination="{{ params.replica }}"),
-        StreamDiffOperator(task_id="verify", source="{{ params.path }}", destination="{{ params.replica }}", crc=True),
-        ReplicaResumeOperator(task_id="resume_replica", path="{{ params.path }}", replica="{{ params.replica }}"),
-        ReplicaUpToDateSensor(
-            task_id="wait_caught_up",
-            path="{{ params.path }}",
-            replica="{{ params.replica }}",
-            deferrable=True,
-            poke_interval=15,
-            timeout=3600,
-            outlets=[REPLICAS_ALIAS],
-        ),
+        ReplicaVerifyOperator(task_id="verify_replica", path=SOURCE, replica=REPLICA),
+        UpstreamAddOperator(task_id="add_upstream", path=REPLICA, upstream=SOURCE),
+        UpstreamVerifyOperator(task_id="verify_upstream", path=REPLICA, upstream=SOURCE),
+        *copy_and_verify(),
+        ReplicaResumeOperator(task_id="resume_replica", path=SOURCE, replica=REPLICA),
+        wait_caught_up(),
     )

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG
-
 from streamrep.airflow.operators import ReplicaLagMonitorOperator
 from streamrep.airflow.params import optional_cluster_param
+from streamrep.dags.common import scheduled_dag
 
 DOC = """
 ### Replica lag monitor
@@ -32,14 +31,11 @@ and `catchup=False` with `max_active_runs=1` keeps a stopped scheduler from repl
 **Params**: `cluster` (only the replicas on this cluster; empty: every known cluster).
 """
 
-with DAG(
-    dag_id="stream_replica_monitor",
+with scheduled_dag(
+    "stream_replica_monitor",
     description="Fail when a replica's lag passes its threshold or no gateway serves it",
     doc_md=DOC,
     schedule=timedelta(minutes=5),
-    catchup=False,
-    max_active_runs=1,
-    is_paused_upon_creation=True,  # scheduled: runs once someone unpauses it (docs/airflow.md, 'The DAGs')
     dagrun_timeout=timedelta(minutes=5),
     tags=["streamrep", "monitoring"],
     params={

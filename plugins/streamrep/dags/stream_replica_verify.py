@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import Param
 
 from streamrep.airflow.assets import REPLICAS_ALIAS
 from streamrep.airflow.operators import ReplicaLinksOperator
 from streamrep.airflow.params import flag_param, optional_cluster_param
 from streamrep.airflow.spark_operators import DIFF_ENGINES, StreamDiffOperator
+from streamrep.dags.common import scheduled_dag
 
 DOC = """
 ### Replica verification
@@ -41,14 +42,11 @@ cheaper when replicas are nearly always the same), `engine` (`spark`; `auto` and
 small streams in the task).
 """
 
-with DAG(
-    dag_id="stream_replica_verify",
+with scheduled_dag(
+    "stream_replica_verify",
     description="Compare every replica of a cluster's streams with its source, on Spark",
     doc_md=DOC,
     schedule=timedelta(days=1),
-    catchup=False,
-    max_active_runs=1,
-    is_paused_upon_creation=True,  # scheduled: runs once someone unpauses it (docs/airflow.md, 'The DAGs')
     tags=["streamrep", "monitoring"],
     render_template_as_native_obj=True,
     params={
