@@ -9,6 +9,7 @@ from streamrep.errors import (
     LimitExceeded,
     NotFound,
 )
+from streamrep.model.fanin import check_new_topic, topic_conflicts
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import (
     MAX_REPLICAS,
@@ -16,13 +17,11 @@ from streamrep.model.replication import (
     ReplicaLink,
     ReplicaState,
     UpstreamLink,
-    check_new_topic,
     check_replica_add,
     check_upstream_add,
     effective_state,
     find_link,
     require_link,
-    topic_conflicts,
     validate_gateways,
 )
 

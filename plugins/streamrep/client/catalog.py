@@ -20,6 +20,7 @@ from streamrep.client.config import Clusters
 from streamrep.errors import NotFound, StreamrepError
 from streamrep.model import replication as rules
 from streamrep.model.catalog import CLUSTER_ACE_KEY, CLUSTER_KIND, GATEWAYS_KIND, STREAM_KIND, ClusterAce, StreamEntry
+from streamrep.model.fanin import Lineage, check_new_topic
 from streamrep.model.paths import StreamPath, parse_stream_path, validate_cluster_name
 from streamrep.store.base import CatalogDoc, Store
 
@@ -91,9 +92,9 @@ class Catalog:
         except NotFound:
             return set()
 
-    def lineage(self, path: StreamPath, limit: int = 256) -> rules.Lineage:
+    def lineage(self, path: StreamPath, limit: int = 256) -> Lineage:
         """The stream at ``path`` and every stream that feeds it through upstream links,
-        transitively (``rules.related``): UUID -> topic names. A stream that cannot be read (gone,
+        transitively (``fanin.related``): UUID -> topic names. A stream that cannot be read (gone,
         or its cluster not registered here or down) adds nothing: the topic rule then stops
         rather than merges."""
         found: dict[str, set[str]] = {}
@@ -113,16 +114,16 @@ class Catalog:
     def check_new_topic(self, sp: StreamPath, entry: StreamEntry, topic: str) -> None:
         """Refuse creating ``topic`` on the stream ``sp`` where it is an agreed upstream of a
         replica that has another upstream with an unrelated topic of that name (the fan-in rule,
-        ``rules.check_new_topic``). Replicas and upstreams that cannot be read are left to the
+        ``check_new_topic``). Replicas and upstreams that cannot be read are left to the
         gateways' check."""
-        lineage: rules.Lineage | None = None
+        lineage: Lineage | None = None
         for link in entry.replicas:
             try:
                 replica = self.path(link.path)
                 replica_entry = self.entry(replica)
                 if not rules.agreement(sp, entry, replica, replica_entry).agreed:
                     continue
-                others: dict[str, tuple[set[str], rules.Lineage]] = {}
+                others: dict[str, tuple[set[str], Lineage]] = {}
                 for other in replica_entry.upstreams:
                     if other.path == str(sp):
                         continue
@@ -133,7 +134,7 @@ class Catalog:
                 continue
             if others:
                 lineage = self.lineage(sp) if lineage is None else lineage
-                rules.check_new_topic(sp, topic, lineage, replica, others)
+                check_new_topic(sp, topic, lineage, replica, others)
 
     # -- clusters: administration ACE and gateway lists ------------------------------
     def cluster_ace(self, cluster: str) -> ClusterAce | None:

@@ -16,6 +16,7 @@ from streamrep.model import network
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.failover import FailoverState
+from streamrep.model.fanin import Lineage
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaLink, ReplicaState, UpstreamLink
 
@@ -306,7 +307,7 @@ class LinkCommands(Permissions):
         return result
 
     # -- what the engine reads and records ------------------------------------------------
-    def lineage(self, path: StreamPath) -> rules.Lineage:
+    def lineage(self, path: StreamPath) -> Lineage:
         """The stream at ``path`` and every stream that feeds it through upstream links,
         transitively: UUID -> topic names (the fan-in topic rule's input)."""
         return self._catalog.lineage(path)

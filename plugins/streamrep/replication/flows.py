@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
+from streamrep.model import fanin
 from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.network import LEGACY_NETWORK_COMPRESSION, NO_BYTE_LIMIT
@@ -36,7 +37,7 @@ class Flow:
     networkcompression: str = LEGACY_NETWORK_COMPRESSION
     maxbytespersec: int = NO_BYTE_LIMIT
     # Topics not replicated by this flow, and why: another upstream of the replica has an
-    # unrelated topic of the name (the fan-in topic rule, ``rules.topic_conflicts``).
+    # unrelated topic of the name (the fan-in topic rule, ``fanin.topic_conflicts``).
     stopped_topics: frozenset[str] = frozenset()
     conflict: str | None = None
 
@@ -78,12 +79,12 @@ def flows_into(admin: StreamAdmin, cluster: str) -> tuple[list[Flow], list[Block
 
 def with_topic_conflicts(admin: StreamAdmin, flows: list[Flow]) -> list[Flow]:
     """``flows``, each with the topics it must not carry under the fan-in topic rule
-    (``rules.topic_conflicts``): read from the sources' topics, and, only where two upstreams
+    (``fanin.topic_conflicts``): read from the sources' topics, and, only where two upstreams
     of a replica share a name, their lineages and the replica's positions."""
     by_replica: dict[str, list[Flow]] = {}
     for flow in flows:
         by_replica.setdefault(flow.replica_uuid, []).append(flow)
-    stopped: dict[tuple[str, str], list[rules.TopicConflict]] = {}
+    stopped: dict[tuple[str, str], list[fanin.TopicConflict]] = {}
     for replica_uuid, into in by_replica.items():
         if len(into) < 2:
             continue
@@ -98,7 +99,7 @@ def with_topic_conflicts(admin: StreamAdmin, flows: list[Flow]) -> list[Flow]:
         upstreams = [(str(f.source), topics[f.source_uuid]) for f in into]
         lineages = {str(f.source): admin.lineage(f.source) for f in into}
         holds = {str(f.source): {k.split("|")[2] for k in marks if k.startswith(f"p|{f.source_uuid}|")} for f in into}
-        for conflict in rules.topic_conflicts(into[0].replica, upstreams, lineages, holds):
+        for conflict in fanin.topic_conflicts(into[0].replica, upstreams, lineages, holds):
             stopped.setdefault((replica_uuid, conflict.stopped), []).append(conflict)
     if not stopped:
         return flows
