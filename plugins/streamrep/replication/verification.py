@@ -79,35 +79,30 @@ class Verification:
         return SAME if self.same else DIFFERS
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "sourceUuid": self.source_uuid,
-            "replica": self.replica,
-            "replicaUuid": self.replica_uuid,
-            "at": self.at,
-            "same": self.same,
-            **{name: self.counts[name] for name in COUNTS},
-            "summary": self.summary,
-            "command": self.command,
-            "engine": self.engine,
-            "by": self.by,
-        }
+        document = {key: getattr(self, name) for name, key in _KEYS.items()}
+        return document | {name: self.counts[name] for name in COUNTS}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Verification:
+        # a count added later: 0 in older records
         return cls(
-            source=doc["source"],
-            source_uuid=doc["sourceUuid"],
-            replica=doc["replica"],
-            replica_uuid=doc["replicaUuid"],
-            at=doc["at"],
-            same=doc["same"],
-            counts={name: doc.get(name, 0) for name in COUNTS},  # a count added later: 0 in older records
-            summary=doc["summary"],
-            command=doc["command"],
-            engine=doc["engine"],
-            by=doc["by"],
+            **{name: doc[key] for name, key in _KEYS.items()}, counts={name: doc.get(name, 0) for name in COUNTS}
         )
+
+
+# The document's key of each field but ``counts`` (whose counts are keys of their own, ``COUNTS``).
+_KEYS = {
+    "source": "source",
+    "source_uuid": "sourceUuid",
+    "replica": "replica",
+    "replica_uuid": "replicaUuid",
+    "at": "at",
+    "same": "same",
+    "summary": "summary",
+    "command": "command",
+    "engine": "engine",
+    "by": "by",
+}
 
 
 def _checked(result: Mapping[str, Any]) -> tuple[bool, dict[str, int], str]:
