@@ -43,6 +43,7 @@ from streamrep.client import Clusters, StreamAdmin
 from streamrep.model.message import Message
 from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.reads import read_source
 from streamrep.replication.transfer import SourcePartition
 
 SIZE = 1000  # bytes a message of the throttle case (value only; no key: what -maxbytespersec counts)
@@ -53,8 +54,9 @@ PER_SECOND = 1000  # messages a second at the limit: values of limit / 1000 byte
 def one_batch(gateway: Gateway, unit: SourcePartition, flows: list[Flow], max_messages: int) -> int:
     """Move one batch of one source partition into its replicas, as a gateway's pass does (read, then
     apply); returns how many source messages were read."""
-    read = gateway.read(unit, flows, max_messages)
-    _, errors = gateway.apply(unit, flows, read.messages, read.source_start, read.span)
+    position = gateway.progress({unit: flows})[unit].position
+    read = read_source(gateway.admin.clusters.store(unit.source.cluster), unit, position, max_messages)
+    _, errors = gateway.apply_reads({unit: (flows, read.messages, read.source_start, read.span)})[unit]
     if errors:
         raise RuntimeError(next(iter(errors.values())))
     return len(read.messages)

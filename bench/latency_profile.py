@@ -26,9 +26,9 @@ PARTS = [
     ("    heartbeats read", "streamrep.replication.gateway", "Gateway", "heartbeats"),
     ("    topics (metadata), per source", "streamrep.store.kafka.store", "KafkaStore", "topics"),
     ("    cursor sync", "streamrep.replication.cursors", "CursorSync", "maybe_sync"),
-    ("  per partition: read (progress + read_span + offsets)", "streamrep.replication.gateway", "Gateway", "read"),
+    ("  per round: read (read_spans + offsets)", "streamrep.replication.gateway", "Gateway", "_read_due"),
     ("    read_span", "streamrep.store.kafka.store", "KafkaStore", "read_span"),
-    ("  per partition: apply_to_replicas", "streamrep.replication.gateway", "Gateway", "_apply"),
+    ("  per round: apply_reads", "streamrep.replication.gateway", "Gateway", "_apply_reads"),
     ("    store.apply (one transaction)", "streamrep.store.kafka.store", "KafkaStore", "apply"),
     ("      marks (fold catch-up)", "streamrep.store.kafka.store", "KafkaStore", "marks"),
     (
@@ -113,7 +113,7 @@ def profiled_gateway_loop(home: str, seconds: float, interval: float, out: str) 
     calls: dict = defaultdict(list)
     ages: dict = defaultdict(list)
     install(calls, ages)
-    import streamrep.replication.gateway as gw
+    import streamrep.replication.gateway_passes as gw
 
     idle: list[float] = []
     sleep = time.sleep

@@ -13,14 +13,18 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from streamrep.client import Producer, StreamAdmin
 from streamrep.errors import Unavailable
 from streamrep.model.message import Message
 from streamrep.replication.apply import ORIGIN_HEADER
+from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.gateway_passes import DEFAULT_BATCH
+from streamrep.replication.reads import SourceRead, read_source
+from streamrep.replication.transfer import SourcePartition
 
 # The streamrep executable of this venv, for tests that run the real CLI in a subprocess.
 STREAMREP_EXE = Path(sys.executable).parent / "streamrep"
@@ -35,6 +39,17 @@ def produce(admin: StreamAdmin, topic: str, values: Iterable[str], **send) -> li
         for value in values:
             producer.send(topic, value, **send)
     return values
+
+
+def read_next(
+    gateway: Gateway, unit: SourcePartition, flows: Sequence[Flow], max_messages: int = DEFAULT_BATCH
+) -> SourceRead:
+    """The next batch of ``unit`` for ``flows``, from their lowest stored position, read as a Spark task
+    reads it (``Gateway.progress``, then ``reads.read_source``): with ``Gateway.apply_reads`` it steps a
+    gateway one batch of one partition at a time, which a test needs to interleave gateways and a pass
+    (``run_once``) does not offer."""
+    position = gateway.progress({unit: flows})[unit].position
+    return read_source(gateway.admin.clusters.store(unit.source.cluster), unit, position, max_messages)
 
 
 def contents(admin: StreamAdmin, stream: str) -> Contents:

@@ -24,6 +24,7 @@ from replication_helpers import (
     one_line_error,
     origin,
     produce,
+    read_next,
     user_view,
     wait_until,
 )
@@ -32,7 +33,7 @@ from streamrep.client import Consumer, Producer
 from streamrep.errors import AlreadyExists, Conflict, LimitExceeded, NotFound, RetryNow
 from streamrep.maprcli import replica_status_row
 from streamrep.model.replication import MAX_REPLICAS, ReplicaState, position_key
-from streamrep.replication import gateway as gateway_module
+from streamrep.replication import gateway_passes as gateway_module
 from streamrep.replication import pending as pending_module
 from streamrep.replication import setup, transfer
 from streamrep.replication.flows import flows_into
@@ -980,8 +981,8 @@ def test_two_gateways_share_and_take_over(api3, backend):
             sent.append(v)
     # g1 applies part of each of its partitions, then dies; g2 does its own share
     for unit, flows in g1.assignment().units.items():
-        read = g1.read(unit, flows, 7)
-        assert not g1.apply(unit, flows, read.messages, read.source_start, read.span)[1]
+        read = read_next(g1, unit, flows, 7)
+        assert not g1.apply_reads({unit: (flows, read.messages, read.source_start, read.span)})[unit][1]
     g1.heartbeat()  # still alive when g2 runs
     g2.run_once(max_messages=10)
     assert 0 < count(api, NY) < len(sent)
@@ -1018,12 +1019,13 @@ def test_stale_overlapping_batches_apply_once(api3):
     sent = produce(api, f"{SF}:t", tagged("m", 300))
     g1, g2 = Gateway(api, "newyork", "g1"), Gateway(api, "newyork", "g2")
     [(unit, flows)] = g1.assignment().units.items()
-    batch1, span1, start1 = g1.read(unit, flows, 100)
-    batch2, span2, start2 = g2.read(unit, flows, 150)  # both read from the same position
+    batch1, span1, start1 = read_next(g1, unit, flows, 100)
+    batch2, span2, start2 = read_next(g2, unit, flows, 150)  # both read from the same position
     assert batch1[0].offset == batch2[0].offset == 0
-    assert g1.apply(unit, flows, batch1, start1, span1)[0] == {flows[0]: 100}
-    assert g2.apply(unit, flows, batch2, start2, span2)[0] == {flows[0]: 50}  # only what g1 did not write
-    assert g1.apply(unit, flows, batch1, start1, span1)[0] == {flows[0]: 0}  # a replay writes nothing
+    assert g1.apply_reads({unit: (flows, batch1, start1, span1)})[unit][0] == {flows[0]: 100}
+    # g2 writes only what g1 did not; a replay writes nothing
+    assert g2.apply_reads({unit: (flows, batch2, start2, span2)})[unit][0] == {flows[0]: 50}
+    assert g1.apply_reads({unit: (flows, batch1, start1, span1)})[unit][0] == {flows[0]: 0}
     assert count(api, NY) == 150
     drain(g1)
     assert_exactly_once(api, NY, sent)
@@ -1079,12 +1081,12 @@ def test_concurrent_gateways_on_one_partition_never_duplicate(api3, monkeypatch)
         try:
             while True:
                 start.wait(timeout=30)
-                batch, span, source_start = gw.read(unit, flows, rng.randint(50, 400))
+                batch, span, source_start = read_next(gw, unit, flows, rng.randint(50, 400))
                 start.wait(timeout=30)  # all read from the same position before anyone writes
                 if not batch:
                     return
                 local.gated = False
-                done, failed = gw.apply(unit, flows, batch, source_start, span)
+                done, failed = gw.apply_reads({unit: (flows, batch, source_start, span)})[unit]
                 assert not failed, failed
                 written[i] += done[flows[0]]
         except BaseException as err:  # noqa: BLE001 - reported by the test thread
@@ -1425,8 +1427,8 @@ def test_status_counts_are_exact_before_and_zero_after(api3):
     gw = Gateway(api, "newyork", "g1")
     units = gw.assignment().units
     [(unit, flows)] = [(u, f) for u, f in units.items() if (u.topic, u.partition) == ("u", 0)]
-    read = gw.read(unit, flows)
-    assert not gw.apply(unit, flows, read.messages, read.source_start, read.span)[1]
+    read = read_next(gw, unit, flows)
+    assert not gw.apply_reads({unit: (flows, read.messages, read.source_start, read.span)})[unit][1]
     rest = [(i, v) for i, v in enumerate(sent) if i % 3]
     row = status(api, SF, NY)
     assert row.pending_messages == len(rest)

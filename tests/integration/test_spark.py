@@ -371,7 +371,8 @@ def test_a_gateway_pass_reports_a_failing_replica_and_applies_the_others(cluster
     others still get them; ``record_pass`` records UNEXPECTED with the error, and REPLICATING
     for the others."""
     from streamrep.replication.lag import flow_key
-    from streamrep.replication.transfer import SourceRead, apply_batch
+    from streamrep.replication.reads import SourceRead
+    from streamrep.replication.transfer import apply_batch
     from streamrep.spark.tasks import apply_runs, record_pass
 
     admin = clusters

@@ -401,7 +401,7 @@ def test_a_cluster_the_supervisor_may_not_launch_does_not_keep_the_others_down(l
 def test_a_long_pass_keeps_the_heartbeat_fresh(linked, monkeypatch):
     """A pass draining a backlog beats between batches, so its share does not expire and pass
     to another gateway while it still works on it (each beat moves ``ts`` forward)."""
-    monkeypatch.setattr("streamrep.replication.gateway.HEARTBEAT_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr("streamrep.replication.gateway_liveness.HEARTBEAT_INTERVAL_SECONDS", 0.0)
     produce(linked, 60)
     gateway = Gateway(linked, "newyork", "g1")
     store = linked.clusters.store("newyork")
@@ -456,7 +456,7 @@ def test_quick_passes_beat_only_when_due_and_a_pass_reads_the_marks_once(linked,
     assert gateway.run_once() == 0 and gateway.run_once() == 0
     assert len(beats) == first  # within HEARTBEAT_INTERVAL_SECONDS of the last beat
     assert len(marks_reads) == 2  # one replica, two idle passes over its 5 partitions
-    monkeypatch.setattr("streamrep.replication.gateway.HEARTBEAT_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr("streamrep.replication.gateway_liveness.HEARTBEAT_INTERVAL_SECONDS", 0.0)
     assert gateway.run_once() == 0 and len(beats) == first + 1  # a beat due is written
     assert sorted(replica_values(linked)) == sorted(f"m{i}" for i in range(30))
 

@@ -17,6 +17,7 @@ from bisect import bisect_right
 
 import pytest
 
+from integration.replication_helpers import read_next
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
 from streamrep.errors import Conflict, InvalidArgument
@@ -25,8 +26,9 @@ from streamrep.model.replication import position_key
 from streamrep.replication.apply import plan_apply
 from streamrep.replication.copy import CopySummary, copy_stream
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.reads import read_source
 from streamrep.replication.status import replica_status
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, read_source
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics
 from streamrep.replication.translate import translate_cursors, translate_offset
 from streamrep.store.base import Store
 from streamrep.store.embedded import EmbeddedStore
@@ -424,8 +426,8 @@ def test_messages_removed_by_retention_just_before_a_read_are_recorded_as_lost(g
     gateway = Gateway(admin, "newyork", "gw1")
     units = gateway.assignment().units
     unit = unit_of(admin, 0)
-    read = gateway.read(unit, units[unit], 2)
-    assert not gateway.apply(unit, units[unit], read.messages, read.source_start, read.span)[1]
+    read = read_next(gateway, unit, units[unit], 2)
+    assert not gateway.apply_reads({unit: (units[unit], read.messages, read.source_start, read.span)})[unit][1]
     assert positions(admin)[0] == 2
     uuid = admin.entry(SF).uuid
     source.before_read = lambda: source.purge_before(uuid, TOPIC, 1004)  # drops offsets 0-3

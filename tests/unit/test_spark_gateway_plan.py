@@ -3,7 +3,7 @@
 from types import SimpleNamespace
 
 from streamrep.model.paths import parse_stream_path
-from streamrep.replication.gateway import Progress
+from streamrep.replication.gateway_passes import Progress
 from streamrep.replication.transfer import SourcePartition
 from streamrep.spark.offsets import offset_key
 from streamrep.spark.tasks import next_holders, plan_share, slot_share

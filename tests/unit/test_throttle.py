@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from integration.replication_helpers import read_next
 from streamrep.cli.main import run
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model import network
@@ -244,16 +245,16 @@ def test_throttle_backs_off_while_the_replica_cluster_is_busy(admin, throttled):
     produce(admin, 150, 1)
     [(unit, flows)] = gateway.assignment().units.items()
     for _ in range(20):  # 20 applies with no competing writer: the baseline
-        read = gateway.read(unit, flows, 5)
-        assert not gateway.apply(unit, flows, read.messages, read.source_start, read.span)[1]
+        read = read_next(gateway, unit, flows, 5)
+        assert not gateway.apply_reads({unit: (flows, read.messages, read.source_start, read.span)})[unit][1]
     quiet = gateway.pacer.backed_off  # a loaded machine may already count as load: no assertion on it
     holder = LockHolder(admin.clusters.store("newyork").path)
     holder.start()
     try:
         assert holder.holding.wait(60)
         for _ in range(10):  # the first waits for the competing writer (apply is its first write)
-            read = gateway.read(unit, flows, 5)
-            assert not gateway.apply(unit, flows, read.messages, read.source_start, read.span)[1]
+            read = read_next(gateway, unit, flows, 5)
+            assert not gateway.apply_reads({unit: (flows, read.messages, read.source_start, read.span)})[unit][1]
     finally:
         holder.halt.set()
         holder.join()

@@ -18,7 +18,8 @@ from streamrep.model import replication as rules
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath, parse_stream_path
 from streamrep.model.replication import ReplicaState
-from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position, read_source
+from streamrep.replication.reads import read_source
+from streamrep.replication.transfer import SourcePartition, apply_batch, ensure_topics, next_position
 from streamrep.store.base import Store
 
 COPY_BATCH = 10_000

@@ -22,10 +22,11 @@ from streamrep.model.replication import (
     require_link,
     unrecorded_losses,
 )
+from streamrep.replication.held import HeldCheck, lost_data
 from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thresholds
 from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
 from streamrep.replication.service import gateway_outage, live_gateways_of
-from streamrep.replication.transfer import HeldCheck, SourcePartition, lost_data
+from streamrep.replication.transfer import SourcePartition
 from streamrep.replication.verification import Verification, verifications
 
 __all__ = [
@@ -165,7 +166,7 @@ def held_error(
     admin: StreamAdmin, src: StreamPath, src_entry: StreamEntry, dst: StreamPath, dst_entry: StreamEntry
 ) -> str | None:
     """The replica's partitions that no longer hold what was applied to them from ``src``, or hold
-    planted messages (``transfer.lost_data``), in one line; None when there are none."""
+    planted messages (``held.lost_data``), in one line; None when there are none."""
     source_store = admin.store(src)
     checks = [
         HeldCheck(SourcePartition(src_entry.uuid, topic, partition, src), dst, dst_entry.uuid)

@@ -1,6 +1,6 @@
 """How fast a gateway applies into a replica: streamrep's byte-rate limit (``-maxbytespersec``)
 and MapR's ``-throttle`` (back off while the replica's cluster is under load). Both act in
-``Gateway._apply``, the apply path of both engines (in-process and the Spark tasks), around the
+``Gateway._apply_reads``, the apply path of both engines (in-process and the Spark tasks), around the
 transactional apply; neither touches what is applied, so exactly-once is the apply's as before.
 
 **Byte-rate limit.** The bytes counted are the keys and values of the messages a batch carries

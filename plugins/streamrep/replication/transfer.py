@@ -1,33 +1,23 @@
 """Moving messages from one source partition into replicas: the one routine that copystream,
-the in-process gateway and the Spark writers all use."""
+the in-process gateway and the Spark writers all use. Here: the unit of work (``SourcePartition``),
+giving a replica the source's topics, and the exactly-once apply of read batches (``apply_reads``);
+reading them is ``reads.py``, checking what replicas still hold is ``held.py``."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
-from streamrep.errors import AlreadyExists, Conflict, NotFound, RetryNow, StreamrepError, Unavailable
-from streamrep.model.acls import one_way_replica
-from streamrep.model.catalog import StreamEntry
+from streamrep.errors import AlreadyExists, Conflict, RetryNow, StreamrepError, Unavailable
 from streamrep.model.lanes import apply_lane
 from streamrep.model.message import Message
 from streamrep.model.paths import StreamPath
-from streamrep.model.replication import (
-    applied_offsets,
-    lost_data_line,
-    missing_applied,
-    origin_key,
-    planted_line,
-    position_key,
-    source_offset_of,
-    stop_key,
-)
+from streamrep.model.replication import origin_key, position_key, stop_key
 from streamrep.replication.apply import ApplyPlan, own_messages, plan_apply
-from streamrep.store.base import ApplyResult, PartitionApplies, ReplicaApply, SpanRead, Store
+from streamrep.store.base import ApplyResult, PartitionApplies, ReplicaApply, Store
 
 CONFLICT_RETRIES = 20
 
@@ -96,276 +86,6 @@ def ensure_topics(
         elif have < count:
             replica_store.add_partitions(replica_uuid, topic, count)
     return source_topics
-
-
-class HeldCheck(NamedTuple):
-    """One replica of one source partition, for ``lost_data``."""
-
-    unit: SourcePartition
-    replica: StreamPath
-    replica_uuid: str
-
-
-def lost_data(
-    replica_store: Store,
-    checks: Sequence[HeldCheck],
-    source_store: Callable[[SourcePartition], Store],
-    replica_entry: Callable[[StreamPath], StreamEntry],
-) -> list[str | None]:
-    """For each check, the one-line error of a replica partition that no longer holds what its
-    offset syncs say was applied to it (its topic deleted, records deleted, or re-created), or of
-    a one-way replica's partition that held messages before its first apply (a planted topic);
-    None when it holds what it should, or cannot be read now.
-
-    Cheap enough for every pass: one ``offset_syncs_many`` and one ``offsets_many`` on the
-    replica's store for all checks. Only a partition whose start is above its oldest applied
-    message costs more: the source's first offset (batched per source), since messages the source's
-    retention removed may be gone from the replica too; and, if the replica's own ttl may explain
-    the rest, one source read for the newest missing message's timestamp. Only a one-way replica's
-    partition holding messages before its first apply is read (one message)."""
-    if not checks:
-        return []
-    syncs = replica_store.offset_syncs_many([(c.replica_uuid, c.unit.key) for c in checks])
-    asked = replica_store.offsets_many([(c.replica_uuid, c.unit.topic, c.unit.partition) for c in checks])
-    result: list[str | None] = [None] * len(checks)
-    moved: dict[int, tuple[list[tuple[int, int, int, int]], tuple[int, int]]] = {}  # start above applied
-    short: dict[int, int] = {}  # a partition said to lack applied messages -> the applied end
-    for i, (check, found, bounds) in enumerate(zip(checks, syncs, asked, strict=True)):
-        if isinstance(bounds, StreamrepError) and not isinstance(bounds, NotFound):
-            continue  # cannot tell now: the next pass asks again
-        held = None if isinstance(bounds, StreamrepError) else bounds
-        found = [sync for sync in found if sync[1] == check.unit.partition]
-        applied = applied_offsets(found)
-        if applied is None:
-            result[i] = _planted(replica_store, check, held, replica_entry)
-        elif held is not None and held[1] >= applied[1] and held[0] > applied[0]:
-            moved[i] = found, held  # retention, or records deleted: decided below, with the source's start
-        else:
-            missing = missing_applied(found, held, 0)
-            if missing is not None:
-                result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
-                short[i] = applied[1]
-    _drop_unmarked_commits(replica_store, checks, short, result)
-    starts = _source_starts([checks[i].unit for i in moved], source_store)
-    for i, (found, held) in moved.items():
-        check = checks[i]
-        start = starts.get(check.unit)
-        if start is None:
-            continue
-        missing = missing_applied(found, held, start)
-        if missing is not None and not _expired(check, missing, found, source_store, replica_entry):
-            result[i] = lost_data_line(check.replica, check.unit.topic, check.unit.partition, missing, held, found)
-    return result
-
-
-def _drop_unmarked_commits(
-    replica_store: Store, checks: Sequence[HeldCheck], ends: Mapping[int, int], result: list[str | None]
-) -> None:
-    """Clear the errors of partitions whose log already holds every applied message (``ends``: by
-    check, the applied end): an apply's offset syncs can be readable before its commit marker reaches
-    the data partition (Kafka writes the markers one partition at a time), and until then the
-    partition's readable end is below what the syncs say was applied. Nothing was lost there."""
-    if not ends:
-        return
-    order = sorted(ends)
-    written = replica_store.written_ends(
-        [(checks[i].replica_uuid, checks[i].unit.topic, checks[i].unit.partition) for i in order]
-    )
-    for i, end in zip(order, written, strict=True):
-        if not isinstance(end, StreamrepError) and end >= ends[i]:
-            result[i] = None
-
-
-def _planted(
-    replica_store: Store,
-    check: HeldCheck,
-    held: tuple[int, int] | None,
-    replica_entry: Callable[[StreamPath], StreamEntry],
-) -> str | None:
-    """``lost_data``'s error for a partition nothing was applied to yet that holds a message, on a
-    replica that only its one upstream writes (a multi-master replica's own producers write it)."""
-    if held is None or held[1] <= held[0]:
-        return None
-    entry = replica_entry(check.replica)
-    if not one_way_replica(entry) or len(entry.upstreams) != 1:
-        return None
-    topic_marks = check.unit.key.rsplit("|", 1)[0] + "|"  # any partition of the same source topic
-    if any(key.startswith(topic_marks) for key in replica_store.marks(check.replica_uuid)):
-        return None  # its topic was applied to (then promoted and failed back): the stream's own writes
-    messages, _ = replica_store.read_span(
-        check.replica_uuid, check.unit.topic, check.unit.partition, held[0], 1, held[1]
-    )
-    if not messages:
-        return None  # offsets holding no message (Kafka: an aborted transaction's)
-    return planted_line(check.replica, check.unit.topic, check.unit.partition, held, str(check.unit.source))
-
-
-def _source_starts(units: Sequence[SourcePartition], source_store: Callable[[SourcePartition], Store]) -> dict:
-    """Each unit's first offset at its source, asked once per source cluster; a unit whose source
-    cannot be read now is left out."""
-    by_cluster: dict[str, list[SourcePartition]] = defaultdict(list)
-    for unit in units:
-        by_cluster[unit.source.cluster].append(unit)
-    starts: dict[SourcePartition, int] = {}
-    for group in by_cluster.values():
-        try:
-            asked = source_store(group[0]).offsets_many([(u.source_uuid, u.topic, u.partition) for u in group])
-        except StreamrepError:
-            continue
-        starts.update((u, bounds[0]) for u, bounds in zip(group, asked, strict=True) if isinstance(bounds, tuple))
-    return starts
-
-
-def _expired(
-    check: HeldCheck,
-    missing: tuple[int, int],
-    syncs: Sequence[tuple[int, int, int, int]],
-    source_store: Callable[[SourcePartition], Store],
-    replica_entry: Callable[[StreamPath], StreamEntry],
-) -> bool:
-    """Whether the replica's own retention explains the ``missing`` replica offsets: it has a ttl,
-    and the newest of them is older than it (its timestamp read at the source, which still holds
-    it), or its source offset is no longer known exactly (pruned syncs: not accused)."""
-    ttl = replica_entry(check.replica).meta.ttl
-    if not ttl or ttl <= 0:
-        return False
-    newest = source_offset_of(syncs, missing[1] - 1)
-    if newest is None:
-        return True
-    unit = check.unit
-    try:
-        found = source_store(unit).read(unit.source_uuid, unit.topic, unit.partition, newest, 1)
-    except StreamrepError:
-        return True  # cannot tell now: not accused
-    if not found or found[0].offset != newest:
-        return True  # gone at the source too
-    return found[0].timestamp < time.time() * 1000 - ttl * 1000
-
-
-class SourceRead(NamedTuple):
-    """One read of a source partition: its messages, the span of source offsets it covered
-    (``plan_apply``'s ``span``), and the oldest offset the source held after the read."""
-
-    messages: list[Message]
-    span: tuple[int, int]
-    source_start: int
-
-
-def read_until(
-    source_store: Store,
-    unit: SourcePartition,
-    start: int,
-    max_messages: int,
-    end: int | None = None,
-    readable: int | None = None,
-) -> tuple[list[Message], int]:
-    """``Store.read_span`` of ``unit``, stopping at source offset ``end`` (None: no end): the
-    messages and the offset to read next, never beyond ``end``.
-
-    :param readable: as ``Store.read_span``.
-    """
-    [found] = _read_until(source_store, [SourceSpan(unit, start, max_messages, end, readable)])
-    if isinstance(found, StreamrepError):
-        raise found
-    return found
-
-
-class SourceSpan(NamedTuple):
-    """One partition's part of ``read_sources``: ``read_source``'s arguments (``readable``: the
-    end of ``bounds``, for ``read_until``)."""
-
-    unit: SourcePartition
-    start: int
-    max_messages: int
-    end: int | None = None
-    readable: int | None = None
-    bounds: tuple[int, int] | None = None
-
-
-def _read_until(source_store: Store, spans: Sequence[SourceSpan]) -> list[tuple[list[Message], int] | StreamrepError]:
-    """``read_until`` of each span, in order, in one ``Store.read_spans``."""
-    result: list[tuple[list[Message], int] | StreamrepError | None] = []
-    wanted: list[SpanRead] = []
-    for unit, start, max_messages, end, readable, _ in spans:
-        if end is not None:
-            max_messages = min(max_messages, end - start)  # the range holds at most this many messages
-        if max_messages <= 0:
-            result.append(([], start))
-            continue
-        result.append(None)
-        wanted.append(SpanRead(unit.source_uuid, unit.topic, unit.partition, start, max_messages, readable))
-    found = iter(source_store.read_spans(wanted) if wanted else [])
-    for i, span in enumerate(spans):
-        if result[i] is not None:
-            continue
-        got = next(found)
-        if not isinstance(got, StreamrepError) and span.end is not None and got[1] > span.end:
-            # The read went past the end (offsets holding no message were within it): every
-            # message of [start, end) is still in it.
-            messages = got[0]
-            if messages and messages[-1].offset >= span.end:
-                messages = [m for m in messages if m.offset < span.end]
-            got = (messages, span.end)
-        result[i] = got
-    return cast("list[tuple[list[Message], int] | StreamrepError]", result)
-
-
-def read_sources(source_store: Store, spans: Sequence[SourceSpan]) -> list[SourceRead | StreamrepError]:
-    """``read_source`` of each span, in order, with one ``Store.read_spans`` for all (a network store
-    fetches every partition at once) and one ``Store.offsets_many`` for those whose oldest offset
-    must be asked again; a span that cannot be read gets its error, and the others are still read."""
-    bounded = []
-    for span in spans:
-        end = span.end
-        if span.bounds is not None:
-            end = span.bounds[1] if end is None else min(end, span.bounds[1])
-        bounded.append(span._replace(end=end, readable=None if span.bounds is None else span.bounds[1]))
-    reads = _read_until(source_store, bounded)
-    # When the batch starts at ``start``, nothing before it was removed: ``bounds``' first stands.
-    ask = [
-        i
-        for i, (span, read) in enumerate(zip(bounded, reads, strict=True))
-        if not isinstance(read, StreamrepError)
-        and not (span.bounds is not None and read[0] and read[0][0].offset == span.start)
-    ]
-    asked = source_store.offsets_many(
-        [(bounded[i].unit.source_uuid, bounded[i].unit.topic, bounded[i].unit.partition) for i in ask]
-    )
-    first = dict(zip(ask, asked, strict=True))
-    result: list[SourceRead | StreamrepError] = []
-    for i, (span, read) in enumerate(zip(bounded, reads, strict=True)):
-        if isinstance(read, StreamrepError):
-            result.append(read)
-            continue
-        held = first.get(i)
-        if isinstance(held, StreamrepError):
-            result.append(held)
-            continue
-        source_start = span.bounds[0] if held is None and span.bounds is not None else cast("tuple[int, int]", held)[0]
-        result.append(SourceRead(read[0], (span.start, read[1]), source_start))
-    return result
-
-
-def read_source(
-    source_store: Store,
-    unit: SourcePartition,
-    start: int,
-    max_messages: int,
-    end: int | None = None,
-    bounds: tuple[int, int] | None = None,
-) -> SourceRead:
-    """``read_until``, with the oldest offset the source holds read afterwards: messages that
-    retention removed before the read are then recorded as lost by the apply, not skipped.
-
-    :param bounds: ``(first, end)`` of the partition as ``Store.offsets`` gave them a moment ago.
-        The read goes no further than that ``end`` and does not ask for it again; and when the batch
-        starts at ``start``, nothing before it was removed, so ``first`` stands for the oldest offset
-        held (asked again otherwise).
-    """
-    [found] = read_sources(source_store, [SourceSpan(unit, start, max_messages, end, bounds=bounds)])
-    if isinstance(found, StreamrepError):
-        raise found
-    return found
 
 
 def apply_batch(
@@ -457,7 +177,7 @@ class _UnitState:
         unit, (_, _, batch, source_start, span, compression) = self.read.unit, self.read
         own_key = origin_key(unit.source_uuid, unit.topic, unit.partition)
         applies: list[ReplicaApply] = []
-        shared: dict[tuple, ApplyPlan] = {}
+        shared: dict[tuple[int | None, int | None], ApplyPlan] = {}  # (position, origin mark) -> plan
         self.plans = {}
         for replica_uuid in self.pending:
             marks = known.get(replica_uuid) if first else None

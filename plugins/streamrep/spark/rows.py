@@ -26,7 +26,8 @@ from pyspark.sql.types import (
 
 from streamrep.model.message import Message
 from streamrep.model.paths import parse_stream_path
-from streamrep.replication.transfer import SourcePartition, read_until
+from streamrep.replication.reads import read_until
+from streamrep.replication.transfer import SourcePartition
 from streamrep.store.base import Store
 
 READ_CHUNK = 10_000  # messages per store read, and so per Arrow batch and per apply transaction

@@ -24,15 +24,11 @@ from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.replication.copy import CopyPlan, check_copy, copy_partition
 from streamrep.replication.flows import Flow
-from streamrep.replication.gateway import Gateway, Progress
+from streamrep.replication.gateway import Gateway
+from streamrep.replication.gateway_passes import Progress
 from streamrep.replication.lag import flow_key
-from streamrep.replication.transfer import (
-    SourcePartition,
-    SourceRead,
-    SourceSpan,
-    by_source_cluster,
-    read_sources,
-)
+from streamrep.replication.reads import SourceRead, SourceSpan, read_sources
+from streamrep.replication.transfer import SourcePartition, by_source_cluster
 from streamrep.spark.offsets import offset_key, spread
 from streamrep.spark.rows import READ_CHUNK
 from streamrep.spark.runtime import admin_for, gateway_for

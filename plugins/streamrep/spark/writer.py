@@ -55,7 +55,7 @@ def totals(messages: Iterable[WriterCommitMessage | None]) -> ApplyCommit:
 
 def source_start(source_store: Store, unit: SourcePartition) -> int:
     """The oldest offset the source holds, read when rows are applied, after their read (as
-    ``transfer.read_source``): what retention removed before the read is recorded as lost."""
+    ``reads.read_source``): what retention removed before the read is recorded as lost."""
     return source_store.offsets(unit.source_uuid, unit.topic, unit.partition)[0]
 
 

@@ -15,7 +15,7 @@ from streamrep.errors import InvalidArgument
 from streamrep.model import replication as rules
 from streamrep.replication import service
 from streamrep.replication.flows import flows_into
-from streamrep.replication.gateway import default_gateway_id
+from streamrep.replication.gateway_liveness import default_gateway_id
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
