@@ -23,8 +23,8 @@ from streamrep.cli.main import main, run
 from streamrep.client.producer import Producer
 from streamrep.model.message import ORIGIN_HEADER, Message
 from streamrep.model.replication import stop_key
-from streamrep.replication.diff import scan as diffmod
 from streamrep.replication.diff import Kind, diff_streams, diff_streams_crc
+from streamrep.replication.diff import scan as diffmod
 from streamrep.replication.gateway import Gateway
 from streamrep.replication.ops import FORMAT, MANIFEST, OPS_FOR_DST, OPS_FOR_SRC, read_manifest
 from streamrep.replication.setup import autosetup
