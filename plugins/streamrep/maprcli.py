@@ -136,18 +136,11 @@ def cursor_row(row: CursorRow) -> dict[str, Any]:
 
 def cursor_sync_row(row: CursorSyncRow) -> dict[str, Any]:
     """``stream cursor sync`` (and the cursors a failover placed): one group, topic and partition."""
-    return {
-        "group": row.group,
-        "topic": row.topic,
-        "partition": row.partition,
-        "sourceOffset": row.source_offset,
-        "replicaOffset": row.replica_offset,
-        "action": row.action,
-    }
+    return {"group": row.group, **translated_cursor_row(row), "action": row.action}
 
 
-def translated_cursor_row(row: TranslatedCursor) -> dict[str, Any]:
-    """``stream cursor translate``."""
+def translated_cursor_row(row: TranslatedCursor | CursorSyncRow) -> dict[str, Any]:
+    """``stream cursor translate``: a partition's cursor on the source and where it lands on the replica."""
     return {
         "topic": row.topic,
         "partition": row.partition,

@@ -165,13 +165,7 @@ def ensure_replica(
         link = rules.find_link(admin.entry(src).replicas, dst)
         if link is None:
             raise
-    dst_entry = admin.entry(dst)
-    if not _binds(link, dst_entry):
-        raise AlreadyExists(
-            f"{dst} is already a replica of {src}, but of an earlier stream at that path, not "
-            f"stream {dst_entry.uuid} now there: it was deleted and recreated; "
-            f"remove the replica from {src} and add it again"
-        )
+    _require_current(link, admin.entry(dst), f"{dst} is already a replica of {src}", f"the replica from {src}")
     wanted = {"synchronous": synchronous, **asdict(options)}
     have = {name: getattr(link, name) for name in wanted}
     if have != wanted or (link.paused and not paused):
@@ -208,18 +202,18 @@ def ensure_upstream(
         link = rules.find_link(admin.entry(dst).upstreams, src)
         if link is None:
             raise
-    src_entry = admin.entry(src)
-    if not _binds(link, src_entry):
-        raise AlreadyExists(
-            f"{src} is already an upstream of {dst}, but of an earlier stream at that path, not "
-            f"stream {src_entry.uuid} now there: it was deleted and recreated; "
-            f"remove the upstream from {dst} and add it again"
-        )
+    _require_current(link, admin.entry(src), f"{src} is already an upstream of {dst}", f"the upstream from {dst}")
     return link, False
 
 
-def _binds(link: ReplicaLink | UpstreamLink, entry: StreamEntry) -> bool:
-    return rules.binds(link, entry.uuid, entry.created)
+def _require_current(link: ReplicaLink | UpstreamLink, entry: StreamEntry, already: str, remove: str) -> None:
+    """Refuse an existing ``link`` that names an earlier stream than ``entry``, the one now at its
+    path (deleted and recreated since): ``already`` says what the link is, ``remove`` what to remove."""
+    if not rules.binds(link, entry.uuid, entry.created):
+        raise AlreadyExists(
+            f"{already}, but of an earlier stream at that path, not stream {entry.uuid} now there: "
+            f"it was deleted and recreated; remove {remove} and add it again"
+        )
 
 
 def autosetup(
