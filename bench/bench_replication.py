@@ -87,7 +87,8 @@ from streamrep.client import StreamAdmin
 from streamrep.model.message import Message
 from streamrep.replication.copy import copy_stream
 from streamrep.replication.gateway import Gateway
-from streamrep.spark.submit import Terminated, start_app, stop_job
+from streamrep.spark.lifetime import Terminated, stop_job
+from streamrep.spark.submit import start_app
 
 MIB = 1 << 20
 MIN_RUNS = 3  # every figure is the median of at least this many runs

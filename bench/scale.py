@@ -65,13 +65,9 @@ from benchlib import produce as _produce
 from streamrep.cli.main import run as cli_run
 from streamrep.client import Clusters, StreamAdmin
 from streamrep.replication.gateway import Gateway
-from streamrep.spark.submit import (
-    stop_job,
-    submit_copystream,
-    submit_env,
-    submit_gateway,
-    tether,
-)
+from streamrep.spark.command import submit_env
+from streamrep.spark.lifetime import stop_job, tether
+from streamrep.spark.submit import submit_copystream, submit_gateway
 
 REPO = Path(__file__).resolve().parents[1]
 SIZE = 100  # value bytes of every message

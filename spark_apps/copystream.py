@@ -11,8 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from streamrep.spark.jobs import fail, run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamrep.client.admin import StreamAdmin
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--numthreads", type=int, help="copy threads (a local master's thread count)")
     args = parser.parse_args(argv)
 
-    def job(spark, admin):
+    def job(spark: SparkSession, admin: StreamAdmin) -> None:
         from streamrep.spark.jobs import copystream_job
 
         print(json.dumps(copystream_job(spark, admin, args.src, args.dst, args.home).to_dict()), flush=True)

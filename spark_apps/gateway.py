@@ -15,10 +15,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from streamrep.model.replication import gateway_interval
+from streamrep.spark.command import DEFAULT_INTERVAL
 from streamrep.spark.jobs import fail, run, stop_on_signals
-from streamrep.spark.submit import DEFAULT_INTERVAL
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamrep.client.admin import StreamAdmin
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     interval = gateway_interval(args.interval)
     stop_on_signals()
 
-    def job(spark, admin):
+    def job(spark: SparkSession, admin: StreamAdmin) -> None:
         from streamrep.spark.jobs import gateway_job
 
         gateway_job(

@@ -4,7 +4,7 @@ four services started one by one (``airflow api-server``, ``scheduler`` with the
 ``dag-processor``, ``triggerer``), with login on (simple auth manager, JWT over REST).
 
 Nothing outlives the session, even a killed one. PostgreSQL is tethered to the pytest process
-(PR_SET_PDEATHSIG, as Spark jobs are: ``streamrep.spark.submit.tether``). Each Airflow service
+(PR_SET_PDEATHSIG, as Spark jobs are: ``streamrep.spark.lifetime.tether``). Each Airflow service
 runs under a small supervisor (this file run as a script), itself tethered: SIGTERM to the
 supervisor stops the service's process group, and after a grace period kills everything still
 below it. A signal to the service alone is not enough: on SIGTERM the scheduler waits for its
@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from streamrep.spark.submit import job_processes, tether
+from streamrep.spark.lifetime import job_processes, tether
 
 REPO = Path(__file__).resolve().parents[2]
 POSTGRES_USER = "postgres"  # the OS account the server runs as when we are root (postgres refuses root)

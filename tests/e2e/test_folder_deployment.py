@@ -126,7 +126,7 @@ def test_a_deployment_without_spark_apps_fails_its_copy_in_one_line_not_retried(
     bare = copy_folders(tmp_path, ("plugins",))
     code = (
         "from streamrep.airflow.hook import user_errors\n"
-        "from streamrep.spark.submit import app_path\n"
+        "from streamrep.spark.command import app_path\n"
         "with user_errors():\n"
         "    app_path('copystream')\n"
     )

@@ -86,7 +86,7 @@ def installed(request, wheel, tmp_path_factory) -> Installed:
 
 WHOLE = (
     "import airflow, pyspark, streamrep, streamrep.dags, streamrep.testing; "
-    "from streamrep.spark.submit import require_matching_pyspark; require_matching_pyspark(); "
+    "from streamrep.spark.command import require_matching_pyspark; require_matching_pyspark(); "
     "print(airflow.__version__, pyspark.__version__, streamrep.__file__)"
 )
 

@@ -69,7 +69,7 @@ def api(streamrep_home: Path):
 def spark():
     """One local SparkSession for a module (starting one costs seconds), as user alice (Spark's
     Python workers inherit the environment of the JVM, fixed when it starts)."""
-    from streamrep.spark.submit import python_env
+    from streamrep.spark.command import python_env
 
     saved = {k: os.environ.get(k) for k in ("STREAMREP_USER", "STREAMREP_GROUPS", *python_env())}
     os.environ.update({"STREAMREP_USER": "alice", "STREAMREP_GROUPS": "", **python_env()})

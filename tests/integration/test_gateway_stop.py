@@ -13,7 +13,7 @@ import pytest
 from replication_helpers import STREAMREP_EXE, assert_exactly_once, count, produce
 
 from streamrep.replication.gateway import HEARTBEAT_KIND
-from streamrep.spark.submit import stop_job
+from streamrep.spark.lifetime import stop_job
 
 pytestmark = pytest.mark.slow
 

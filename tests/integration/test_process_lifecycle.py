@@ -6,7 +6,7 @@ job recorded before the kill (spark-submit's JVM, the Python driver, pyspark's d
 workers) must be gone within a bounded wait, the destination must stop growing, and a restart
 must end with the destination exactly equal to the source: 0 lost, 0 duplicated.
 
-The process tree is read from /proc here, independently of ``streamrep.spark.submit``.
+The process tree is read from /proc here, independently of ``streamrep.spark.lifetime``.
 """
 
 from __future__ import annotations

@@ -26,9 +26,9 @@ from streamrep.cli.main import run
 from streamrep.model.message import ORIGIN_HEADER, Message
 from streamrep.replication import ops as ops_module
 from streamrep.replication.diff import DiffResult, Kind
-from streamrep.replication.ops import MANIFEST, OPS_FOR_DST, OPS_FOR_SRC, diff_to_ops
+from streamrep.replication.ops import MANIFEST, OPS_FOR_DST, OPS_FOR_SRC, DiffRequest, diff_to_ops
 from streamrep.spark.diff import diff_job
-from streamrep.spark.submit import job_processes
+from streamrep.spark.lifetime import job_processes
 
 pytestmark = pytest.mark.slow
 
@@ -146,8 +146,8 @@ def test_spark_finds_exactly_what_the_local_engine_finds(spark, admin, tmp_path)
     plant(admin)
     home = admin.clusters.home
     for crc in (False, True):
-        local = diff_to_ops(admin, SF, NY, str(tmp_path / f"local-{crc}"), crc=crc)
-        on_spark = diff_job(spark, admin, SF, NY, str(tmp_path / f"spark-{crc}"), crc=crc, home=home)
+        local = diff_to_ops(admin, DiffRequest(SF, NY, str(tmp_path / f"local-{crc}"), crc=crc))
+        on_spark = diff_job(spark, admin, DiffRequest(SF, NY, str(tmp_path / f"spark-{crc}"), crc=crc), home=home)
         assert by_topic(on_spark) == {topic: found for topic, (_, found) in PLANTED.items()}
         assert on_spark.differences == local.differences
         assert counts(on_spark) == counts(local)
@@ -158,8 +158,8 @@ def test_spark_finds_exactly_what_the_local_engine_finds(spark, admin, tmp_path)
             assert (on_spark.runs, on_spark.runs_differing) == (2 * len(PLANTED) + 1, 5)
             assert on_spark.read_messages < 2 * on_spark.compared
     # -first_exit: the first topic that differs ("byte") only, on Spark as in process
-    local = diff_to_ops(admin, SF, NY, str(tmp_path / "local-first"), first_exit=True)
-    on_spark = diff_job(spark, admin, SF, NY, str(tmp_path / "spark-first"), first_exit=True, home=home)
+    local = diff_to_ops(admin, DiffRequest(SF, NY, str(tmp_path / "local-first"), first_exit=True))
+    on_spark = diff_job(spark, admin, DiffRequest(SF, NY, str(tmp_path / "spark-first"), first_exit=True), home=home)
     assert on_spark.differences == local.differences and len(on_spark.differences) == 1
     assert on_spark.stopped_early and on_spark.differences[0].topic == "byte"
     assert counts(on_spark) == counts(local) and on_spark.read_messages == 4 * PER_PARTITION

@@ -266,7 +266,7 @@ class SparkGateway:
         return self.log.read_text(errors="replace")[-3000:]
 
     def stop(self) -> None:
-        from streamrep.spark.submit import stop_job
+        from streamrep.spark.lifetime import stop_job
 
         stop_job(self.proc, grace=5)
 

@@ -14,7 +14,7 @@ from airflow_support import DST, SRC, ctx
 from streamrep.airflow.spark_operators import StreamCopyOperator, StreamGatewayOperator
 from streamrep.client import Consumer, Producer
 from streamrep.replication.status import replica_status
-from streamrep.spark.submit import LOG_JAVA_OPTIONS
+from streamrep.spark.command import LOG_JAVA_OPTIONS
 
 
 @pytest.fixture(autouse=True)

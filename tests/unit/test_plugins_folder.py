@@ -47,9 +47,9 @@ def test_the_folders_dist_info_registers_the_provider_as_the_wheel_does():
 
 
 def test_the_spark_apps_have_one_source_that_the_wheel_carries():
-    from streamrep.spark import submit
+    from streamrep.spark import command
 
     wheel = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert wheel["force-include"] == {"spark_apps": "streamrep/spark_apps"}
-    assert sorted(p.stem for p in (REPO / "spark_apps").glob("*.py")) == sorted(submit.APPS)
-    assert Path(submit.app_path("gateway")) == REPO / "spark_apps" / "gateway.py"  # this checkout: beside plugins/
+    assert sorted(p.stem for p in (REPO / "spark_apps").glob("*.py")) == sorted(command.APPS)
+    assert Path(command.app_path("gateway")) == REPO / "spark_apps" / "gateway.py"  # this checkout: beside plugins/

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from streamrep.spark.submit import application, spark_conf
+from streamrep.spark.command import application, spark_conf
 
 
 def test_executors_check_permissions_as_the_launching_caller(monkeypatch):

@@ -11,7 +11,8 @@ import pytest
 
 from streamrep.cli.main import run
 from streamrep.errors import InvalidArgument
-from streamrep.spark import submit
+from streamrep.spark import command as spark_command
+from streamrep.spark import lifetime
 
 GOOD = (
     "local",
@@ -40,36 +41,36 @@ BAD = (
 @pytest.mark.parametrize("master", GOOD)
 def test_masters_spark_submit_takes_are_accepted(master, monkeypatch):
     monkeypatch.delenv("STREAMREP_SPARK_MASTER", raising=False)
-    argv, _ = submit.spark_submit_command("copystream", ["--src", "a", "--dst", "b"], master=master)
+    argv, _ = spark_command.spark_submit_command("copystream", ["--src", "a", "--dst", "b"], master=master)
     assert argv[argv.index("--master") + 1] == master
 
 
 @pytest.mark.parametrize("master", BAD)
 def test_a_bad_master_is_refused_before_spark_starts(master):
     with pytest.raises(InvalidArgument, match=r"^bad Spark master .*: expected local, local\[N\]"):
-        submit.spark_submit_command("gateway", ["--cluster", "c"], master=master)
+        spark_command.spark_submit_command("gateway", ["--cluster", "c"], master=master)
 
 
 def test_the_master_comes_from_the_argument_then_the_environment_then_local(monkeypatch):
     monkeypatch.delenv("STREAMREP_SPARK_MASTER", raising=False)
-    assert submit.master_url(None) == "local[2]"
+    assert spark_command.master_url(None) == "local[2]"
     monkeypatch.setenv("STREAMREP_SPARK_MASTER", "spark://127.0.0.1:7077")
-    assert submit.master_url(None) == "spark://127.0.0.1:7077"
-    assert submit.master_url("local[1]") == "local[1]"
-    argv, _ = submit.spark_submit_command("copystream", ["--numthreads", "3"])
+    assert spark_command.master_url(None) == "spark://127.0.0.1:7077"
+    assert spark_command.master_url("local[1]") == "local[1]"
+    argv, _ = spark_command.spark_submit_command("copystream", ["--numthreads", "3"])
     assert argv[argv.index("--master") + 1] == "spark://127.0.0.1:7077"  # not local[3]: a cluster was asked for
     monkeypatch.setenv("STREAMREP_SPARK_MASTER", "spark//typo")
     with pytest.raises(InvalidArgument, match="bad Spark master 'spark//typo'"):
-        submit.master_url(None)
+        spark_command.master_url(None)
 
 
 def test_the_executors_python_is_this_one_unless_told(monkeypatch):
     import sys
 
     monkeypatch.delenv("STREAMREP_SPARK_PYTHON", raising=False)
-    assert submit.spark_conf()["spark.pyspark.python"] == sys.executable
+    assert spark_command.spark_conf()["spark.pyspark.python"] == sys.executable
     monkeypatch.setenv("STREAMREP_SPARK_PYTHON", "/opt/streamrep/bin/python")
-    conf = submit.spark_conf()
+    conf = spark_command.spark_conf()
     assert conf["spark.pyspark.python"] == "/opt/streamrep/bin/python"
     assert conf["spark.pyspark.driver.python"] == sys.executable  # the driver runs here, in this venv
 
@@ -151,18 +152,18 @@ def _started(script, popen_options):
     proc = subprocess.Popen(["bash", "-c", script], **popen_options)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        tree = submit.job_processes(proc.pid)
-        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() if submit._running(pid) else b"" for pid in tree]
+        tree = lifetime.job_processes(proc.pid)
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes() if lifetime._running(pid) else b"" for pid in tree]
         if any(command.startswith(b"sleep\0") for command in commands):
             break
         time.sleep(0.05)
-    stats = {pid: submit._stat(pid) for pid in tree}
+    stats = {pid: lifetime._stat(pid) for pid in tree}
     return proc, {pid: stat[1] for pid, stat in stats.items() if stat}
 
 
 def _lived_on(tree):
     """The processes of ``tree`` still running (pid, command line, state): none, once stopped."""
-    return [submit.describe_process(pid) for pid, start in tree.items() if submit._running(pid, start)]
+    return [lifetime.describe_process(pid) for pid, start in tree.items() if lifetime._running(pid, start)]
 
 
 def test_a_tethered_job_reports_its_pid_and_stops_with_everything_it_started():
@@ -170,7 +171,7 @@ def test_a_tethered_job_reports_its_pid_and_stops_with_everything_it_started():
     options by someone else's Popen, reports its pid; ``stop`` ends it and the processes it
     started (a child that ignores SIGTERM is killed after the grace), and returns only when they
     have all ended, leaving the exit status to whoever holds the Popen."""
-    tether = submit.Tether()
+    tether = lifetime.Tether()
     try:
         proc, tree = _started(LEADER_IGNORES_TERM, tether.popen_options())
         assert tether.pids() == [proc.pid] and tether.running() == [proc.pid] and len(tree) == 2
@@ -187,20 +188,20 @@ def test_a_tethered_job_reports_its_pid_and_stops_with_everything_it_started():
 def test_a_child_that_outlives_its_stopped_job_is_killed_too(stopper):
     """The job's own process ends at SIGTERM, a child of it ignores SIGTERM: after the grace the
     child is killed too, and the stop returns once it has ended."""
-    tether, tree = submit.Tether(), {}
+    tether, tree = lifetime.Tether(), {}
     try:
-        options = tether.popen_options() if stopper == "Tether.stop" else submit.tether()
+        options = tether.popen_options() if stopper == "Tether.stop" else lifetime.tether()
         proc, tree = _started(CHILD_IGNORES_TERM, options)
         assert len(tree) == 2
         if stopper == "Tether.stop":
             assert tether.stop(grace=0.5) == [proc.pid]
         else:
-            assert submit.stop_job(proc, grace=0.5) == -15  # SIGTERM: the job's own exit status
+            assert lifetime.stop_job(proc, grace=0.5) == -15  # SIGTERM: the job's own exit status
         lived_on = _lived_on(tree)
         assert not lived_on, f"stop returned while these still ran: {lived_on}"
         assert proc.wait(10) == -15
     finally:
         for pid, start in tree.items():  # without the fix the child would sleep on for a minute
-            if submit._running(pid, start):
+            if lifetime._running(pid, start):
                 os.kill(pid, 9)
         tether.close()

@@ -49,6 +49,6 @@ Rows = list[dict[str, Any]]
 def spark_master(master: str | None) -> None:
     """A bad -master fails before any work, even when the engine turns out not to be Spark."""
     if master is not None:
-        from streamrep.spark.submit import check_master  # Spark is only imported when used
+        from streamrep.spark.command import check_master  # Spark is only imported when used
 
         check_master(master)

@@ -15,22 +15,29 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError, Unavailable
 from streamrep.model.gateways import StopCause
 from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import CopySummary, copying, plan_copy, summary
+from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway, Outage
 from streamrep.replication.lag import LagSampler
 from streamrep.replication.service import placement
+from streamrep.spark.command import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 from streamrep.spark.offsets import offset_key
 from streamrep.spark.runtime import resolve_home
 from streamrep.spark.source import register
-from streamrep.spark.submit import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 from streamrep.spark.tasks import copy_task, next_holders, plan_share, record_pass, replicate_slot, warm_worker
 from streamrep.spark.writer import totals
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_SECONDS = 30.0  # a busy gateway's log grows by one line this often at most
@@ -41,7 +48,7 @@ WARM_SECONDS = 30.0
 RETRY_SECONDS = 5.0  # a pass retries a source partition that did not move (a replica failed) this often at most
 
 
-def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None):
+def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
     """A SparkSession with ``format("streamrep")`` registered. Under spark-submit the master
     and conf given to spark-submit win over ``master``."""
     from pyspark.sql import SparkSession
@@ -64,7 +71,7 @@ def session(app_name: str, master: str | None = None, conf: Mapping[str, str] | 
     return spark
 
 
-def _quiet_accumulator_hangups(context) -> None:
+def _quiet_accumulator_hangups(context: SparkContext) -> None:
     """PySpark's accumulator server prints a traceback when the JVM hangs up on it (EOFError:
     the JVM stopped on SIGTERM first). That is shutdown, not an error: say nothing of it."""
     server = getattr(context, "_accumulatorServer", None)
@@ -72,7 +79,7 @@ def _quiet_accumulator_hangups(context) -> None:
         return
     report = server.handle_error
 
-    def handle_error(request, client_address) -> None:
+    def handle_error(request: object, client_address: object) -> None:
         if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
             report(request, client_address)
 
@@ -85,7 +92,9 @@ def _submitted() -> bool:
 
 
 # -- copystream ----------------------------------------------------------------------------
-def copystream_job(spark, admin: StreamAdmin, source: str, destination: str, home: str | None = None) -> CopySummary:
+def copystream_job(
+    spark: SparkSession, admin: StreamAdmin, source: str, destination: str, home: str | None = None
+) -> CopySummary:
     """copystream on Spark: plan the copy once (fixing each source partition's end), show
     COPY_IN_PROGRESS, copy every source partition in its own task (``tasks.copy_task``, which
     reads and applies inside the task), and restore the state."""
@@ -129,7 +138,7 @@ class _Heartbeat(threading.Thread):
 
 
 def gateway_job(
-    spark,
+    spark: SparkSession,
     admin: StreamAdmin,
     cluster: str,
     gateway_id: str | None = None,
@@ -205,7 +214,7 @@ class _Passes:
     :param max_records: source messages per pass at most.
     """
 
-    def __init__(self, spark, gateway: Gateway, home: str, once: bool, max_records: int | None):
+    def __init__(self, spark: SparkSession, gateway: Gateway, home: str, once: bool, max_records: int | None):
         self.context = spark.sparkContext
         self.gateway = gateway
         self.home = resolve_home(home)
@@ -284,10 +293,13 @@ class _Passes:
             # gateway does. Nothing is lost or repeated: the next pass starts from the stored marks.
             raise Unavailable(error_line(err)) from None
         self.last_job = time.monotonic()
-        self.holders = next_holders(self.holders, keys, {c.key: c.worker for c in commits if c.worker}, slices)
-        self.failed = {commit.key for commit in commits if commit.errors}
+        # Every commit of replicate_slot names its source partition (``key``).
+        self.holders = next_holders(
+            self.holders, keys, {c.key: c.worker for c in commits if c.key and c.worker}, slices
+        )
+        self.failed = {commit.key for commit in commits if commit.key and commit.errors}
         total = totals(commits)
-        by_source: dict[str, list] = {}
+        by_source: dict[str, list[Flow]] = {}
         for flows in units.values():
             for flow in flows:
                 if flow not in by_source.setdefault(flow.source_uuid, []):
@@ -367,7 +379,7 @@ def stop_on_signals() -> None:
     """Turn SIGTERM and SIGINT into ``Stopped``, so ``finally`` blocks run (the gateway
     withdraws its heartbeat) instead of the process dying where it stands."""
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> NoReturn:
         raise Stopped(0)
 
     signal.signal(signal.SIGTERM, handler)
@@ -375,7 +387,11 @@ def stop_on_signals() -> None:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where every thread is, to stderr
 
 
-def run(name: str, home: str | None, job) -> int:
+# What a Spark app runs in its session (``run``): the app's job over the session and the admin.
+AppJob = Callable[["SparkSession", StreamAdmin], None]
+
+
+def run(name: str, home: str | None, job: AppJob) -> int:
     """Start a session, call ``job(spark, admin)`` and stop the session; returns 0."""
     from streamrep.client.config import Clusters
 

@@ -12,6 +12,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from streamrep.errors import InvalidArgument
 from streamrep.replication.transfer import SourcePartition
 
+Offsets = dict[str, int]  # a streaming read's offset as Spark keeps it: source offset by ``offset_key``
+
 
 def offset_key(unit: SourcePartition) -> str:
     """The key of a source partition in a Spark offset: ``<source uuid>|<topic>|<partition>``."""

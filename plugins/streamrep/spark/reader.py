@@ -17,7 +17,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailable
 from streamrep.errors import InvalidArgument, NotFound
 from streamrep.model.paths import StreamPath
 from streamrep.replication.transfer import SourcePartition
-from streamrep.spark.offsets import limit_rows, offset_key, spread
+from streamrep.spark.offsets import Offsets, limit_rows, offset_key, spread
 from streamrep.spark.rows import read_range
 from streamrep.spark.runtime import admin_for
 
@@ -30,7 +30,7 @@ class RangePartition(InputPartition):
     start: int
     end: int
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         InputPartition.__init__(self, offset_key(self.unit))
 
 
@@ -105,9 +105,9 @@ class StreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.limit = limit
         self.target: dict[str, int] | None = None  # the ends fixed for Trigger.AvailableNow
 
-    def initialOffset(self) -> dict:
-        index = 1 if self.options.starting == "earliest" else 2
-        return {k: b[index] for k, b in self.options.bounds().items()}
+    def initialOffset(self) -> Offsets:
+        earliest = self.options.starting == "earliest"
+        return {k: first if earliest else end for k, (_, first, end) in self.options.bounds().items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return self.limit
@@ -115,7 +115,7 @@ class StreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = {k: end for k, (_, _, end) in self.options.bounds().items()}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         bounds = self.options.bounds()
         positions, highs = {}, {}
         for key, (_, first, end) in bounds.items():
@@ -128,7 +128,7 @@ class StreamStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             result[key] = positions[key] + shares[key] if shares[key] else start.get(key, positions[key])
         return result
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         _, units = self.options.units()
         result = []
         for key, stop in sorted(end.items()):
