@@ -23,11 +23,13 @@ from streamrep.model.replication import (
     unrecorded_losses,
 )
 from streamrep.replication.held import HeldCheck, lost_data
-from streamrep.replication.lag import NO_THRESHOLDS, Thresholds, lag_millis, thresholds
+from streamrep.replication.lag import NO_THRESHOLDS, lag_millis, thresholds
 from streamrep.replication.pending import PRECISE_PENDING_MAX, Pending, partition_pending, pending, to_apply
+from streamrep.replication.samples import Thresholds
 from streamrep.replication.service import gateway_outage, live_gateways_of
 from streamrep.replication.transfer import SourcePartition
 from streamrep.replication.verification import Verification, verifications
+from streamrep.store.base import Store
 
 __all__ = [
     "PRECISE_PENDING_MAX",
@@ -46,7 +48,7 @@ __all__ = [
 
 
 def _losses(
-    marks: dict[str, int], source_store, src_uuid: str
+    marks: dict[str, int], source_store: Store, src_uuid: str
 ) -> tuple[dict[str, int], list[tuple[str, int, int, int]]]:
     """The replica's losses from one source: the loss marks a gateway recorded (key -> end),
     and ``(topic, partition, first, end)`` of those not recorded yet (the replica's position is
