@@ -33,7 +33,8 @@ from collections.abc import Callable
 from streamrep.client import Clusters, Consumer, Producer, StreamAdmin
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
-from streamrep.store.embedded import OFFSET_BITS, EmbeddedStore
+from streamrep.store.embedded import EmbeddedStore
+from streamrep.store.embedded.schema import OFFSET_BITS
 
 GOAL = 0.70
 CLUSTER = "bench"

@@ -13,7 +13,8 @@ from streamrep.model.replication import origin_key, position_key, stop_key
 from streamrep.replication.apply import plan_apply
 from streamrep.replication.transfer import FlowStopped, SourcePartition, apply_batch, apply_to_replicas
 from streamrep.store.base import ReplicaApply, Store
-from streamrep.store.embedded import FORMAT, FORMAT_1, EmbeddedStore
+from streamrep.store.embedded import EmbeddedStore
+from streamrep.store.embedded.schema import FORMAT, FORMAT_1
 
 SRC = "src-uuid"
 T = "t"
