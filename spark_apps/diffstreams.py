@@ -30,9 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def job(spark, admin):
+        from streamrep.replication.ops import DiffRequest
         from streamrep.spark.diff import diff_job
 
-        result = diff_job(spark, admin, args.src, args.dst, args.outdir, args.crc, args.first_exit, args.home)
+        request = DiffRequest(args.src, args.dst, args.outdir, args.crc, args.first_exit)
+        result = diff_job(spark, admin, request, args.home)
         print(json.dumps(result.to_dict(args.outdir)), flush=True)
 
     return run("diffstreams", args.home, job)

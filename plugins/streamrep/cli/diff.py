@@ -5,13 +5,14 @@ as MapR's ``-mapreduce true``, as a Spark application (``spark_apps/diffstreams.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from streamrep.cli.common import SPARK_MASTER, Context, Rows, spark_master
 from streamrep.cli.grammar import Command, Option
 from streamrep.client import StreamAdmin
 from streamrep.errors import InvalidArgument, StreamrepError
-from streamrep.replication.ops import DIFF_IN_PROCESS_MAX, check_outdir, diff_engine, diff_to_ops
+from streamrep.replication.ops import DIFF_IN_PROCESS_MAX, DiffRequest, check_outdir, diff_engine, diff_to_ops
 
 ENGINES = ("auto", "local", "spark")
 
@@ -23,30 +24,27 @@ class StreamsDiffer(StreamrepError):
 
 def run_diff(
     admin: StreamAdmin,
-    src: str,
-    dst: str,
-    outdir: str,
-    crc: bool = False,
-    first_exit: bool = False,
+    request: DiffRequest,
     engine: str = "auto",
     numthreads: int | None = None,
     master: str | None = None,
 ) -> dict[str, Any]:
-    """diffstreams (diffstreamswithcrc with ``crc``) in this process, or as the Spark app through
-    spark-submit (on ``master``); returns ``DiffResult.to_dict``."""
-    outdir = str(check_outdir(outdir))  # refused before any work (the job checks it again)
+    """``request`` in this process, or as the Spark app through spark-submit (on ``master``);
+    returns ``DiffResult.to_dict``."""
+    # the directory is refused before any work (the job checks it again)
+    request = replace(request, outdir=str(check_outdir(request.outdir)))
     if engine == "auto":
-        engine = diff_engine(admin, src, dst)
+        engine = diff_engine(admin, request.src, request.dst)
     if engine == "local":
-        return diff_to_ops(admin, src, dst, outdir, crc=crc, first_exit=first_exit).to_dict(outdir)
+        return diff_to_ops(admin, request).to_dict(request.outdir)
     from streamrep.spark.submit import submit_diff  # Spark is only imported when used
 
     return submit_diff(
-        src,
-        dst,
-        outdir,
-        crc=crc,
-        first_exit=first_exit,
+        request.src,
+        request.dst,
+        request.outdir,
+        crc=request.crc,
+        first_exit=request.first_exit,
         home=admin.clusters.home,
         numthreads=numthreads,
         master=master,
@@ -70,7 +68,7 @@ def _handler(crc: bool) -> Callable[..., Rows | None]:
         if numthreads is not None and numthreads < 1:
             raise InvalidArgument("option -numthreads must be 1 or more")
         spark_master(master)
-        row = run_diff(ctx.admin, src, dst, outdir, crc, first_exit, engine, numthreads, master)
+        row = run_diff(ctx.admin, DiffRequest(src, dst, outdir, crc, first_exit), engine, numthreads, master)
         if not row["same"]:
             raise StreamsDiffer(row["summary"])
         if as_json:

@@ -31,6 +31,7 @@ import os
 import shutil
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -276,21 +277,25 @@ def diff_engine(admin: StreamAdmin, source: str, destination: str) -> str:
     return "local" if held <= DIFF_IN_PROCESS_MAX else "spark"
 
 
-def diff_to_ops(
-    admin: StreamAdmin,
-    source: str,
-    destination: str,
-    outdir: str,
-    crc: bool = False,
-    first_exit: bool = False,
-    scanner: Scanner | None = None,
-) -> DiffResult:
-    """diffstreams (diffstreamswithcrc with ``crc``) as a command runs it: ``outdir`` checked first
-    (``check_outdir``), the comparison (scanning with ``scanner``: default in this process), then
-    ``write_ops``."""
-    target = check_outdir(outdir)
-    compare = diff_streams_crc if crc else diff_streams
-    result = compare(admin, source, destination, first_exit=first_exit, scanner=scanner)
+@dataclass(frozen=True)
+class DiffRequest:
+    """One diffstreams (diffstreamswithcrc with ``crc``) as a command asks for it: the streams, the
+    directory for the ops (a new or empty one) and whether to stop at the first difference. The CLI,
+    the Spark app and the operator build one; ``diff_to_ops`` runs it."""
+
+    src: str
+    dst: str
+    outdir: str
+    crc: bool = False
+    first_exit: bool = False
+
+
+def diff_to_ops(admin: StreamAdmin, request: DiffRequest, scanner: Scanner | None = None) -> DiffResult:
+    """``request`` as a command runs it: its ``outdir`` checked first (``check_outdir``), the
+    comparison (scanning with ``scanner``: default in this process), then ``write_ops``."""
+    target = check_outdir(request.outdir)
+    compare = diff_streams_crc if request.crc else diff_streams
+    result = compare(admin, request.src, request.dst, first_exit=request.first_exit, scanner=scanner)
     write_ops(admin, result, target)
     return result
 

@@ -1,6 +1,6 @@
 """diffstreams and diffstreamswithcrc on Spark (``-engine spark``, MapR's ``-mapreduce true``).
 
-The driver fixes the consistent point and compares, with ``replication/diff.py``'s code, the same
+The driver fixes the consistent point and compares, with ``replication/diff/``'s code, the same
 as in process; only the expensive step runs in Spark tasks: ``SparkScanner`` reads every message
 and digests it (``scan_digests``) or sums it into its run's CRC (``scan_crcs``), one task per
 partition of either stream (``scan_task``), and brings back compact records: 40 bytes a message
@@ -15,11 +15,12 @@ from __future__ import annotations
 import functools
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.model.paths import StreamPath
 from streamrep.replication.diff import (
+    DIGEST_SIZE,
     DiffResult,
     Group,
     Origin,
@@ -33,10 +34,11 @@ from streamrep.replication.diff import (
     scan_crcs,
     scan_digests,
 )
-from streamrep.replication.ops import diff_to_ops
+from streamrep.replication.ops import DiffRequest, diff_to_ops
 from streamrep.spark.runtime import admin_for, resolve_home
 
-DIGEST = 16  # bytes of a message's digest (``diff._digest``)
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 class ScanUnit(NamedTuple):
@@ -54,7 +56,7 @@ class Packed(NamedTuple):
     message (index into ``uuids``, origin partition, origin offset, offset) and the digests."""
 
     uuids: list[str]
-    numbers: array
+    numbers: array[int]
     digests: bytes
 
 
@@ -74,7 +76,7 @@ def unpack(packed: Packed, partition: int) -> list[Scanned]:
         Scanned(
             Origin(uuids[n[4 * j]], n[4 * j + 1], n[4 * j + 2]),
             Place(partition, n[4 * j + 3]),
-            d[DIGEST * j : DIGEST * (j + 1)],
+            d[DIGEST_SIZE * j : DIGEST_SIZE * (j + 1)],
         )
         for j in range(len(n) // 4)
     ]
@@ -110,7 +112,7 @@ class SparkScanner:
     :param streams: the source and destination as given (the tasks check the rights on them).
     """
 
-    def __init__(self, spark, home: str, streams: tuple[str, str]):
+    def __init__(self, spark: SparkSession, home: str, streams: tuple[str, str]) -> None:
         self.context = spark.sparkContext
         self.home = home
         self.streams = streams
@@ -149,18 +151,8 @@ class SparkScanner:
         yield from zip(units, self._scan(sides, units, True), strict=True)
 
 
-def diff_job(
-    spark,
-    admin: StreamAdmin,
-    source: str,
-    destination: str,
-    outdir: str,
-    crc: bool = False,
-    first_exit: bool = False,
-    home: str | None = None,
-) -> DiffResult:
-    """diffstreams (diffstreamswithcrc with ``crc``) on Spark: the comparison of
-    ``replication/diff.py`` with a ``SparkScanner``; the ops directories written into ``outdir``
-    (checked first: a new or empty directory) by the driver."""
-    scanner = SparkScanner(spark, resolve_home(home or admin.clusters.home), (source, destination))
-    return diff_to_ops(admin, source, destination, outdir, crc=crc, first_exit=first_exit, scanner=scanner)
+def diff_job(spark: SparkSession, admin: StreamAdmin, request: DiffRequest, home: str | None = None) -> DiffResult:
+    """``request`` on Spark: the comparison of ``replication/diff/`` with a ``SparkScanner``; the ops
+    directories written into its ``outdir`` (checked first: a new or empty directory) by the driver."""
+    scanner = SparkScanner(spark, resolve_home(home or admin.clusters.home), (request.src, request.dst))
+    return diff_to_ops(admin, request, scanner)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from streamrep.replication.diff.compare import diff_streams
 from streamrep.replication.diff.crc import diff_streams_crc
-from streamrep.replication.diff.identity import Origin, Place, canonical, content_headers, origin_of
+from streamrep.replication.diff.identity import DIGEST_SIZE, Origin, Place, canonical, content_headers, origin_of
 from streamrep.replication.diff.result import Difference, DiffResult, Kind, Loss, PartitionPoint
 from streamrep.replication.diff.scan import (
     Group,
@@ -44,6 +44,7 @@ from streamrep.replication.diff.scan import (
 from streamrep.replication.diff.snapshot import Side, check_diff, snapshot
 
 __all__ = [
+    "DIGEST_SIZE",
     "DiffResult",
     "Difference",
     "Group",
