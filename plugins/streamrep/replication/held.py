@@ -11,15 +11,15 @@ from typing import NamedTuple
 
 from streamrep.errors import NotFound, StreamrepError
 from streamrep.model.acls import one_way_replica
-from streamrep.model.catalog import StreamEntry
-from streamrep.model.paths import StreamPath
-from streamrep.model.replication import (
+from streamrep.model.applied import (
     applied_offsets,
     lost_data_line,
     missing_applied,
     planted_line,
     source_offset_of,
 )
+from streamrep.model.catalog import StreamEntry
+from streamrep.model.paths import StreamPath
 from streamrep.replication.transfer import SourcePartition, by_source_cluster
 from streamrep.store.base import Store
 
