@@ -32,7 +32,7 @@ same ``streamrep.origin`` header meanwhile is not fenced: only streamrep's write
 **Appended, and marked.** A log cannot insert, so an imported message goes after what the
 partition holds, with the header ``streamrep.imported`` (the import's time, ms). The diff leaves
 that header out of the content it compares and compares the order of imported messages only
-among themselves (``replication/diff.py``), so a repaired stream compares clean.
+among themselves (``replication/diff/``), so a repaired stream compares clean.
 
 **Not applied**: the ``differs`` lines (changed, out of order, duplicated: a log cannot change,
 move or delete a message in place). They are counted and reported, for a person to decide.
