@@ -195,7 +195,7 @@ def _serialize(dag: Any) -> None:
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
 
-    manager = DagBundlesManager()  # type: ignore[no-untyped-call]  # Airflow's __init__ is unannotated
+    manager = DagBundlesManager()  # type: ignore[no-untyped-call, unused-ignore]  # Airflow's __init__ is unannotated
     manager.sync_bundles_to_db()
     bundle = next(iter(manager.get_all_dag_bundles()))
     bag = DagBag(collect_dags=False)

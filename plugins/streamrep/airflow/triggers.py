@@ -39,7 +39,7 @@ MAX_VALUE_CHARS = 4096  # of each message's value in an event: events are stored
 
 def event(payload: dict[str, Any]) -> TriggerEvent:
     """Airflow's ``TriggerEvent`` of ``payload``, typed."""
-    return TriggerEvent(payload)  # type: ignore[no-untyped-call]  # Airflow's TriggerEvent.__init__ is unannotated
+    return TriggerEvent(payload)  # type: ignore[no-untyped-call, unused-ignore]  # Airflow's TriggerEvent.__init__ is unannotated
 
 
 def replica_row(admin: StreamAdmin, path: str, replica: str) -> dict[str, Any]:
@@ -84,7 +84,7 @@ class ReplicaUpToDateTrigger(BaseTrigger):
     def __init__(
         self, path: str, replica: str, home: str, clusters: dict[str, Any] | None = None, poll_interval: float = 10.0
     ):
-        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is unannotated
+        super().__init__()  # type: ignore[no-untyped-call, unused-ignore]  # Airflow's BaseTrigger.__init__ is unannotated
         self.path = path
         self.replica = replica
         self.home = home
@@ -179,7 +179,7 @@ class StreamMessageTrigger(BaseEventTrigger):
         from_start: bool = False,
         cluster_conn_ids: dict[str, str] | None = None,
     ):
-        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is unannotated
+        super().__init__()  # type: ignore[no-untyped-call, unused-ignore]  # Airflow's BaseTrigger.__init__ is unannotated
         self.path = path
         self.group = group
         self.streamrep_conn_id = streamrep_conn_id
