@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from enum import Enum
 from typing import Any, TypeVar
@@ -276,13 +276,28 @@ def check_replica_add(
     :param source_uuid: the source stream's UUID, and ``replica_uuid`` the replica's: equal
         UUIDs are one stream, even under two cluster names.
     """
-    if source == replica:
-        raise InvalidArgument(f"stream {source} cannot be a replica of itself")
-    check_distinct(source, source_uuid, replica, replica_uuid, "a replica of")
-    if find_link(replicas, replica):
-        raise AlreadyExists(f"{replica} is already a replica of {source}")
-    if len(replicas) >= MAX_REPLICAS:
-        raise LimitExceeded(f"stream {source} already has {len(replicas)} replicas; the maximum is {MAX_REPLICAS}")
+    _check_new_link(source, source_uuid, replica, replica_uuid, replicas, "replica", MAX_REPLICAS)
+
+
+def _check_new_link(
+    owner: StreamPath,
+    owner_uuid: str | None,
+    new: StreamPath,
+    new_uuid: str | None,
+    links: Sequence[_Link],
+    role: str,
+    limit: int,
+) -> None:
+    """Refuse ``new`` as ``owner``'s ``role`` ("replica" or "upstream"): itself (by path or UUID),
+    listed already, or one over ``limit``."""
+    a_role = f"{'an' if role[0] in 'aeiou' else 'a'} {role}"
+    if owner == new:
+        raise InvalidArgument(f"stream {owner} cannot be {a_role} of itself")
+    check_distinct(owner, owner_uuid, new, new_uuid, f"{a_role} of")
+    if find_link(links, new):
+        raise AlreadyExists(f"{new} is already {a_role} of {owner}")
+    if len(links) >= limit:
+        raise LimitExceeded(f"stream {owner} already has {len(links)} {role}s; the maximum is {limit}")
 
 
 def check_new_replica_path(
@@ -349,13 +364,7 @@ def check_upstream_add(
     :param lineages: the lineage of the new upstream and of each existing one, by path: a name
         shared through a common source is no conflict (``related``). None: every shared name is.
     """
-    if replica == upstream:
-        raise InvalidArgument(f"stream {replica} cannot be an upstream of itself")
-    check_distinct(replica, replica_uuid, upstream, upstream_uuid, "an upstream of")
-    if find_link(upstreams, upstream):
-        raise AlreadyExists(f"{upstream} is already an upstream of {replica}")
-    if len(upstreams) >= MAX_UPSTREAMS:
-        raise LimitExceeded(f"stream {replica} already has {len(upstreams)} upstreams; the maximum is {MAX_UPSTREAMS}")
+    _check_new_link(replica, replica_uuid, upstream, upstream_uuid, upstreams, "upstream", MAX_UPSTREAMS)
     for other, topics in sorted(topics_of_upstreams.items()):
         shared = sorted(topics & topics_of_new)
         if lineages is not None:
