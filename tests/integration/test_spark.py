@@ -698,16 +698,16 @@ def test_gateway_app_killed_mid_backlog_loses_and_duplicates_nothing(clusters, c
 
 # -- spark-submit ------------------------------------------------------------------------------
 def test_spark_submit_command(monkeypatch, tmp_path):
-    from streamrep.spark import submit
+    from streamrep.spark import command, submit
 
     monkeypatch.delenv("STREAMREP_SPARK_MASTER", raising=False)
     monkeypatch.delenv("STREAMREP_SPARK_APPS", raising=False)
-    argv, env = submit.spark_submit_command("copystream", ["--src", "/mapr/a/s", "--dst", "/mapr/b/s"])
+    argv, env = command.spark_submit_command("copystream", ["--src", "/mapr/a/s", "--dst", "/mapr/b/s"])
     assert Path(argv[0]).name == "spark-submit" and Path(argv[0]).parent == Path(sys.executable).parent
     assert argv[argv.index("--master") + 1] == "local[2]"
     assert "spark.ui.enabled=false" in argv and "spark.python.worker.reuse=true" in argv
     assert argv[-5:] == [
-        str(Path(submit.__file__).resolve().parents[3] / "spark_apps" / "copystream.py"),
+        str(Path(command.__file__).resolve().parents[3] / "spark_apps" / "copystream.py"),
         "--src",
         "/mapr/a/s",
         "--dst",
@@ -716,13 +716,13 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
 
-    argv, _ = submit.spark_submit_command("copystream", ["--src", "a", "--dst", "b", "--numthreads", "3"])
+    argv, _ = command.spark_submit_command("copystream", ["--src", "a", "--dst", "b", "--numthreads", "3"])
     assert argv[argv.index("--master") + 1] == "local[3]"
     monkeypatch.setenv("STREAMREP_SPARK_MASTER", "spark://somewhere:7077")
-    argv, _ = submit.spark_submit_command("gateway", ["--cluster", "c"], conf={"spark.executor.memory": "2g"})
+    argv, _ = command.spark_submit_command("gateway", ["--cluster", "c"], conf={"spark.executor.memory": "2g"})
     assert argv[argv.index("--master") + 1] == "spark://somewhere:7077" and "spark.executor.memory=2g" in argv
 
-    path, args, conf = submit.application("gateway", ["--cluster", "c", "--once"])
+    path, args, conf = command.application("gateway", ["--cluster", "c", "--once"])
     assert path.endswith("spark_apps/gateway.py") and args == ["--cluster", "c", "--once"]
     assert conf["spark.ui.enabled"] == "false"
 
@@ -730,26 +730,26 @@ def test_spark_submit_command(monkeypatch, tmp_path):
     apps.mkdir()
     (apps / "gateway.py").write_text("")
     monkeypatch.setenv("STREAMREP_SPARK_APPS", str(apps))
-    assert submit.application("gateway")[0] == str(apps / "gateway.py")
+    assert command.application("gateway")[0] == str(apps / "gateway.py")
     with pytest.raises(Misinstalled, match=r"Spark app copystream.py not found in .*apps: point STREAMREP_SPARK_APPS"):
-        submit.application("copystream")
+        command.application("copystream")
 
-    monkeypatch.setattr(submit.shutil, "which", lambda *a, **k: None)
+    monkeypatch.setattr(command.shutil, "which", lambda *a, **k: None)
     with pytest.raises(Misinstalled, match="spark-submit was not found"):
         submit.run_app("gateway", ["--cluster", "c"])
 
 
 def test_a_worker_without_java_gets_one_line_naming_the_fix(tmp_path):
     """spark-submit on a machine with no JRE fails in its shell script; streamrep says so first."""
-    from streamrep.spark import submit
+    from streamrep.spark import command
 
     venv_bin = str(Path(sys.executable).parent)  # spark-submit is here, java is not
     with pytest.raises(Misinstalled, match=r"Spark needs Java on this worker \(no java on PATH\): install a JRE"):
-        submit.spark_submit_command("copystream", ["--src", "a", "--dst", "b"], env={"PATH": venv_bin})
+        command.spark_submit_command("copystream", ["--src", "a", "--dst", "b"], env={"PATH": venv_bin})
     bogus = tmp_path / "jdk"
     with pytest.raises(Misinstalled, match=f"JAVA_HOME={bogus} has no bin/java.*set JAVA_HOME"):
-        submit.spark_submit_command("gateway", ["--cluster", "c"], env={"PATH": venv_bin, "JAVA_HOME": str(bogus)})
-    java = submit.require_java({"PATH": os.environ["PATH"]})  # this machine has one
+        command.spark_submit_command("gateway", ["--cluster", "c"], env={"PATH": venv_bin, "JAVA_HOME": str(bogus)})
+    java = command.require_java({"PATH": os.environ["PATH"]})  # this machine has one
     assert os.access(java, os.X_OK)
 
 
@@ -790,7 +790,7 @@ def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_
     release (docs/platform.md); spark-submit is refused with the reinstall that repairs it."""
     import pyspark
 
-    from streamrep.spark import submit
+    from streamrep.spark import command
 
     jars = tmp_path / "pyspark" / "jars"
     jars.mkdir(parents=True)
@@ -800,7 +800,7 @@ def test_pyspark_files_overwritten_by_pyspark_client_are_named_with_the_fix(tmp_
         match=r"Python files are 4\.1\.1 but its jars are 4\.2\.0 .*"
         r"pip install --force-reinstall --no-deps pyspark==4\.2\.0",
     ):
-        submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.1.1")
-    submit.require_matching_pyspark(str(tmp_path / "pyspark"), "4.2.0")
-    submit.require_matching_pyspark()  # this venv's pyspark is whole
+        command.require_matching_pyspark(str(tmp_path / "pyspark"), "4.1.1")
+    command.require_matching_pyspark(str(tmp_path / "pyspark"), "4.2.0")
+    command.require_matching_pyspark()  # this venv's pyspark is whole
     assert pyspark.__version__ == "4.2.0"

@@ -53,7 +53,7 @@ from streamrep.model.paths import validate_cluster_name
 from streamrep.store.embedded import EmbeddedStore
 
 CLUSTER_CONN_PREFIX = "streamrep_"
-# The connection the Spark operators define when no Spark connection is (spark_operators.py):
+# The connection the Spark operators define when no Spark connection is (operators/spark_submit.py):
 # named like a cluster's, but not one.
 LOCAL_SPARK_CONN_ID = "streamrep_spark_local"
 KAFKA_SETTINGS_EXTRA = "kafka"  # extra.kafka: a Kafka cluster's client settings

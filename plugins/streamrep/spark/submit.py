@@ -23,21 +23,6 @@ from streamrep.spark.command import (
 )
 from streamrep.spark.lifetime import foreground_job, start_tethered
 
-# isort: split
-# Transitional, gone with the next commit: what airflow/spark_operators.py and two Spark test files
-# import from here until they import it from command.py and lifetime.py (files others are editing).
-import shutil  # noqa: F401
-
-from streamrep.spark.command import (  # noqa: F401
-    LOG_JAVA_OPTIONS,
-    application,
-    master_url,
-    require_java,
-    require_matching_pyspark,
-    submit_env,
-)
-from streamrep.spark.lifetime import Tether, job_processes  # noqa: F401
-
 JVM_NOISE = "WARNING: Using incubator modules"  # printed by every Java 17 start; says nothing
 
 

@@ -8,7 +8,9 @@
 - ``gateways``: which gateways serve a cluster, and the gateways as a service;
 - ``monitor``: the replicas' lag alerts;
 - ``verify``: the replica links to compare, and ``importstream``;
-- ``failover``: the failover and failback plans and procedures.
+- ``failover``: the failover and failback plans and procedures;
+- the Spark ones, on the Spark provider's ``SparkSubmitOperator``: ``spark_submit`` (their base),
+  ``copystream``, ``spark_gateway`` (a gateway as a Spark application) and ``diffstreams``.
 
 Each operator is one maprcli step and a thin call into ``streamrep.client`` /
 ``streamrep.replication``; the rules (paths, permissions, limits, states) live there. Every
@@ -17,7 +19,7 @@ task with streamrep's one-line message. A user error (bad path, missing stream o
 limit) fails at once with no retry; a cluster that cannot be reached fails and is retried.
 
 The operators are imported from here (``from streamrep.airflow.operators import
-ReplicaAddOperator``), the path users' DAGs and docs/airflow.md use; the Spark ones are in
+ReplicaAddOperator``), the path users' DAGs and docs/airflow.md use; the Spark ones from
 ``streamrep.airflow.spark_operators``.
 """
 

@@ -1,4 +1,4 @@
-"""Operators beside diffstreams (``spark_operators.StreamDiffOperator``): the replica links to
+"""Operators beside diffstreams (``diffstreams.StreamDiffOperator``): the replica links to
 compare (``ReplicaLinksOperator``, for the ``stream_replica_verify`` DAG), and ``importstream``,
 which applies the ops directories a compare wrote (``StreamImportOperator``)."""
 
