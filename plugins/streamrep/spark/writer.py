@@ -90,9 +90,10 @@ def _report(path: str | None, total: ApplyCommit) -> None:
     os.replace(tmp, path)
 
 
-class CopyWriter(DataSourceArrowWriter):
-    """Batch write into the stream ``copyto``. Option ``report``: a file where commit()
-    leaves the totals as JSON (``{"rows", "written", "errors"}``)."""
+class _CopyTasks:
+    """What the batch and the streaming writer's tasks share: apply their rows into ``destination``
+    (``write_copy``). Option ``report``: a file where commit() leaves the totals as JSON
+    (``{"rows", "written", "errors"}``)."""
 
     def __init__(self, home: str | None, destination: str, report: str | None):
         self.home = home
@@ -101,6 +102,10 @@ class CopyWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> ApplyCommit:
         return write_copy(self.home, self.destination, iterator)
+
+
+class CopyWriter(_CopyTasks, DataSourceArrowWriter):
+    """Batch write into the stream ``copyto``."""
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         total = totals(messages)
@@ -108,16 +113,8 @@ class CopyWriter(DataSourceArrowWriter):
         _report(self.report, total)
 
 
-class CopyStreamWriter(DataSourceStreamArrowWriter):
+class CopyStreamWriter(_CopyTasks, DataSourceStreamArrowWriter):
     """Streaming write into the stream ``copyto``."""
-
-    def __init__(self, home: str | None, destination: str, report: str | None):
-        self.home = home
-        self.destination = destination
-        self.report = report
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> ApplyCommit:
-        return write_copy(self.home, self.destination, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         _report(self.report, totals(messages))
