@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, NoReturn
 
@@ -26,14 +26,24 @@ from streamrep.replication.assignment import HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.copy import CopySummary, copying, plan_copy, summary
 from streamrep.replication.flows import Flow
 from streamrep.replication.gateway import Gateway, Outage
+from streamrep.replication.gateway_passes import Progress
 from streamrep.replication.lag import LagSampler
 from streamrep.replication.service import placement
+from streamrep.replication.transfer import SourcePartition
 from streamrep.spark.command import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
 from streamrep.spark.offsets import offset_key
 from streamrep.spark.runtime import resolve_home
 from streamrep.spark.source import register
-from streamrep.spark.tasks import copy_task, next_holders, plan_share, record_pass, replicate_slot, warm_worker
-from streamrep.spark.writer import totals
+from streamrep.spark.tasks import (
+    GatewayPartition,
+    copy_task,
+    next_holders,
+    plan_share,
+    record_pass,
+    replicate_slot,
+    warm_worker,
+)
+from streamrep.spark.writer import ApplyCommit, totals
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -255,6 +265,19 @@ class _Passes:
         progress = gateway.progress(units, marks)
         if self.once and self.target is None:
             self.target = {offset_key(u): p.source_end for u, p in progress.items()}
+        plan = plan_share(units, progress, self.max_records, self.target, self._skipped(progress))
+        if not plan:
+            if not self.once and time.monotonic() - self.last_job > WARM_SECONDS:
+                self.warm()  # keeps Spark's Python workers alive for the next pass with data
+            return None if self.once else 0
+        for partition in plan:
+            self.started[offset_key(partition.unit)] = progress[partition.unit].position
+        total = totals(self._replicate(plan))
+        record_pass(gateway, total, _flows_by_source(units))
+        return total.rows
+
+    def _skipped(self, progress: Mapping[SourcePartition, Progress]) -> set[str]:
+        """The source partitions (offset keys) this pass leaves out: those found stuck lately."""
         now = time.monotonic()
         for unit, p in progress.items():
             key = offset_key(unit)
@@ -263,14 +286,11 @@ class _Passes:
             # nothing readable yet (Kafka: an open transaction) is read again at the next pass.
             if self.started.pop(key, None) == p.position and (self.once or key in self.failed):
                 self.stuck[key] = now
-        skip = {k for k, at in self.stuck.items() if self.once or now - at < RETRY_SECONDS}
-        plan = plan_share(units, progress, self.max_records, self.target, skip)
-        if not plan:
-            if not self.once and time.monotonic() - self.last_job > WARM_SECONDS:
-                self.warm()  # keeps Spark's Python workers alive for the next pass with data
-            return None if self.once else 0
-        for partition in plan:
-            self.started[offset_key(partition.unit)] = progress[partition.unit].position
+        return {k for k, at in self.stuck.items() if self.once or now - at < RETRY_SECONDS}
+
+    def _replicate(self, plan: Sequence[GatewayPartition]) -> list[ApplyCommit]:
+        """Run the pass's Spark job over ``plan``; its tasks' commits."""
+        gateway = self.gateway
         self.context.setJobGroup(self.group, f"gateway {gateway.id}: {len(plan)} source partitions", True)
         # As many tasks as cores, not one per source partition: each task is a scheduling round
         # trip, and a task applies its partitions one by one, each in its own transaction.
@@ -298,14 +318,17 @@ class _Passes:
             self.holders, keys, {c.key: c.worker for c in commits if c.key and c.worker}, slices
         )
         self.failed = {commit.key for commit in commits if commit.key and commit.errors}
-        total = totals(commits)
-        by_source: dict[str, list[Flow]] = {}
-        for flows in units.values():
-            for flow in flows:
-                if flow not in by_source.setdefault(flow.source_uuid, []):
-                    by_source[flow.source_uuid].append(flow)
-        record_pass(gateway, total, by_source)
-        return total.rows
+        return commits
+
+
+def _flows_by_source(units: Mapping[SourcePartition, Sequence[Flow]]) -> dict[str, list[Flow]]:
+    """The flows of a pass's source partitions, by source stream (UUID), each once."""
+    by_source: dict[str, list[Flow]] = {}
+    for flows in units.values():
+        for flow in flows:
+            if flow not in by_source.setdefault(flow.source_uuid, []):
+                by_source[flow.source_uuid].append(flow)
+    return by_source
 
 
 def _run_passes(
