@@ -14,8 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from streamrep.spark.jobs import fail, run
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from streamrep.client import StreamAdmin
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--numthreads", type=int, help="scan threads (a local master's thread count)")
     args = parser.parse_args(argv)
 
-    def job(spark, admin):
+    def job(spark: SparkSession, admin: StreamAdmin) -> None:
         from streamrep.replication.ops import DiffRequest
         from streamrep.spark.diff import diff_job
 
