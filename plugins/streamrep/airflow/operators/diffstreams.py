@@ -44,7 +44,7 @@ class StreamDiffOperator(StreamrepSparkSubmitOperator):
     (``opsForDst``, ``opsForSrc``) that ``importstream`` applies.
 
     One operator for both engines, as the CLI's ``-engine``: ``spark`` submits
-    ``spark_apps/diffstreams.py``; ``local`` compares in the task's process (``replication/diff.py``),
+    ``spark_apps/diffstreams.py``; ``local`` compares in the task's process (``replication/diff/``),
     with no Spark start; ``auto`` chooses by the streams' size (``ops.diff_engine``, as the CLI). The
     rights and the output directory are checked in the task first, so bad input fails in one line
     before Spark starts.
