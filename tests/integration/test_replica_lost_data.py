@@ -13,16 +13,20 @@ import time
 
 import pytest
 import test_replication
-from replication_helpers import count, drain, produce
+from replication_helpers import assert_exactly_once, count, drain, produce
 from test_replication import NY, SF, linked_pair, source_with_topics, status, tagged
 
 from streamrep.model.message import Message
 from streamrep.model.replication import ReplicaState
+from streamrep.replication.failover import failback, failover
 from streamrep.replication.gateway import Gateway
+from streamrep.replication.held import HeldCheck, lost_data
+from streamrep.replication.transfer import SourcePartition
 
 api3 = test_replication.api3  # the fixture: three clusters on the test's backend
 ON_BOTH = pytest.mark.backends("embedded", "kafka")
 UNEXPECTED = ReplicaState.UNEXPECTED
+GRACE = 1.1  # > 2 * FAILOVER_CHECK_SECONDS, as in tests/unit/test_failover.py
 
 
 def replica_store(api):
@@ -197,3 +201,63 @@ def test_a_transaction_still_open_in_the_replica_partition_is_no_loss(api3):
         del hanging  # its client ends here, not when the session's broker is gone
     drain(gw)
     assert count(api, NY) == 15
+
+
+def failed_over_and_back(api) -> tuple[Gateway, list[str]]:
+    """SF (t: 2 partitions, u: 1) replicated to NY, where only t/0 ever received a message; NY
+    promoted by a failover and written in every partition (t/1 and u/0 hold only its own writes),
+    then failed back, the copy back drained by hand. Returns NY's gateway and every value sent."""
+    linked_pair(api, t=2, u=1)
+    gw = Gateway(api, "newyork", "g1")
+    sent = produce(api, f"{SF}:t", tagged("before", 10), partition=0)
+    drain(gw)
+    failover(api, SF, NY, timeout=30, grace=GRACE)
+    for topic, partition in (("t", 0), ("t", 1), ("u", 0)):
+        sent += produce(api, f"{NY}:{topic}", tagged(f"ny-{topic}{partition}", 3), partition=partition)
+    failback(api, SF, NY, phase="reverse")
+    drain(Gateway(api, "sanfrancisco", "g1"))
+    back = failback(api, SF, NY, phase="return", timeout=30, grace=GRACE)
+    assert back.copied_back == 9  # only the promoted stream's own writes
+    return gw, sent
+
+
+@ON_BOTH
+def test_a_failed_back_replicas_own_writes_in_partitions_never_applied_to_are_not_planted(api3):
+    """A partition nothing was applied to before the failover holds the promoted stream's own
+    writes after the failback: the failback records where they end, so they are no planted topic,
+    and the partition replicates from then on."""
+    api = api3
+    gw, sent = failed_over_and_back(api)
+    for topic, partition in (("t", 0), ("t", 1), ("u", 0)):
+        sent += produce(api, f"{SF}:{topic}", tagged(f"after-{topic}{partition}", 2), partition=partition)
+    assert gw.drain() == 6  # as ``gateway run -once``: raises if a replica could not be served
+    assert gw.lost == {}
+    row = status(api, SF, NY)
+    assert row.state is ReplicaState.REPLICATING and row.is_uptodate and not row.errors, (row.state, row.errors)
+    assert_exactly_once(api, SF, sent)  # nothing lost, nothing copied twice, on both sides
+    assert_exactly_once(api, NY, sent)
+
+
+@ON_BOTH
+def test_a_message_planted_after_a_failback_beside_the_replicas_own_writes_is_reported(api3):
+    """What the failback recorded covers the promoted stream's own writes only: a message planted
+    after them, in a partition nothing was applied to (u/0), or in one of a topic that was (t/1),
+    is reported, naming its offsets alone."""
+    api = api3
+    gw, _ = failed_over_and_back(api)
+    store, uuid = replica_store(api)
+    ends = {(topic, partition): store.offsets(uuid, topic, partition)[1] for topic, partition in (("t", 1), ("u", 0))}
+    for topic, partition in ends:
+        store.append(uuid, topic, {partition: [Message(b"planted")]})
+        produce(api, f"{SF}:{topic}", tagged(f"after-{topic}{partition}", 2), partition=partition)
+    failed = run_gateway(gw)
+    assert "a topic planted in the replica" in failed and "(and 1 more partitions)" in failed
+    assert_reported(api, "a topic planted in the replica")
+    source = api.entry(SF).uuid
+    units = [SourcePartition(source, topic, partition, api.path(SF)) for topic, partition in ends]
+    lines = lost_data(
+        store, [HeldCheck(u, api.path(NY), uuid) for u in units], lambda _: api.store(api.path(SF)), api.entry
+    )
+    for line, ((topic, partition), end) in zip(lines, ends.items(), strict=True):
+        assert f"topic {topic} partition {partition} holds messages that were not replicated" in line, line
+        assert f"(offsets {end}-" in line, line  # from the plant on: the replica's own writes are before it

@@ -12,6 +12,12 @@ from streamrep.model.offsetsyncs import translate_offset
 from streamrep.model.paths import StreamPath
 
 
+def into_partition(syncs: Sequence[tuple[int, int, int, int]], partition: int) -> list[tuple[int, int, int, int]]:
+    """The offset syncs of one source partition whose runs landed in replica partition ``partition``
+    (the one of the same number, which the checks of this module are about)."""
+    return [sync for sync in syncs if sync[1] == partition]
+
+
 def applied_offsets(syncs: Sequence[tuple[int, int, int, int]]) -> tuple[int, int] | None:
     """``[first, end)``: the replica offsets that the offset syncs of one source partition say
     were applied (``model.offsetsyncs``); None when nothing was."""

@@ -205,14 +205,22 @@ def stop_key(source_uuid: str, topic: str, partition: int) -> str:
     return f"{stop_prefix(source_uuid)}{topic}|{partition}"
 
 
+def own_writes_key(source_uuid: str, topic: str, partition: int) -> str:
+    """The replica's mark of where its own writes end (the offset after them) in one partition that
+    nothing was applied to from ``source_uuid``: written by a failback, for the messages produced
+    while the replica was promoted. The planted-topic check (``replication/held.py``) takes only
+    what comes after it for messages not replicated."""
+    return f"w|{source_uuid}|{topic}|{partition}"
+
+
 def stop_prefix(source_uuid: str) -> str:
     """What every stop mark of one source's partitions starts with (``stop_key``)."""
     return f"s|{source_uuid}|"
 
 
 def mark_partition(key: str) -> tuple[str, int]:
-    """``(topic, partition)`` of the replica partition a position, origin or loss mark belongs to:
-    the mark is written with that partition's messages."""
+    """``(topic, partition)`` of the replica partition a position, origin, loss, stop or own-writes
+    mark belongs to: the mark is written with that partition's messages."""
     parts = key.split("|")
     return parts[2], int(parts[3])
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import NamedTuple
 
 from streamrep.errors import NotFound, StreamrepError
 from streamrep.model.acls import one_way_replica
 from streamrep.model.applied import (
     applied_offsets,
+    into_partition,
     lost_data_line,
     missing_applied,
     planted_line,
@@ -20,6 +22,7 @@ from streamrep.model.applied import (
 )
 from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
+from streamrep.model.replication import own_writes_key
 from streamrep.replication.transfer import SourcePartition, by_source_cluster
 from streamrep.store.base import Store
 
@@ -56,14 +59,15 @@ def lost_data(
     result: list[str | None] = [None] * len(checks)
     moved: dict[int, tuple[list[tuple[int, int, int, int]], tuple[int, int]]] = {}  # start above applied
     short: dict[int, int] = {}  # a partition said to lack applied messages -> the applied end
+    marks = cache(replica_store.marks)  # by replica stream, read only for a partition never applied to
     for i, (check, found, bounds) in enumerate(zip(checks, syncs, asked, strict=True)):
         if isinstance(bounds, StreamrepError) and not isinstance(bounds, NotFound):
             continue  # cannot tell now: the next pass asks again
         held = None if isinstance(bounds, StreamrepError) else bounds
-        found = [sync for sync in found if sync[1] == check.unit.partition]
+        found = into_partition(found, check.unit.partition)
         applied = applied_offsets(found)
         if applied is None:
-            result[i] = _planted(replica_store, check, held, replica_entry)
+            result[i] = _planted(replica_store, check, held, replica_entry, marks)
         elif held is not None and held[1] >= applied[1] and held[0] > applied[0]:
             moved[i] = found, held  # retention, or records deleted: decided below, with the source's start
         else:
@@ -107,23 +111,26 @@ def _planted(
     check: HeldCheck,
     held: tuple[int, int] | None,
     replica_entry: Callable[[StreamPath], StreamEntry],
+    marks: Callable[[str], Mapping[str, int]],
 ) -> str | None:
     """``lost_data``'s error for a partition nothing was applied to yet that holds a message, on a
-    replica that only its one upstream writes (a multi-master replica's own producers write it)."""
+    replica that only its one upstream writes (a multi-master replica's own producers write it).
+    The replica's own writes from a promoted period are no plant: a failback marked where they end
+    (``own_writes_key``), and only what comes after that mark is read."""
     if held is None or held[1] <= held[0]:
         return None
     entry = replica_entry(check.replica)
     if not one_way_replica(entry) or len(entry.upstreams) != 1:
         return None
-    topic_marks = check.unit.key.rsplit("|", 1)[0] + "|"  # any partition of the same source topic
-    if any(key.startswith(topic_marks) for key in replica_store.marks(check.replica_uuid)):
-        return None  # its topic was applied to (then promoted and failed back): the stream's own writes
-    messages, _ = replica_store.read_span(
-        check.replica_uuid, check.unit.topic, check.unit.partition, held[0], 1, held[1]
-    )
+    unit = check.unit
+    own_end = marks(check.replica_uuid).get(own_writes_key(unit.source_uuid, unit.topic, unit.partition), 0)
+    first = max(held[0], own_end)
+    if first >= held[1]:
+        return None
+    messages, _ = replica_store.read_span(check.replica_uuid, unit.topic, unit.partition, first, 1, held[1])
     if not messages:
         return None  # offsets holding no message (Kafka: an aborted transaction's)
-    return planted_line(check.replica, check.unit.topic, check.unit.partition, held, str(check.unit.source))
+    return planted_line(check.replica, unit.topic, unit.partition, (first, held[1]), str(unit.source))
 
 
 def _source_starts(

@@ -27,9 +27,11 @@ the source held that the replica lacked.
   everything else in it came from the old source. The old source's end offsets are recorded.
 - ``return``: producers are sent back to the source (RETURNING), which refuses them for the
   moment (TAKING_BACK); after the grace the reverse flow drains; it is stopped as in failover; the cursors are placed back on the old
-  source; the original flow (source to replica) is restored from the replica's stored positions
-  (so what the source held that the replica lacked now flows), the reverse link is removed and
-  both records are cleared. ``copiedBack`` counts what the source received: exactly what was
+  source; in each replica partition nothing was applied to from the source, where the replica's
+  own writes end is marked (``model.replication.own_writes_key``: they are no planted topic); the
+  original flow (source to replica) is restored from the replica's stored positions (so what the
+  source held that the replica lacked now flows), the reverse link is removed and both records are
+  cleared. ``copiedBack`` counts what the source received: exactly what was
   produced on the promoted stream.
 
 Choice: the return is triggered by the same command. ``phase="all"`` adds the reverse link,

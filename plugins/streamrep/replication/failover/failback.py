@@ -10,8 +10,9 @@ from enum import Enum
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.catalog import now_ms
-from streamrep.errors import Conflict, Interrupted, InvalidArgument, NotFound, Unavailable
+from streamrep.errors import Conflict, Interrupted, InvalidArgument, NotFound, StreamrepError, Unavailable
 from streamrep.model import replication as rules
+from streamrep.model.applied import applied_offsets, into_partition
 from streamrep.model.failover import FailoverRecord, FailoverStage, FailoverState
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState
@@ -29,6 +30,7 @@ from streamrep.replication.failover.steps import (
     stop_flow,
     wait_out_grace,
     wait_until,
+    write_mark,
 )
 from streamrep.replication.pending import pending
 from streamrep.replication.setup import ensure_replica, ensure_upstream
@@ -205,6 +207,7 @@ def _return(
     except NotFound:
         pass
     # The original flow again, from the replica's stored positions.
+    _mark_own_writes(admin, dst, pair.dst_entry.uuid, src_entry.uuid)
     clear_stops(admin, dst, pair.dst_entry.uuid, src_entry.uuid)
     ensure_upstream(admin, dst, src)
     if rules.find_link(src_entry.replicas, dst) is None:
@@ -260,6 +263,24 @@ def _undo_return(admin: StreamAdmin, pair: Pair, record: FailoverRecord, src_rec
         admin.set_failover(
             pair.src, src_record.with_changes(state=FailoverState.FAILING_BACK), only_state=FailoverState.TAKING_BACK
         )
+
+
+def _mark_own_writes(admin: StreamAdmin, path: StreamPath, uuid: str, source_uuid: str) -> None:
+    """In every partition of ``path`` (a replica again) that nothing was applied to from its source,
+    mark where its own writes end (``own_writes_key``): produced while it was promoted, they were
+    copied back to the source, and the planted-topic check (``replication/held.py``) must not take
+    them for a plant. Its producers are refused and the flow is stopped meanwhile: the ends hold."""
+    store = admin.store(path)
+    parts = [(topic, p) for topic, count in store.topics(uuid).items() for p in range(count)]
+    syncs = store.offset_syncs_many([(uuid, rules.position_key(source_uuid, t, p)) for t, p in parts])
+    bounds = store.offsets_many([(uuid, t, p) for t, p in parts])
+    marks = store.marks(uuid)
+    for (topic, p), found, held in zip(parts, syncs, bounds, strict=True):
+        if isinstance(held, StreamrepError):
+            raise held
+        key = rules.own_writes_key(source_uuid, topic, p)
+        if applied_offsets(into_partition(found, p)) is None and held[1] > held[0] and marks.get(key) != held[1]:
+            write_mark(store, path, uuid, (topic, p), key, held[1], "the failback's own-writes mark")
 
 
 def _end_offsets(admin: StreamAdmin, path: StreamPath, uuid: str) -> dict[str, int]:

@@ -1,6 +1,7 @@
 """The steps that failover and failback share: the waits (the grace after refusing producers,
-the drain), stopping a flow with stop marks and clearing them, placing consumer cursors, and
-recording a source as failed over. Each finds its work done or does it, so a retry is safe."""
+the drain), writing a mark into a replica partition, stopping a flow with stop marks and clearing
+them, placing consumer cursors, and recording a source as failed over. Each finds its work done or
+does it, so a retry is safe."""
 
 from __future__ import annotations
 
@@ -75,30 +76,35 @@ def stop_flow(
         for partition in range(count):
             key = stop_key(source_uuid, topic, partition)
             if key not in marks:
-                marks = _write_stop(store, dst, dst_uuid, topic, partition, key)
+                marks = write_mark(store, dst, dst_uuid, (topic, partition), key, now_ms(), "the failover's stop mark")
             stopped += 1
     return stopped
 
 
-def _write_stop(store: Store, dst: StreamPath, dst_uuid: str, topic: str, partition: int, key: str) -> dict[str, int]:
-    """Commit the stop mark ``key`` into one replica partition; returns the replica's marks after.
+def write_mark(
+    store: Store, dst: StreamPath, dst_uuid: str, where: tuple[str, int], key: str, value: int, what: str
+) -> dict[str, int]:
+    """Commit the mark ``key`` = ``value`` into one replica partition (``where``: topic, partition),
+    over the value it holds; returns the replica's marks after. ``what`` names the mark in an error.
 
     The apply shares its transactional id with the running gateway's writer of that partition, so
     each may fence the other (a gateway's next apply fences the producer this process cached): a
-    stop's plan never changes, so a refused one is tried again, after a short random wait that
+    mark's plan never changes, so a refused one is tried again, after a short random wait that
     lets the gateway's apply finish, until the mark is there."""
+    topic, partition = where
     refused: RetryNow | None = None
+    marks = store.marks(dst_uuid)
     for attempt in range(CONFLICT_RETRIES):
         try:
-            store.apply(dst_uuid, topic, partition, [], {key: now_ms()}, {key: None})
+            store.apply(dst_uuid, topic, partition, [], {key: value}, {key: marks.get(key)})
         except RetryNow as retry:
             refused = retry
         marks = store.marks(dst_uuid)
-        if key in marks:
+        if marks.get(key) == value:
             return marks
         time.sleep(random.uniform(0, 0.05 * (attempt + 1)))
     raise Conflict(
-        f"the failover's stop mark on {dst} {topic}/{partition} was refused {CONFLICT_RETRIES} times "
+        f"{what} on {dst} {topic}/{partition} was refused {CONFLICT_RETRIES} times "
         f"({refused}); run the same command again to finish it"
     )
 
