@@ -27,7 +27,7 @@ from streamrep.client.config import Clusters
 from streamrep.client.consumer import Consumer
 from streamrep.client.producer import Producer
 from streamrep.errors import StreamrepError, Unavailable
-from streamrep.model.failover import WritesRefused
+from streamrep.model.failover import FailoverState, WritesRefused
 from streamrep.replication.failover import failback, failover
 from streamrep.replication.status import replica_status
 
@@ -36,6 +36,9 @@ NY = "/mapr/newyork/activity"
 SIDE = ("/mapr/sanfrancisco/side", "/mapr/newyork/side")  # a bystander pair: sanfrancisco to newyork
 BACK = ("/mapr/newyork/back", "/mapr/sanfrancisco/back")  # and one the other way
 GRACE = 1.1  # > 2 * FAILOVER_CHECK_SECONDS: the producers see a record change within it
+# The states of a stream that gives up its role. A source seen FAILING_BACK or TAKING_BACK by a
+# consumer that slept through the failover is taking its role back: the consumer stays.
+LEAVING = (FailoverState.FENCED, FailoverState.FAILED_OVER, FailoverState.RETURNING)
 
 
 def own_admin(admin: StreamAdmin) -> StreamAdmin:
@@ -117,7 +120,7 @@ class App:
         consumer = Consumer(f"{path}:t", group="app", from_start=True, admin=admin)
         while True:
             record = admin.entry(path).failover
-            if record is not None and record.state != "PROMOTED":  # this stream is giving up its role
+            if record is not None and record.state in LEAVING:
                 idle = 0
                 while idle < 3:  # writes are refused: read to the end, then commit
                     batch = consumer.poll(1000, timeout=0.1)
@@ -297,6 +300,7 @@ def round_trips(
             before = app.written_to[NY]
             over = failover(admin, SF, NY, timeout=timeout, grace=GRACE)
             assert over.missing == 0 and over.late_messages == 0, (cycle, over)
+            failed_over = time.monotonic()
             time.sleep(0.5)  # the application writes to the promoted stream for a moment
             back_result = failback(admin, SF, NY, timeout=timeout, grace=GRACE)
             result.copied_back.append(back_result.copied_back or 0)
@@ -307,6 +311,13 @@ def round_trips(
                 goal = len(bystander.acked)
                 wait_progressing(lambda r=replica: count(admin, r), goal, stall, f"{replica} in round trip {cycle}")
             assert app.written_to[NY] >= before
+            # Where a run too slow for its time limit was: pytest shows what a failed test printed.
+            print(
+                f"round trip {cycle}: failover {failed_over - began:.1f} s, failback "
+                f"{began + result.seconds[-1] - failed_over:.1f} s, bystanders "
+                f"{time.monotonic() - began - result.seconds[-1]:.1f} s",
+                flush=True,
+            )
         app.finish(timeout)
         side.stop()
         back.stop()
