@@ -215,3 +215,67 @@ def test_sigterm_or_ctrl_c_while_failing_back_lets_producers_write_to_the_promot
     assert status == 0, err
     assert (failover_state(cli, NY), failover_state(cli, SF)) == (None, None)
     assert values(api, SF) == sorted(sent)
+
+
+# The CLI, killed with SIGKILL at the n-th call (argv[2]) of the failback's step named in argv[1].
+FAILBACK_KILLED_AT = textwrap.dedent("""
+    import importlib, os, signal, sys
+    module = importlib.import_module("streamrep.replication.failover.failback")
+    name, at, calls = sys.argv[1], int(sys.argv[2]), []
+    real = getattr(module, name)
+    def step(*args, **kwargs):
+        calls.append(name)
+        if len(calls) == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(*args, **kwargs)
+    setattr(module, name, step)
+    from streamrep.cli.main import main
+    sys.argv = ["streamrep", *sys.argv[3:]]
+    main()
+""")
+NEVER_APPLIED = [("t", 1), ("u", 0), ("u", 1)]  # partitions the source never wrote before the failover
+
+
+@pytest.mark.parametrize(
+    "step, at",
+    [("write_mark", 1), ("write_mark", 2), ("clear_stops", 1), ("ensure_upstream", 1)],
+    ids=["before-the-own-writes-marks", "between-them", "after-them", "with-the-flow-stopped-no-more"],
+)
+def test_a_failback_killed_while_it_marks_the_replicas_own_writes_is_finished_by_a_rerun(
+    linked, cli, streamrep_home, step, at
+):
+    """The return marks where the promoted stream's own writes end in every partition nothing was
+    applied to (so the lost-data check takes them for no planted topic), then restores the flow:
+    killed at any point of it, the same failback finishes it, and the replica replicates every
+    partition, up to date, holding every message once, as the source does."""
+    api = linked
+    api.create_topic(SF, "u", 2)
+    sent = produce(api, f"{SF}:t", [f"a{i}" for i in range(5)], partition=0)
+    drain(cli)
+    status, _, err = cli(*FAILOVER, "-timeout", "60")
+    assert status == 0, err
+    for topic, partition in [("t", 0), *NEVER_APPLIED]:
+        sent += produce(api, f"{NY}:{topic}", [f"ny-{topic}{partition}-{i}" for i in range(3)], partition=partition)
+    status, _, err = cli(*FAILBACK, "-phase", "reverse")
+    assert status == 0, err
+    status, _, err = cli("gateway", "run", "-cluster", "sanfrancisco", "-engine", "local", "-once", "true")
+    assert status == 0, err
+    killed = subprocess.run(
+        [sys.executable, "-c", FAILBACK_KILLED_AT, step, str(at), *FAILBACK, "-phase", "return", "-timeout", "60"],
+        capture_output=True,
+        text=True,
+        env=clean_env(streamrep_home),
+        timeout=120,
+    )
+    assert killed.returncode == -signal.SIGKILL, (killed.stdout, killed.stderr)
+    status, out, err = cli(*FAILBACK, "-timeout", "60", "-json")  # the same failback finishes it
+    assert status == 0, err
+    assert (failover_state(cli, NY), failover_state(cli, SF)) == (None, None)
+    for topic, partition in [("t", 0), *NEVER_APPLIED]:
+        sent += produce(api, f"{SF}:{topic}", [f"b-{topic}{partition}"], partition=partition)
+    drain(cli)  # exit 0: no partition was left out of the pass (a planted topic would be)
+    row = replica_row(cli)  # no gateway runs now: waiting for one, and up to date
+    assert row["replicaState"] == "REPLICA_STATE_WAITING_FOR_GATEWAY" and row["isUptodate"] is True, row
+    assert "planted" not in row["errors"] and row["pendingMessages"] == 0, row
+    assert values(api, SF) == sorted(sent)  # nothing lost, nothing twice, on both sides
+    assert values(api, NY) == sorted(sent)
