@@ -14,10 +14,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from streamrep.client.admin import StreamAdmin
 from streamrep.client.config import Clusters
-from streamrep.errors import AlreadyExists, Conflict, InvalidArgument, RetryNow, Unavailable
+from streamrep.errors import (
+    AlreadyExists,
+    AuthenticationFailed,
+    Conflict,
+    InvalidArgument,
+    RetryNow,
+    TlsHandshakeFailed,
+    Unavailable,
+)
 from streamrep.model.ace import Identity
 from streamrep.model.message import Message
-from streamrep.store.kafka import KafkaStore
+from streamrep.store.kafka import KafkaStore, versions
 from streamrep.store.kafka.transactions import Transaction
 
 pytestmark = pytest.mark.kafka
@@ -259,10 +267,39 @@ def test_hpe_naming_is_refused_by_apache_kafka_in_one_line(store):
 
 
 def test_a_cluster_that_is_down_is_refused_in_one_line(empty_home):
-    with pytest.raises(Unavailable, match="unreachable") as err:
+    """Refused by the version probe after its bound (``versions.ANSWER_SECONDS``, under issue 29's 15 s),
+    naming the bound and librdkafka's reason; the store's own calls (15 s each) never run."""
+    began = time.monotonic()
+    with pytest.raises(Unavailable) as err:
         empty_home.add("down", url="kafka://127.0.0.1:1")
-    assert "\n" not in str(err.value)
+    print(f"a closed port refused after {time.monotonic() - began:.1f} s")  # printed, not asserted
+    assert str(err.value) == (
+        f"cluster down: Kafka at 127.0.0.1:1 is unreachable: it did not answer within {versions.ANSWER_SECONDS:g} s "
+        "(Connect to ipv4#127.0.0.1:1 failed: Connection refused)"
+    )
     assert empty_home.list() == []
+
+
+def test_tls_or_sasl_on_a_plaintext_listener_is_refused_naming_the_cause(kafka_broker, tmp_path):
+    """Wrong settings against a PLAINTEXT listener that said "unreachable" after 15 s."""
+    cases = [
+        ("SASL_SSL", TlsHandshakeFailed, "TLS handshake failed: Disconnected: SSL connection closed by peer: "
+         "connecting to a PLAINTEXT broker listener? "),
+        ("SSL", TlsHandshakeFailed, "TLS handshake failed: Disconnected: SSL connection closed by peer: "
+         "connecting to a PLAINTEXT broker listener? "),
+        ("SASL_PLAINTEXT", AuthenticationFailed, "authentication failed: SASL SCRAM-SHA-512 mechanism handshake "
+         "failed: Broker: Request not valid in current SASL state: broker's supported mechanisms: none "),
+    ]  # fmt: skip
+    sasl = {"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "alice", "sasl.password": "secret"}
+    for protocol, kind, line in cases:
+        clusters = Clusters(str(tmp_path / protocol))
+        settings = {"security.protocol": protocol, **(sasl if protocol.startswith("SASL") else {})}
+        began = time.monotonic()
+        with pytest.raises(kind) as refused:
+            clusters.add("plain", url=f"kafka://{kafka_broker}", settings=settings)
+        print(f"{protocol}: {time.monotonic() - began:.1f} s")  # printed, not asserted
+        assert str(refused.value).startswith(f"cluster plain: {line}"), (protocol, str(refused.value))
+        assert "\n" not in str(refused.value) and clusters.list() == []
 
 
 def test_a_writer_fenced_between_its_transactions_is_told_to_retry_then_writes(kafka_broker, namespace):

@@ -57,6 +57,15 @@ KAFKA_4_4_0 = table(
 )
 
 
+# What the KRaft controller's listener of a 4.3.1 node answered versions.probe (30 Nov 2026): no Produce (0),
+# no Metadata (3), but the controllers' Vote (52).
+KAFKA_4_3_1_CONTROLLER = table(
+    "1:4-18 17:0-1 18:0-4 19:2-7 20:1-6 29:1-3 30:1-3 31:1-3 32:1-4 33:0-2 36:0-2 37:0-3 38:1-3 39:1-2 40:1-2 "
+    "41:1-3 43:0-2 44:0-1 45:0-1 46:0-0 49:0-1 50:0-0 51:0-0 52:0-2 53:0-1 54:0-1 55:0-2 56:2-3 57:0-2 58:0-0 "
+    "59:0-1 60:0-2 62:0-4 63:0-2 64:0-0 67:0-0 70:0-0 73:0-0 80:0-1 81:0-0 82:0-0"
+)
+
+
 def older(keep_below: int, **highest: int) -> dict[int, tuple[int, int]]:
     """The 3.9.2 table without the APIs numbered ``keep_below`` and up, and with lower highest versions
     (``InitProducerId=2``: by Kafka's names of the keys used here)."""
@@ -86,14 +95,30 @@ def test_the_minimum_is_the_newest_release_of_what_the_store_needs():
     assert [need.api for need in versions.NEEDS if need.release == "2.5"] == ["InitProducerId"]
 
 
-def test_a_2_4_broker_is_refused_in_one_line_naming_its_release_and_what_streamrep_needs():
+@pytest.mark.parametrize(
+    "broker,answered,line",
+    [
+        (
+            "kafka-old:9092",
+            KAFKA_2_4,
+            "Kafka broker at kafka-old:9092 is 2.4 (API versions: InitProducerId v0-v2; needed: InitProducerId v3): "
+            "streamrep needs Kafka 2.5 or later for transactional writers that go on after an aborted transaction "
+            "(KIP-360)",
+        ),
+        # A url naming a KRaft controller's port: no broker, not an old release (it said "is 2.8 (...)").
+        (
+            "127.0.0.1:9094",
+            KAFKA_4_3_1_CONTROLLER,
+            "Kafka at 127.0.0.1:9094 is not a broker's client listener (it serves Vote: a KRaft controller's "
+            "listener): the cluster's url must name the brokers' client listeners",
+        ),
+    ],
+    ids=["a 2.4 broker", "a controller's port"],
+)
+def test_a_refused_broker_is_one_line_naming_its_release_and_what_streamrep_needs(broker, answered, line):
     with pytest.raises(versions.UnsupportedBroker) as refused:
-        versions.check("kafka-old:9092", KAFKA_2_4)
-    assert str(refused.value) == (
-        "Kafka broker at kafka-old:9092 is 2.4 (API versions: InitProducerId v0-v2; needed: InitProducerId v3): "
-        "streamrep needs Kafka 2.5 or later for transactional writers that go on after an aborted transaction "
-        "(KIP-360)"
-    )
+        versions.check(broker, answered)
+    assert str(refused.value) == line
     assert isinstance(refused.value, Misinstalled)  # not retried: an upgrade fixes it, time does not
 
 

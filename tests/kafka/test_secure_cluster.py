@@ -355,6 +355,10 @@ def wrong_settings(sf: SecureCluster, ny: SecureCluster) -> list[tuple[str, str,
         ("no CA (the system's)", url, {k: v for k, v in alice.items() if k != "ssl.ca.location"}, *tls),
         ("no TLS", url, {**alice, "security.protocol": "SASL_PLAINTEXT"}, *tls),
         ("neither TLS nor SASL", url, {"security.protocol": "PLAINTEXT"}, *tls),
+        # The brokers answer ApiVersions, then hang up at the next request: they wait for SASL.
+        ("TLS without SASL", url, {"security.protocol": "SSL", "ssl.ca.location": str(sf.ca_file)}, *authentication),
+        # A controller's port: TLS that wants a client certificate (KRaft controllers do not check SCRAM).
+        ("a controller's port", f"kafka://127.0.0.1:{sf.brokers[0].controller_port}", alice, *tls),
     ]
     # A name of this machine the brokers' certificate does not hold (it names 127.0.0.1 and localhost).
     name = socket.gethostname()
@@ -379,9 +383,10 @@ def test_wrong_secured_settings_are_refused_naming_the_cause_not_after_a_timeout
         assert message.startswith(line) or message.startswith(f"cluster sf: {line}"), (case, message)
         assert clusters.list() == [], case
     # How long each took is printed, not asserted (0.0-0.4 s quiet; a loaded CI machine took longer): a
-    # wrong setting that waited for the client's 15 s bound would say "unreachable", refused above.
+    # wrong setting that waited for the probe's bound would say "unreachable", refused above.
     print(" ".join(f"{case}: {seconds:.1f} s;" for case, seconds in took.items()))
-    # A closed port stays 'unreachable', after the store's call bound (15 s): test_kafka_store covers it.
+    # A closed port or a silent broker is 'unreachable' after the probe's bound (versions.ANSWER_SECONDS):
+    # test_kafka_store and tests/unit/test_kafka_refusals cover them.
 
 
 def test_the_cli_says_authentication_failed_in_one_line_and_exits_1(sf, tmp_path):

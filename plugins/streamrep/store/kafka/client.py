@@ -6,9 +6,9 @@ Shared by the store, its transactions and its folds. Every call to Kafka is boun
 A client whose credentials or TLS the brokers refuse sees only timeouts on its requests: librdkafka
 tells the cause through its error callback (``_AUTHENTICATION``, ``_SSL``) and log lines, which the
 version probe (``versions.check_cluster``) reads before the store's first client; :func:`refusal`
-names it, and :func:`translate` turns every Kafka error into the one line that names its cause:
-authentication, TLS, a missing ACL (``principal X lacks <operation> on <resource>``) or a cluster
-that does not answer.
+names it (:func:`unanswered` when no broker answered at all), and :func:`translate` turns every Kafka
+error into the one line that names its cause: authentication, TLS, a missing ACL (``principal X
+lacks <operation> on <resource>``) or a cluster that does not answer.
 """
 
 from __future__ import annotations
@@ -148,13 +148,22 @@ _SECURITY: dict[int, tuple[type[AuthenticationFailed], str]] = {
 # librdkafka's lines: "<proto>://<host:port>/<id>: <reason> (after 12ms in state AUTH_REQ[, ...])"
 _BROKER = re.compile(r"^(?:[a-z_]+://)?([^/\s]+)/\S*: ")
 _AFTER = re.compile(r" \(after \d+ms in state \w+[^)]*\)$")
-_OPENSSL = re.compile(r"^(?:SSL handshake failed: )?(?:\S+:\d+:\S+ )?(?:error:[0-9A-F]+:[^:]*::)?")
-# OpenSSL's own error in a line librdkafka sometimes reports as a transport failure (_TRANSPORT), not _SSL:
-# when the handshake fails while its socket is read, e.g. a certificate that does not name the host.
-_OPENSSL_FAILED = re.compile(r"\berror:[0-9A-F]+:SSL routines::")
+_OPENSSL = re.compile(r"^(?:SSL handshake failed: )?|(?:\S+:\d+:\S+ )?error:[0-9A-F]+:[^:]*::")
+# A failed TLS handshake that librdkafka sometimes reports as a transport failure (_TRANSPORT), not _SSL:
+# OpenSSL's own error when the handshake fails while its socket is read (e.g. a certificate that does
+# not name the host), or a TLS client the peer hung up on in the handshake (a PLAINTEXT listener).
+_OPENSSL_FAILED = re.compile(r"\berror:[0-9A-F]+:SSL routines::|^(?:[a-z_]+://)?\S+: SSL handshake failed: ")
+# The peer refused the client's certificate, or wanted one (a listener with ssl.client.auth=required).
+_CLIENT_CERTIFICATE = re.compile(r"alert (?:bad certificate|certificate required)")
+_NO_MECHANISMS = re.compile(r"supported mechanisms: *$")
 # A plaintext client on a TLS listener: the broker closes the connection before it answers ApiVersions.
 _CLOSED_EARLY = re.compile(
     r"\]: (?:[a-z_]+://)?([^/\s]+)/\S*: Disconnected: connection closed by peer.*APIVERSION_QUERY"
+)
+# A client with no SASL on a SASL listener: the broker answers ApiVersions (allowed before SASL), then
+# closes the connection at the next request, which is not the SASL handshake it waits for.
+_CLOSED_UP = re.compile(
+    r"\]: (?:[a-z_]+://)?([^/\s]+)/\S*: Disconnected: (?:SSL )?connection closed by peer \(after \d+ms in state UP\)"
 )
 
 
@@ -183,6 +192,15 @@ class TlsRefusal(Refusal, TlsHandshakeFailed):
     """The brokers' TLS handshake failed (``_SSL``), as the version probe saw it."""
 
 
+class Unanswered(KafkaException, Unavailable):
+    """No broker answered the version probe within its bound: the cluster is unreachable. A
+    KafkaException, so the store's ``_translate`` names the cluster; an Unavailable, so it is retried."""
+
+    def __str__(self) -> str:
+        err = kafka_error(self)
+        return err.str() if err is not None else "unreachable"
+
+
 def _security_reason(err: KafkaError, settings: Mapping[str, Any]) -> str:
     """librdkafka's account of a refused connection as one short line naming the broker and principal."""
     text = err.str()
@@ -191,6 +209,9 @@ def _security_reason(err: KafkaError, settings: Mapping[str, Any]) -> str:
     reason = _AFTER.sub("", text[found.end() :] if found else text)
     if err.code() == KafkaError._SSL:
         reason = _OPENSSL.sub("", reason)
+        if _CLIENT_CERTIFICATE.search(reason) and not settings.get("ssl.certificate.location"):
+            reason += ": the listener wants a client certificate (ssl.certificate.location is not set)"
+    reason = _NO_MECHANISMS.sub("supported mechanisms: none (the listener does not use SASL)", reason)
     where = f"Kafka at {broker}" if broker else "Kafka"
     return f"{reason} ({where}, as {principal(settings)})"
 
@@ -198,7 +219,7 @@ def _security_reason(err: KafkaError, settings: Mapping[str, Any]) -> str:
 def refusal(errors: Sequence[KafkaError], lines: Sequence[str], settings: Mapping[str, Any]) -> Refusal | None:
     """The brokers' refusal of a client's security, from what librdkafka reported while it connected
     (its error callback's ``errors``, its log ``lines``), or None: no refusal seen (reached, or not
-    reached at all, which the client's own requests then report).
+    reached at all, which :func:`unanswered` or the client's own requests then report).
 
     :param settings: the client's settings (its principal and security.protocol, for the line)
     """
@@ -209,6 +230,10 @@ def refusal(errors: Sequence[KafkaError], lines: Sequence[str], settings: Mappin
             refused = TlsRefusal if err.code() == KafkaError._SSL else Refusal
             return refused(KafkaError(err.code(), _security_reason(err, settings)))
     protocol = str(settings.get("security.protocol", "PLAINTEXT")).upper()
+    if protocol in ("PLAINTEXT", "SSL"):
+        sasl = _no_sasl(lines, settings, protocol)
+        if sasl is not None:
+            return sasl
     if protocol in ("PLAINTEXT", "SASL_PLAINTEXT") and any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors):
         closed = [found.group(1) for found in map(_CLOSED_EARLY.search, lines) if found]
         if closed:
@@ -220,6 +245,37 @@ def refusal(errors: Sequence[KafkaError], lines: Sequence[str], settings: Mappin
                 )
             )
     return None
+
+
+def _no_sasl(lines: Sequence[str], settings: Mapping[str, Any], protocol: str) -> Refusal | None:
+    """A client without SASL whose first request after ApiVersions the broker hung up on: its listener
+    waits for a SASL handshake (the client's requests would only be retried until they time out)."""
+    closed = [found.group(1) for found in map(_CLOSED_UP.search, lines) if found]
+    if not closed:
+        return None
+    wanted = "SASL_SSL" if protocol == "SSL" else "SASL_PLAINTEXT or SASL_SSL"
+    return Refusal(
+        KafkaError(
+            KafkaError._AUTHENTICATION,
+            f"Kafka at {closed[0]} closed the connection at the first request after ApiVersions: its listener "
+            f"may expect SASL (security.protocol is {protocol}, which sends none; {wanted} with sasl.mechanism, "
+            f"sasl.username and sasl.password does) (as {principal(settings)})",
+        )
+    )
+
+
+def unanswered(bootstrap: str, errors: Sequence[KafkaError], seconds: float) -> Unanswered:
+    """The cluster is unreachable: no broker answered within ``seconds``. Names librdkafka's last reason
+    (a refused connection, a name that does not resolve), if it gave one.
+
+    :param errors: what librdkafka's error callback reported meanwhile
+    """
+    reasons = [e.str() for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
+    line = f"Kafka at {bootstrap} is unreachable: it did not answer within {seconds:g} s"
+    if reasons:
+        found = _BROKER.match(reasons[-1])
+        line += f" ({_AFTER.sub('', reasons[-1][found.end() :] if found else reasons[-1])})"
+    return Unanswered(KafkaError(KafkaError._TIMED_OUT, line))
 
 
 # What a call refused for a missing ACL was doing (the start of its ``what``) -> the operation Kafka checked.
@@ -301,6 +357,8 @@ def translate(
     user_error = USER_ERRORS.get(code)
     if user_error is not None:
         return user_error(f"cluster {cluster}: {what}: {err.str()}")
+    if isinstance(exc, Unanswered):
+        return Unavailable(f"cluster {cluster}: {err.str()}")
     if code in UNREACHABLE:
         return Unavailable(f"cluster {cluster}: Kafka at {bootstrap} is unreachable ({what}: {err.str()})")
     return Unavailable(f"cluster {cluster}: {what}: {err.str()}")

@@ -97,7 +97,8 @@ class KafkaCore(Store):
         if self._pid != os.getpid():  # librdkafka handles do not survive a fork
             self._reset()
         if not self._broker_checked:  # before the first client: a broker too old is refused in one line
-            versions.check_cluster(self.bootstrap, self._client)
+            with self._errors("cannot connect"):  # its refusals, as every call's, name the cluster
+                versions.check_cluster(self.bootstrap, self._client)
             self._broker_checked = True
 
     # -- clients -------------------------------------------------------------------

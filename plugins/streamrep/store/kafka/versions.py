@@ -17,11 +17,13 @@ So streamrep needs Kafka 2.5 or later (:data:`MINIMUM`). It does not use KIP-447
 
 confluent-kafka has no call that returns ApiVersions, so :func:`probe` reads librdkafka's own account
 of them (its ``feature`` debug lines, ``ApiKey <name> (<key>) Versions <min>..<max>``) from a short-lived
-admin client with the cluster's settings, so it speaks whatever security the cluster asks for. A probe
-that gets no answer (the cluster unreachable, or lines it cannot read) decides nothing: the store's own
-calls then fail as they would have. A probe refused for its credentials or TLS (librdkafka's error
-callback says ``_AUTHENTICATION`` or ``_SSL``) is refused at once in one line naming the cause
-(``client.refusal``): the store's own requests would only time out.
+admin client with the cluster's settings, so it speaks whatever security the cluster asks for. It waits
+for the answer to one request after ApiVersions too: a SASL listener refuses the client only then. A
+probe refused for its credentials or TLS (librdkafka's error callback says ``_AUTHENTICATION`` or
+``_SSL``, or a broker hung up where only a security mismatch makes it) is refused at once in one line
+naming the cause (``client.refusal``): the store's own requests would only time out. A cluster none of
+whose brokers answered within :data:`ANSWER_SECONDS` is unreachable (``client.unanswered``), said in
+one line within that bound; an answer the probe cannot read decides nothing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from typing import Any
 from streamrep.errors import Misinstalled
 
 ApiTable = Mapping[int, tuple[int, int]]  # api key -> (lowest, highest) version the broker serves
+# A cluster none of whose brokers answered within this is unreachable: the one-line error must come
+# within 15 s of the call (issue 29), and 5 s are left for a loaded machine's process start and clients.
+ANSWER_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,9 @@ MARKERS = (
 )
 
 
+METADATA, VOTE = 3, 52  # api keys: what every broker serves, and what only KRaft controllers serve
+
+
 class UnsupportedBroker(Misinstalled):
     """A Kafka broker older than streamrep needs: retrying cannot help until the cluster is upgraded."""
 
@@ -142,6 +150,12 @@ def check(broker: str, table: ApiTable) -> None:
     :raises UnsupportedBroker: naming the broker's release, what it serves of what streamrep needs,
         and what for
     """
+    if METADATA not in table:  # every broker serves Metadata; a KRaft controller's listener does not
+        controller = " (it serves Vote: a KRaft controller's listener)" if VOTE in table else ""
+        raise UnsupportedBroker(
+            f"Kafka at {broker} is not a broker's client listener{controller}: "
+            "the cluster's url must name the brokers' client listeners"
+        )
     lacking = missing(table)
     if not lacking:
         return
@@ -198,11 +212,34 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def _ask(
-    client: Mapping[str, Any], timeout: float
-) -> tuple[str | None, dict[int, tuple[int, int]], list[Any], list[str]]:
-    """:func:`probe`, with what librdkafka reported while connecting: its error callback's errors and
-    its log lines (both empty when librdkafka refused the settings themselves)."""
+def _decided(errors: list[Any], lines: list[str], client: Mapping[str, Any]) -> bool:
+    """What librdkafka reported so far decides the probe before its request's answer: a refusal of the
+    client's security, or the table of a listener that is refused whatever it answers next."""
+    from streamrep.store.kafka.client import refusal
+
+    if refusal(errors, lines, client) is not None:
+        return True
+    if not _table_told(lines):
+        return False
+    _, table = parse_api_lines(lines)
+    return METADATA not in table or bool(missing(table))
+
+
+@dataclass
+class _Answer:
+    """What a probe saw: the broker and its API table (empty: none read), whether its request went
+    unanswered for the whole bound, and librdkafka's error callback's errors and log lines (all empty
+    when librdkafka refused the settings themselves)."""
+
+    broker: str | None
+    table: dict[int, tuple[int, int]]
+    unanswered: bool
+    errors: list[Any]
+    lines: list[str]
+
+
+def _ask(client: Mapping[str, Any], timeout: float) -> _Answer:
+    """:func:`probe`, with what librdkafka reported while connecting."""
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
@@ -218,20 +255,25 @@ def _ask(
         admin = AdminClient(settings)
     except KafkaException:  # settings librdkafka refuses: the store's own client names them in one line
         log.removeHandler(handler)
-        return None, {}, [], []
+        return _Answer(None, {}, False, [], [])
     try:
-        # Any request makes the client connect, and ApiVersions comes first on a connection.
+        # Any request makes the client connect, and ApiVersions comes first on a connection. The request's
+        # own answer (or failure) is awaited too: SASL authenticates after ApiVersions, and a SASL listener
+        # hangs up on a client without SASL only at the next request. A transport error alone decides
+        # nothing: librdkafka connects again, and another broker of the bootstrap list may answer.
         future = admin.describe_cluster(request_timeout=timeout)
         deadline = time.monotonic() + timeout
-        # SASL authenticates after ApiVersions: with it, the answer to the request (or a refusal) is awaited.
-        sasl = str(client.get("security.protocol", "")).upper().startswith("SASL")
-        while time.monotonic() < deadline and not future.done() and not failed:
-            if not sasl and _table_told(handler.lines):
-                break
+        seen = 0
+        while time.monotonic() < deadline and not future.done():
             admin.poll(0.005)
+            if len(failed) + len(handler.lines) != seen:  # only what is new can decide
+                seen = len(failed) + len(handler.lines)
+                if _decided(failed, handler.lines, client):
+                    break
         admin.poll(0)  # the lines logged before the answer
         broker, table = parse_api_lines(handler.lines)
-        return broker, table, failed, handler.lines
+        unanswered = not future.done() or future.exception() is not None
+        return _Answer(broker, table, unanswered, failed, handler.lines)
     finally:
         log.removeHandler(handler)
         del admin
@@ -246,8 +288,8 @@ def probe(client: Mapping[str, Any], timeout: float = 10.0) -> tuple[str | None,
     :returns: the broker's address and its API table; an empty table when no broker answered (unreachable,
         refused, or librdkafka's lines not understood)
     """
-    broker, table, _, _ = _ask(client, timeout)
-    return broker, table
+    answer = _ask(client, timeout)
+    return answer.broker, answer.table
 
 
 # (bootstrap, the client's settings) -> the broker's refusal, or None: it passed. The settings are part of
@@ -268,8 +310,9 @@ def check_cluster(bootstrap: str, client: Mapping[str, Any]) -> None:
     :raises UnsupportedBroker: as :func:`check`
     :raises client.Refusal: the brokers refused the client's authentication or TLS handshake (never
         remembered: the cluster may be fixed)
+    :raises client.Unanswered: no broker answered within :data:`ANSWER_SECONDS` (never remembered)
     """
-    from streamrep.store.kafka.client import refusal
+    from streamrep.store.kafka.client import refusal, unanswered
 
     key = (bootstrap, _settings_key(client))
     with _checked_lock:
@@ -278,14 +321,16 @@ def check_cluster(bootstrap: str, client: Mapping[str, Any]) -> None:
             if refused is not None:
                 raise UnsupportedBroker(str(refused))
             return
-    broker, table, failed, lines = _ask(client, 10.0)
-    security = refusal(failed, lines, client)
+    answer = _ask(client, ANSWER_SECONDS)
+    security = refusal(answer.errors, answer.lines, client)
     if security is not None:
         raise security
-    if not table:
-        return  # no answer: nothing decided, asked again by the next store object
+    if not answer.table:
+        if answer.unanswered:
+            raise unanswered(bootstrap, answer.errors, ANSWER_SECONDS)
+        return  # an answer the probe could not read: nothing decided, asked again by the next store object
     try:
-        check(broker or bootstrap, table)
+        check(answer.broker or bootstrap, answer.table)
     except UnsupportedBroker as err:
         with _checked_lock:
             _checked[key] = err
