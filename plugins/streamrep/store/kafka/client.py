@@ -249,9 +249,10 @@ def refusal(errors: Sequence[KafkaError], lines: Sequence[str], settings: Mappin
 
 def _no_sasl(lines: Sequence[str], settings: Mapping[str, Any], protocol: str) -> Refusal | None:
     """A client without SASL whose first request after ApiVersions the broker hung up on: its listener
-    waits for a SASL handshake (the client's requests would only be retried until they time out)."""
+    waits for a SASL handshake (the client's requests would only be retried until they time out). Twice,
+    on two connections: a broker that hung up once may have been shutting down."""
     closed = [found.group(1) for found in map(_CLOSED_UP.search, lines) if found]
-    if not closed:
+    if len(closed) < 2:
         return None
     wanted = "SASL_SSL" if protocol == "SSL" else "SASL_PLAINTEXT or SASL_SSL"
     return Refusal(
