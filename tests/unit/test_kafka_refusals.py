@@ -6,6 +6,8 @@ errors and lines (as seen on the secured test clusters), and a stand-in broker t
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 
 import pytest
@@ -169,5 +171,36 @@ def test_a_broker_that_never_answers_is_unreachable_after_the_probes_bound(silen
     print(f"a silent broker refused after {time.monotonic() - began:.1f} s (bound 1 s)")  # not asserted
     assert str(refused.value) == (
         f"cluster hung: Kafka at 127.0.0.1:{silent_broker.port} is unreachable: it did not answer within 1 s"
+    )
+    assert clusters.list() == []
+
+
+def test_an_http_servers_port_is_no_kafka_listener_and_said_at_once(tmp_path):
+    """A url with the wrong port, where an HTTP server answers (a schema registry, Kafka Connect)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    clusters = Clusters(str(tmp_path / "home"))
+    try:
+        began = time.monotonic()
+        with pytest.raises(versions.UnsupportedBroker) as refused:
+            clusters.add("web", url=f"kafka://127.0.0.1:{port}")
+        print(f"an HTTP server's port refused after {time.monotonic() - began:.1f} s")  # not asserted
+    finally:
+        server.close()
+    assert str(refused.value) == (
+        f"127.0.0.1:{port} is no Kafka listener: it answered 'HTTP'... (an HTTP or other server's port?): "
+        "the cluster's url must name the brokers' client listeners"
     )
     assert clusters.list() == []

@@ -212,12 +212,28 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+# librdkafka reads a reply's first 4 bytes as its size: a server that is no Kafka broker answers text.
+_RESPONSE_SIZE = re.compile(r"Invalid response size (\d+) ")
+
+
+def not_kafka(errors: list[Any]) -> str | None:
+    """What a server that answered, but not as Kafka does, sent (``'HTTP'...``), from librdkafka's
+    errors; None if no such answer."""
+    for err in errors:
+        found = _RESPONSE_SIZE.search(err.str())
+        head = int(found.group(1)).to_bytes(4, "big") if found and int(found.group(1)) < 1 << 32 else b""
+        if head and all(32 <= byte < 127 for byte in head):
+            return head.decode("ascii")
+    return None
+
+
 def _decided(errors: list[Any], lines: list[str], client: Mapping[str, Any]) -> bool:
     """What librdkafka reported so far decides the probe before its request's answer: a refusal of the
-    client's security, or the table of a listener that is refused whatever it answers next."""
+    client's security, an answer that is not Kafka's, or the table of a listener that is refused whatever
+    it answers next."""
     from streamrep.store.kafka.client import refusal
 
-    if refusal(errors, lines, client) is not None:
+    if refusal(errors, lines, client) is not None or not_kafka(errors) is not None:
         return True
     if not _table_told(lines):
         return False
@@ -326,6 +342,12 @@ def check_cluster(bootstrap: str, client: Mapping[str, Any]) -> None:
     if security is not None:
         raise security
     if not answer.table:
+        other = not_kafka(answer.errors)
+        if other is not None:
+            raise UnsupportedBroker(
+                f"{bootstrap} is no Kafka listener: it answered {other!r}... (an HTTP or other server's port?): "
+                "the cluster's url must name the brokers' client listeners"
+            )
         if answer.unanswered:
             raise unanswered(bootstrap, answer.errors, ANSWER_SECONDS)
         return  # an answer the probe could not read: nothing decided, asked again by the next store object
