@@ -280,7 +280,7 @@ def _mark_own_writes(admin: StreamAdmin, path: StreamPath, uuid: str, source_uui
             raise held
         key = rules.own_writes_key(source_uuid, topic, p)
         if applied_offsets(into_partition(found, p)) is None and held[1] > held[0] and marks.get(key) != held[1]:
-            write_mark(store, path, uuid, (topic, p), key, held[1], "the failback's own-writes mark")
+            marks = write_mark(store, path, uuid, (topic, p), (key, held[1]), marks, "the failback's own-writes mark")
 
 
 def _end_offsets(admin: StreamAdmin, path: StreamPath, uuid: str) -> dict[str, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamrep.client.admin import StreamAdmin
@@ -76,24 +76,33 @@ def stop_flow(
         for partition in range(count):
             key = stop_key(source_uuid, topic, partition)
             if key not in marks:
-                marks = write_mark(store, dst, dst_uuid, (topic, partition), key, now_ms(), "the failover's stop mark")
+                marks = write_mark(
+                    store, dst, dst_uuid, (topic, partition), (key, now_ms()), marks, "the failover's stop mark"
+                )
             stopped += 1
     return stopped
 
 
 def write_mark(
-    store: Store, dst: StreamPath, dst_uuid: str, where: tuple[str, int], key: str, value: int, what: str
+    store: Store,
+    dst: StreamPath,
+    dst_uuid: str,
+    where: tuple[str, int],
+    mark: tuple[str, int],
+    marks: Mapping[str, int],
+    what: str,
 ) -> dict[str, int]:
-    """Commit the mark ``key`` = ``value`` into one replica partition (``where``: topic, partition),
-    over the value it holds; returns the replica's marks after. ``what`` names the mark in an error.
+    """Commit ``mark`` (key, value) into one replica partition (``where``: topic, partition), over
+    the value it has in the replica's ``marks`` as the caller read them; returns the replica's marks
+    after. ``what`` names the mark in an error.
 
     The apply shares its transactional id with the running gateway's writer of that partition, so
     each may fence the other (a gateway's next apply fences the producer this process cached): a
     mark's plan never changes, so a refused one is tried again, after a short random wait that
     lets the gateway's apply finish, until the mark is there."""
     topic, partition = where
+    key, value = mark
     refused: RetryNow | None = None
-    marks = store.marks(dst_uuid)
     for attempt in range(CONFLICT_RETRIES):
         try:
             store.apply(dst_uuid, topic, partition, [], {key: value}, {key: marks.get(key)})
