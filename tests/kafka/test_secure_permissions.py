@@ -388,25 +388,24 @@ def test_a_multi_master_replica_keeps_its_users_rights(world):
     assert_row(world, "multi-master replica", "none", two)
 
 
+# CI runs one round trip (the call took 87 s at a load average of 20-30; docs/platform.md); ten, at up
+# to 55 s each, outran pytest's 600 s limit in loaded CI rehearsals. The full matrix runs ten.
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not FULL_MATRIX,
-    reason="STREAMREP_FULL_MATRIX=1 runs it: it passed alone, and failed twice in loaded CI rehearsals "
-    "for a reason not yet known (docs/platform.md)",
-)
+@pytest.mark.timeout(1800 if FULL_MATRIX else 600)
 def test_round_trips_with_live_gateway_services_as_the_gateway_principal(world, tmp_path):
     """Issue 29, item 6, where the broker holds the rules: a failover changes the gateway's ACLs before
     its catalog commit is visible, so a pass planned in between is refused by the broker
     (``ensure_topics`` of the empty topic ``idle``); the gateway leaves that link out of the pass and
-    goes on. Ten round trips; tests/unit/test_failover.py runs ten on
-    embedded clusters in CI, and on plain Kafka with the full matrix."""
+    goes on. tests/unit/test_failover.py runs ten round trips on embedded clusters in CI, and on
+    plain Kafka with the full matrix."""
     api = world.admin()
     for cluster, other in (("newyork", "sanfrancisco"), ("sanfrancisco", "newyork")):
         api.set_gateways(cluster, f"gw-{cluster}", cluster=other)
     round_trips.link(api, round_trips.SF, round_trips.NY)
     round_trips.with_bystanders(api)
     env = clean_env(world.homes["gateway"].home, user="gateway")
-    done = round_trips.round_trips(api, env, tmp_path, cycles=10, timeout=180, stall=120)
+    cycles = 10 if FULL_MATRIX else 1
+    done = round_trips.round_trips(api, env, tmp_path, cycles=cycles, timeout=180, stall=120)
     print(f"\nsecured round trips: {sum(done.acked.values())} messages, {[round(s) for s in done.seconds]} s")
 
 

@@ -433,7 +433,7 @@ def test_a_failback_whose_cached_writer_a_gateway_fenced_finishes_in_one_run(lin
 
 
 # Kafka's cell (four minutes on a loaded CI machine) runs with STREAMREP_FULL_MATRIX=1; CI's Kafka case
-# is the secured one (tests/kafka/test_secure_permissions.py), and the fenced failback has its own test.
+# is one secured round trip (tests/kafka/test_secure_permissions.py), and the fenced failback has its own test.
 @pytest.mark.backends("embedded", *(("kafka",) if FULL_MATRIX else ()))
 @pytest.mark.slow
 def test_ten_round_trips_with_live_gateway_services_and_producers_count_every_message(linked, tmp_path):
