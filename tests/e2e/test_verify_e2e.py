@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 USER = "alice"  # STREAMREP_USER of every process (conftest.Session)
 # clusters of this module only: the session's STREAMREP_HOME is shared with the other e2e modules
-SRC_CLUSTER, DST_CLUSTER = "boston", "chicago"
+SRC_CLUSTER, DST_CLUSTER = "boston", "quebec"
 GOOD_SRC, GOOD_DST = f"/mapr/{SRC_CLUSTER}/orders", f"/mapr/{DST_CLUSTER}/orders"
 BAD_SRC, BAD_DST = f"/mapr/{SRC_CLUSTER}/audit", f"/mapr/{DST_CLUSTER}/audit"
 

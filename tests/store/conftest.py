@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from memory_store import MemoryState, MemoryStore
 
+from store.memory_store import MemoryState, MemoryStore
 from streamrep.store.base import Store
 from streamrep.store.embedded import EmbeddedStore
 

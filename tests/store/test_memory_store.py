@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from memory_store import MemoryStore
-
+from store.memory_store import MemoryStore
 from streamrep.store.base import Store
 
 INTERNALS = Path(__file__).resolve().parents[2] / "docs" / "internals.md"
