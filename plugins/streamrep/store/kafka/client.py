@@ -201,12 +201,15 @@ class Unanswered(KafkaException, Unavailable):
         return err.str() if err is not None else "unreachable"
 
 
+def _broker_and_reason(text: str) -> tuple[str | None, str]:
+    """A librdkafka line split into its broker (if it names one) and its reason, without the state suffix."""
+    found = _BROKER.match(text)
+    return (found.group(1) if found else None), _AFTER.sub("", text[found.end() :] if found else text)
+
+
 def _security_reason(err: KafkaError, settings: Mapping[str, Any]) -> str:
     """librdkafka's account of a refused connection as one short line naming the broker and principal."""
-    text = err.str()
-    found = _BROKER.match(text)
-    broker = found.group(1) if found else None
-    reason = _AFTER.sub("", text[found.end() :] if found else text)
+    broker, reason = _broker_and_reason(err.str())
     if err.code() == KafkaError._SSL:
         reason = _OPENSSL.sub("", reason)
         if _CLIENT_CERTIFICATE.search(reason) and not settings.get("ssl.certificate.location"):
@@ -274,8 +277,7 @@ def unanswered(bootstrap: str, errors: Sequence[KafkaError], seconds: float) -> 
     reasons = [e.str() for e in errors if e.code() != KafkaError._ALL_BROKERS_DOWN]
     line = f"Kafka at {bootstrap} is unreachable: it did not answer within {seconds:g} s"
     if reasons:
-        found = _BROKER.match(reasons[-1])
-        line += f" ({_AFTER.sub('', reasons[-1][found.end() :] if found else reasons[-1])})"
+        line += f" ({_broker_and_reason(reasons[-1])[1]})"
     return Unanswered(KafkaError(KafkaError._TIMED_OUT, line))
 
 
