@@ -175,12 +175,14 @@ def clean_env(home: Path | str, user: str = USER, **extra: str) -> dict[str, str
 # The in-process gateway, pass after pass, in small batches (many transactions to die in); a pass
 # that meets a cluster down or restarting is retried as the gateway service does (Outage).
 GATEWAY_CHILD = textwrap.dedent("""
-    import faulthandler, signal, sys, time
+    import faulthandler, logging, signal, sys, time
     from streamrep.client import StreamAdmin
     from streamrep.errors import Unavailable
     from streamrep.replication.gateway import Gateway, Outage
 
     faulthandler.register(signal.SIGUSR1)  # a test that finds it stuck asks where it is
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("streamrep.replication.gateway").setLevel(logging.INFO)  # why a replica waits
     cluster, gid, batch, expiry = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     gateway = Gateway(StreamAdmin(), cluster, gid, expiry=expiry)
     outage = Outage(gid, 0.005)

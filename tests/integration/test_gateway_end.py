@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,28 @@ def test_once_names_an_upstream_cluster_it_cannot_read(cli, api, damage):
     assert code == 1, (out, err)
     assert err.count("\n") == 1 and err.startswith("streamrep: error: ")
     assert f"upstream {SF} of {NY} cannot be read" in err and "cluster sanfrancisco" in err
+
+
+def test_a_running_gateway_says_once_which_upstream_it_cannot_read(cli, api, streamrep_home):
+    """A continuous gateway whose upstream's store is unreadable keeps running (the store may come
+    back), but says why its replica waits: one warning naming the upstream and the cause, not one
+    per pass (nothing else says it: the replica's link lives in the catalog it cannot read)."""
+    setup(cli, api)
+    store = Path(api.clusters.get("sanfrancisco").url.removeprefix("embedded:"))
+    api.clusters.close()
+    for extra in (store.with_name(store.name + "-wal"), store.with_name(store.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    store.write_bytes(os.urandom(8192))
+    proc = start_gateway(streamrep_home)
+    try:
+        time.sleep(4)  # many passes (an idle pass waits 0.2 s)
+        assert proc.poll() is None, proc.communicate()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if f"upstream {SF} of {NY} cannot be read" in line]
+    assert len(lines) == 1, err
+    assert "sanfrancisco" in lines[0] and "file is not a database" in lines[0] and "Traceback" not in err
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ read back, and the multiset of (unique) values equals the expected set.
 from __future__ import annotations
 
 import itertools
+import logging
 import random
 import threading
 import time
@@ -369,20 +370,28 @@ def test_replica_without_upstream_flows_nothing(api3):
     assert status(api, SF, NY).state == REPLICATING
 
 
-def test_upstream_without_replica_listing_flows_nothing(api3):
+def test_upstream_without_replica_listing_flows_nothing(api3, caplog):
     api = api3
     source_with_topics(api, SF, t=2)
     api.create_stream(NY, copymetafrom=SF)
     api.add_upstream(NY, SF)
     sent = produce(api, f"{SF}:t", tagged("m", 10))
     gw = Gateway(api, "newyork", "g1")
-    assert gw.run_once() == 0 and count(api, NY) == 0
+    caplog.set_level(logging.INFO, logger="streamrep.replication.gateway")
+    assert gw.run_once() == 0 and gw.run_once() == 0 and count(api, NY) == 0
     flows, [blocked] = flows_into(api, "newyork")
     assert flows == [] and "does not list" in blocked.reason
+    # Why the replica waits is logged once, when it starts, not every pass.
+    [why] = [r for r in caplog.records if "is not agreed" in r.getMessage()]
+    assert why.levelno == logging.INFO and f"upstream {SF} of {NY} is not agreed" in why.getMessage()
+    assert "does not list" in why.getMessage()
 
     api.add_replica(SF, NY)
     assert drain(gw) == len(sent)
     assert_exactly_once(api, NY, sent)
+    assert [r.getMessage() for r in caplog.records if "flows again" in r.getMessage()] == [
+        f"gateway g1: upstream {SF} of {NY} flows again"
+    ]
 
 
 @ON_BOTH

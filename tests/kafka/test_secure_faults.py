@@ -345,19 +345,19 @@ def secure_api(secure_kafka, empty_home) -> StreamAdmin:
             restore(cluster)
 
 
-def open_ends(api: StreamAdmin) -> list[tuple[str, int, int, int]] | str:
+def open_ends(api: StreamAdmin) -> list[tuple[str, int, int, int] | str]:
     """The destination's partitions whose last stable offset is below the high watermark (an open
     transaction holds them): ``(Kafka topic, partition, LSO, high watermark)``."""
     store = api.store(api.path(NY))
-    try:
-        named = [(name, 0) for name in store._topics.values()]
-        named += [(kafka_topic(api, NY, "t"), p) for p in range(PARTITIONS)]
-        ends = [
-            (n, p, store._watermarks(n, p, n)[1], store._watermarks(n, p, n, uncommitted=True)[1]) for n, p in named
-        ]
-    except StreamrepError as err:
-        return f"unreadable: {err}"
-    return [end for end in ends if end[2] < end[3]]
+    named = [(name, 0) for name in store._topics.values()]
+    named += [(kafka_topic(api, NY, "t"), p) for p in range(PARTITIONS)]
+    ends: list[tuple[str, int, int, int] | str] = []
+    for n, p in named:  # each on its own: a replica topic not made yet does not hide the internal ones
+        try:
+            ends.append((n, p, store._watermarks(n, p, n)[1], store._watermarks(n, p, n, uncommitted=True)[1]))
+        except StreamrepError as err:
+            ends.append(f"{n}[{p}] unreadable: {err}")
+    return [end for end in ends if isinstance(end, str) or end[2] < end[3]]
 
 
 def wait_applied(api: StreamAdmin, gateway, at_least: int, stall: float, what: str) -> None:

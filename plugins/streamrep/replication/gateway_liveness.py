@@ -21,6 +21,7 @@ from typing import Any
 from streamrep.client.admin import StreamAdmin
 from streamrep.errors import StreamrepError
 from streamrep.model.gateways import GatewayStop, StopCause
+from streamrep.model.paths import StreamPath
 from streamrep.model.replication import validate_gateway_name
 from streamrep.replication.assignment import HEARTBEAT_EXPIRY_SECONDS, HEARTBEAT_INTERVAL_SECONDS
 from streamrep.replication.cursors import CursorSync
@@ -62,6 +63,7 @@ class GatewayLiveness:
         # assignment: their partitions are left out until the replica is set up again.
         self.lost: dict[Flow, str] = {}
         self.unreadable: list[Blocked] = []  # upstreams whose stream could not be read, last pass
+        self._blocked: dict[tuple[StreamPath, StreamPath], Blocked] = {}  # upstreams that could not flow, last pass
         # Set (by a signal handler, another thread) to end ``run`` after the batch in progress.
         self.stopping = threading.Event()
         self.stop_reason = "stopped"

@@ -5,6 +5,7 @@ part of them this gateway serves among the live gateways its source clusters lis
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,7 +17,7 @@ from streamrep.model.catalog import StreamEntry
 from streamrep.model.paths import StreamPath
 from streamrep.model.replication import ReplicaState, agreement
 from streamrep.replication.assignment import eligible, shares_seen_by
-from streamrep.replication.flows import Flow, flows_into
+from streamrep.replication.flows import Blocked, Flow, flows_into
 from streamrep.replication.gateway_liveness import GatewayLiveness, log
 from streamrep.replication.held import HeldCheck, lost_data
 from streamrep.replication.service import beat, share_names
@@ -40,6 +41,7 @@ class GatewayShares(GatewayLiveness):
         given (the clusters' settings are read now: they may have changed since ``replica add``)."""
         flows, blocked = flows_into(self.admin, self.cluster)
         self.unreadable = [b for b in blocked if b.unreadable]
+        self._report_blocked(blocked)
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
             if flow.paused:
@@ -52,6 +54,20 @@ class GatewayShares(GatewayLiveness):
                 self._record_state(flow, ReplicaState.UNEXPECTED, flow.conflict)
             by_source[flow.source_uuid].append(flow)
         return dict(by_source)
+
+    def _report_blocked(self, blocked: Sequence[Blocked]) -> None:
+        """Log each upstream that cannot flow when it starts or stops being blocked, or its reason
+        changes: nothing else says why a replica stays WAITING_FOR_GATEWAY (a link not yet agreed
+        during setup; a source this gateway cannot read, whose catalog it could not write to either)."""
+        now = {(b.source, b.replica): b for b in blocked}
+        for key, b in sorted(now.items()):
+            if self._blocked.get(key) != b:
+                level = logging.WARNING if b.unreadable else logging.INFO
+                what = "cannot be read" if b.unreadable else "is not agreed"
+                log.log(level, "gateway %s: upstream %s of %s %s: %s", self.id, b.source, b.replica, what, b.reason)
+        for source, replica in sorted(set(self._blocked) - set(now)):
+            log.info("gateway %s: upstream %s of %s flows again", self.id, source, replica)
+        self._blocked = now
 
     def _encryption_refusal(self, flow: Flow) -> str | None:
         if not flow.networkencryption:
