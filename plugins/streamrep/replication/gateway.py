@@ -81,8 +81,12 @@ class Gateway(GatewayPasses):
         cursors once, so a short drain leaves them translated on the replicas. Returns the
         messages applied. Unavailable (after the drain) if an upstream could not be read."""
         before = self.applied
-        while self.run_once(whole=True) and not self.stopping.is_set():
-            pass
+        self.logs_blocked = False  # its error names an upstream it cannot read, once
+        try:
+            while self.run_once(whole=True) and not self.stopping.is_set():
+                pass
+        finally:
+            self.logs_blocked = True
         if self.errors:  # the replicas' links say it too (``replica list``)
             first = sorted(set(self.errors.values()))
             more = f" (and {len(first) - 1} more errors)" if len(first) > 1 else ""

@@ -64,6 +64,7 @@ class GatewayLiveness:
         self.lost: dict[Flow, str] = {}
         self.unreadable: list[Blocked] = []  # upstreams whose stream could not be read, last pass
         self._blocked: dict[tuple[StreamPath, StreamPath], Blocked] = {}  # upstreams that could not flow, last pass
+        self.logs_blocked = True  # whether a change in ``_blocked`` is logged (a drain says it in its error)
         # Set (by a signal handler, another thread) to end ``run`` after the batch in progress.
         self.stopping = threading.Event()
         self.stop_reason = "stopped"

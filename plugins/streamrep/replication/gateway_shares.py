@@ -60,14 +60,16 @@ class GatewayShares(GatewayLiveness):
         changes: nothing else says why a replica stays WAITING_FOR_GATEWAY (a link not yet agreed
         during setup; a source this gateway cannot read, whose catalog it could not write to either)."""
         now = {(b.source, b.replica): b for b in blocked}
+        before, self._blocked = self._blocked, now
+        if not self.logs_blocked:
+            return
         for key, b in sorted(now.items()):
-            if self._blocked.get(key) != b:
+            if before.get(key) != b:
                 level = logging.WARNING if b.unreadable else logging.INFO
                 what = "cannot be read" if b.unreadable else "is not agreed"
                 log.log(level, "gateway %s: upstream %s of %s %s: %s", self.id, b.source, b.replica, what, b.reason)
-        for source, replica in sorted(set(self._blocked) - set(now)):
+        for source, replica in sorted(set(before) - set(now)):
             log.info("gateway %s: upstream %s of %s flows again", self.id, source, replica)
-        self._blocked = now
 
     def _encryption_refusal(self, flow: Flow) -> str | None:
         if not flow.networkencryption:
