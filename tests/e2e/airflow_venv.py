@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from airflow_production import free_ports
+from airflow_production import LOADED_MACHINE, free_ports
 
 REPO = Path(__file__).resolve().parents[2]
 AIRFLOW_GUIDE = REPO / "docs" / "airflow.md"
@@ -76,6 +76,7 @@ class AirflowVenv:
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
                 "STREAMREP_HOME": str(root / "streamrep-home"),
                 "PYTHONUNBUFFERED": "1",
+                **LOADED_MACHINE,
                 **settings,
             }
         )

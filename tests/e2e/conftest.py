@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from airflow_production import (  # noqa: F401 - fixtures (PostgreSQL, Airflow's services)
+    LOADED_MACHINE,
     airflow_production,
     http_json,
     postgres,
@@ -76,6 +77,7 @@ class Session:
                 "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
                 "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
                 "AIRFLOW__CORE__PARALLELISM": "2",
+                **LOADED_MACHINE,
                 "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
                 "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),

@@ -39,6 +39,9 @@ _MASTER = re.compile(
     r"local(\[(\d+|\*)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]"
     rf"|spark://{_HOST_PORT}(,{_HOST_PORT})*|yarn|k8s://(https?://)?[A-Za-z0-9._\-]+(:\d{{1,5}})?(/\S*)?"
 )
+# The exit status of an app stopped by a user error: a retry cannot help. sysexits' EX_DATAERR,
+# distinct from spark-submit's own failures (1) and from the CLI's internal error (3).
+USER_ERROR_EXIT = 65
 DEFAULT_INTERVAL = 0.5  # the gateway app's --interval: seconds an idle gateway waits between passes
 NO_SPARK_SUBMIT = "spark-submit was not found on PATH: pip install pyspark in this environment"
 

@@ -30,7 +30,14 @@ from streamrep.replication.gateway_passes import Progress
 from streamrep.replication.lag import LagSampler
 from streamrep.replication.service import placement
 from streamrep.replication.transfer import SourcePartition
-from streamrep.spark.command import DEFAULT_INTERVAL, LOG_JAVA_OPTIONS, master_url, python_env, spark_conf
+from streamrep.spark.command import (
+    DEFAULT_INTERVAL,
+    LOG_JAVA_OPTIONS,
+    USER_ERROR_EXIT,
+    master_url,
+    python_env,
+    spark_conf,
+)
 from streamrep.spark.offsets import offset_key
 from streamrep.spark.runtime import resolve_home
 from streamrep.spark.source import register
@@ -442,11 +449,6 @@ def error_line(err: BaseException) -> str:
         return match.group(2).strip()
     first = (str(err).strip().splitlines() or [""])[0]
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
-
-
-# The exit status of an app stopped by a user error: a retry cannot help. sysexits' EX_DATAERR,
-# distinct from spark-submit's own failures (1) and from the CLI's internal error (3).
-USER_ERROR_EXIT = 65
 
 
 def is_user_error(err: BaseException) -> bool:

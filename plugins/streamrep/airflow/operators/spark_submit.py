@@ -29,13 +29,13 @@ from streamrep.airflow.hook import LOCAL_SPARK_CONN_ID, StreamrepHook, user_erro
 from streamrep.airflow.provider import spark_conn_id
 from streamrep.spark.command import (
     LOG_JAVA_OPTIONS,
+    USER_ERROR_EXIT,
     application,
     master_url,
     require_java,
     require_matching_pyspark,
     submit_env,
 )
-from streamrep.spark.jobs import USER_ERROR_EXIT
 from streamrep.spark.lifetime import Tether
 
 if TYPE_CHECKING:
