@@ -181,6 +181,7 @@ GATEWAY_CHILD = textwrap.dedent("""
     from streamrep.replication.gateway import Gateway, Outage
 
     faulthandler.register(signal.SIGUSR1)  # a test that finds it stuck asks where it is
+    faulthandler.enable()  # and one that dies of a native crash (SIGSEGV) says where
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("streamrep.replication.gateway").setLevel(logging.INFO)  # why a replica waits
     cluster, gid, batch, expiry = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])

@@ -75,16 +75,21 @@ def gateway_run(
 @contextmanager
 def stop_on_signals(gateway: Gateway) -> Iterator[None]:
     """SIGTERM and SIGINT (Ctrl-C) end the gateway after its batch in progress: it withdraws its
-    heartbeat at once and the command exits 0, saying so. SIGUSR1 prints every thread's stack."""
+    heartbeat at once and the command exits 0, saying so. SIGUSR1 prints every thread's stack, and
+    so does a crash of native code (SIGSEGV and the like), before the process dies of it."""
 
     def stop(signum: int, _frame: Any) -> None:
         gateway.request_stop(f"stopped by {signal.Signals(signum).name}; its heartbeat is withdrawn")
 
     saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where every thread is, to stderr
+    crashes_reported = faulthandler.is_enabled()
+    faulthandler.enable(all_threads=True)
     try:
         yield
     finally:
+        if not crashes_reported:
+            faulthandler.disable()
         faulthandler.unregister(signal.SIGUSR1)
         for sig, handler in saved.items():
             signal.signal(sig, handler)
