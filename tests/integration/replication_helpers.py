@@ -4,6 +4,7 @@ copystream in child processes that a test kills."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -210,9 +211,15 @@ COPY_CHILD = textwrap.dedent("""
 """)
 
 
+def _killed_with_parent() -> None:
+    """In a child, before it runs: the kernel SIGKILLs it when the test process dies (PR_SET_PDEATHSIG),
+    so a test that fails, or a worker that crashes, leaves no gateway running on."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+
+
 class Child:
     """A child Python process (``python -c script args``); threads read its stdout and stderr
-    so that neither pipe fills. It prints READY once it is set up."""
+    so that neither pipe fills. It prints READY once it is set up. It dies with the test process."""
 
     def __init__(self, script: str, args: list, env: dict[str, str]):
         self.proc = subprocess.Popen(
@@ -221,6 +228,7 @@ class Child:
             stderr=subprocess.PIPE,
             text=True,
             env=env,
+            preexec_fn=_killed_with_parent,
         )
         self.lines: list[str] = []
         self.errors: list[str] = []
@@ -266,6 +274,18 @@ class Child:
         self.proc.stderr.close()
         assert self.code in (-signal.SIGKILL, 0), f"child failed with {self.code}: {self.stderr()}"
         return self.code
+
+
+def kill_all(children: Iterable[Child]) -> None:
+    """SIGKILL every one of ``children``, then fail if one had died of anything else (``Child.kill9``):
+    one child's failure must not leave the others running."""
+    failures = []
+    for child in list(children):
+        try:
+            child.kill9()
+        except AssertionError as failed:
+            failures.append(str(failed))
+    assert not failures, "; ".join(failures)
 
 
 def wait_progressing(measure: Callable[[], int], goal: int, stall: float, what: str) -> None:

@@ -24,6 +24,7 @@ from replication_helpers import (
     contents,
     count,
     json_rows,
+    kill_all,
     user_view,
     wait_progressing,
     wait_until,
@@ -263,8 +264,7 @@ def test_two_gateway_processes_one_killed(replicated, child_env):
         time.sleep(0.2)  # g2 keeps running: it must not write anything more
     finally:
         writer.halt.set()
-        g2.kill9()
-        g1.kill9()
+        kill_all([g2, g1])
     assert_exactly_once(api, NY, old + live)
     assert_same_partitions(api, SF, NY)
 

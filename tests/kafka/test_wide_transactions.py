@@ -34,7 +34,7 @@ from test_kafka_faults import (  # tests/kafka is on sys.path, as for every modu
     replicate,
 )
 
-from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env, wait_progressing, wait_until
+from integration.replication_helpers import GATEWAY_CHILD, Child, clean_env, kill_all, wait_progressing, wait_until
 from streamrep.client import StreamAdmin
 from streamrep.errors import Unavailable
 from streamrep.model.replication import position_key
@@ -215,8 +215,7 @@ def test_shares_change_while_two_gateways_apply(api, child_env):
         assert not producer.is_alive(), "the producer did not finish"
         wait_progressing(lambda: applied(api, WIDE), backlog + live, 180, "the gateways to replicate everything")
     finally:
-        for child in gateways.values():
-            child.kill9()
+        kill_all(gateways.values())
         producer.join(timeout=300)
     assert_exact_replica(api, SF, NY, backlog + live, WIDE)
 
