@@ -216,10 +216,8 @@ SECURE_FILES = "test_secure_"  # the modules that use the secure_kafka fixture
 # The secured modules, one after the other on one worker (a lane of their own): each worker that used
 # the session's ``secure_kafka`` fixture would start six brokers of its own.
 HEAVY_LANE = SECURE_FILES
-# The compose stack (twelve containers, images built from scratch) starts once every LONGEST_FIRST
-# module is done, on a worker without the heavy lane, while the other worker runs the short modules:
-# beside the long modules it took 25 minutes of a CI run at a load average of 15-40, and slowed them;
-# alone 7.5, with the other worker idle for all of it (8 of a 54-minute rehearsal, 30 Nov 2026).
+# The compose stack (twelve containers, images built from scratch) runs last, alone: beside the other
+# modules it took 25 minutes of a CI run at a load average of 15-40, and slowed them; alone 7.5.
 ALONE = "tests/e2e/test_stack.py"
 # The modules that take longest, longest first (the heavy lane's first). pytest-xdist hands modules
 # out in collection order, so these start at once and the short ones fill in at the end: the run
@@ -237,11 +235,6 @@ LONGEST_FIRST = (
 )
 
 
-def _is_long(scope: str) -> bool:
-    """Whether xdist scope ``scope`` (a module's path, or the heavy lane) is a LONGEST_FIRST module."""
-    return scope == "the heavy lane" or scope.startswith(LONGEST_FIRST)
-
-
 def _longest_first(item: pytest.Item) -> int:
     path = item.nodeid.split("::")[0]
     if path == ALONE:
@@ -256,11 +249,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: -p no:xdist runs without it
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's loadfile, except that the ``HEAVY_LANE`` modules are one unit of work, run by one
-    worker in collection order, and the ``ALONE`` module waits until every ``LONGEST_FIRST`` module is
-    done, then goes to the next worker without the heavy lane that asks for work, beside the short
-    modules. If that worker never asks before the rest is handed out, it waits until every other module
-    is done (each worker holds back only its last test), then runs on one worker (not the heavy lane's,
-    when it can) while the others finish and stop."""
+    worker in collection order, and the ``ALONE`` module waits until every other module is done (each
+    worker holds back only its last test), then runs on one worker (not the heavy lane's, when it can)
+    while the others finish and stop."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -272,26 +263,7 @@ def pytest_xdist_make_scheduler(config, log):
             scope = super()._split_scope(nodeid)
             return "the heavy lane" if os.path.basename(scope).startswith(HEAVY_LANE) else scope
 
-        def _long_ones_left(self) -> bool:
-            """Whether a LONGEST_FIRST module is queued, or assigned with a test not yet done."""
-            if any(_is_long(scope) for scope in self.workqueue):
-                return True
-            return any(
-                _is_long(scope) and not all(done.values())
-                for work in self.assigned_work.values()
-                for scope, done in work.items()
-            )
-
         def _assign_work_unit(self, node) -> None:
-            if (
-                ALONE in self.workqueue
-                and len(self.workqueue) > 1
-                and "the heavy lane" not in self.assigned_work.get(node, {})
-                and not self._long_ones_left()
-            ):  # the stack now, beside the short modules
-                self.workqueue.move_to_end(ALONE, last=False)
-                super()._assign_work_unit(node)
-                return
             first = next((scope for scope in self.workqueue if scope != ALONE), None)
             if first is not None:  # any other unit first: one a crashed worker gave back is queued after ALONE
                 self.workqueue.move_to_end(first, last=False)
