@@ -253,6 +253,14 @@ class Child:
     def stderr(self) -> str:
         return "".join(self.errors)[-2000:]
 
+    def where(self) -> str:
+        """What a stuck gateway child says: its log, and where every thread is (SIGUSR1, which
+        GATEWAY_CHILD hands to faulthandler), if it still runs."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGUSR1)
+            time.sleep(1)
+        return self.stderr()
+
     def wait_ready(self, timeout: float = 30) -> None:
         assert self.ready.wait(timeout) and self.proc.poll() is None, f"child did not start: {self.stderr()}"
 

@@ -504,7 +504,10 @@ def test_broker_restarted_under_a_running_gateway(on_own_broker, own_broker, emp
         time.sleep(rng.uniform(0.5, 3))  # the gateway runs on against a cluster that is down
         assert gateway.proc.poll() is None, f"the gateway died with the broker: {gateway.stderr()}"
         kafka_local.start(own_broker, die_with_parent=True)
-        wait_progressing(lambda: applied(api), backlog, 180, "the gateway to replicate everything")
+        try:
+            wait_progressing(lambda: applied(api), backlog, 180, "the gateway to replicate everything")
+        except AssertionError as stalled:  # say what the gateway was doing (a rehearsal's stall said nothing)
+            raise AssertionError(f"{stalled}; the gateway: {gateway.where()}") from None
         assert gateway.proc.poll() is None, f"the gateway exited: {gateway.stderr()}"
     finally:
         gateway.kill9()
