@@ -62,7 +62,6 @@ class GatewayLiveness:
         # The flows whose replica lost applied messages (or holds planted ones), found by the last
         # assignment: their partitions are left out until the replica is set up again.
         self.lost: dict[Flow, str] = {}
-        self.unreadable: list[Blocked] = []  # upstreams whose stream could not be read, last pass
         self._blocked: dict[tuple[StreamPath, StreamPath], Blocked] = {}  # upstreams that could not flow, last pass
         self.logs_blocked = True  # whether a change in ``_blocked`` is logged (a drain says it in its error)
         # Set (by a signal handler, another thread) to end ``run`` after the batch in progress.
@@ -74,6 +73,11 @@ class GatewayLiveness:
         self._prepared: set[tuple[SourcePartition, str]] = set()  # (unit, replica UUID) made ready (_prepare)
         self._running = False  # within ``run``, where passes prepare ahead and take what arrives meanwhile
         self.check_seconds = 0.0  # what the last check of the replicas' partitions took (``_check_held``)
+
+    @property
+    def unreadable(self) -> list[Blocked]:
+        """The upstreams whose stream could not be read, last pass."""
+        return [b for b in self._blocked.values() if b.unreadable]
 
     def announce(self, where: Mapping[str, Any]) -> None:
         """The first beat of a run: where this gateway runs (``service.placement``)."""

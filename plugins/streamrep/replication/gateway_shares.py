@@ -40,7 +40,6 @@ class GatewayShares(GatewayLiveness):
         plaintext is left out and its replica put in error, with the reason, until it can be
         given (the clusters' settings are read now: they may have changed since ``replica add``)."""
         flows, blocked = flows_into(self.admin, self.cluster)
-        self.unreadable = [b for b in blocked if b.unreadable]
         self._report_blocked(blocked)
         by_source: dict[str, list[Flow]] = defaultdict(list)
         for flow in flows:
